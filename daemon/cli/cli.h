@@ -1,0 +1,33 @@
+/* The commands. Each parses its arguments, prints, and returns an exit code;
+ * common.c holds what they share (settings, engine choice). */
+#pragma once
+
+#include "core/config.h"
+#include "core/loop.h"
+#include "engine/engine.h"
+#include "engine/private.h"
+
+#include <stdbool.h>
+
+int cli_serve(int argc, char **argv);
+int cli_run(int argc, char **argv);
+int cli_doctor(int argc, char **argv);
+int cli_image(int argc, char **argv);
+
+/* Settings from flags, environment and file, in that order of precedence.
+ * Flags this function does not know are left in *rest (argv order kept) for
+ * the command; returns 0 or prints the problem and returns negative. */
+int cli_config(int argc, char **argv, struct config *cfg, char ***rest, int *n_rest);
+
+struct cli_engine {
+        struct engine *eng; /* NULL when none could be found */
+        struct err err;     /* why not */
+        struct private_engine priv;
+        bool explicit_engine;
+};
+
+/* Choose the engine: the setting, else discovery, else (when allowed) a
+ * private podman service. */
+void cli_engine_open(struct cli_engine *ce, struct loop *l, const struct config *cfg,
+                     bool allow_private);
+void cli_engine_close(struct cli_engine *ce);

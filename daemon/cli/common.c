@@ -1,0 +1,114 @@
+#include "cli/cli.h"
+
+#include "core/log.h"
+
+#include <stdio.h>
+#include <string.h>
+
+int cli_config(int argc, char **argv, struct config *cfg, char ***rest, int *n_rest)
+{
+        struct err e = {0};
+        int r;
+        config_defaults(cfg);
+        *rest = calloc((size_t)argc + 1, sizeof(char *));
+        *n_rest = 0;
+        if (!*rest)
+                return -ENOMEM;
+        /* The file first (lowest precedence), from --config or CORRAL_CONFIG. */
+        const char *file = getenv("CORRAL_CONFIG");
+        for (int i = 0; i < argc; i++)
+                if (strcmp(argv[i], "--config") == 0 && i + 1 < argc)
+                        file = argv[i + 1];
+                else if (strncmp(argv[i], "--config=", 9) == 0)
+                        file = argv[i] + 9;
+        if (file) {
+                r = config_load_file(cfg, file, true, &e);
+        } else {
+                _cleanup_free_ char *def = config_default_path();
+                r = def ? config_load_file(cfg, def, false, &e) : 0;
+        }
+        if (r == 0)
+                r = config_load_env(cfg, &e);
+        for (int i = 0; r == 0 && i < argc; i++) {
+                const char *a = argv[i];
+                if (strncmp(a, "--", 2) != 0 || strcmp(a, "--") == 0) {
+                        (*rest)[(*n_rest)++] = argv[i];
+                        continue;
+                }
+                char key[64];
+                const char *val = strchr(a, '=');
+                size_t klen = val ? (size_t)(val - a - 2) : strlen(a + 2);
+                if (klen >= sizeof(key)) {
+                        (*rest)[(*n_rest)++] = argv[i];
+                        continue;
+                }
+                memcpy(key, a + 2, klen);
+                key[klen] = '\0';
+                for (char *p = key; *p; p++)
+                        if (*p == '-')
+                                *p = '_';
+                bool known = strcmp(key, "config") == 0;
+                for (const char *const *k = config_key_names(); *k && !known; k++)
+                        known = strcmp(*k, key) == 0;
+                if (!known) {
+                        (*rest)[(*n_rest)++] = argv[i];
+                        continue;
+                }
+                if (!val) {
+                        if (i + 1 >= argc) {
+                                fprintf(stderr, "corral: %s needs a value\n", a);
+                                return -EINVAL;
+                        }
+                        val = argv[++i];
+                } else {
+                        val++;
+                }
+                if (strcmp(key, "config") == 0)
+                        continue;
+                char source[80];
+                snprintf(source, sizeof(source), "--%.60s", a + 2);
+                if (strchr(source, '='))
+                        *strchr(source, '=') = '\0';
+                r = config_set(cfg, key, val, source, &e);
+        }
+        if (r == 0)
+                r = config_check(cfg, &e);
+        if (r < 0) {
+                fprintf(stderr, "corral: invalid configuration: %s\n", e.msg);
+                return r;
+        }
+        log_max_level = cfg->log_level;
+        return 0;
+}
+
+void cli_engine_open(struct cli_engine *ce, struct loop *l, const struct config *cfg,
+                     bool allow_private)
+{
+        *ce = (struct cli_engine){.priv = {.pid = -1}};
+        _cleanup_free_ char *url = NULL;
+        struct err perr = {0};
+        ce->explicit_engine = cfg->engine != NULL;
+        if (cfg->engine) {
+                url = strdup(cfg->engine);
+        } else if (engine_discover(&url, &ce->err) < 0) {
+                int r = allow_private ? private_engine_start(&ce->priv, &perr) : -ENOENT;
+                if (r < 0) {
+                        if (r != -ENOENT)
+                                err_prefix(&ce->err, "%s; and", perr.msg);
+                        return;
+                }
+                url = strdup(ce->priv.url);
+        }
+        if (!url || engine_new(l, url, 4 << 20, &ce->eng, &ce->err) < 0) {
+                ce->eng = NULL;
+                return;
+        }
+        log_debug("using the container engine at %s", url);
+}
+
+void cli_engine_close(struct cli_engine *ce)
+{
+        engine_free(ce->eng);
+        ce->eng = NULL;
+        private_engine_stop(&ce->priv);
+}

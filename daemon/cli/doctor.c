@@ -1,0 +1,238 @@
+#include "cli/cli.h"
+
+#include "core/log.h"
+#include "sandbox/sandbox.h"
+
+#include <cap-ng.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/statfs.h>
+#include <sys/stat.h>
+
+#ifndef CGROUP2_SUPER_MAGIC
+#define CGROUP2_SUPER_MAGIC 0x63677270
+#endif
+#ifndef TMPFS_MAGIC
+#define TMPFS_MAGIC 0x01021994
+#endif
+
+static int failures;
+
+static void report(bool ok, const char *what, const char *detail, const char *fix)
+{
+        printf("%s %s%s%s\n", ok ? "ok  " : "FAIL", what, detail ? ": " : "", detail ? detail : "");
+        if (!ok) {
+                failures++;
+                if (fix)
+                        printf("     fix: %s\n", fix);
+        }
+}
+
+static void note(const char *what, const char *detail)
+{
+        printf("note %s: %s\n", what, detail);
+}
+
+enum cgroup_mode { CG_V2, CG_HYBRID, CG_V1, CG_UNKNOWN };
+
+static enum cgroup_mode cgroup_mode(void)
+{
+        struct statfs fs;
+        if (statfs("/sys/fs/cgroup", &fs) < 0)
+                return CG_UNKNOWN;
+        if (fs.f_type == CGROUP2_SUPER_MAGIC)
+                return CG_V2;
+        if (fs.f_type != TMPFS_MAGIC)
+                return CG_UNKNOWN;
+        struct statfs u;
+        if (statfs("/sys/fs/cgroup/unified", &u) == 0 && u.f_type == CGROUP2_SUPER_MAGIC)
+                return CG_HYBRID;
+        return CG_V1;
+}
+
+struct smoke {
+        struct loop *loop;
+        bool done;
+        enum sandbox_status status;
+        char out[256];
+        char err[1100];
+};
+
+static void smoke_done(void *userdata, const struct sandbox_result *res)
+{
+        struct smoke *s = userdata;
+        s->done = true;
+        s->status = res->status;
+        snprintf(s->out, sizeof(s->out), "%.*s", (int)res->out.data.len,
+                 res->out.data.data ? res->out.data.data : "");
+        snprintf(s->err, sizeof(s->err), "%s", res->error_message ? res->error_message : "");
+}
+
+static void smoke_drained(void *userdata)
+{
+        struct smoke *s = userdata;
+        s->done = true;
+}
+
+static void check_sandbox(struct loop *l, const struct config *cfg, struct engine *eng)
+{
+        struct sandbox_mgr *m;
+        struct sandbox *sb;
+        struct smoke s = {.loop = l};
+        struct sandbox_request req = {
+            .lang = LANG_PYTHON,
+            .code = "import os\nprint(os.getuid(), "
+                    "open('/proc/self/status').read().count('NoNewPrivs:\\t1'))",
+            .timeout_s = 30,
+        };
+        if (sandbox_mgr_new(l, cfg, eng, &m) < 0 || sandbox_run(m, &req, smoke_done, &s, &sb) < 0) {
+                report(false, "sandbox", "cannot start a sandbox", NULL);
+                return;
+        }
+        while (!s.done)
+                loop_iterate(l, -1);
+        s.done = false;
+        sandbox_mgr_shutdown(m, smoke_drained, &s);
+        while (!s.done)
+                loop_iterate(l, -1);
+        sandbox_mgr_free(m);
+        bool ok = s.status == ST_OK && strncmp(s.out, "65534 1", 7) == 0;
+        char detail[1400];
+        if (ok)
+                snprintf(detail, sizeof(detail), "a hardened sandbox ran Python as uid 65534");
+        else
+                snprintf(detail, sizeof(detail), "status %s, output \"%.60s\" %s",
+                         sandbox_status_name(s.status), s.out, s.err);
+        report(ok, "sandbox", detail,
+               "see the failures above; `corral run -c 'print(1)'` shows the whole error");
+}
+
+int cli_doctor(int argc, char **argv)
+{
+        struct config cfg;
+        char **rest;
+        int n_rest;
+        char detail[1400];
+        if (cli_config(argc, argv, &cfg, &rest, &n_rest) < 0)
+                return 2;
+        free(rest);
+        report(true, "config", cfg.config_file ? cfg.config_file : "defaults (no config file)",
+               NULL);
+
+        struct loop *l;
+        if (loop_new(&l) < 0)
+                return 1;
+        struct cli_engine ce;
+        /* Doctor reports on the machine as it is: no private service. */
+        cli_engine_open(&ce, l, &cfg, false);
+        bool engine_ok = false;
+        bool podman = false;
+        json_t *info = NULL;
+        if (!ce.eng) {
+                report(false, "engine", ce.err.msg,
+                       "start an engine as shown, or install podman: `corral serve` starts a "
+                       "private `podman system service` when podman is installed and no "
+                       "engine is set");
+        } else {
+                struct err e = {0};
+                json_t *ver = NULL;
+                long st = engine_call(ce.eng, "GET", "/version", NULL, &ver, &e);
+                if (st == 200) {
+                        json_t *comp;
+                        size_t i;
+                        json_array_foreach(json_object_get(ver, "Components"), i, comp)
+                        {
+                                const char *n = json_string_value(json_object_get(comp, "Name"));
+                                if (n && strstr(n, "Podman"))
+                                        podman = true;
+                        }
+                        snprintf(detail, sizeof(detail), "%s %s at %s, API %s",
+                                 podman ? "Podman" : "Docker Engine",
+                                 json_string_value(json_object_get(ver, "Version")),
+                                 engine_endpoint(ce.eng)->display,
+                                 json_string_value(json_object_get(ver, "ApiVersion")));
+                        const char *api = json_string_value(json_object_get(ver, "ApiVersion"));
+                        int major = 0, minor = 0;
+                        engine_ok = api && sscanf(api, "%d.%d", &major, &minor) == 2 &&
+                                    (major > 1 || minor >= 41);
+                        report(engine_ok, "engine", detail,
+                               "corral needs engine API 1.41 or later (Docker 20.10+, Podman 3+)");
+                } else if (st > 0) {
+                        snprintf(detail, sizeof(detail), "HTTP %ld from %s", st,
+                                 engine_endpoint(ce.eng)->display);
+                        report(false, "engine", detail, "is this a Docker-compatible engine API?");
+                } else {
+                        report(false, "engine", e.msg, NULL);
+                }
+                json_decref(ver);
+                if (engine_ok && engine_call(ce.eng, "GET", "/info", NULL, &info, &e) != 200) {
+                        json_decref(info);
+                        info = NULL;
+                }
+        }
+
+        if (engine_ok) {
+                char path[600];
+                struct err e = {0};
+                snprintf(path, sizeof(path), "/images/%s/json", cfg.image);
+                long st = engine_call(ce.eng, "GET", path, NULL, NULL, &e);
+                snprintf(detail, sizeof(detail), "%s %s", cfg.image,
+                         st == 200 ? "is present" : "is missing");
+                report(st == 200, "image", detail,
+                       "build it with `corral image build` (or set CORRAL_IMAGE to an image with "
+                       "python3)");
+        }
+
+        enum cgroup_mode cg = cgroup_mode();
+        static const char *const cg_names[] = {"v2 (unified)", "hybrid (v1 with a v2 mount)", "v1",
+                                               "unknown"};
+        const char *runtime = json_string_value(json_object_get(info, "DefaultRuntime"));
+        snprintf(detail, sizeof(detail), "cgroups %s; engine runtime %s", cg_names[cg],
+                 runtime ? runtime : "unknown");
+        bool crun_hybrid = podman && cg == CG_HYBRID && runtime && strcmp(runtime, "crun") == 0;
+        report(!crun_hybrid, "cgroups", detail,
+               "crun refuses hybrid cgroups: set `runtime = \"runc\"` under [engine] in "
+               "/etc/containers/containers.conf (install the runc package)");
+        if (cg != CG_V2)
+                note("cgroups", "with cgroup v1, memory and pids limits work, but rootless "
+                                "Podman cannot apply them; run rootful Podman or Docker, or "
+                                "boot with cgroup v2 (systemd.unified_cgroup_hierarchy=1)");
+
+        struct rlimit nofile;
+        getrlimit(RLIMIT_NOFILE, &nofile);
+        bool has_resource = capng_have_capability(CAPNG_EFFECTIVE, CAP_SYS_RESOURCE);
+        snprintf(detail, sizeof(detail), "nofile %llu/%llu, CAP_SYS_RESOURCE %s",
+                 (unsigned long long)nofile.rlim_cur, (unsigned long long)nofile.rlim_max,
+                 has_resource ? "present" : "absent");
+        report(true, "rlimits", detail, NULL);
+        if (!has_resource && podman)
+                note("rlimits", "the engine cannot raise rlimits here; corral sets Ulimits "
+                                "itself, but for plain `podman run` set default_ulimits = "
+                                "[\"nofile=1024:1024\", \"nproc=4096:4096\"] in containers.conf");
+
+        if (getuid() != 0) {
+                FILE *f = fopen("/etc/subuid", "re");
+                char line[256];
+                bool found = false;
+                const char *user = getenv("USER");
+                while (f && user && fgets(line, sizeof(line), f))
+                        if (strncmp(line, user, strlen(user)) == 0 && line[strlen(user)] == ':')
+                                found = true;
+                if (f)
+                        fclose(f);
+                report(
+                    found || !podman, "rootless",
+                    found ? "subordinate ids configured" : "no /etc/subuid entry",
+                    "sudo usermod --add-subuids 100000-165535 --add-subgids 100000-165535 $USER");
+        }
+
+        if (engine_ok)
+                check_sandbox(l, &cfg, ce.eng);
+        json_decref(info);
+        cli_engine_close(&ce);
+        loop_free(l);
+        config_free(&cfg);
+        printf("%s\n", failures ? "some checks failed" : "all checks passed");
+        return failures ? 1 : 0;
+}

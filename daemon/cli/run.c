@@ -1,0 +1,165 @@
+#include "cli/cli.h"
+
+#include "core/buf.h"
+#include "core/log.h"
+#include "sandbox/sandbox.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+
+struct run {
+        struct loop *loop;
+        struct sandbox_mgr *mgr;
+        struct sandbox *sb;
+        bool done;
+        int exit_code;
+};
+
+static void drained(void *userdata)
+{
+        struct run *r = userdata;
+        loop_quit(r->loop);
+}
+
+static void write_all(int fd, const char *p, size_t n)
+{
+        while (n > 0) {
+                ssize_t k = write(fd, p, n);
+                if (k < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        return;
+                }
+                p += k;
+                n -= (size_t)k;
+        }
+}
+
+static void done(void *userdata, const struct sandbox_result *res)
+{
+        struct run *r = userdata;
+        r->done = true;
+        r->sb = NULL;
+        write_all(STDOUT_FILENO, res->out.data.data ? res->out.data.data : "", res->out.data.len);
+        write_all(STDERR_FILENO, res->err.data.data ? res->err.data.data : "", res->err.data.len);
+        if (res->out.truncated)
+                fprintf(stderr, "corral: stdout truncated: %zu of %llu bytes shown\n",
+                        res->out.data.len, res->out.total);
+        if (res->err.truncated)
+                fprintf(stderr, "corral: stderr truncated: %zu of %llu bytes shown\n",
+                        res->err.data.len, res->err.total);
+        if (res->status != ST_OK && res->error_traceback && res->error_traceback[0])
+                fprintf(stderr, "%s", res->error_traceback);
+        else if (res->status != ST_OK && res->error_message)
+                fprintf(stderr, "corral: %s: %s: %s\n", sandbox_status_name(res->status),
+                        res->error_type ? res->error_type : "Error", res->error_message);
+        /* Exit codes follow `docker run`: the code's own, 125 when the
+         * sandbox could not run, 124 on timeout, 137 when killed. */
+        switch (res->status) {
+        case ST_OK:
+        case ST_ERROR:
+                r->exit_code = res->has_exit_code ? res->exit_code : 1;
+                break;
+        case ST_TIMEOUT:
+                r->exit_code = 124;
+                break;
+        case ST_OOM:
+                r->exit_code = 137;
+                break;
+        case ST_CANCELLED:
+                r->exit_code = 130;
+                break;
+        default:
+                r->exit_code = 125;
+        }
+        sandbox_mgr_shutdown(r->mgr, drained, r);
+}
+
+static void on_signal(int signo, void *userdata)
+{
+        struct run *r = userdata;
+        (void)signo;
+        if (r->sb)
+                sandbox_cancel(r->sb);
+        else
+                sandbox_mgr_shutdown(r->mgr, drained, r);
+}
+
+static char *read_all(int fd)
+{
+        struct buf b;
+        buf_init(&b, 64 << 20);
+        char chunk[65536];
+        for (;;) {
+                ssize_t k = read(fd, chunk, sizeof(chunk));
+                if (k < 0 && errno == EINTR)
+                        continue;
+                if (k <= 0 || buf_append(&b, chunk, (size_t)k) < 0)
+                        break;
+        }
+        return b.data ? b.data : strdup("");
+}
+
+int cli_run(int argc, char **argv)
+{
+        struct config cfg;
+        char **rest;
+        int n_rest;
+        if (cli_config(argc, argv, &cfg, &rest, &n_rest) < 0)
+                return 125;
+        bool shell = false;
+        char *code = NULL;
+        for (int i = 0; i < n_rest; i++) {
+                if (strcmp(rest[i], "--shell") == 0) {
+                        shell = true;
+                } else if (strcmp(rest[i], "-c") == 0 && i + 1 < n_rest && !code) {
+                        code = strdup(rest[++i]);
+                } else if (!code && strcmp(rest[i], "-") == 0) {
+                        code = read_all(STDIN_FILENO);
+                } else if (!code && rest[i][0] != '-') {
+                        int fd = open(rest[i], O_RDONLY | O_CLOEXEC);
+                        if (fd < 0) {
+                                fprintf(stderr, "corral: cannot read %s: %s\n", rest[i],
+                                        strerror(errno));
+                                return 125;
+                        }
+                        code = read_all(fd);
+                        close(fd);
+                } else {
+                        fprintf(stderr, "corral run: unexpected argument \"%s\"\n", rest[i]);
+                        return 125;
+                }
+        }
+        free(rest);
+        if (!code) {
+                fprintf(stderr, "corral run: give code with -c, a file, or - for stdin\n");
+                return 125;
+        }
+        signal(SIGPIPE, SIG_IGN);
+        struct run r = {.exit_code = 125};
+        struct cli_engine ce;
+        if (loop_new(&r.loop) < 0)
+                return 125;
+        cli_engine_open(&ce, r.loop, &cfg, true);
+        struct sandbox_request req = {
+            .lang = shell ? LANG_SHELL : LANG_PYTHON, .code = code, .timeout_s = cfg.timeout_s};
+        int k = sandbox_mgr_new(r.loop, &cfg, ce.eng, &r.mgr);
+        if (k == 0)
+                k = loop_signal(r.loop, SIGINT, on_signal, &r);
+        if (k == 0)
+                k = loop_signal(r.loop, SIGTERM, on_signal, &r);
+        if (k == 0)
+                k = sandbox_run(r.mgr, &req, done, &r, &r.sb);
+        if (k == 0)
+                k = loop_run(r.loop);
+        if (k < 0)
+                fprintf(stderr, "corral run: %s\n", strerror(-k));
+        sandbox_mgr_free(r.mgr);
+        cli_engine_close(&ce);
+        loop_free(r.loop);
+        config_free(&cfg);
+        free(code);
+        return r.exit_code;
+}

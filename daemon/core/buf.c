@@ -1,0 +1,142 @@
+#include "core/buf.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+void buf_init(struct buf *b, size_t max)
+{
+        *b = (struct buf){.max = max};
+}
+
+void buf_free(struct buf *b)
+{
+        free(b->data);
+        b->data = NULL;
+        b->len = b->cap = 0;
+}
+
+static int buf_reserve(struct buf *b, size_t want)
+{
+        if (want + 1 <= b->cap)
+                return 0;
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < want + 1)
+                cap *= 2;
+        if (cap > b->max + 1)
+                cap = b->max + 1;
+        char *p = realloc(b->data, cap);
+        if (!p)
+                return -ENOMEM;
+        b->data = p;
+        b->cap = cap;
+        return 0;
+}
+
+int buf_append(struct buf *b, const void *p, size_t n)
+{
+        if (n > b->max - b->len)
+                return -ENOBUFS;
+        int r = buf_reserve(b, b->len + n);
+        if (r < 0)
+                return r;
+        if (n)
+                memcpy(b->data + b->len, p, n);
+        b->len += n;
+        b->data[b->len] = '\0';
+        return 0;
+}
+
+size_t buf_append_some(struct buf *b, const void *p, size_t n)
+{
+        size_t room = b->max - b->len;
+        if (n > room)
+                n = room;
+        return buf_append(b, p, n) < 0 ? 0 : n;
+}
+
+size_t utf8_cut(const char *p, size_t n)
+{
+        /* Step back over continuation bytes to the last lead byte and keep
+         * it only if its whole sequence is present. */
+        size_t i = n, back = 0;
+        while (i > 0 && back < 4 && ((unsigned char)p[i - 1] & 0xC0) == 0x80) {
+                i--;
+                back++;
+        }
+        if (i == 0)
+                return n;
+        unsigned char lead = (unsigned char)p[i - 1];
+        size_t need = lead < 0x80 ? 1 : (lead & 0xE0) == 0xC0 ? 2 : (lead & 0xF0) == 0xE0 ? 3 : 4;
+        if (lead < 0x80 || (lead & 0xC0) == 0x80)
+                return n;
+        return back + 1 >= need ? n : i - 1;
+}
+
+void buf_consume(struct buf *b, size_t n)
+{
+        if (n >= b->len) {
+                b->len = 0;
+        } else {
+                memmove(b->data, b->data + n, b->len - n);
+                b->len -= n;
+        }
+        if (b->data)
+                b->data[b->len] = '\0';
+}
+
+const char *buf_str(struct buf *b)
+{
+        if (!b->data && buf_reserve(b, 0) < 0)
+                return "";
+        b->data[b->len] = '\0';
+        return b->data;
+}
+
+void line_reader_init(struct line_reader *r, size_t max)
+{
+        buf_init(&r->pending, max);
+        r->max = max;
+        r->skipping = false;
+}
+
+void line_reader_free(struct line_reader *r)
+{
+        buf_free(&r->pending);
+}
+
+int line_reader_feed(struct line_reader *r, const char *p, size_t n, line_cb cb, void *userdata)
+{
+        while (n > 0) {
+                const char *nl = memchr(p, '\n', n);
+                size_t seg = nl ? (size_t)(nl - p) : n;
+                size_t advance = nl ? seg + 1 : n;
+                int k = 0;
+
+                if (r->skipping) {
+                        if (nl)
+                                r->skipping = false;
+                } else if (seg > r->max - r->pending.len) {
+                        r->pending.len = 0;
+                        r->skipping = !nl;
+                        k = cb(userdata, NULL, 0);
+                } else if (!nl) {
+                        k = buf_append(&r->pending, p, seg);
+                } else if (r->pending.len == 0) {
+                        k = cb(userdata, p, seg);
+                } else {
+                        k = buf_append(&r->pending, p, seg);
+                        if (k == 0) {
+                                /* Reset before the callback: it may feed. */
+                                size_t len = r->pending.len;
+                                r->pending.len = 0;
+                                k = cb(userdata, r->pending.data, len);
+                        }
+                }
+                if (k < 0)
+                        return k;
+                p += advance;
+                n -= advance;
+        }
+        return 0;
+}

@@ -1,0 +1,46 @@
+/* Bounded dynamic byte buffers: everything read from outside lands in one,
+ * and every one has a maximum size past which appends fail with -ENOBUFS. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+
+struct buf {
+        char *data;
+        size_t len;
+        size_t cap;
+        size_t max;
+};
+
+void buf_init(struct buf *b, size_t max);
+void buf_free(struct buf *b);
+/* Append; -ENOBUFS when the result would exceed b->max (nothing appended). */
+int buf_append(struct buf *b, const void *p, size_t n);
+/* Append at most what still fits; returns how many bytes were taken. */
+size_t buf_append_some(struct buf *b, const void *p, size_t n);
+/* The length of the longest prefix of p[0..n) that does not end inside a
+ * UTF-8 sequence (for cutting valid text at a byte limit). */
+size_t utf8_cut(const char *p, size_t n);
+/* Drop the first n bytes. */
+void buf_consume(struct buf *b, size_t n);
+/* NUL-terminated view of the contents (the NUL is not counted in len). */
+const char *buf_str(struct buf *b);
+
+/* Splits a byte stream into newline-terminated lines of at most `max` bytes
+ * (newline not counted). A longer line is reported once as too long and then
+ * skipped up to its newline, so the stream stays in step. */
+struct line_reader {
+        struct buf pending;
+        size_t max;
+        bool skipping;
+};
+
+/* Called for each complete line (without its newline; not NUL-terminated),
+ * or with line == NULL for a line that was too long. A negative return stops
+ * the feed and is returned from line_reader_feed (use it when the callback
+ * may have freed the reader's owner). */
+typedef int (*line_cb)(void *userdata, const char *line, size_t len);
+
+void line_reader_init(struct line_reader *r, size_t max);
+void line_reader_free(struct line_reader *r);
+int line_reader_feed(struct line_reader *r, const char *p, size_t n, line_cb cb, void *userdata);

@@ -1,0 +1,260 @@
+#include "core/config.h"
+
+#include <ctype.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+enum key_type { K_STRING, K_SIZE, K_LONG, K_DOUBLE, K_LEVEL };
+
+static const struct config_key {
+        const char *name;
+        enum key_type type;
+        size_t offset;
+        double min, max; /* for numbers and sizes */
+} keys[] = {
+    {"engine", K_STRING, offsetof(struct config, engine), 0, 0},
+    {"image", K_STRING, offsetof(struct config, image), 0, 0},
+    {"memory", K_SIZE, offsetof(struct config, memory), 6 << 20, 1e15},
+    {"pids", K_LONG, offsetof(struct config, pids), 8, 1 << 22},
+    {"cpus", K_DOUBLE, offsetof(struct config, cpus), 0.01, 1024},
+    {"timeout_s", K_DOUBLE, offsetof(struct config, timeout_s), 0.1, 86400},
+    {"max_timeout_s", K_DOUBLE, offsetof(struct config, max_timeout_s), 0.1, 86400},
+    {"start_timeout_s", K_DOUBLE, offsetof(struct config, start_timeout_s), 1, 3600},
+    {"output_limit", K_SIZE, offsetof(struct config, output_limit), 1024, 1 << 30},
+    {"max_frame", K_SIZE, offsetof(struct config, max_frame), 64 << 10, 1 << 30},
+    {"tmp_size", K_SIZE, offsetof(struct config, tmp_size), 1 << 20, 1e13},
+    {"workspace_size", K_SIZE, offsetof(struct config, workspace_size), 1 << 20, 1e13},
+    {"max_sandboxes", K_LONG, offsetof(struct config, max_sandboxes), 1, 4096},
+    {"max_queue", K_LONG, offsetof(struct config, max_queue), 0, 1 << 20},
+    {"log_level", K_LEVEL, offsetof(struct config, log_level), 0, 0},
+};
+
+void config_defaults(struct config *c)
+{
+        *c = (struct config){
+            .image = strdup("corral-python:latest"),
+            .memory = 512ULL << 20,
+            .pids = 128,
+            .cpus = 1.0,
+            .timeout_s = 30,
+            .max_timeout_s = 600,
+            .start_timeout_s = 60,
+            .output_limit = 1 << 20,
+            .max_frame = 16 << 20,
+            .tmp_size = 64 << 20,
+            .workspace_size = 256 << 20,
+            .max_sandboxes = 8,
+            .max_queue = 256,
+            .log_level = LOG_INFO,
+        };
+}
+
+void config_free(struct config *c)
+{
+        free(c->engine);
+        free(c->image);
+        free(c->config_file);
+        c->engine = c->image = c->config_file = NULL;
+}
+
+static const struct config_key *key_find(const char *name)
+{
+        for (size_t i = 0; i < ARRAY_SIZE(keys); i++)
+                if (strcmp(keys[i].name, name) == 0)
+                        return &keys[i];
+        return NULL;
+}
+
+int config_set(struct config *c, const char *name, const char *value, const char *source,
+               struct err *e)
+{
+        const struct config_key *k = key_find(name);
+        if (!k)
+                return err_set(e, ERR_CONFIG, EINVAL, "%s: unknown setting \"%s\"", source, name);
+        void *field = (char *)c + k->offset;
+        char *end = NULL;
+        switch (k->type) {
+        case K_STRING: {
+                if (!*value || strlen(value) > 4096)
+                        return err_set(e, ERR_CONFIG, EINVAL, "%s: %s must be 1 to 4096 characters",
+                                       source, name);
+                for (const char *p = value; *p; p++)
+                        if (iscntrl((unsigned char)*p))
+                                return err_set(e, ERR_CONFIG, EINVAL,
+                                               "%s: %s contains a control character", source, name);
+                char *s = strdup(value);
+                if (!s)
+                        return -ENOMEM;
+                free(*(char **)field);
+                *(char **)field = s;
+                return 0;
+        }
+        case K_SIZE: {
+                unsigned long long v;
+                if (parse_size(value, &v) < 0 || v < k->min || v > k->max)
+                        return err_set(e, ERR_CONFIG, EINVAL,
+                                       "%s: %s must be a size between %.0f and %.0f bytes "
+                                       "(e.g. 512m), not \"%s\"",
+                                       source, name, k->min, k->max, value);
+                *(unsigned long long *)field = v;
+                return 0;
+        }
+        case K_LONG: {
+                errno = 0;
+                long v = strtol(value, &end, 10);
+                if (errno || end == value || *end || v < k->min || v > k->max)
+                        return err_set(e, ERR_CONFIG, EINVAL,
+                                       "%s: %s must be an integer from %.0f to %.0f, not \"%s\"",
+                                       source, name, k->min, k->max, value);
+                *(long *)field = v;
+                return 0;
+        }
+        case K_DOUBLE: {
+                errno = 0;
+                double v = strtod(value, &end);
+                if (errno || end == value || *end || !isfinite(v) || v < k->min || v > k->max)
+                        return err_set(e, ERR_CONFIG, EINVAL,
+                                       "%s: %s must be a number from %g to %g, not \"%s\"", source,
+                                       name, k->min, k->max, value);
+                *(double *)field = v;
+                return 0;
+        }
+        case K_LEVEL:
+                if (log_level_parse(value, (enum log_level *)field) < 0)
+                        return err_set(e, ERR_CONFIG, EINVAL,
+                                       "%s: %s must be one of error, warning, info, debug, "
+                                       "not \"%s\"",
+                                       source, name, value);
+                return 0;
+        }
+        return -EINVAL;
+}
+
+int config_load_env(struct config *c, struct err *e)
+{
+        for (size_t i = 0; i < ARRAY_SIZE(keys); i++) {
+                char var[64] = "CORRAL_";
+                size_t n = strlen(var);
+                for (const char *p = keys[i].name; *p && n < sizeof(var) - 1; p++)
+                        var[n++] = (char)toupper((unsigned char)*p);
+                var[n] = '\0';
+                const char *v = getenv(var);
+                if (!v)
+                        continue;
+                int r = config_set(c, keys[i].name, v, var, e);
+                if (r < 0)
+                        return r;
+        }
+        return 0;
+}
+
+int config_load_file(struct config *c, const char *path, bool required, struct err *e)
+{
+        FILE *f = fopen(path, "re");
+        if (!f) {
+                if (errno == ENOENT && !required)
+                        return 0;
+                return err_set(e, ERR_CONFIG, errno, "cannot read config file %s: %s", path,
+                               strerror(errno));
+        }
+        json_error_t jerr;
+        /* A config file is small; bound it anyway. */
+        char *text = malloc(1 << 20);
+        size_t n = text ? fread(text, 1, 1 << 20, f) : 0;
+        bool too_big = text && n == 1 << 20;
+        fclose(f);
+        if (!text)
+                return -ENOMEM;
+        if (too_big) {
+                free(text);
+                return err_set(e, ERR_CONFIG, EFBIG, "%s: config file larger than 1 MiB", path);
+        }
+        json_t *root = json_loadb(text, n, JSON_REJECT_DUPLICATES, &jerr);
+        free(text);
+        if (!root)
+                return err_set(e, ERR_CONFIG, EINVAL, "%s:%d:%d: %s", path, jerr.line, jerr.column,
+                               jerr.text);
+        if (!json_is_object(root)) {
+                json_decref(root);
+                return err_set(e, ERR_CONFIG, EINVAL, "%s: top level must be a JSON object", path);
+        }
+        const char *name;
+        json_t *v;
+        int r = 0;
+        json_object_foreach(root, name, v)
+        {
+                char source[512], text_val[64];
+                const char *val;
+                snprintf(source, sizeof(source), "%s: %s", path, name);
+                if (!key_find(name)) {
+                        /* Other parts (upstream servers, policy) will own
+                         * more keys; unknown ones are refused for now so a
+                         * typo does not pass unnoticed. */
+                        r = err_set(e, ERR_CONFIG, EINVAL, "%s: unknown setting", source);
+                        break;
+                }
+                if (json_is_string(v)) {
+                        val = json_string_value(v);
+                } else if (json_is_integer(v)) {
+                        snprintf(text_val, sizeof(text_val), "%lld",
+                                 (long long)json_integer_value(v));
+                        val = text_val;
+                } else if (json_is_real(v)) {
+                        snprintf(text_val, sizeof(text_val), "%.17g", json_real_value(v));
+                        val = text_val;
+                } else {
+                        r = err_set(e, ERR_CONFIG, EINVAL, "%s: must be a string or a number",
+                                    source);
+                        break;
+                }
+                r = config_set(c, name, val, source, e);
+                if (r < 0)
+                        break;
+        }
+        json_decref(root);
+        if (r == 0) {
+                free(c->config_file);
+                c->config_file = strdup(path);
+        }
+        return r;
+}
+
+int config_check(const struct config *c, struct err *e)
+{
+        if (c->timeout_s > c->max_timeout_s)
+                return err_set(e, ERR_CONFIG, EINVAL,
+                               "timeout_s (%g) must not exceed max_timeout_s (%g)", c->timeout_s,
+                               c->max_timeout_s);
+        if (c->engine && strncmp(c->engine, "unix://", 7) != 0 &&
+            strncmp(c->engine, "tcp://", 6) != 0 && c->engine[0] != '/')
+                return err_set(e, ERR_CONFIG, EINVAL,
+                               "engine must be unix:///path/to.sock, tcp://host:port or an "
+                               "absolute socket path, not \"%s\"",
+                               c->engine);
+        return 0;
+}
+
+char *config_default_path(void)
+{
+        const char *xdg = getenv("XDG_CONFIG_HOME");
+        const char *home = getenv("HOME");
+        char *p = NULL;
+        if (xdg && *xdg == '/') {
+                if (asprintf(&p, "%s/corral/config.json", xdg) < 0)
+                        return NULL;
+        } else if (home && *home == '/') {
+                if (asprintf(&p, "%s/.config/corral/config.json", home) < 0)
+                        return NULL;
+        }
+        return p;
+}
+
+const char *const *config_key_names(void)
+{
+        static const char *names[ARRAY_SIZE(keys) + 1];
+        for (size_t i = 0; i < ARRAY_SIZE(keys); i++)
+                names[i] = keys[i].name;
+        return names;
+}

@@ -1,0 +1,48 @@
+/* Settings, from (highest first) command-line flags, CORRAL_* environment
+ * variables, the JSON file ($XDG_CONFIG_HOME/corral/config.json or --config),
+ * then built-in defaults. Every value is validated; a bad one stops start-up
+ * with a message naming the key. */
+#pragma once
+
+#include "core/log.h"
+#include "core/util.h"
+
+#include <stdbool.h>
+
+struct config {
+        char *engine;                      /* unix:///path or tcp://host:port; NULL: discover */
+        char *image;                       /* sandbox image */
+        unsigned long long memory;         /* bytes; swap is set equal (none) */
+        long pids;                         /* pids limit */
+        double cpus;                       /* CPU share (NanoCpus / 1e9) */
+        double timeout_s;                  /* default per-call time limit */
+        double max_timeout_s;              /* cap on a caller's timeout_s */
+        double start_timeout_s;            /* create..ready bound */
+        unsigned long long output_limit;   /* bytes kept per stream */
+        unsigned long long max_frame;      /* bytes per JSON line, all links */
+        unsigned long long tmp_size;       /* tmpfs /tmp */
+        unsigned long long workspace_size; /* tmpfs /workspace */
+        long max_sandboxes;                /* sandboxes alive at once */
+        long max_queue;                    /* calls waiting for a slot */
+        enum log_level log_level;
+        char *config_file; /* the file that was read, if any */
+};
+
+struct config_key; /* opaque table entry */
+
+void config_defaults(struct config *c);
+void config_free(struct config *c);
+/* Set one key from text (used by flags, env and file alike). `source` names
+ * where it came from for the error ("--memory", "CORRAL_MEMORY", "config.json: memory"). */
+int config_set(struct config *c, const char *key, const char *value, const char *source,
+               struct err *e);
+/* Load a JSON object of keys. A missing file is not an error unless `required`. */
+int config_load_file(struct config *c, const char *path, bool required, struct err *e);
+/* Apply CORRAL_<KEY> variables from the environment. */
+int config_load_env(struct config *c, struct err *e);
+/* Cross-field checks after everything is applied. */
+int config_check(const struct config *c, struct err *e);
+/* The default file path (caller frees), or NULL. */
+char *config_default_path(void);
+/* Names of all keys, for --help; NULL-terminated. */
+const char *const *config_key_names(void);

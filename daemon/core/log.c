@@ -1,0 +1,44 @@
+#include "core/log.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+enum log_level log_max_level = LOG_INFO;
+
+static const char *const level_names[] = {"error", "warning", "info", "debug"};
+
+void log_msg(enum log_level level, const char *fmt, ...)
+{
+        if (level > log_max_level)
+                return;
+        char line[2048];
+        int n = snprintf(line, sizeof(line), "corral[%d] %s: ", (int)getpid(), level_names[level]);
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(line + n, sizeof(line) - (size_t)n - 1, fmt, ap);
+        va_end(ap);
+        size_t len = strlen(line);
+        line[len++] = '\n';
+        /* One write per line so concurrent writers do not interleave. */
+        ssize_t w = write(STDERR_FILENO, line, len);
+        (void)w;
+}
+
+int log_level_parse(const char *s, enum log_level *ret)
+{
+        static const struct {
+                const char *name;
+                enum log_level level;
+        } names[] = {
+            {"error", LOG_ERR},    {"warning", LOG_WARN}, {"warn", LOG_WARN},
+            {"notice", LOG_INFO},  {"info", LOG_INFO},    {"debug", LOG_DEBUG},
+            {"critical", LOG_ERR}, {"alert", LOG_ERR},    {"emergency", LOG_ERR},
+        };
+        for (size_t i = 0; i < ARRAY_SIZE(names); i++)
+                if (strcmp(s, names[i].name) == 0) {
+                        *ret = names[i].level;
+                        return 0;
+                }
+        return -EINVAL;
+}

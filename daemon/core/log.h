@@ -1,0 +1,16 @@
+/* Logging: to stderr only (stdout belongs to the MCP host). */
+#pragma once
+
+#include "core/util.h"
+
+enum log_level { LOG_ERR, LOG_WARN, LOG_INFO, LOG_DEBUG };
+
+extern enum log_level log_max_level;
+
+_printf_(2, 3) void log_msg(enum log_level level, const char *fmt, ...);
+int log_level_parse(const char *s, enum log_level *ret);
+
+#define log_err(...)   log_msg(LOG_ERR, __VA_ARGS__)
+#define log_warn(...)  log_msg(LOG_WARN, __VA_ARGS__)
+#define log_info(...)  log_msg(LOG_INFO, __VA_ARGS__)
+#define log_debug(...) log_msg(LOG_DEBUG, __VA_ARGS__)

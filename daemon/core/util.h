@@ -1,0 +1,68 @@
+/* Small helpers shared by every part of the daemon: cleanup attributes,
+ * ownership transfer and the error object that carries a human message. */
+#pragma once
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#define ARRAY_SIZE(a)  (sizeof(a) / sizeof((a)[0]))
+#define _unused_       __attribute__((unused))
+#define _printf_(a, b) __attribute__((format(printf, a, b)))
+
+static inline void freep(void *p)
+{
+        free(*(void **)p);
+}
+static inline void closep(int *fd)
+{
+        if (*fd >= 0)
+                close(*fd);
+}
+#define _cleanup_free_  __attribute__((cleanup(freep)))
+#define _cleanup_close_ __attribute__((cleanup(closep)))
+
+/* Hand a pointer out of a cleanup scope: returns it and leaves NULL behind. */
+#define TAKE_PTR(p)                                                                                \
+        ({                                                                                         \
+                __typeof__(p) _t = (p);                                                            \
+                (p) = NULL;                                                                        \
+                _t;                                                                                \
+        })
+#define TAKE_FD(fd)                                                                                \
+        ({                                                                                         \
+                int _t = (fd);                                                                     \
+                (fd) = -1;                                                                         \
+                _t;                                                                                \
+        })
+
+/* The error idiom: functions return 0 or a negative errno-style code and,
+ * on failure only, fill an optional error object with a message a person can
+ * act on. `kind` names the cause for callers that map it to a tool status. */
+enum err_kind {
+        ERR_NONE = 0,
+        ERR_INTERNAL,
+        ERR_CONFIG,
+        ERR_ENGINE,   /* engine unreachable or answered an error */
+        ERR_IMAGE,    /* the sandbox image is missing */
+        ERR_PROTOCOL, /* a peer broke the frame or HTTP protocol */
+        ERR_LIMIT,    /* a bound was hit */
+};
+
+struct err {
+        enum err_kind kind;
+        int code;
+        char msg[1024];
+};
+
+_printf_(4, 5) int err_set(struct err *e, enum err_kind kind, int code, const char *fmt, ...);
+/* Prefix context to an existing message ("creating container: ..."). */
+_printf_(2, 3) void err_prefix(struct err *e, const char *fmt, ...);
+
+/* Monotonic clock in milliseconds. */
+long long now_ms(void);
+
+/* Parse a size such as "512m", "64k", "1g" or a plain byte count. */
+int parse_size(const char *s, unsigned long long *ret);

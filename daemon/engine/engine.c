@@ -1,0 +1,551 @@
+#include "engine/engine.h"
+
+#include "core/buf.h"
+#include "core/log.h"
+
+#include <curl/curl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+
+struct engine {
+        struct loop *loop;
+        CURLM *multi;
+        struct timer *timer;
+        struct engine_endpoint ep;
+        char *base_url;
+        size_t max_body;
+        unsigned pending;
+        struct engine_req *reqs; /* in flight, for engine_free */
+};
+
+struct engine_req {
+        struct engine *eng;
+        struct engine_req *prev, *next;
+        CURL *easy;
+        struct curl_slist *headers;
+        char *body;
+        int upload_fd;
+        struct buf resp;
+        bool overflow;
+        engine_done_cb cb;
+        void *userdata;
+};
+
+int engine_endpoint_parse(const char *url, struct engine_endpoint *ret, struct err *e)
+{
+        struct engine_endpoint ep = {0};
+        if (strncmp(url, "unix://", 7) == 0 || url[0] == '/') {
+                const char *path = url[0] == '/' ? url : url + 7;
+                if (path[0] != '/' || strlen(path) >= sizeof(((struct sockaddr_un *)0)->sun_path))
+                        return err_set(e, ERR_CONFIG, EINVAL,
+                                       "engine socket must be an absolute path shorter than "
+                                       "108 bytes: \"%s\"",
+                                       url);
+                ep.unix_path = strdup(path);
+                ep.display = strdup(path);
+        } else if (strncmp(url, "tcp://", 6) == 0) {
+                const char *hp = url + 6;
+                const char *colon = strrchr(hp, ':');
+                char *end;
+                long port = colon ? strtol(colon + 1, &end, 10) : 0;
+                if (!colon || colon == hp || *end || port <= 0 || port > 65535)
+                        return err_set(e, ERR_CONFIG, EINVAL,
+                                       "engine URL must be tcp://host:port, not \"%s\"", url);
+                ep.host = strndup(hp, (size_t)(colon - hp));
+                ep.port = (int)port;
+                ep.display = strdup(hp);
+        } else {
+                return err_set(e, ERR_CONFIG, EINVAL,
+                               "unsupported engine URL \"%s\": use unix:///path or tcp://host:port",
+                               url);
+        }
+        if (!ep.display || (!ep.unix_path && !ep.host)) {
+                engine_endpoint_done(&ep);
+                return -ENOMEM;
+        }
+        *ret = ep;
+        return 0;
+}
+
+void engine_endpoint_done(struct engine_endpoint *ep)
+{
+        free(ep->unix_path);
+        free(ep->host);
+        free(ep->display);
+        *ep = (struct engine_endpoint){0};
+}
+
+void engine_unreachable(struct err *e, const struct engine_endpoint *ep, int os_errno)
+{
+        const char *start = "start one: for rootless Podman `systemctl --user start "
+                            "podman.socket`, for rootful Podman `sudo systemctl start "
+                            "podman.socket`, for Docker `sudo systemctl start docker`; or point "
+                            "CORRAL_ENGINE at a running engine (unix:///path/to.sock)";
+        if (ep->host) {
+                err_set(e, ERR_ENGINE, os_errno ? os_errno : ECONNREFUSED,
+                        "the container engine at tcp://%s could not be reached (%s): check that "
+                        "the engine listens there, or %s",
+                        ep->display, strerror(os_errno ? os_errno : ECONNREFUSED), start);
+                return;
+        }
+        switch (os_errno) {
+        case ENOENT:
+                err_set(e, ERR_ENGINE, ENOENT,
+                        "no container engine socket at %s: the engine is not running there; %s",
+                        ep->display, start);
+                break;
+        case EACCES:
+        case EPERM:
+                err_set(e, ERR_ENGINE, EACCES,
+                        "permission denied opening the container engine socket %s: use rootless "
+                        "Podman (`systemctl --user start podman.socket`) or add your user to "
+                        "the group that owns the socket (e.g. `sudo usermod -aG docker $USER`, "
+                        "then log in again)",
+                        ep->display);
+                break;
+        default:
+                err_set(e, ERR_ENGINE, os_errno ? os_errno : ECONNREFUSED,
+                        "the container engine at %s refused the connection (%s): it is not "
+                        "running; %s",
+                        ep->display, strerror(os_errno ? os_errno : ECONNREFUSED), start);
+        }
+}
+
+static int unix_probe(const char *path)
+{
+        struct sockaddr_un sa = {.sun_family = AF_UNIX};
+        if (strlen(path) >= sizeof(sa.sun_path))
+                return -ENAMETOOLONG;
+        strcpy(sa.sun_path, path);
+        int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+                return -errno;
+        int r = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ? -errno : 0;
+        close(fd);
+        return r;
+}
+
+int engine_discover(char **ret_url, struct err *e)
+{
+        char tried[768] = "";
+        char xdg_path[512] = "";
+        const char *xdg = getenv("XDG_RUNTIME_DIR");
+        if (xdg && *xdg == '/')
+                snprintf(xdg_path, sizeof(xdg_path), "unix://%s/podman/podman.sock", xdg);
+        const char *cands[] = {
+            getenv("CONTAINER_HOST"),         getenv("DOCKER_HOST"),         xdg_path,
+            "unix:///run/podman/podman.sock", "unix:///var/run/docker.sock",
+        };
+        for (size_t i = 0; i < ARRAY_SIZE(cands); i++) {
+                const char *c = cands[i];
+                if (!c || !*c)
+                        continue;
+                if (strncmp(c, "tcp://", 6) == 0) {
+                        *ret_url = strdup(c);
+                        return *ret_url ? 0 : -ENOMEM;
+                }
+                if (strncmp(c, "unix://", 7) != 0)
+                        continue; /* ssh:// and others are not supported */
+                if (unix_probe(c + 7) == 0) {
+                        *ret_url = strdup(c);
+                        return *ret_url ? 0 : -ENOMEM;
+                }
+                size_t n = strlen(tried);
+                snprintf(tried + n, sizeof(tried) - n, "%s%s", n ? ", " : "", c + 7);
+        }
+        return err_set(e, ERR_ENGINE, ENOENT,
+                       "no container engine answered (tried %s): start one: for rootless Podman "
+                       "`systemctl --user start podman.socket`, for rootful Podman `sudo "
+                       "systemctl start podman.socket`, for Docker `sudo systemctl start "
+                       "docker`; or set CORRAL_ENGINE=unix:///path/to.sock",
+                       *tried ? tried : "nothing");
+}
+
+/* ---- libcurl multi plumbing (the shape of libcurl's ephiperfifo example) */
+
+static void check_done(struct engine *eng);
+
+struct sockinfo {
+        struct engine *eng;
+        curl_socket_t fd;
+        struct watch *w;
+};
+
+static void on_socket_event(struct watch *w, uint32_t events, void *userdata)
+{
+        struct sockinfo *si = userdata;
+        struct engine *eng = si->eng;
+        int flags = 0, running;
+        (void)w;
+        if (events & EPOLLIN)
+                flags |= CURL_CSELECT_IN;
+        if (events & EPOLLOUT)
+                flags |= CURL_CSELECT_OUT;
+        if (events & (EPOLLERR | EPOLLHUP))
+                flags |= CURL_CSELECT_ERR;
+        /* si may be freed inside this call (CURL_POLL_REMOVE). */
+        curl_multi_socket_action(eng->multi, si->fd, flags, &running);
+        check_done(eng);
+}
+
+static int curl_socket_cb(CURL *easy, curl_socket_t fd, int what, void *userp, void *socketp)
+{
+        struct engine *eng = userp;
+        struct sockinfo *si = socketp;
+        (void)easy;
+        if (what == CURL_POLL_REMOVE) {
+                if (si) {
+                        watch_remove(si->w);
+                        free(si);
+                        curl_multi_assign(eng->multi, fd, NULL);
+                }
+                return 0;
+        }
+        uint32_t ev = (what & CURL_POLL_IN ? EPOLLIN : 0) | (what & CURL_POLL_OUT ? EPOLLOUT : 0);
+        if (!si) {
+                si = calloc(1, sizeof(*si));
+                if (!si)
+                        return -1;
+                si->eng = eng;
+                si->fd = fd;
+                if (watch_add(eng->loop, fd, ev, on_socket_event, si, &si->w) < 0) {
+                        free(si);
+                        return -1;
+                }
+                curl_multi_assign(eng->multi, fd, si);
+                return 0;
+        }
+        return watch_modify(si->w, ev) < 0 ? -1 : 0;
+}
+
+static void on_timer(struct timer *t, void *userdata)
+{
+        struct engine *eng = userdata;
+        int running;
+        (void)t;
+        curl_multi_socket_action(eng->multi, CURL_SOCKET_TIMEOUT, 0, &running);
+        check_done(eng);
+}
+
+static int curl_timer_cb(CURLM *multi, long timeout_ms, void *userp)
+{
+        struct engine *eng = userp;
+        (void)multi;
+        /* -1 deletes the timer; 0 means "call me as soon as possible". */
+        timer_arm(eng->timer, timeout_ms < 0 ? 0 : timeout_ms == 0 ? -1 : timeout_ms);
+        return 0;
+}
+
+int engine_new(struct loop *l, const char *url, size_t max_body, struct engine **ret, struct err *e)
+{
+        static bool curl_ready;
+        if (!curl_ready) {
+                if (curl_global_init(CURL_GLOBAL_DEFAULT) != 0)
+                        return err_set(e, ERR_INTERNAL, EIO, "libcurl failed to initialise");
+                curl_ready = true;
+        }
+        struct engine *eng = calloc(1, sizeof(*eng));
+        if (!eng)
+                return -ENOMEM;
+        eng->loop = l;
+        eng->max_body = max_body;
+        int r = engine_endpoint_parse(url, &eng->ep, e);
+        if (r < 0) {
+                free(eng);
+                return r;
+        }
+        if (eng->ep.host)
+                r = asprintf(&eng->base_url, "http://%s:%d" ENGINE_API_PREFIX, eng->ep.host,
+                             eng->ep.port);
+        else
+                r = asprintf(&eng->base_url, "http://localhost" ENGINE_API_PREFIX);
+        if (r < 0 || !(eng->multi = curl_multi_init()) ||
+            timer_add(l, on_timer, eng, &eng->timer) < 0) {
+                engine_free(eng);
+                return -ENOMEM;
+        }
+        curl_multi_setopt(eng->multi, CURLMOPT_SOCKETFUNCTION, curl_socket_cb);
+        curl_multi_setopt(eng->multi, CURLMOPT_SOCKETDATA, eng);
+        curl_multi_setopt(eng->multi, CURLMOPT_TIMERFUNCTION, curl_timer_cb);
+        curl_multi_setopt(eng->multi, CURLMOPT_TIMERDATA, eng);
+        *ret = eng;
+        return 0;
+}
+
+static void req_free(struct engine_req *r)
+{
+        if (!r)
+                return;
+        if (r->easy) {
+                curl_multi_remove_handle(r->eng->multi, r->easy);
+                curl_easy_cleanup(r->easy);
+                r->eng->pending--;
+                if (r->prev)
+                        r->prev->next = r->next;
+                else
+                        r->eng->reqs = r->next;
+                if (r->next)
+                        r->next->prev = r->prev;
+        }
+        curl_slist_free_all(r->headers);
+        free(r->body);
+        buf_free(&r->resp);
+        free(r);
+}
+
+void engine_free(struct engine *eng)
+{
+        if (!eng)
+                return;
+        if (eng->multi) {
+                /* Requests still pending are abandoned, callbacks unsaid. */
+                while (eng->reqs)
+                        req_free(eng->reqs);
+                curl_multi_cleanup(eng->multi);
+        }
+        timer_remove(eng->timer);
+        engine_endpoint_done(&eng->ep);
+        free(eng->base_url);
+        free(eng);
+}
+
+const struct engine_endpoint *engine_endpoint(const struct engine *eng)
+{
+        return &eng->ep;
+}
+
+struct loop *engine_loop(const struct engine *eng)
+{
+        return eng->loop;
+}
+
+unsigned engine_pending(const struct engine *eng)
+{
+        return eng->pending;
+}
+
+static size_t write_cb(char *p, size_t size, size_t n, void *userdata)
+{
+        struct engine_req *r = userdata;
+        size_t len = size * n;
+        /* Bounded: an engine answer larger than max_body is cut and reported. */
+        if (buf_append(&r->resp, p, len) < 0)
+                r->overflow = true;
+        return len;
+}
+
+static size_t read_fd_cb(char *p, size_t size, size_t n, void *userdata)
+{
+        struct engine_req *r = userdata;
+        ssize_t k = read(r->upload_fd, p, size * n);
+        return k < 0 ? CURL_READFUNC_ABORT : (size_t)k;
+}
+
+const char *engine_error_message(json_t *body)
+{
+        const char *m = json_string_value(json_object_get(body, "message"));
+        if (!m)
+                m = json_string_value(json_object_get(body, "cause"));
+        return m ? m : "(no message)";
+}
+
+static void finish(struct engine_req *r, CURLcode cc)
+{
+        long status = 0;
+        struct err e = {0};
+        json_t *body = NULL;
+        if (cc == CURLE_OK) {
+                curl_easy_getinfo(r->easy, CURLINFO_RESPONSE_CODE, &status);
+                if (r->overflow) {
+                        err_set(&e, ERR_PROTOCOL, EMSGSIZE,
+                                "the engine's answer exceeded %zu bytes", r->resp.max);
+                        status = 0;
+                } else if (r->resp.len > 0) {
+                        body = json_loadb(r->resp.data, r->resp.len, 0, NULL);
+                        /* Some endpoints answer with a stream of JSON
+                         * objects (image import): keep the last one. */
+                        if (!body) {
+                                const char *last = r->resp.data;
+                                for (const char *p = r->resp.data; *p; p++)
+                                        if (*p == '\n' && p[1] && p[1] != '\n')
+                                                last = p + 1;
+                                body = json_loads(last, JSON_DISABLE_EOF_CHECK, NULL);
+                        }
+                }
+        } else if (cc == CURLE_COULDNT_CONNECT || cc == CURLE_COULDNT_RESOLVE_HOST) {
+                long os = 0;
+                curl_easy_getinfo(r->easy, CURLINFO_OS_ERRNO, &os);
+                engine_unreachable(&e, &r->eng->ep, (int)os);
+        } else {
+                err_set(&e, ERR_ENGINE, EIO, "talking to the container engine at %s failed: %s",
+                        r->eng->ep.display, curl_easy_strerror(cc));
+        }
+        engine_done_cb cb = r->cb;
+        void *ud = r->userdata;
+        req_free(r);
+        cb(ud, status, body, status ? NULL : &e);
+        json_decref(body);
+}
+
+static void check_done(struct engine *eng)
+{
+        CURLMsg *m;
+        int left;
+        while ((m = curl_multi_info_read(eng->multi, &left))) {
+                if (m->msg != CURLMSG_DONE)
+                        continue;
+                struct engine_req *r = NULL;
+                curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, (char **)&r);
+                finish(r, m->data.result);
+        }
+}
+
+static int req_start(struct engine *eng, const char *method, const char *path, engine_done_cb cb,
+                     void *userdata, struct engine_req **ret)
+{
+        struct engine_req *r = calloc(1, sizeof(*r));
+        if (!r)
+                return -ENOMEM;
+        r->eng = eng;
+        r->cb = cb;
+        r->userdata = userdata;
+        r->upload_fd = -1;
+        buf_init(&r->resp, eng->max_body);
+        char *url = NULL;
+        if (asprintf(&url, "%s%s", eng->base_url, path) < 0 || !(r->easy = curl_easy_init())) {
+                free(url);
+                free(r);
+                return -ENOMEM;
+        }
+        log_debug("engine: %s %s", method, path);
+        eng->pending++;
+        r->next = eng->reqs;
+        if (eng->reqs)
+                eng->reqs->prev = r;
+        eng->reqs = r;
+        curl_easy_setopt(r->easy, CURLOPT_URL, url);
+        free(url);
+        if (eng->ep.unix_path)
+                curl_easy_setopt(r->easy, CURLOPT_UNIX_SOCKET_PATH, eng->ep.unix_path);
+        curl_easy_setopt(r->easy, CURLOPT_CUSTOMREQUEST, method);
+        curl_easy_setopt(r->easy, CURLOPT_WRITEFUNCTION, write_cb);
+        curl_easy_setopt(r->easy, CURLOPT_WRITEDATA, r);
+        curl_easy_setopt(r->easy, CURLOPT_PRIVATE, r);
+        curl_easy_setopt(r->easy, CURLOPT_NOSIGNAL, 1L);
+        curl_easy_setopt(r->easy, CURLOPT_CONNECTTIMEOUT_MS, 10000L);
+        r->headers = curl_slist_append(NULL, "Expect:");
+        *ret = r;
+        return 0;
+}
+
+static int req_submit(struct engine_req *r, struct engine_req **ret)
+{
+        curl_easy_setopt(r->easy, CURLOPT_HTTPHEADER, r->headers);
+        if (curl_multi_add_handle(r->eng->multi, r->easy) != CURLM_OK) {
+                req_free(r);
+                return -EIO;
+        }
+        if (ret)
+                *ret = r;
+        return 0;
+}
+
+int engine_request(struct engine *eng, const char *method, const char *path, json_t *body,
+                   engine_done_cb cb, void *userdata, struct engine_req **ret)
+{
+        struct engine_req *r;
+        int k = req_start(eng, method, path, cb, userdata, &r);
+        if (k < 0) {
+                json_decref(body);
+                return k;
+        }
+        if (body) {
+                r->body = json_dumps(body, JSON_COMPACT);
+                json_decref(body);
+                if (!r->body) {
+                        req_free(r);
+                        return -ENOMEM;
+                }
+                r->headers = curl_slist_append(r->headers, "Content-Type: application/json");
+                curl_easy_setopt(r->easy, CURLOPT_POSTFIELDS, r->body);
+        } else if (strcmp(method, "POST") == 0) {
+                curl_easy_setopt(r->easy, CURLOPT_POSTFIELDS, "");
+        }
+        /* No API call we make with a JSON body takes long; a hung engine
+         * must not hang a sandbox forever. */
+        curl_easy_setopt(r->easy, CURLOPT_TIMEOUT_MS, 120000L);
+        return req_submit(r, ret);
+}
+
+int engine_request_file(struct engine *eng, const char *method, const char *path,
+                        const char *content_type, int fd, engine_done_cb cb, void *userdata,
+                        struct engine_req **ret)
+{
+        struct engine_req *r;
+        int k = req_start(eng, method, path, cb, userdata, &r);
+        if (k < 0)
+                return k;
+        char hdr[256];
+        snprintf(hdr, sizeof(hdr), "Content-Type: %s", content_type);
+        r->headers = curl_slist_append(r->headers, hdr);
+        r->upload_fd = fd;
+        struct stat st;
+        curl_easy_setopt(r->easy, CURLOPT_UPLOAD, 1L);
+        curl_easy_setopt(r->easy, CURLOPT_CUSTOMREQUEST, method);
+        curl_easy_setopt(r->easy, CURLOPT_READFUNCTION, read_fd_cb);
+        curl_easy_setopt(r->easy, CURLOPT_READDATA, r);
+        if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode))
+                curl_easy_setopt(r->easy, CURLOPT_INFILESIZE_LARGE, (curl_off_t)st.st_size);
+        return req_submit(r, ret);
+}
+
+void engine_request_cancel(struct engine_req *r)
+{
+        req_free(r);
+}
+
+struct call_state {
+        bool done;
+        long status;
+        json_t *body;
+        struct err e;
+};
+
+static void call_done(void *userdata, long status, json_t *body, const struct err *e)
+{
+        struct call_state *s = userdata;
+        s->done = true;
+        s->status = status;
+        s->body = json_incref(body);
+        if (e)
+                s->e = *e;
+}
+
+long engine_call(struct engine *eng, const char *method, const char *path, json_t *body,
+                 json_t **ret_body, struct err *e)
+{
+        struct call_state s = {0};
+        int r = engine_request(eng, method, path, body, call_done, &s, NULL);
+        if (r < 0)
+                return err_set(e, ERR_INTERNAL, r, "cannot start an engine request");
+        while (!s.done) {
+                r = loop_iterate(eng->loop, -1);
+                if (r < 0)
+                        return err_set(e, ERR_INTERNAL, r, "event loop failed");
+        }
+        if (s.status == 0) {
+                if (e)
+                        *e = s.e;
+                json_decref(s.body);
+                return s.e.code ? s.e.code : -EIO;
+        }
+        if (ret_body)
+                *ret_body = s.body;
+        else
+                json_decref(s.body);
+        return s.status;
+}

@@ -1,0 +1,133 @@
+#include "engine/private.h"
+
+#include "core/log.h"
+
+#include <fcntl.h>
+#include <stdbool.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+
+static char *find_in_path(const char *name)
+{
+        const char *path = getenv("PATH");
+        if (!path || !*path)
+                path = "/usr/local/bin:/usr/bin:/bin";
+        char *copy = strdup(path), *save = NULL;
+        for (char *dir = strtok_r(copy, ":", &save); dir; dir = strtok_r(NULL, ":", &save)) {
+                char *full;
+                if (asprintf(&full, "%s/%s", dir, name) < 0)
+                        break;
+                if (access(full, X_OK) == 0) {
+                        free(copy);
+                        return full;
+                }
+                free(full);
+        }
+        free(copy);
+        return NULL;
+}
+
+static bool socket_answers(const char *path)
+{
+        struct sockaddr_un sa = {.sun_family = AF_UNIX};
+        snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+        int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+                return false;
+        bool ok = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
+        close(fd);
+        return ok;
+}
+
+int private_engine_start(struct private_engine *pe, struct err *e)
+{
+        *pe = (struct private_engine){.pid = -1};
+        _cleanup_free_ char *podman = find_in_path("podman");
+        if (!podman)
+                return -ENOENT;
+        const char *xdg = getenv("XDG_RUNTIME_DIR");
+        char dir[256];
+        if (xdg && *xdg == '/' && access(xdg, W_OK) == 0)
+                snprintf(dir, sizeof(dir), "%s/corral", xdg);
+        else
+                snprintf(dir, sizeof(dir), "/tmp/corral-%d", (int)getuid());
+        /* Private to this user: the socket grants control of the engine. */
+        if (mkdir(dir, 0700) < 0 && errno != EEXIST)
+                return err_set(e, ERR_ENGINE, errno, "cannot create %s: %s", dir, strerror(errno));
+        struct stat st;
+        if (lstat(dir, &st) < 0 || !S_ISDIR(st.st_mode) || st.st_uid != getuid() ||
+            (st.st_mode & 077))
+                return err_set(e, ERR_ENGINE, EPERM,
+                               "%s must be a directory owned by you with mode 0700", dir);
+        if (asprintf(&pe->path, "%s/podman-%d.sock", dir, (int)getpid()) < 0 ||
+            asprintf(&pe->url, "unix://%s", pe->path) < 0)
+                return -ENOMEM;
+        unlink(pe->path);
+        pid_t parent = getpid();
+        pid_t pid = fork();
+        if (pid < 0)
+                return err_set(e, ERR_ENGINE, errno, "cannot start podman: %s", strerror(errno));
+        if (pid == 0) {
+                /* The service must not outlive corral, even after kill -9. */
+                prctl(PR_SET_PDEATHSIG, SIGTERM);
+                if (getppid() != parent)
+                        _exit(1);
+                sigset_t all;
+                sigfillset(&all);
+                sigprocmask(SIG_UNBLOCK, &all, NULL);
+                int null = open("/dev/null", O_RDWR);
+                dup2(null, STDIN_FILENO);
+                dup2(null, STDOUT_FILENO); /* stdout belongs to the MCP host */
+                execl(podman, "podman", "system", "service", "--time=0", pe->url, (char *)NULL);
+                _exit(127);
+        }
+        pe->pid = pid;
+        log_info("started a private podman service (pid %d) at %s", (int)pid, pe->path);
+        for (int i = 0; i < 300; i++) {
+                if (socket_answers(pe->path))
+                        return 0;
+                int status;
+                if (waitpid(pid, &status, WNOHANG) == pid) {
+                        pe->pid = -1;
+                        private_engine_stop(pe);
+                        return err_set(e, ERR_ENGINE, ECHILD,
+                                       "a private `podman system service` exited at once (status "
+                                       "%d): run `podman info` to see why",
+                                       WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+                }
+                nanosleep(&(struct timespec){.tv_nsec = 50 * 1000000}, NULL);
+        }
+        private_engine_stop(pe);
+        return err_set(e, ERR_ENGINE, ETIMEDOUT,
+                       "a private `podman system service` did not open its socket within 15 s");
+}
+
+void private_engine_stop(struct private_engine *pe)
+{
+        if (pe->pid > 0) {
+                kill(pe->pid, SIGTERM);
+                for (int i = 0; i < 100; i++) {
+                        if (waitpid(pe->pid, NULL, WNOHANG) == pe->pid) {
+                                pe->pid = -1;
+                                break;
+                        }
+                        nanosleep(&(struct timespec){.tv_nsec = 50 * 1000000}, NULL);
+                }
+                if (pe->pid > 0) {
+                        kill(pe->pid, SIGKILL);
+                        waitpid(pe->pid, NULL, 0);
+                }
+        }
+        if (pe->path)
+                unlink(pe->path);
+        free(pe->path);
+        free(pe->url);
+        *pe = (struct private_engine){.pid = -1};
+}

@@ -1,0 +1,18 @@
+/* A private `podman system service` that corral starts for itself when no
+ * engine was named and none answers, so a fresh machine needs no socket
+ * setup. It is stopped when corral exits, and dies with corral. */
+#pragma once
+
+#include "core/util.h"
+
+#include <sys/types.h>
+
+struct private_engine {
+        pid_t pid;
+        char *url;  /* unix:///... */
+        char *path; /* the socket path */
+};
+
+/* Returns -ENOENT quietly when no podman binary is installed. */
+int private_engine_start(struct private_engine *pe, struct err *e);
+void private_engine_stop(struct private_engine *pe);

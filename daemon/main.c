@@ -1,0 +1,67 @@
+/* corral: command line. `serve` (the default) is the stdio MCP server; `run`,
+ * `doctor` and `image build` are for people and scripts. The commands parse
+ * and print; the work is done in core/, engine/, sandbox/ and mcp/. */
+#include "cli/cli.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static void usage(FILE *f)
+{
+        fprintf(f,
+                "usage: corral [serve] [OPTIONS]          stdio MCP server (what MCP hosts start)\n"
+                "       corral run [OPTIONS] -c CODE | FILE | -   run Python once in a sandbox\n"
+                "       corral run --shell [OPTIONS] -c COMMAND   run a shell command once\n"
+                "       corral doctor [OPTIONS]           check the engine, image and host\n"
+                "       corral image build [--tar FILE]   build and import the sandbox image\n"
+                "       corral version\n"
+                "\n"
+                "Options (each also CORRAL_<NAME> in the environment, or a key in the JSON\n"
+                "config file, by default $XDG_CONFIG_HOME/corral/config.json):\n"
+                "  --config FILE        read settings from FILE\n"
+                "  --engine URL         unix:///path/to.sock or tcp://host:port\n"
+                "  --image NAME         sandbox image (default corral-python:latest)\n"
+                "  --memory SIZE        memory limit, no swap (default 512m)\n"
+                "  --pids N             process limit (default 128)\n"
+                "  --cpus N             CPU limit (default 1)\n"
+                "  --timeout-s S        default time limit per call (default 30)\n"
+                "  --max-timeout-s S    cap on a caller's timeout_s (default 600)\n"
+                "  --start-timeout-s S  bound on starting a sandbox (default 60)\n"
+                "  --output-limit SIZE  output kept per stream (default 1m)\n"
+                "  --max-frame SIZE     largest JSON message on any link (default 16m)\n"
+                "  --tmp-size SIZE      size of /tmp in the sandbox (default 64m)\n"
+                "  --workspace-size SIZE size of /workspace (default 256m)\n"
+                "  --max-sandboxes N    sandboxes at once (default 8)\n"
+                "  --max-queue N        calls waiting for a sandbox (default 256)\n"
+                "  --log-level LEVEL    error, warning, info, debug (default info)\n");
+}
+
+int main(int argc, char **argv)
+{
+        const char *cmd = "serve";
+        int first = 1;
+        if (argc > 1 && argv[1][0] != '-') {
+                cmd = argv[1];
+                first = 2;
+        }
+        if (strcmp(cmd, "help") == 0 ||
+            (argc > 1 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0))) {
+                usage(stdout);
+                return 0;
+        }
+        if (strcmp(cmd, "version") == 0 || (argc > 1 && strcmp(argv[1], "--version") == 0)) {
+                printf("corral %s\n", CORRAL_VERSION);
+                return 0;
+        }
+        if (strcmp(cmd, "serve") == 0)
+                return cli_serve(argc - first, argv + first);
+        if (strcmp(cmd, "run") == 0)
+                return cli_run(argc - first, argv + first);
+        if (strcmp(cmd, "doctor") == 0)
+                return cli_doctor(argc - first, argv + first);
+        if (strcmp(cmd, "image") == 0)
+                return cli_image(argc - first, argv + first);
+        fprintf(stderr, "corral: unknown command \"%s\"\n\n", cmd);
+        usage(stderr);
+        return 2;
+}

@@ -1,0 +1,409 @@
+#include "mcp/server.h"
+
+#include "core/buf.h"
+#include "core/jsonrpc.h"
+#include "core/log.h"
+#include "mcp/tools.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/epoll.h>
+
+#ifndef CORRAL_VERSION
+#define CORRAL_VERSION "0"
+#endif
+
+static const char *const protocol_versions[] = {
+    "2025-11-25", /* latest first: offered when the client's is unknown */
+    "2025-06-18",
+    "2025-03-26",
+    "2024-11-05",
+};
+
+struct call {
+        struct mcp_server *srv;
+        struct call *prev, *next;
+        json_t *id;
+        struct sandbox *sb;
+        bool cancelled; /* the host withdrew it: no response is sent */
+};
+
+struct mcp_server {
+        struct loop *loop;
+        const struct config *cfg;
+        struct sandbox_mgr *mgr;
+        int in_fd, out_fd;
+        struct watch *in_watch, *out_watch;
+        struct timer *file_timer; /* stdin that epoll cannot watch (a file) */
+        struct line_reader lines;
+        struct buf out;
+        struct call *calls;
+        bool stopped;
+        void (*on_eof)(void *);
+        void *userdata;
+};
+
+static void flush_out(struct mcp_server *s);
+
+static void send_msg(struct mcp_server *s, json_t *msg)
+{
+        size_t len;
+        char *line = jrpc_encode(msg, &len);
+        if (!line) {
+                log_err("cannot encode a message for the host");
+                return;
+        }
+        if (buf_append(&s->out, line, len) < 0)
+                log_err("output to the host is backed up; dropped a %zu-byte message", len);
+        free(line);
+        flush_out(s);
+}
+
+static void send_error(struct mcp_server *s, json_t *id, int code, const char *message)
+{
+        send_msg(s, jrpc_error(id, code, message, NULL));
+}
+
+static void out_ready(struct watch *w, uint32_t events, void *userdata)
+{
+        (void)w;
+        (void)events;
+        flush_out(userdata);
+}
+
+static void flush_out(struct mcp_server *s)
+{
+        while (s->out.len > 0) {
+                ssize_t k = write(s->out_fd, s->out.data, s->out.len);
+                if (k < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        if (errno != EAGAIN) {
+                                log_err("writing to the host failed: %s", strerror(errno));
+                                s->out.len = 0;
+                        }
+                        break;
+                }
+                buf_consume(&s->out, (size_t)k);
+        }
+        if (s->out.len > 0 && !s->out_watch) {
+                if (watch_add(s->loop, s->out_fd, EPOLLOUT, out_ready, s, &s->out_watch) < 0)
+                        log_err("cannot wait for the host to read");
+        } else if (s->out.len == 0 && s->out_watch) {
+                watch_remove(s->out_watch);
+                s->out_watch = NULL;
+        }
+}
+
+/* ---- tools/call */
+
+static void call_free(struct call *c)
+{
+        struct mcp_server *s = c->srv;
+        if (c->prev)
+                c->prev->next = c->next;
+        else
+                s->calls = c->next;
+        if (c->next)
+                c->next->prev = c->prev;
+        json_decref(c->id);
+        free(c);
+}
+
+static void call_done(void *userdata, const struct sandbox_result *res)
+{
+        struct call *c = userdata;
+        /* A withdrawn call gets no response (MCP cancellation rules). */
+        if (!c->cancelled) {
+                json_t *result = tools_result(res);
+                if (result)
+                        send_msg(c->srv, jrpc_result(c->id, result));
+                else
+                        send_error(c->srv, c->id, JRPC_INTERNAL_ERROR, "cannot encode the result");
+        }
+        call_free(c);
+}
+
+static void tools_call(struct mcp_server *s, json_t *id, json_t *params)
+{
+        const char *name = json_string_value(json_object_get(params, "name"));
+        json_t *args = json_object_get(params, "arguments");
+        char msg[512];
+        struct sandbox_request req;
+        if (!name) {
+                send_error(s, id, JRPC_INVALID_PARAMS, "tools/call needs a \"name\" string");
+                return;
+        }
+        int r = tools_parse_call(name, args, s->cfg, &req, msg, sizeof(msg));
+        if (r == -ENOENT) {
+                send_error(s, id, JRPC_INVALID_PARAMS, msg);
+                return;
+        }
+        if (r < 0) {
+                /* Bad arguments are a tool error the model can correct. */
+                send_msg(s, jrpc_result(id, tools_error_result("invalid_arguments",
+                                                               "InvalidArguments", msg)));
+                return;
+        }
+        struct call *c = calloc(1, sizeof(*c));
+        if (!c) {
+                send_error(s, id, JRPC_INTERNAL_ERROR, "out of memory");
+                return;
+        }
+        c->srv = s;
+        c->id = json_incref(id);
+        c->next = s->calls;
+        if (s->calls)
+                s->calls->prev = c;
+        s->calls = c;
+        r = sandbox_run(s->mgr, &req, call_done, c, &c->sb);
+        if (r == -EBUSY) {
+                snprintf(msg, sizeof(msg),
+                         "every sandbox slot is in use (%ld) and %ld calls are already waiting: "
+                         "try again shortly, or raise max_sandboxes / max_queue",
+                         s->cfg->max_sandboxes, s->cfg->max_queue);
+                send_msg(s, jrpc_result(id, tools_error_result("busy", "Busy", msg)));
+                call_free(c);
+        } else if (r < 0) {
+                send_msg(s, jrpc_result(id, tools_error_result("engine_error", "InternalError",
+                                                               strerror(-r))));
+                call_free(c);
+        }
+        /* On success the call may already be finished and freed. */
+}
+
+static void cancel_request(struct mcp_server *s, json_t *params)
+{
+        json_t *rid = json_object_get(params, "requestId");
+        if (!rid)
+                return;
+        for (struct call *c = s->calls; c; c = c->next)
+                if (json_equal(c->id, rid) && !c->cancelled) {
+                        const char *why = json_string_value(json_object_get(params, "reason"));
+                        log_info("host cancelled a call%s%s", why ? ": " : "", why ? why : "");
+                        c->cancelled = true;
+                        sandbox_cancel(c->sb); /* call_done follows */
+                        return;
+                }
+}
+
+/* ---- lifecycle */
+
+static json_t *initialize_result(json_t *params)
+{
+        const char *asked = json_string_value(json_object_get(params, "protocolVersion"));
+        const char *version = protocol_versions[0];
+        for (size_t i = 0; asked && i < ARRAY_SIZE(protocol_versions); i++)
+                if (strcmp(asked, protocol_versions[i]) == 0)
+                        version = protocol_versions[i];
+        return json_pack(
+            "{s:s, s:{s:{s:b}, s:{}}, s:{s:s, s:s, s:s}, s:s}", "protocolVersion", version,
+            "capabilities", "tools", "listChanged", 0, "logging", "serverInfo", "name", "corral",
+            "title", "corral sandbox", "version", CORRAL_VERSION, "instructions",
+            "Use run_python or run_shell to run code in a fresh, isolated sandbox "
+            "(no network, read-only root, writable /tmp and /workspace). Each call gets a "
+            "new sandbox: nothing persists between calls.");
+}
+
+static void handle_request(struct mcp_server *s, struct jrpc_msg *m)
+{
+        const char *method = m->method;
+        if (m->params && !json_is_object(m->params)) {
+                send_error(s, m->id, JRPC_INVALID_PARAMS, "params must be an object");
+                return;
+        }
+        if (strcmp(method, "initialize") == 0) {
+                if (!json_is_string(json_object_get(m->params, "protocolVersion"))) {
+                        send_error(s, m->id, JRPC_INVALID_PARAMS,
+                                   "initialize needs a \"protocolVersion\" string");
+                        return;
+                }
+                send_msg(s, jrpc_result(m->id, initialize_result(m->params)));
+        } else if (strcmp(method, "ping") == 0) {
+                send_msg(s, jrpc_result(m->id, json_object()));
+        } else if (strcmp(method, "tools/list") == 0) {
+                send_msg(s, jrpc_result(m->id, json_pack("{s:o}", "tools", tools_list())));
+        } else if (strcmp(method, "tools/call") == 0) {
+                tools_call(s, m->id, m->params);
+        } else if (strcmp(method, "logging/setLevel") == 0) {
+                const char *level = json_string_value(json_object_get(m->params, "level"));
+                enum log_level l;
+                if (!level || log_level_parse(level, &l) < 0) {
+                        send_error(s, m->id, JRPC_INVALID_PARAMS,
+                                   "level must be one of debug, info, notice, warning, error, "
+                                   "critical, alert, emergency");
+                        return;
+                }
+                /* Logs still go to stderr only; the level filters them. */
+                log_max_level = l;
+                send_msg(s, jrpc_result(m->id, json_object()));
+        } else {
+                char msg[160];
+                snprintf(msg, sizeof(msg), "method not found: %.100s", method);
+                send_error(s, m->id, JRPC_METHOD_NOT_FOUND, msg);
+        }
+}
+
+static int on_line(void *userdata, const char *line, size_t len)
+{
+        struct mcp_server *s = userdata;
+        char msg[200];
+        if (!line) {
+                snprintf(msg, sizeof(msg), "message larger than the limit of %llu bytes; skipped",
+                         s->cfg->max_frame);
+                log_warn("%s", msg);
+                send_error(s, NULL, JRPC_INVALID_REQUEST, msg);
+                return 0;
+        }
+        /* Tolerate CRLF and blank lines. */
+        if (len && line[len - 1] == '\r')
+                len--;
+        if (len == 0)
+                return 0;
+        struct jrpc_msg m;
+        json_t *id = NULL;
+        struct err e = {0};
+        int code = jrpc_parse(line, len, &m, &id, &e);
+        if (code < 0) {
+                send_error(s, code == JRPC_PARSE_ERROR ? NULL : id, code, e.msg);
+                json_decref(id);
+                return 0;
+        }
+        json_decref(id);
+        switch (m.kind) {
+        case JRPC_REQUEST:
+                handle_request(s, &m);
+                break;
+        case JRPC_NOTIFICATION:
+                if (strcmp(m.method, "notifications/cancelled") == 0)
+                        cancel_request(s, m.params);
+                /* Other notifications (initialized, roots changes...) need
+                 * nothing, and a notification never gets a reply. */
+                break;
+        default:
+                /* We send no requests, so responses are stray: ignore. */
+                break;
+        }
+        jrpc_msg_done(&m);
+        return 0;
+}
+
+static void read_input(struct mcp_server *s)
+{
+        char chunk[65536];
+        for (int i = 0; i < 16 && !s->stopped; i++) {
+                ssize_t k = read(s->in_fd, chunk, sizeof(chunk));
+                if (k < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        if (errno == EAGAIN)
+                                return;
+                        log_err("reading from the host failed: %s", strerror(errno));
+                        k = 0;
+                }
+                if (k == 0) {
+                        log_info("the host closed stdin");
+                        mcp_server_stop(s);
+                        if (s->on_eof)
+                                s->on_eof(s->userdata);
+                        return;
+                }
+                line_reader_feed(&s->lines, chunk, (size_t)k, on_line, s);
+        }
+        /* More may be waiting on a plain file: come back after other work. */
+        if (s->file_timer)
+                timer_arm(s->file_timer, -1);
+}
+
+static void in_ready(struct watch *w, uint32_t events, void *userdata)
+{
+        (void)w;
+        (void)events;
+        read_input(userdata);
+}
+
+static void in_file_tick(struct timer *t, void *userdata)
+{
+        (void)t;
+        read_input(userdata);
+}
+
+int mcp_server_new(struct loop *l, const struct config *cfg, struct sandbox_mgr *mgr, int in_fd,
+                   int out_fd, void (*on_eof)(void *), void *userdata, struct mcp_server **ret)
+{
+        struct mcp_server *s = calloc(1, sizeof(*s));
+        if (!s)
+                return -ENOMEM;
+        *s = (struct mcp_server){.loop = l,
+                                 .cfg = cfg,
+                                 .mgr = mgr,
+                                 .in_fd = in_fd,
+                                 .out_fd = out_fd,
+                                 .on_eof = on_eof,
+                                 .userdata = userdata};
+        line_reader_init(&s->lines, cfg->max_frame);
+        /* Output is ours to produce; the bound only catches a host that
+         * stopped reading altogether. */
+        buf_init(&s->out, 1ULL << 30);
+        fcntl(in_fd, F_SETFL, fcntl(in_fd, F_GETFL) | O_NONBLOCK);
+        fcntl(out_fd, F_SETFL, fcntl(out_fd, F_GETFL) | O_NONBLOCK);
+        int r = watch_add(l, in_fd, EPOLLIN, in_ready, s, &s->in_watch);
+        if (r == -EPERM) {
+                /* A regular file or /dev/null: always readable. */
+                s->in_watch = NULL;
+                r = timer_add(l, in_file_tick, s, &s->file_timer);
+                if (r == 0)
+                        r = timer_arm(s->file_timer, -1);
+        }
+        if (r < 0) {
+                mcp_server_free(s);
+                return r;
+        }
+        *ret = s;
+        return 0;
+}
+
+void mcp_server_stop(struct mcp_server *s)
+{
+        if (s->stopped)
+                return;
+        s->stopped = true;
+        watch_remove(s->in_watch);
+        s->in_watch = NULL;
+        timer_remove(s->file_timer);
+        s->file_timer = NULL;
+}
+
+size_t mcp_server_pending_output(const struct mcp_server *s)
+{
+        return s->out.len;
+}
+
+void mcp_server_flush(struct mcp_server *s, int timeout_ms)
+{
+        long long deadline = now_ms() + timeout_ms;
+        while (s->out.len > 0 && now_ms() < deadline) {
+                struct pollfd p = {.fd = s->out_fd, .events = POLLOUT};
+                if (poll(&p, 1, (int)(deadline - now_ms())) <= 0)
+                        break;
+                size_t before = s->out.len;
+                flush_out(s);
+                if (s->out.len == before)
+                        break;
+        }
+}
+
+void mcp_server_free(struct mcp_server *s)
+{
+        if (!s)
+                return;
+        mcp_server_stop(s);
+        while (s->calls)
+                call_free(s->calls);
+        watch_remove(s->out_watch);
+        line_reader_free(&s->lines);
+        buf_free(&s->out);
+        free(s);
+}

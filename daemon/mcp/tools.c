@@ -1,0 +1,215 @@
+#include "mcp/tools.h"
+
+#include "core/buf.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#define SANDBOX_RULES                                                                              \
+        "It runs in a fresh, single-use container: no network (only loopback), read-only root "    \
+        "filesystem, writable /tmp and /workspace (tmpfs, discarded afterwards), unprivileged "    \
+        "user (uid 65534), no capabilities, and bounded memory, processes, CPU and time. "         \
+        "Returns stdout, stderr, the exit code and, on failure, the error."
+
+static json_t *output_schema(void)
+{
+        return json_pack("{s:s, s:{"
+                         "s:{s:s, s:[s,s,s,s,s,s,s,s]},"
+                         "s:{s:[s,s]}, s:{s:s}, s:{s:s}, s:{s:s}, s:{s:s}, s:{s:s}, s:{s:s},"
+                         "s:{s:s}, s:{s:[s,s]},"
+                         "s:{s:[s,s], s:{s:{s:s}, s:{s:s}, s:{s:[s,s]}}}"
+                         "}, s:[s,s,s,s,s]}",
+                         "type", "object", "properties", "status", "type", "string", "enum", "ok",
+                         "error", "timeout", "oom", "cancelled", "engine_error", "busy",
+                         "invalid_arguments", "exit_code", "type", "integer", "null", "stdout",
+                         "type", "string", "stderr", "type", "string", "stdout_bytes", "type",
+                         "integer", "stderr_bytes", "type", "integer", "stdout_truncated", "type",
+                         "boolean", "stderr_truncated", "type", "boolean", "duration_ms", "type",
+                         "integer", "container", "type", "string", "null", "error", "type",
+                         "object", "null", "properties", "type", "type", "string", "message",
+                         "type", "string", "traceback", "type", "string", "null", "required",
+                         "status", "exit_code", "stdout", "stderr", "duration_ms");
+}
+
+static json_t *tool(const char *name, const char *title, const char *desc, const char *arg,
+                    const char *arg_desc)
+{
+        return json_pack(
+            "{s:s, s:s, s:s,"
+            " s:{s:s, s:{s:{s:s, s:s}, s:{s:s, s:f, s:s}}, s:[s], s:b},"
+            " s:o, s:{s:b, s:b, s:b, s:b}}",
+            "name", name, "title", title, "description", desc, "inputSchema", "type", "object",
+            "properties", arg, "type", "string", "description", arg_desc, "timeout_s", "type",
+            "number", "exclusiveMinimum", 0.0, "description",
+            "Time limit in seconds (default 30; capped by corral's configuration). The "
+            "sandbox is killed when it runs out.",
+            "required", arg, "additionalProperties", 0, "outputSchema", output_schema(),
+            "annotations", "readOnlyHint", 0, "destructiveHint", 0, "idempotentHint", 0,
+            "openWorldHint", 0);
+}
+
+json_t *tools_list(void)
+{
+        return json_pack(
+            "[o,o]",
+            tool("run_python", "Run Python in a sandbox",
+                 "Run Python 3 code in an isolated sandbox. Top-level `await` works; print() "
+                 "to return output. " SANDBOX_RULES,
+                 "code", "Python source to run."),
+            tool("run_shell", "Run a shell command in a sandbox",
+                 "Run a command with /bin/sh -c in an isolated sandbox (Debian userland with "
+                 "python3). " SANDBOX_RULES,
+                 "command", "Shell command line, run with /bin/sh -c."));
+}
+
+int tools_parse_call(const char *name, json_t *args, const struct config *cfg,
+                     struct sandbox_request *req, char *msg, size_t msg_size)
+{
+        const char *code_key;
+        if (strcmp(name, "run_python") == 0) {
+                req->lang = LANG_PYTHON;
+                code_key = "code";
+        } else if (strcmp(name, "run_shell") == 0) {
+                req->lang = LANG_SHELL;
+                code_key = "command";
+        } else {
+                snprintf(msg, msg_size,
+                         "unknown tool \"%.100s\" (corral offers run_python and run_shell)", name);
+                return -ENOENT;
+        }
+        if (args && !json_is_object(args)) {
+                snprintf(msg, msg_size, "arguments must be an object");
+                return -EINVAL;
+        }
+        const char *key;
+        json_t *v;
+        json_object_foreach(args, key, v)
+        {
+                if (strcmp(key, code_key) != 0 && strcmp(key, "timeout_s") != 0) {
+                        snprintf(msg, msg_size,
+                                 "unknown argument \"%.100s\" (%s takes %s and timeout_s)", key,
+                                 name, code_key);
+                        return -EINVAL;
+                }
+        }
+        json_t *code = json_object_get(args, code_key);
+        if (!json_is_string(code)) {
+                snprintf(msg, msg_size, "argument \"%s\" is required and must be a string",
+                         code_key);
+                return -EINVAL;
+        }
+        /* The code travels in one frame; leave room for the envelope. */
+        if (json_string_length(code) > cfg->max_frame / 2) {
+                snprintf(msg, msg_size, "argument \"%s\" is %zu bytes; the limit is %llu", code_key,
+                         json_string_length(code), cfg->max_frame / 2);
+                return -EINVAL;
+        }
+        if (strlen(json_string_value(code)) != json_string_length(code)) {
+                snprintf(msg, msg_size, "argument \"%s\" contains a NUL character", code_key);
+                return -EINVAL;
+        }
+        req->code = json_string_value(code);
+        req->timeout_s = cfg->timeout_s;
+        json_t *t = json_object_get(args, "timeout_s");
+        if (t) {
+                double d = json_number_value(t);
+                if (!json_is_number(t) || !isfinite(d) || d <= 0) {
+                        snprintf(msg, msg_size, "argument \"timeout_s\" must be a positive number");
+                        return -EINVAL;
+                }
+                req->timeout_s = d < cfg->max_timeout_s ? d : cfg->max_timeout_s;
+        }
+        return 0;
+}
+
+static json_t *error_object(const char *type, const char *message, const char *traceback)
+{
+        if (!type && !message)
+                return json_null();
+        return json_pack("{s:s, s:s, s:s?}", "type", type ? type : "Error", "message",
+                         message ? message : "", "traceback", traceback);
+}
+
+static void append_text(struct buf *t, const char *s)
+{
+        buf_append_some(t, s, strlen(s));
+}
+
+json_t *tools_result(const struct sandbox_result *res)
+{
+        const char *status = sandbox_status_name(res->status);
+        struct buf text;
+        buf_init(&text, (size_t)-1 / 2);
+        char line[512];
+        if (res->out.data.len) {
+                buf_append(&text, res->out.data.data, res->out.data.len);
+                if (res->out.data.data[res->out.data.len - 1] != '\n')
+                        append_text(&text, "\n");
+        }
+        if (res->out.truncated) {
+                snprintf(line, sizeof(line), "[stdout truncated: first %zu of %llu bytes shown]\n",
+                         res->out.data.len, res->out.total);
+                append_text(&text, line);
+        }
+        if (res->err.data.len) {
+                append_text(&text, "--- stderr ---\n");
+                buf_append(&text, res->err.data.data, res->err.data.len);
+                if (res->err.data.data[res->err.data.len - 1] != '\n')
+                        append_text(&text, "\n");
+        }
+        if (res->err.truncated) {
+                snprintf(line, sizeof(line), "[stderr truncated: first %zu of %llu bytes shown]\n",
+                         res->err.data.len, res->err.total);
+                append_text(&text, line);
+        }
+        if (res->error_traceback && res->error_traceback[0]) {
+                if (!res->err.data.len || !strstr(buf_str(&text), res->error_traceback)) {
+                        append_text(&text, "--- error ---\n");
+                        append_text(&text, res->error_traceback);
+                        if (res->error_traceback[strlen(res->error_traceback) - 1] != '\n')
+                                append_text(&text, "\n");
+                }
+        } else if (res->error_message && res->status != ST_OK) {
+                snprintf(line, sizeof(line),
+                         "--- error ---\n%s: ", res->error_type ? res->error_type : "Error");
+                append_text(&text, line);
+                append_text(&text, res->error_message);
+                append_text(&text, "\n");
+        }
+        if (res->has_exit_code)
+                snprintf(line, sizeof(line), "[status: %s, exit code %d, %lld ms]", status,
+                         res->exit_code, res->duration_ms);
+        else
+                snprintf(line, sizeof(line), "[status: %s, %lld ms]", status, res->duration_ms);
+        append_text(&text, line);
+
+        json_t *structured = json_pack(
+            "{s:s, s:o, s:s%, s:s%, s:I, s:I, s:b, s:b, s:I, s:o, s:o}", "status", status,
+            "exit_code", res->has_exit_code ? json_integer(res->exit_code) : json_null(), "stdout",
+            res->out.data.data ? res->out.data.data : "", res->out.data.len, "stderr",
+            res->err.data.data ? res->err.data.data : "", res->err.data.len, "stdout_bytes",
+            (json_int_t)res->out.total, "stderr_bytes", (json_int_t)res->err.total,
+            "stdout_truncated", res->out.truncated, "stderr_truncated", res->err.truncated,
+            "duration_ms", (json_int_t)res->duration_ms, "container",
+            res->container_id ? json_string(res->container_id) : json_null(), "error",
+            error_object(res->error_type, res->error_message, res->error_traceback));
+        json_t *result = json_pack("{s:[{s:s, s:s%}], s:o, s:b}", "content", "type", "text", "text",
+                                   text.data ? text.data : "", text.len, "structuredContent",
+                                   structured, "isError", res->status != ST_OK);
+        buf_free(&text);
+        return result;
+}
+
+json_t *tools_error_result(const char *status, const char *type, const char *message)
+{
+        char text[2048];
+        snprintf(text, sizeof(text), "%s: %s\n[status: %s]", type, message, status);
+        return json_pack("{s:[{s:s, s:s}], s:{s:s, s:n, s:s, s:s, s:I, s:I, s:b, s:b, s:I, s:n,"
+                         " s:{s:s, s:s}}, s:b}",
+                         "content", "type", "text", "text", text, "structuredContent", "status",
+                         status, "exit_code", "stdout", "", "stderr", "", "stdout_bytes",
+                         (json_int_t)0, "stderr_bytes", (json_int_t)0, "stdout_truncated", 0,
+                         "stderr_truncated", 0, "duration_ms", (json_int_t)0, "container", "error",
+                         "type", type, "message", message, "isError", 1);
+}

@@ -1,0 +1,22 @@
+/* The MCP tools corral offers: their descriptions and schemas, argument
+ * validation, and how a sandbox result is shown to the host. */
+#pragma once
+
+#include "core/config.h"
+#include "sandbox/sandbox.h"
+
+#include <jansson.h>
+
+/* The `tools` array for tools/list (new reference). */
+json_t *tools_list(void);
+
+/* Validate a tools/call. Returns 0 and fills *req (borrowing from args), or
+ * -ENOENT for an unknown tool (a protocol error) or -EINVAL for bad
+ * arguments, with a message for the caller. */
+int tools_parse_call(const char *name, json_t *args, const struct config *cfg,
+                     struct sandbox_request *req, char *msg, size_t msg_size);
+
+/* A CallToolResult for a sandbox result (new reference). */
+json_t *tools_result(const struct sandbox_result *res);
+/* A CallToolResult for a failure before any sandbox ran. */
+json_t *tools_error_result(const char *status, const char *type, const char *message);

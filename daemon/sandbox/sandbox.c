@@ -1,0 +1,785 @@
+#include "sandbox/sandbox.h"
+
+#include "core/jsonrpc.h"
+#include "core/log.h"
+#include "engine/attach.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <sys/random.h>
+
+extern const char corral_runtime_src[];
+
+#define STDERR_LOG_MAX (64 * 1024) /* container stderr bytes logged per sandbox */
+#define EXEC_ID        1
+
+enum sandbox_state {
+        S_QUEUED,
+        S_CREATING,
+        S_ATTACHING,
+        S_STARTING,
+        S_STARTED, /* waiting for sandbox/ready */
+        S_BUSY,    /* exec sent */
+        S_REMOVING,
+        S_DONE,
+};
+
+struct sandbox {
+        struct sandbox_mgr *mgr;
+        struct sandbox *prev, *next; /* mgr->all */
+        struct sandbox *qnext;       /* mgr queue */
+        enum sandbox_state state;
+        enum sandbox_lang lang;
+        char *code;
+        double timeout_s;
+        char *id;
+        struct engine_req *req;
+        struct attach *attach;
+        struct timer *timer;
+        struct line_reader frames;
+        struct line_reader diag;
+        unsigned long long diag_logged;
+        long long t_start;
+        bool delivered; /* result handed to the caller */
+        bool have_result;
+        bool killing; /* we asked the engine to remove it */
+        int remove_tries;
+        sandbox_done_cb cb;
+        void *userdata;
+        struct sandbox_result res;
+};
+
+struct sandbox_mgr {
+        struct loop *loop;
+        const struct config *cfg;
+        struct engine *eng;
+        bool owns_eng; /* found after start-up by mgr_engine */
+        char instance[17];
+        struct sandbox *all;
+        struct sandbox *qhead, *qtail;
+        long queued;
+        long active; /* sandboxes holding a slot (created..removed) */
+        bool shutting_down;
+        struct timer *drain_timer;
+        void (*drained)(void *);
+        void *drained_ud;
+};
+
+const char *sandbox_status_name(enum sandbox_status s)
+{
+        static const char *const names[] = {
+            [ST_OK] = "ok",     [ST_ERROR] = "error",         [ST_TIMEOUT] = "timeout",
+            [ST_OOM] = "oom",   [ST_CANCELLED] = "cancelled", [ST_ENGINE_ERROR] = "engine_error",
+            [ST_BUSY] = "busy",
+        };
+        return names[s];
+}
+
+json_t *sandbox_create_body(const struct config *cfg, const char *instance, const char *runtime_src)
+{
+        char tmp_opts[128], ws_opts[128], frame_env[64], pid_label[32];
+        snprintf(tmp_opts, sizeof(tmp_opts), "rw,nosuid,nodev,exec,size=%llu,mode=1777",
+                 cfg->tmp_size);
+        snprintf(ws_opts, sizeof(ws_opts), "rw,nosuid,nodev,exec,size=%llu,mode=1777",
+                 cfg->workspace_size);
+        snprintf(frame_env, sizeof(frame_env), "CORRAL_MAX_FRAME=%llu", cfg->max_frame);
+        snprintf(pid_label, sizeof(pid_label), "%d", (int)getpid());
+        /* No WorkingDir: Docker would create /workspace in the image as root
+         * 0755 and the tmpfs would copy that mode; the runtime changes into
+         * /workspace itself. Both engines get explicit tmpfs options so they
+         * behave alike (Docker would add noexec, Podman would not).
+         * Every field below is a security default: no network, read-only
+         * root, no capabilities, no privilege gain through setuid binaries,
+         * an unprivileged user, bounded memory (no swap), pids, CPU, files,
+         * and no core dumps. Nothing from the host is mounted. */
+        return json_pack(
+            "{s:s, s:[s,s,s,s,s], s:[s,s,s,s], s:s, s:s, s:b, s:b, s:b, s:b, s:b, s:b,"
+            " s:{s:s, s:s, s:s},"
+            " s:{s:s, s:b, s:[s], s:[s], s:I, s:I, s:I, s:I, s:s,"
+            "    s:{s:s, s:s},"
+            "    s:[{s:s,s:i,s:i},{s:s,s:i,s:i},{s:s,s:i,s:i}]}}",
+            "Image", cfg->image, "Cmd", "python3", "-I", "-B", "-c", runtime_src, "Env",
+            "HOME=/tmp", "PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C.UTF-8", frame_env, "User",
+            "65534:65534", "Hostname", "sandbox", "Tty", 0, "OpenStdin", 1, "StdinOnce", 1,
+            "AttachStdin", 1, "AttachStdout", 1, "AttachStderr", 1, "Labels", "io.corral.owner",
+            "corral", "io.corral.instance", instance, "io.corral.pid", pid_label, "HostConfig",
+            "NetworkMode", "none", "ReadonlyRootfs", 1, "CapDrop", "ALL", "SecurityOpt",
+            "no-new-privileges", "Memory", (json_int_t)cfg->memory, "MemorySwap",
+            (json_int_t)cfg->memory, "PidsLimit", (json_int_t)cfg->pids, "NanoCpus",
+            (json_int_t)(cfg->cpus * 1e9), "IpcMode", "private", "Tmpfs", "/tmp", tmp_opts,
+            "/workspace", ws_opts, "Ulimits", "Name", "nofile", "Soft", 1024, "Hard", 1024, "Name",
+            "nproc", "Soft", 4096, "Hard", 4096, "Name", "core", "Soft", 0, "Hard", 0);
+}
+
+int sandbox_mgr_new(struct loop *l, const struct config *cfg, struct engine *eng,
+                    struct sandbox_mgr **ret)
+{
+        struct sandbox_mgr *m = calloc(1, sizeof(*m));
+        if (!m)
+                return -ENOMEM;
+        m->loop = l;
+        m->cfg = cfg;
+        m->eng = eng;
+        unsigned char rnd[8];
+        if (getrandom(rnd, sizeof(rnd), 0) != sizeof(rnd)) {
+                long long t = now_ms() ^ getpid();
+                memcpy(rnd, &t, sizeof(rnd));
+        }
+        for (size_t i = 0; i < sizeof(rnd); i++)
+                snprintf(m->instance + 2 * i, 3, "%02x", rnd[i]);
+        *ret = m;
+        return 0;
+}
+
+const char *sandbox_mgr_instance(const struct sandbox_mgr *m)
+{
+        return m->instance;
+}
+
+static void sandbox_step(struct sandbox *s);
+static void sandbox_kill(struct sandbox *s, enum sandbox_status why, const char *msg);
+static void mgr_check_drained(struct sandbox_mgr *m);
+
+static void output_init(struct sandbox_output *o, size_t limit)
+{
+        buf_init(&o->data, limit);
+        o->total = 0;
+        o->truncated = false;
+}
+
+static void set_error(struct sandbox_result *res, const char *type, const char *msg)
+{
+        free(res->error_type);
+        free(res->error_message);
+        res->error_type = type ? strdup(type) : NULL;
+        res->error_message = msg ? strdup(msg) : NULL;
+}
+
+static void sandbox_free(struct sandbox *s)
+{
+        struct sandbox_mgr *m = s->mgr;
+        if (s->prev)
+                s->prev->next = s->next;
+        else if (m->all == s)
+                m->all = s->next;
+        if (s->next)
+                s->next->prev = s->prev;
+        engine_request_cancel(s->req);
+        attach_close(s->attach);
+        timer_remove(s->timer);
+        line_reader_free(&s->frames);
+        line_reader_free(&s->diag);
+        buf_free(&s->res.out.data);
+        buf_free(&s->res.err.data);
+        free(s->res.error_type);
+        free(s->res.error_message);
+        free(s->res.error_traceback);
+        free(s->res.container_id);
+        free(s->code);
+        free(s->id);
+        free(s);
+}
+
+/* Hand the result to the caller once. */
+static void deliver(struct sandbox *s)
+{
+        if (s->delivered)
+                return;
+        s->delivered = true;
+        s->res.duration_ms = now_ms() - s->t_start;
+        if (s->res.out.total > s->res.out.data.len)
+                s->res.out.truncated = true;
+        if (s->res.err.total > s->res.err.data.len)
+                s->res.err.truncated = true;
+        log_info("sandbox %s: %s in %lld ms", s->res.container_id ? s->res.container_id : "-",
+                 sandbox_status_name(s->res.status), s->res.duration_ms);
+        s->cb(s->userdata, &s->res);
+}
+
+static void slot_release(struct sandbox_mgr *m)
+{
+        m->active--;
+        /* Start queued calls now that a slot is free. */
+        while (m->qhead && m->active < m->cfg->max_sandboxes && !m->shutting_down) {
+                struct sandbox *q = m->qhead;
+                m->qhead = q->qnext;
+                if (!m->qhead)
+                        m->qtail = NULL;
+                m->queued--;
+                m->active++;
+                q->state = S_CREATING;
+                sandbox_step(q);
+        }
+        mgr_check_drained(m);
+}
+
+static void finish(struct sandbox *s)
+{
+        struct sandbox_mgr *m = s->mgr;
+        deliver(s);
+        bool held_slot = s->state != S_QUEUED;
+        s->state = S_DONE;
+        sandbox_free(s);
+        if (held_slot)
+                slot_release(m);
+        else
+                mgr_check_drained(m);
+}
+
+static void send_remove(struct sandbox *s);
+
+static void removed(void *userdata, long status, json_t *body, const struct err *e)
+{
+        struct sandbox *s = userdata;
+        s->req = NULL;
+        /* A container that is stopping by itself makes the engine refuse a
+         * forced removal for a moment (Podman: "container state improper",
+         * Docker: "removal already in progress"); ask again shortly. */
+        if ((status == 409 || status == 500) && ++s->remove_tries < 5) {
+                log_debug("removing container %s: HTTP %ld (%s); trying again", s->id, status,
+                          engine_error_message(body));
+                timer_arm(s->timer, 100LL * s->remove_tries);
+                return;
+        }
+        if (status == 0)
+                log_warn("removing container %s failed: %s", s->id, e->msg);
+        else if (status >= 400 && status != 404)
+                log_warn("removing container %s failed: HTTP %ld: %s", s->id, status,
+                         engine_error_message(body));
+        finish(s);
+}
+
+static void send_remove(struct sandbox *s)
+{
+        char path[256];
+        snprintf(path, sizeof(path), "/containers/%s?force=1&v=1", s->id);
+        if (engine_request(s->mgr->eng, "DELETE", path, NULL, removed, s, &s->req) < 0) {
+                log_warn("cannot remove container %s", s->id);
+                finish(s);
+        }
+}
+
+/* Remove the container (killing it if it runs). The result is delivered at
+ * once, unless we are killing it: then only the engine's word that the
+ * container is gone lets us tell the caller so. */
+static void start_remove(struct sandbox *s)
+{
+        if (s->state == S_REMOVING)
+                return;
+        attach_close(s->attach);
+        s->attach = NULL;
+        timer_arm(s->timer, 0);
+        engine_request_cancel(s->req);
+        s->req = NULL;
+        /* Set first: delivering may lead the caller to shut everything down,
+         * which must not remove this container a second time. */
+        s->state = S_REMOVING;
+        if (!s->id) {
+                finish(s);
+                return;
+        }
+        /* Deliver before sending: send_remove may finish (and free) s. */
+        if (!s->killing)
+                deliver(s);
+        send_remove(s);
+}
+
+static void fail(struct sandbox *s, enum sandbox_status st, const char *type, const char *msg)
+{
+        if (!s->have_result) {
+                s->res.status = st;
+                set_error(&s->res, type, msg);
+                s->have_result = true;
+        }
+        start_remove(s);
+}
+
+static void engine_failed(struct sandbox *s, const char *what, long status, json_t *body,
+                          const struct err *e)
+{
+        char msg[1400];
+        if (status == 0)
+                snprintf(msg, sizeof(msg), "%s: %s", what, e->msg);
+        else
+                snprintf(msg, sizeof(msg), "%s: the engine at %s answered HTTP %ld: %s", what,
+                         engine_endpoint(s->mgr->eng)->display, status, engine_error_message(body));
+        log_warn("%s", msg);
+        fail(s, ST_ENGINE_ERROR, "EngineError", msg);
+}
+
+/* ---- frames from the runtime */
+
+static void take_result(struct sandbox *s, json_t *r)
+{
+        const char *st = json_string_value(json_object_get(r, "status"));
+        json_t *code = json_object_get(r, "exit_code");
+        json_t *error = json_object_get(r, "error");
+        s->res.status = !st                      ? ST_ERROR
+                        : strcmp(st, "ok") == 0  ? ST_OK
+                        : strcmp(st, "oom") == 0 ? ST_OOM
+                                                 : ST_ERROR;
+        if (json_is_integer(code)) {
+                s->res.has_exit_code = true;
+                s->res.exit_code = (int)json_integer_value(code);
+        }
+        json_int_t ob = json_integer_value(json_object_get(r, "stdout_bytes"));
+        json_int_t eb = json_integer_value(json_object_get(r, "stderr_bytes"));
+        if (ob > 0 && (unsigned long long)ob > s->res.out.total)
+                s->res.out.total = (unsigned long long)ob;
+        if (eb > 0 && (unsigned long long)eb > s->res.err.total)
+                s->res.err.total = (unsigned long long)eb;
+        if (json_is_object(error)) {
+                set_error(&s->res, json_string_value(json_object_get(error, "type")),
+                          json_string_value(json_object_get(error, "message")));
+                const char *tb = json_string_value(json_object_get(error, "traceback"));
+                free(s->res.error_traceback);
+                s->res.error_traceback = tb ? strdup(tb) : NULL;
+        } else if (s->res.status == ST_OOM) {
+                set_error(&s->res, "MemoryError", "the code exceeded the sandbox memory limit");
+        } else if (st && strcmp(st, "killed") == 0) {
+                set_error(&s->res, "Killed", "the code was killed by a signal");
+        }
+        s->have_result = true;
+}
+
+static void send_exec(struct sandbox *s)
+{
+        json_t *params =
+            json_pack("{s:s, s:s, s:I}", "language", s->lang == LANG_PYTHON ? "python" : "shell",
+                      "code", s->code, "output_limit", (json_int_t)s->mgr->cfg->output_limit);
+        size_t len;
+        char *line = jrpc_encode(jrpc_request(EXEC_ID, "sandbox/exec", params), &len);
+        if (!line || attach_write(s->attach, line, len) < 0) {
+                free(line);
+                fail(s, ST_ERROR, "FrameError", "the code does not fit in one frame");
+                return;
+        }
+        free(line);
+        s->state = S_BUSY;
+        timer_arm(s->timer, (long long)(s->timeout_s * 1000));
+}
+
+static int on_frame(void *userdata, const char *line, size_t len)
+{
+        struct sandbox *s = userdata;
+        if (!line) {
+                log_warn("sandbox %s: dropped a frame over %llu bytes", s->res.container_id,
+                         s->mgr->cfg->max_frame);
+                return 0;
+        }
+        struct jrpc_msg m;
+        json_t *id = NULL;
+        struct err e = {0};
+        if (jrpc_parse(line, len, &m, &id, &e) < 0) {
+                json_decref(id);
+                log_warn("sandbox %s: bad frame: %s", s->res.container_id, e.msg);
+                return 0;
+        }
+        if (m.kind == JRPC_NOTIFICATION && strcmp(m.method, "sandbox/output") == 0) {
+                const char *stream = json_string_value(json_object_get(m.params, "stream"));
+                json_t *data = json_object_get(m.params, "data");
+                if (stream && json_is_string(data)) {
+                        struct sandbox_output *o =
+                            strcmp(stream, "stderr") == 0 ? &s->res.err : &s->res.out;
+                        const char *p = json_string_value(data);
+                        size_t n = json_string_length(data);
+                        size_t room = o->data.max - o->data.len;
+                        o->total += n;
+                        /* Keep what fits, cut at a character boundary so
+                         * the kept text stays valid UTF-8. */
+                        if (o->truncated)
+                                ;
+                        else if (n <= room)
+                                buf_append(&o->data, p, n);
+                        else {
+                                buf_append(&o->data, p, utf8_cut(p, room));
+                                o->truncated = true;
+                        }
+                }
+        } else if (m.kind == JRPC_NOTIFICATION && strcmp(m.method, "sandbox/ready") == 0) {
+                if (s->state == S_STARTED || s->state == S_STARTING)
+                        send_exec(s);
+        } else if ((m.kind == JRPC_RESULT || m.kind == JRPC_ERROR) && json_is_integer(m.id) &&
+                   json_integer_value(m.id) == EXEC_ID && s->state == S_BUSY) {
+                if (m.kind == JRPC_RESULT) {
+                        take_result(s, m.result);
+                } else {
+                        s->res.status = ST_ERROR;
+                        set_error(&s->res, "RuntimeError",
+                                  json_string_value(json_object_get(m.error, "message")));
+                        s->have_result = true;
+                }
+                jrpc_msg_done(&m);
+                json_decref(id);
+                start_remove(s);
+                return -1; /* the attach is closed */
+        } else if (m.kind == JRPC_REQUEST) {
+                /* Nothing is callable from the sandbox yet (the bridge is
+                 * separate work); say so instead of leaving it waiting. */
+                size_t n;
+                char *out = jrpc_encode(
+                    jrpc_error(m.id, JRPC_METHOD_NOT_FOUND, "method not found", NULL), &n);
+                if (out && attach_write(s->attach, out, n) < 0)
+                        log_warn("sandbox %s: stdin queue full", s->res.container_id);
+                free(out);
+        }
+        jrpc_msg_done(&m);
+        json_decref(id);
+        return 0;
+}
+
+static int on_diag_line(void *userdata, const char *line, size_t len)
+{
+        struct sandbox *s = userdata;
+        if (s->diag_logged > STDERR_LOG_MAX)
+                return 0;
+        s->diag_logged += len;
+        if (line)
+                log_info("sandbox %s stderr: %.*s", s->res.container_id,
+                         (int)(len > 1000 ? 1000 : len), line);
+        return 0;
+}
+
+static void on_attach_open(void *userdata)
+{
+        struct sandbox *s = userdata;
+        sandbox_step(s);
+}
+
+static int on_attach_data(void *userdata, int stream, const char *p, size_t n)
+{
+        struct sandbox *s = userdata;
+        if (stream == 2)
+                return line_reader_feed(&s->diag, p, n, on_diag_line, s);
+        return line_reader_feed(&s->frames, p, n, on_frame, s);
+}
+
+static void inspected(void *userdata, long status, json_t *body, const struct err *e)
+{
+        struct sandbox *s = userdata;
+        s->req = NULL;
+        (void)e;
+        json_t *state = json_object_get(body, "State");
+        bool oom = json_is_true(json_object_get(state, "OOMKilled"));
+        json_t *code = json_object_get(state, "ExitCode");
+        if (status == 200 && json_is_integer(code)) {
+                s->res.has_exit_code = true;
+                s->res.exit_code = (int)json_integer_value(code);
+        }
+        char msg[256];
+        if (oom) {
+                s->res.status = ST_OOM;
+                set_error(&s->res, "MemoryError",
+                          "the sandbox exceeded its memory limit and was killed");
+        } else {
+                snprintf(msg, sizeof(msg),
+                         "the sandbox ended before reporting a result (exit code %d)",
+                         s->res.has_exit_code ? s->res.exit_code : -1);
+                s->res.status = ST_ERROR;
+                set_error(&s->res, "SandboxDied", msg);
+        }
+        s->have_result = true;
+        start_remove(s);
+}
+
+static void on_attach_close(void *userdata, const struct err *e)
+{
+        struct sandbox *s = userdata;
+        s->attach = NULL;
+        if (s->killing || s->have_result)
+                return;
+        if (e) {
+                char msg[1200];
+                snprintf(msg, sizeof(msg), "lost the sandbox's stream: %s", e->msg);
+                fail(s, ST_ENGINE_ERROR, "EngineError", msg);
+                return;
+        }
+        /* EOF without a result: the container died. Ask the engine why. */
+        char path[256];
+        snprintf(path, sizeof(path), "/containers/%s/json", s->id);
+        if (engine_request(s->mgr->eng, "GET", path, NULL, inspected, s, &s->req) < 0)
+                fail(s, ST_ERROR, "SandboxDied", "the sandbox ended before reporting a result");
+}
+
+static const struct attach_ops attach_ops = {
+    .on_open = on_attach_open,
+    .on_data = on_attach_data,
+    .on_close = on_attach_close,
+};
+
+static void created(void *userdata, long status, json_t *body, const struct err *e)
+{
+        struct sandbox *s = userdata;
+        s->req = NULL;
+        if (status == 404 || (status >= 400 && strstr(engine_error_message(body), "image"))) {
+                char msg[1400];
+                snprintf(msg, sizeof(msg),
+                         "the sandbox image \"%s\" is not present in the engine at %s (%s): "
+                         "build it with `corral image build`, or set CORRAL_IMAGE to an image "
+                         "that has python3",
+                         s->mgr->cfg->image, engine_endpoint(s->mgr->eng)->display,
+                         engine_error_message(body));
+                log_warn("%s", msg);
+                fail(s, ST_ENGINE_ERROR, "ImageMissing", msg);
+                return;
+        }
+        const char *id = json_string_value(json_object_get(body, "Id"));
+        if (status != 201 || !id || strlen(id) > 128) {
+                engine_failed(s, "creating the sandbox failed", status, body, e);
+                return;
+        }
+        s->id = strdup(id);
+        s->res.container_id = strndup(id, 12);
+        if (s->killing) {
+                start_remove(s);
+                return;
+        }
+        s->state = S_ATTACHING;
+        sandbox_step(s);
+}
+
+static void started(void *userdata, long status, json_t *body, const struct err *e)
+{
+        struct sandbox *s = userdata;
+        s->req = NULL;
+        if (status != 204 && status != 304) {
+                engine_failed(s, "starting the sandbox failed", status, body, e);
+                return;
+        }
+        if (s->state == S_STARTING)
+                s->state = S_STARTED;
+}
+
+static void on_timer(struct timer *t, void *userdata)
+{
+        struct sandbox *s = userdata;
+        char msg[160];
+        (void)t;
+        if (s->state == S_REMOVING) {
+                send_remove(s);
+        } else if (s->state == S_BUSY) {
+                snprintf(msg, sizeof(msg),
+                         "the code ran longer than its time limit of %g s and was killed",
+                         s->timeout_s);
+                sandbox_kill(s, ST_TIMEOUT, msg);
+        } else {
+                snprintf(msg, sizeof(msg),
+                         "the sandbox did not start within %g s: check the engine with "
+                         "`corral doctor`",
+                         s->mgr->cfg->start_timeout_s);
+                sandbox_kill(s, ST_ENGINE_ERROR, msg);
+        }
+}
+
+static void sandbox_step(struct sandbox *s)
+{
+        struct sandbox_mgr *m = s->mgr;
+        struct err e = {0};
+        char path[256];
+        int r;
+        switch (s->state) {
+        case S_CREATING: {
+                timer_arm(s->timer, (long long)(m->cfg->start_timeout_s * 1000));
+                json_t *body = sandbox_create_body(m->cfg, m->instance, corral_runtime_src);
+                if (!body) {
+                        fail(s, ST_ERROR, "InternalError", "cannot build the container spec");
+                        return;
+                }
+                r = engine_request(m->eng, "POST", "/containers/create", body, created, s, &s->req);
+                if (r < 0)
+                        fail(s, ST_ENGINE_ERROR, "EngineError", "cannot start an engine request");
+                return;
+        }
+        case S_ATTACHING:
+                r = attach_open(m->eng, s->id, &attach_ops, s, m->cfg->max_frame, &s->attach, &e);
+                if (r < 0) {
+                        engine_failed(s, "attaching to the sandbox failed", 0, NULL, &e);
+                        return;
+                }
+                /* on_attach_open moves on to starting. */
+                s->state = S_STARTING;
+                return;
+        case S_STARTING:
+                snprintf(path, sizeof(path), "/containers/%s/start", s->id);
+                r = engine_request(m->eng, "POST", path, NULL, started, s, &s->req);
+                if (r < 0)
+                        fail(s, ST_ENGINE_ERROR, "EngineError", "cannot start an engine request");
+                return;
+        default:
+                return;
+        }
+}
+
+static void sandbox_kill(struct sandbox *s, enum sandbox_status why, const char *msg)
+{
+        if (s->state == S_REMOVING || s->state == S_DONE)
+                return;
+        if (!s->have_result) {
+                s->res.status = why;
+                set_error(&s->res,
+                          why == ST_TIMEOUT     ? "Timeout"
+                          : why == ST_CANCELLED ? "Cancelled"
+                                                : "EngineError",
+                          msg);
+                s->have_result = true;
+        }
+        if (s->state == S_QUEUED) {
+                struct sandbox **pp = &s->mgr->qhead, *prev = NULL;
+                while (*pp && *pp != s) {
+                        prev = *pp;
+                        pp = &(*pp)->qnext;
+                }
+                if (*pp) {
+                        *pp = s->qnext;
+                        if (s->mgr->qtail == s)
+                                s->mgr->qtail = prev;
+                        s->mgr->queued--;
+                }
+                finish(s);
+                return;
+        }
+        /* The result waits until the engine confirms the container is gone. */
+        s->killing = true;
+        if (s->state == S_CREATING && s->req)
+                return; /* created() removes it once its id is known */
+        start_remove(s);
+}
+
+void sandbox_cancel(struct sandbox *s)
+{
+        sandbox_kill(s, ST_CANCELLED, "the call was cancelled and its sandbox killed");
+}
+
+static struct engine *mgr_engine(struct sandbox_mgr *m, struct err *e)
+{
+        if (m->eng)
+                return m->eng;
+        /* No engine at start-up: look again, it may have been started since. */
+        char *url = NULL;
+        if (engine_discover(&url, e) < 0)
+                return NULL;
+        int r = engine_new(m->loop, url, 4 << 20, &m->eng, e);
+        if (r == 0) {
+                m->owns_eng = true;
+                log_info("using the container engine at %s", url);
+        }
+        free(url);
+        return r < 0 ? NULL : m->eng;
+}
+
+int sandbox_run(struct sandbox_mgr *m, const struct sandbox_request *req, sandbox_done_cb cb,
+                void *userdata, struct sandbox **ret)
+{
+        if (m->shutting_down)
+                return -ESHUTDOWN;
+        if (m->active >= m->cfg->max_sandboxes && m->queued >= m->cfg->max_queue)
+                return -EBUSY;
+        struct sandbox *s = calloc(1, sizeof(*s));
+        if (!s)
+                return -ENOMEM;
+        s->mgr = m;
+        s->lang = req->lang;
+        s->code = strdup(req->code);
+        s->timeout_s = req->timeout_s;
+        s->cb = cb;
+        s->userdata = userdata;
+        s->t_start = now_ms();
+        output_init(&s->res.out, m->cfg->output_limit);
+        output_init(&s->res.err, m->cfg->output_limit);
+        line_reader_init(&s->frames, m->cfg->max_frame);
+        line_reader_init(&s->diag, 4096);
+        s->next = m->all;
+        if (m->all)
+                m->all->prev = s;
+        m->all = s;
+        if (!s->code || timer_add(m->loop, on_timer, s, &s->timer) < 0) {
+                sandbox_free(s);
+                return -ENOMEM;
+        }
+        *ret = s;
+        struct err e = {0};
+        if (!mgr_engine(m, &e)) {
+                /* Holds no slot; delivered from the loop, not from here. */
+                s->state = S_QUEUED;
+                s->res.status = ST_ENGINE_ERROR;
+                set_error(&s->res, "EngineError", e.msg);
+                s->have_result = true;
+                timer_arm(s->timer, -1);
+                return 0;
+        }
+        if (m->active >= m->cfg->max_sandboxes) {
+                s->state = S_QUEUED;
+                if (m->qtail)
+                        m->qtail->qnext = s;
+                else
+                        m->qhead = s;
+                m->qtail = s;
+                m->queued++;
+                return 0;
+        }
+        m->active++;
+        s->state = S_CREATING;
+        sandbox_step(s);
+        return 0;
+}
+
+static void mgr_check_drained(struct sandbox_mgr *m)
+{
+        if (!m->shutting_down || m->all || !m->drained)
+                return;
+        void (*drained)(void *) = m->drained;
+        m->drained = NULL;
+        timer_remove(m->drain_timer);
+        m->drain_timer = NULL;
+        drained(m->drained_ud);
+}
+
+static void drain_deadline(struct timer *t, void *userdata)
+{
+        struct sandbox_mgr *m = userdata;
+        (void)t;
+        for (struct sandbox *s = m->all; s; s = s->next)
+                log_warn("container %s may be left behind: the engine did not confirm its removal",
+                         s->id ? s->id : "(being created)");
+        /* Give up waiting: free what remains so the caller can exit. */
+        while (m->all) {
+                struct sandbox *s = m->all;
+                bool held = s->state != S_QUEUED;
+                deliver(s);
+                sandbox_free(s);
+                if (held)
+                        m->active--;
+        }
+        mgr_check_drained(m);
+}
+
+void sandbox_mgr_shutdown(struct sandbox_mgr *m, void (*drained)(void *), void *userdata)
+{
+        m->shutting_down = true;
+        m->drained = drained;
+        m->drained_ud = userdata;
+        if (timer_add(m->loop, drain_deadline, m, &m->drain_timer) == 0)
+                timer_arm(m->drain_timer, 15000);
+        /* Kill everything; each sandbox frees itself once its container is
+         * confirmed gone. Iterate carefully: kill may free the current one. */
+        struct sandbox *s = m->all;
+        while (s) {
+                struct sandbox *next = s->next;
+                if (s->state != S_REMOVING)
+                        sandbox_kill(s, ST_CANCELLED, "corral is shutting down");
+                s = next;
+        }
+        mgr_check_drained(m);
+}
+
+void sandbox_mgr_free(struct sandbox_mgr *m)
+{
+        if (!m)
+                return;
+        while (m->all)
+                sandbox_free(m->all);
+        timer_remove(m->drain_timer);
+        if (m->owns_eng)
+                engine_free(m->eng);
+        free(m);
+}
