@@ -73,6 +73,55 @@ size_t utf8_cut(const char *p, size_t n)
         return back + 1 >= need ? n : i - 1;
 }
 
+/* Length of the valid UTF-8 sequence at p (1-4), or 0 if it is invalid. */
+static size_t utf8_seq(const unsigned char *p)
+{
+        unsigned char c = p[0];
+        size_t n;
+        unsigned min;
+        unsigned cp;
+        if (c < 0x80)
+                return 1;
+        if ((c & 0xE0) == 0xC0) {
+                n = 2;
+                cp = c & 0x1F;
+                min = 0x80;
+        } else if ((c & 0xF0) == 0xE0) {
+                n = 3;
+                cp = c & 0x0F;
+                min = 0x800;
+        } else if ((c & 0xF8) == 0xF0) {
+                n = 4;
+                cp = c & 0x07;
+                min = 0x10000;
+        } else {
+                return 0;
+        }
+        for (size_t i = 1; i < n; i++) {
+                if ((p[i] & 0xC0) != 0x80)
+                        return 0;
+                cp = cp << 6 | (p[i] & 0x3F);
+        }
+        /* Overlong forms, surrogates and values past U+10FFFF are invalid. */
+        if (cp < min || (cp >= 0xD800 && cp <= 0xDFFF) || cp > 0x10FFFF)
+                return 0;
+        return n;
+}
+
+char *utf8_scrub(char *s)
+{
+        unsigned char *p = (unsigned char *)s;
+        while (p && *p) {
+                size_t n = utf8_seq(p);
+                if (n == 0) {
+                        *p++ = '?';
+                        continue;
+                }
+                p += n;
+        }
+        return s;
+}
+
 void buf_consume(struct buf *b, size_t n)
 {
         if (n >= b->len) {

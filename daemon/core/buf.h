@@ -21,6 +21,10 @@ size_t buf_append_some(struct buf *b, const void *p, size_t n);
 /* The length of the longest prefix of p[0..n) that does not end inside a
  * UTF-8 sequence (for cutting valid text at a byte limit). */
 size_t utf8_cut(const char *p, size_t n);
+/* Replace every byte that is not part of a valid UTF-8 sequence with '?', in
+ * place, so that text cut at a byte limit or taken from outside can always
+ * become a JSON string. Returns s. */
+char *utf8_scrub(char *s);
 /* Drop the first n bytes. */
 void buf_consume(struct buf *b, size_t n);
 /* NUL-terminated view of the contents (the NUL is not counted in len). */

@@ -1,5 +1,7 @@
 #include "core/config.h"
 
+#include "core/buf.h"
+
 #include <ctype.h>
 #include <jansson.h>
 #include <math.h>
@@ -160,19 +162,25 @@ int config_load_file(struct config *c, const char *path, bool required, struct e
                                strerror(errno));
         }
         json_error_t jerr;
-        /* A config file is small; bound it anyway. */
-        char *text = malloc(1 << 20);
-        size_t n = text ? fread(text, 1, 1 << 20, f) : 0;
-        bool too_big = text && n == 1 << 20;
+        /* A config file is small: refuse anything past 1 MiB. */
+        struct buf text;
+        buf_init(&text, 1 << 20);
+        char chunk[8192];
+        size_t k;
+        bool too_big = false;
+        while ((k = fread(chunk, 1, sizeof(chunk), f)) > 0)
+                if (buf_append(&text, chunk, k) < 0) {
+                        too_big = true;
+                        break;
+                }
         fclose(f);
-        if (!text)
-                return -ENOMEM;
         if (too_big) {
-                free(text);
+                buf_free(&text);
                 return err_set(e, ERR_CONFIG, EFBIG, "%s: config file larger than 1 MiB", path);
         }
-        json_t *root = json_loadb(text, n, JSON_REJECT_DUPLICATES, &jerr);
-        free(text);
+        size_t n = text.len;
+        json_t *root = json_loadb(text.data ? text.data : "", n, JSON_REJECT_DUPLICATES, &jerr);
+        buf_free(&text);
         if (!root)
                 return err_set(e, ERR_CONFIG, EINVAL, "%s:%d:%d: %s", path, jerr.line, jerr.column,
                                jerr.text);

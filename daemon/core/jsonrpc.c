@@ -1,5 +1,7 @@
 #include "core/jsonrpc.h"
 
+#include "core/buf.h"
+
 #include <string.h>
 
 static bool id_valid(const json_t *id)
@@ -12,17 +14,21 @@ int jrpc_parse(const char *line, size_t len, struct jrpc_msg *ret, json_t **ret_
         json_error_t jerr;
         *ret_id = NULL;
         /* jansson validates UTF-8 and refuses NUL bytes in strings. */
-        json_t *root = json_loadb(line, len, JSON_REJECT_DUPLICATES, &jerr);
+        /* DECODE_ANY so that a bare scalar is an invalid request, not a
+         * parse error; ALLOW_NUL because program output may hold NUL bytes
+         * (every consumer uses string lengths; the method is checked). */
+        json_t *root =
+            json_loadb(line, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY | JSON_ALLOW_NUL, &jerr);
         if (!root) {
                 err_set(e, ERR_PROTOCOL, EINVAL, "parse error: %s at position %d", jerr.text,
                         jerr.position);
                 return JRPC_PARSE_ERROR;
         }
         if (!json_is_object(root)) {
+                bool batch = json_is_array(root);
                 json_decref(root);
                 err_set(e, ERR_PROTOCOL, EINVAL,
-                        json_is_array(root) ? "batches are not supported"
-                                            : "a message must be a JSON object");
+                        batch ? "batches are not supported" : "a message must be a JSON object");
                 return JRPC_INVALID_REQUEST;
         }
         json_t *id = json_object_get(root, "id");
@@ -41,8 +47,9 @@ int jrpc_parse(const char *line, size_t len, struct jrpc_msg *ret, json_t **ret_
         struct jrpc_msg m = {.root = root, .id = id};
         const char *why = NULL;
         if (method) {
-                if (!json_is_string(method) || json_string_length(method) == 0)
-                        why = "\"method\" must be a non-empty string";
+                if (!json_is_string(method) || json_string_length(method) == 0 ||
+                    strlen(json_string_value(method)) != json_string_length(method))
+                        why = "\"method\" must be a non-empty string without NUL";
                 else if (params && !json_is_object(params) && !json_is_array(params))
                         why = "\"params\" must be an object or an array";
                 else if (id && !id_valid(id))
@@ -109,8 +116,11 @@ json_t *jrpc_error(json_t *id, int code, const char *message, json_t *data)
                 json_decref(data);
                 return NULL;
         }
+        /* Messages quote outside text cut at byte limits: keep them valid. */
+        char *text = utf8_scrub(strdup(message ? message : ""));
         json_object_set_new(err, "code", json_integer(code));
-        json_object_set_new(err, "message", json_string(message));
+        json_object_set_new(err, "message", json_string(text ? text : "error"));
+        free(text);
         if (data)
                 json_object_set_new(err, "data", data);
         json_object_set(o, "id", id ? id : json_null());

@@ -51,11 +51,16 @@ int engine_endpoint_parse(const char *url, struct engine_endpoint *ret, struct e
                 const char *hp = url + 6;
                 const char *colon = strrchr(hp, ':');
                 char *end;
-                long port = colon ? strtol(colon + 1, &end, 10) : 0;
-                if (!colon || colon == hp || *end || port <= 0 || port > 65535)
+                long port =
+                    colon && colon[1] >= '0' && colon[1] <= '9' ? strtol(colon + 1, &end, 10) : 0;
+                if (!colon || colon == hp || port <= 0 || *end || port > 65535)
                         return err_set(e, ERR_CONFIG, EINVAL,
                                        "engine URL must be tcp://host:port, not \"%s\"", url);
-                ep.host = strndup(hp, (size_t)(colon - hp));
+                /* An IPv6 literal comes in brackets: [::1]:2375. */
+                if (hp[0] == '[' && colon[-1] == ']')
+                        ep.host = strndup(hp + 1, (size_t)(colon - hp - 2));
+                else
+                        ep.host = strndup(hp, (size_t)(colon - hp));
                 ep.port = (int)port;
                 ep.display = strdup(hp);
         } else {

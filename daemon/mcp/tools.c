@@ -63,8 +63,21 @@ json_t *tools_list(void)
                  "command", "Shell command line, run with /bin/sh -c."));
 }
 
+static int parse_call(const char *name, json_t *args, const struct config *cfg,
+                      struct sandbox_request *req, char *msg, size_t msg_size);
+
 int tools_parse_call(const char *name, json_t *args, const struct config *cfg,
                      struct sandbox_request *req, char *msg, size_t msg_size)
+{
+        int r = parse_call(name, args, cfg, req, msg, msg_size);
+        /* Messages quote names from the host cut at a byte limit. */
+        if (r < 0)
+                utf8_scrub(msg);
+        return r;
+}
+
+static int parse_call(const char *name, json_t *args, const struct config *cfg,
+                      struct sandbox_request *req, char *msg, size_t msg_size)
 {
         const char *code_key;
         if (strcmp(name, "run_python") == 0) {
@@ -171,9 +184,9 @@ json_t *tools_result(const struct sandbox_result *res)
                                 append_text(&text, "\n");
                 }
         } else if (res->error_message && res->status != ST_OK) {
-                snprintf(line, sizeof(line),
-                         "--- error ---\n%s: ", res->error_type ? res->error_type : "Error");
-                append_text(&text, line);
+                append_text(&text, "--- error ---\n");
+                append_text(&text, res->error_type ? res->error_type : "Error");
+                append_text(&text, ": ");
                 append_text(&text, res->error_message);
                 append_text(&text, "\n");
         }
@@ -204,7 +217,14 @@ json_t *tools_result(const struct sandbox_result *res)
 json_t *tools_error_result(const char *status, const char *type, const char *message)
 {
         char text[2048];
+        _cleanup_free_ char *t = utf8_scrub(strdup(type));
+        _cleanup_free_ char *m = utf8_scrub(strdup(message));
+        if (!t || !m)
+                return NULL;
+        type = t;
+        message = m;
         snprintf(text, sizeof(text), "%s: %s\n[status: %s]", type, message, status);
+        utf8_scrub(text); /* the cut at sizeof(text) may split a character */
         return json_pack("{s:[{s:s, s:s}], s:{s:s, s:n, s:s, s:s, s:I, s:I, s:b, s:b, s:I, s:n,"
                          " s:{s:s, s:s}}, s:b}",
                          "content", "type", "text", "text", text, "structuredContent", "status",

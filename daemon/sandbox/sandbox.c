@@ -4,6 +4,7 @@
 #include "core/log.h"
 #include "engine/attach.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/random.h>
@@ -92,23 +93,40 @@ json_t *sandbox_create_body(const struct config *cfg, const char *instance, cons
          * root, no capabilities, no privilege gain through setuid binaries,
          * an unprivileged user, bounded memory (no swap), pids, CPU, files,
          * and no core dumps. Nothing from the host is mounted. */
+        // clang-format off
         return json_pack(
-            "{s:s, s:[s,s,s,s,s], s:[s,s,s,s], s:s, s:s, s:b, s:b, s:b, s:b, s:b, s:b,"
-            " s:{s:s, s:s, s:s},"
-            " s:{s:s, s:b, s:[s], s:[s], s:I, s:I, s:I, s:I, s:s,"
-            "    s:{s:s, s:s},"
-            "    s:[{s:s,s:i,s:i},{s:s,s:i,s:i},{s:s,s:i,s:i}]}}",
-            "Image", cfg->image, "Cmd", "python3", "-I", "-B", "-c", runtime_src, "Env",
-            "HOME=/tmp", "PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C.UTF-8", frame_env, "User",
-            "65534:65534", "Hostname", "sandbox", "Tty", 0, "OpenStdin", 1, "StdinOnce", 1,
-            "AttachStdin", 1, "AttachStdout", 1, "AttachStderr", 1, "Labels", "io.corral.owner",
-            "corral", "io.corral.instance", instance, "io.corral.pid", pid_label, "HostConfig",
-            "NetworkMode", "none", "ReadonlyRootfs", 1, "CapDrop", "ALL", "SecurityOpt",
-            "no-new-privileges", "Memory", (json_int_t)cfg->memory, "MemorySwap",
-            (json_int_t)cfg->memory, "PidsLimit", (json_int_t)cfg->pids, "NanoCpus",
-            (json_int_t)(cfg->cpus * 1e9), "IpcMode", "private", "Tmpfs", "/tmp", tmp_opts,
-            "/workspace", ws_opts, "Ulimits", "Name", "nofile", "Soft", 1024, "Hard", 1024, "Name",
-            "nproc", "Soft", 4096, "Hard", 4096, "Name", "core", "Soft", 0, "Hard", 0);
+                "{s:s, s:[s,s,s,s,s], s:[s,s,s,s], s:s, s:s, s:b, s:b, s:b, s:b, s:b, s:b,"
+                " s:{s:s, s:s, s:s},"
+                " s:{s:s, s:b, s:[s], s:[s], s:I, s:I, s:I, s:I, s:s,"
+                "    s:{s:s, s:s},"
+                "    s:[{s:s,s:i,s:i},{s:s,s:i,s:i},{s:s,s:i,s:i}]}}",
+                "Image", cfg->image,
+                "Cmd", "python3", "-I", "-B", "-c", runtime_src,
+                "Env", "HOME=/tmp", "PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C.UTF-8", frame_env,
+                "User", "65534:65534",
+                "Hostname", "sandbox",
+                "Tty", 0, "OpenStdin", 1, "StdinOnce", 1,
+                "AttachStdin", 1, "AttachStdout", 1, "AttachStderr", 1,
+                "Labels",
+                        "io.corral.owner", "corral",
+                        "io.corral.instance", instance,
+                        "io.corral.pid", pid_label,
+                "HostConfig",
+                        "NetworkMode", "none",
+                        "ReadonlyRootfs", 1,
+                        "CapDrop", "ALL",
+                        "SecurityOpt", "no-new-privileges",
+                        "Memory", (json_int_t)cfg->memory,
+                        "MemorySwap", (json_int_t)cfg->memory,
+                        "PidsLimit", (json_int_t)cfg->pids,
+                        "NanoCpus", (json_int_t)llround(cfg->cpus * 1e9),
+                        "IpcMode", "private",
+                        "Tmpfs", "/tmp", tmp_opts, "/workspace", ws_opts,
+                        "Ulimits",
+                                "Name", "nofile", "Soft", 1024, "Hard", 1024,
+                                "Name", "nproc", "Soft", 4096, "Hard", 4096,
+                                "Name", "core", "Soft", 0, "Hard", 0);
+        // clang-format on
 }
 
 int sandbox_mgr_new(struct loop *l, const struct config *cfg, struct engine *eng,
@@ -151,8 +169,9 @@ static void set_error(struct sandbox_result *res, const char *type, const char *
 {
         free(res->error_type);
         free(res->error_message);
-        res->error_type = type ? strdup(type) : NULL;
-        res->error_message = msg ? strdup(msg) : NULL;
+        /* Messages may quote engine text cut at a byte limit. */
+        res->error_type = type ? utf8_scrub(strdup(type)) : NULL;
+        res->error_message = msg ? utf8_scrub(strdup(msg)) : NULL;
 }
 
 static void sandbox_free(struct sandbox *s)
