@@ -1,0 +1,353 @@
+/* Bounded buffers, the line reader and utf8_cut. */
+#include "core/buf.h"
+#include "core/util.h"
+
+#include "tap.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void test_append_bound(void)
+{
+        struct buf b;
+        buf_init(&b, 8);
+        is_str(buf_str(&b), "", "an empty buffer reads as \"\"");
+        is_int(buf_append(&b, "12345", 5), 0, "append within the bound");
+        is_int(buf_append(&b, "6789", 4), -ENOBUFS, "append past max is -ENOBUFS");
+        is_mem(b.data, b.len, "12345", 5, "... and nothing of it was appended");
+        is_int(buf_append(&b, "678", 3), 0, "append up to exactly max");
+        is_mem(b.data, b.len, "12345678", 8, "contents at max");
+        is_int(buf_append(&b, "", 0), 0, "an empty append on a full buffer is fine");
+        is_int(buf_append(&b, "x", 1), -ENOBUFS, "one more byte is refused");
+        ok(b.cap <= b.max + 1, "capacity never exceeds max + 1 (cap %zu)", b.cap);
+        is_str(buf_str(&b), "12345678", "buf_str is NUL-terminated at len");
+        buf_free(&b);
+        ok(b.data == NULL && b.len == 0, "buf_free resets the buffer");
+        buf_free(&b);
+        ok(true, "buf_free twice is harmless");
+
+        buf_init(&b, 0);
+        is_int(buf_append(&b, "", 0), 0, "max 0: empty append");
+        is_int(buf_append(&b, "a", 1), -ENOBUFS, "max 0: any byte is refused");
+        buf_free(&b);
+
+        /* Grow one byte at a time across the initial capacity. */
+        buf_init(&b, 1000);
+        int bad = 0;
+        for (int i = 0; i < 1000; i++) {
+                char c = (char)('a' + i % 26);
+                if (buf_append(&b, &c, 1) < 0)
+                        bad++;
+        }
+        is_int(bad, 0, "1000 one-byte appends up to max 1000");
+        int wrong = 0;
+        for (int i = 0; i < 1000; i++)
+                wrong += b.data[i] != (char)('a' + i % 26);
+        is_int(wrong, 0, "contents survive reallocation");
+        is_int(buf_append(&b, "z", 1), -ENOBUFS, "the 1001st byte is refused");
+        ok(b.cap <= 1001, "capacity bounded by max + 1 (cap %zu)", b.cap);
+        buf_free(&b);
+}
+
+static void test_append_some_consume(void)
+{
+        struct buf b;
+        buf_init(&b, 8);
+        buf_append(&b, "12345", 5);
+        is_int(buf_append_some(&b, "abcdef", 6), 3, "buf_append_some takes what fits");
+        is_mem(b.data, b.len, "12345abc", 8, "... the first 3 bytes");
+        is_int(buf_append_some(&b, "x", 1), 0, "buf_append_some on a full buffer takes 0");
+        is_int(b.len, 8, "... and the length is unchanged");
+
+        buf_consume(&b, 2);
+        is_mem(b.data, b.len, "345abc", 6, "consume drops the front");
+        is_str(buf_str(&b), "345abc", "... and keeps the NUL");
+        is_int(buf_append_some(&b, "XYZ", 3), 2, "room came back after consume");
+        is_mem(b.data, b.len, "345abcXY", 8, "contents after refill");
+        buf_consume(&b, 0);
+        is_int(b.len, 8, "consume 0 is a no-op");
+        buf_consume(&b, 100);
+        is_int(b.len, 0, "consume past len empties the buffer");
+        is_str(buf_str(&b), "", "... and it reads as \"\"");
+        buf_free(&b);
+
+        buf_init(&b, 4);
+        buf_consume(&b, 1);
+        is_int(b.len, 0, "consume on a never-allocated buffer is harmless");
+        is_int(buf_append_some(&b, "abcdef", 6), 4, "buf_append_some into a fresh buffer");
+        buf_free(&b);
+}
+
+/* ---- line_reader: every delivered line is rendered as "[line]" and every
+ * too-long report as "!", so a whole run compares as one string. */
+
+struct collect {
+        struct buf out;
+        int calls;
+        int stop_at; /* return -42 on this call (1-based); 0: never */
+};
+
+static int collect_cb(void *userdata, const char *line, size_t len)
+{
+        struct collect *c = userdata;
+        c->calls++;
+        if (line) {
+                buf_append(&c->out, "[", 1);
+                buf_append(&c->out, line, len);
+                buf_append(&c->out, "]", 1);
+        } else {
+                ok(len == 0, "a too-long report has length 0");
+                buf_append(&c->out, "!", 1);
+        }
+        return c->calls == c->stop_at ? -42 : 0;
+}
+
+static const struct line_case {
+        const char *name;
+        size_t max;
+        const char *feeds[8]; /* fed in order; NULL ends */
+        const char *expect;
+} line_cases[] = {
+    {"two lines in one feed", 16, {"a\nbb\n"}, "[a][bb]"},
+    {"lines split across feeds", 16, {"he", "llo\nwor", "ld\n"}, "[hello][world]"},
+    {"a partial line is held back", 16, {"abc"}, ""},
+    {"CRLF is left to the caller", 16, {"a\r\n", "b\r", "\n"}, "[a\r][b\r]"},
+    {"empty lines", 16, {"\n\n", "\n"}, "[][][]"},
+    {"exactly max is accepted", 4, {"abcd\n"}, "[abcd]"},
+    {"exactly max in pieces", 4, {"ab", "cd", "\n"}, "[abcd]"},
+    {"exactly max then the newline alone", 4, {"abcd", "\n"}, "[abcd]"},
+    {"max + 1 is too long, next line intact", 4, {"abcde\nok\n"}, "![ok]"},
+    {"too long, split over many feeds, reported once",
+     4,
+     {"ab", "cd", "ef", "gh", "ij", "\n", "ok\n"},
+     "![ok]"},
+    {"too long without newline, then the rest", 4, {"abcdefgh", "ijk\nok\n"}, "![ok]"},
+    {"pending at max, one more byte", 4, {"abcd", "e\nx\n"}, "![x]"},
+    {"two too-long lines in a row", 4, {"aaaaaa\nbbbbbb\nc\n"}, "!![c]"},
+    {"too long, then an empty line", 2, {"abc\n\n"}, "![]"},
+    {"max 0 takes only empty lines", 0, {"\n", "a\n", "\n"}, "[]![]"},
+    {"too long partial at the end is reported", 3, {"ok\n", "toolong"}, "[ok]!"},
+};
+
+static size_t case_input(const struct line_case *tc, char *in, size_t size)
+{
+        size_t n = 0;
+        for (size_t i = 0; i < ARRAY_SIZE(tc->feeds) && tc->feeds[i]; i++) {
+                size_t k = strlen(tc->feeds[i]);
+                if (n + k < size) {
+                        memcpy(in + n, tc->feeds[i], k);
+                        n += k;
+                }
+        }
+        return n;
+}
+
+/* Feed `in` cut at the given offsets; returns the rendering. */
+static char *run_split(size_t max, const char *in, size_t n, const size_t *cuts, size_t ncuts,
+                       int *ret_rc)
+{
+        struct line_reader r;
+        struct collect c = {0};
+        line_reader_init(&r, max);
+        buf_init(&c.out, 1 << 16);
+        size_t at = 0;
+        int rc = 0;
+        for (size_t i = 0; i <= ncuts && rc == 0; i++) {
+                size_t end = i < ncuts ? cuts[i] : n;
+                rc = line_reader_feed(&r, in + at, end - at, collect_cb, &c);
+                at = end;
+        }
+        line_reader_free(&r);
+        *ret_rc = rc;
+        char *s = strdup(buf_str(&c.out));
+        buf_free(&c.out);
+        return s;
+}
+
+static void test_line_reader_table(void)
+{
+        for (size_t t = 0; t < ARRAY_SIZE(line_cases); t++) {
+                const struct line_case *tc = &line_cases[t];
+                struct line_reader r;
+                struct collect c = {0};
+                int rc = 0;
+                line_reader_init(&r, tc->max);
+                buf_init(&c.out, 1 << 16);
+                for (size_t i = 0; i < ARRAY_SIZE(tc->feeds) && tc->feeds[i]; i++)
+                        rc |= line_reader_feed(&r, tc->feeds[i], strlen(tc->feeds[i]), collect_cb,
+                                               &c);
+                is_int(rc, 0, "%s: feed returns 0", tc->name);
+                is_str(buf_str(&c.out), tc->expect, "%s", tc->name);
+                line_reader_free(&r);
+                buf_free(&c.out);
+
+                /* The result must not depend on where the feeds were cut:
+                 * one byte at a time, and every two-piece split. */
+                char in[256];
+                size_t n = case_input(tc, in, sizeof(in));
+                size_t cuts[256];
+                for (size_t i = 0; i < n; i++)
+                        cuts[i] = i + 1;
+                char *s = run_split(tc->max, in, n, cuts, n ? n - 1 : 0, &rc);
+                is_str(s, tc->expect, "%s: one byte at a time", tc->name);
+                free(s);
+                int mismatches = 0;
+                for (size_t cut = 0; cut <= n; cut++) {
+                        s = run_split(tc->max, in, n, &cut, 1, &rc);
+                        if (strcmp(s, tc->expect) != 0 || rc != 0) {
+                                if (!mismatches)
+                                        diag("split at %zu gives \"%s\"", cut, s);
+                                mismatches++;
+                        }
+                        free(s);
+                }
+                is_int(mismatches, 0, "%s: every two-piece split", tc->name);
+        }
+}
+
+static void test_line_reader_binary(void)
+{
+        struct line_reader r;
+        struct collect c = {0};
+        line_reader_init(&r, 8);
+        buf_init(&c.out, 1024);
+        line_reader_feed(&r, "a\0b", 3, collect_cb, &c);
+        line_reader_feed(&r, "\xff\nz\0\n", 5, collect_cb, &c);
+        is_mem(c.out.data, c.out.len, "[a\0b\xff][z\0]", 10,
+               "NUL and non-UTF-8 bytes pass through");
+        line_reader_free(&r);
+        buf_free(&c.out);
+}
+
+static void test_line_reader_stop(void)
+{
+        struct line_reader r;
+        struct collect c = {.stop_at = 2};
+        line_reader_init(&r, 16);
+        buf_init(&c.out, 1024);
+        is_int(line_reader_feed(&r, "a\nb\nc\n", 6, collect_cb, &c), -42,
+               "a negative callback return is returned from the feed");
+        is_str(buf_str(&c.out), "[a][b]", "... and no line after it is delivered");
+        is_int(c.calls, 2, "... two calls in all");
+        line_reader_free(&r);
+        buf_free(&c.out);
+
+        /* The same from a line assembled in the pending buffer. */
+        c = (struct collect){.stop_at = 1};
+        line_reader_init(&r, 16);
+        buf_init(&c.out, 1024);
+        line_reader_feed(&r, "ab", 2, collect_cb, &c);
+        is_int(line_reader_feed(&r, "c\nd\n", 4, collect_cb, &c), -42,
+               "stop from a line completed across feeds");
+        is_str(buf_str(&c.out), "[abc]", "... only that line was delivered");
+        line_reader_free(&r);
+        buf_free(&c.out);
+
+        /* And from a too-long report. */
+        c = (struct collect){.stop_at = 1};
+        line_reader_init(&r, 2);
+        buf_init(&c.out, 1024);
+        is_int(line_reader_feed(&r, "abc\nd\n", 6, collect_cb, &c), -42,
+               "stop from a too-long report");
+        is_str(buf_str(&c.out), "!", "... nothing after it");
+        line_reader_free(&r);
+        buf_free(&c.out);
+}
+
+/* A line reader that is fed a huge line through many small feeds keeps its
+ * memory bounded by max. */
+static void test_line_reader_bounded(void)
+{
+        struct line_reader r;
+        struct collect c = {0};
+        line_reader_init(&r, 100);
+        buf_init(&c.out, 1024);
+        char chunk[64];
+        memset(chunk, 'x', sizeof(chunk));
+        for (int i = 0; i < 1000; i++)
+                line_reader_feed(&r, chunk, sizeof(chunk), collect_cb, &c);
+        ok(r.pending.cap <= 101, "pending memory stays within max + 1 (cap %zu)", r.pending.cap);
+        line_reader_feed(&r, "\nfine\n", 6, collect_cb, &c);
+        is_str(buf_str(&c.out), "![fine]", "64000-byte line in 64-byte feeds: one report");
+        line_reader_free(&r);
+        buf_free(&c.out);
+}
+
+/* ---- utf8_cut */
+
+static void check_cuts(const char *text, const size_t *bounds, size_t nbounds, const char *what)
+{
+        size_t n = strlen(text);
+        int wrong = 0;
+        for (size_t k = 0; k <= n; k++) {
+                size_t want = 0;
+                for (size_t i = 0; i < nbounds; i++)
+                        if (bounds[i] <= k)
+                                want = bounds[i];
+                size_t got = utf8_cut(text, k);
+                if (got != want) {
+                        diag("%s: utf8_cut(.., %zu) = %zu, want %zu", what, k, got, want);
+                        wrong++;
+                }
+        }
+        is_int(wrong, 0, "utf8_cut at every position of %s", what);
+}
+
+static void test_utf8_cut(void)
+{
+        /* 1-, 2-, 3- and 4-byte sequences, in both orders. */
+        static const char fwd[] = "A\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80";
+        static const size_t fwd_b[] = {0, 1, 3, 6, 10};
+        static const char rev[] = "\xf0\x9f\x98\x80\xe2\x82\xac\xc3\xa9"
+                                  "A";
+        static const size_t rev_b[] = {0, 4, 7, 9, 10};
+        check_cuts(fwd, fwd_b, ARRAY_SIZE(fwd_b), "A e-acute euro emoji");
+        check_cuts(rev, rev_b, ARRAY_SIZE(rev_b), "emoji euro e-acute A");
+
+        static const struct {
+                const char *seq;
+                size_t len;
+        } seqs[] = {{"a", 1}, {"\xc3\xa9", 2}, {"\xe2\x82\xac", 3}, {"\xf0\x9f\x98\x80", 4}};
+        for (size_t i = 0; i < ARRAY_SIZE(seqs); i++) {
+                char text[16];
+                for (size_t k = 0; k <= seqs[i].len; k++) {
+                        /* "xy" + the first k bytes of the sequence */
+                        memcpy(text, "xy", 2);
+                        memcpy(text + 2, seqs[i].seq, k);
+                        size_t want = k == seqs[i].len ? 2 + k : 2;
+                        is_int(utf8_cut(text, 2 + k), want, "%zu-byte sequence cut after %zu bytes",
+                               seqs[i].len, k);
+                }
+        }
+        is_int(utf8_cut("", 0), 0, "utf8_cut of nothing");
+
+        /* Arbitrary bytes: the cut never grows the text and never drops
+         * more than an incomplete sequence (3 bytes). */
+        unsigned seed = 12345;
+        int bad = 0;
+        for (int round = 0; round < 20000; round++) {
+                char text[8];
+                size_t n = (size_t)(round % 8) + 1;
+                for (size_t i = 0; i < n; i++) {
+                        seed = seed * 1103515245u + 12345u;
+                        text[i] = (char)(seed >> 16);
+                }
+                size_t got = utf8_cut(text, n);
+                if (got > n || got + 3 < n)
+                        bad++;
+        }
+        is_int(bad, 0, "utf8_cut on random bytes stays within [n-3, n]");
+}
+
+int main(void)
+{
+        test_append_bound();
+        test_append_some_consume();
+        test_line_reader_table();
+        test_line_reader_binary();
+        test_line_reader_stop();
+        test_line_reader_bounded();
+        test_utf8_cut();
+        return done_testing();
+}

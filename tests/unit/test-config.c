@@ -1,0 +1,548 @@
+/* Settings: defaults, sizes, the range of every key, and each source
+ * (config_set, the environment, the JSON file) naming itself in errors. */
+#include "core/config.h"
+
+#include "tap.h"
+
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void test_defaults(void)
+{
+        struct config c;
+        config_defaults(&c);
+        ok(c.engine == NULL, "default engine: discover");
+        is_str(c.image, "corral-python:latest", "default image");
+        is_int(c.memory, 512LL << 20, "default memory 512 MiB");
+        is_int(c.pids, 128, "default pids");
+        ok(c.cpus == 1.0, "default cpus 1");
+        ok(c.timeout_s == 30, "default timeout_s 30");
+        ok(c.max_timeout_s == 600, "default max_timeout_s 600");
+        ok(c.start_timeout_s == 60, "default start_timeout_s 60");
+        is_int(c.output_limit, 1 << 20, "default output_limit 1 MiB");
+        is_int(c.max_frame, 16 << 20, "default max_frame 16 MiB");
+        is_int(c.tmp_size, 64 << 20, "default tmp_size 64 MiB");
+        is_int(c.workspace_size, 256 << 20, "default workspace_size 256 MiB");
+        is_int(c.max_sandboxes, 8, "default max_sandboxes");
+        is_int(c.max_queue, 256, "default max_queue");
+        is_int(c.log_level, LOG_INFO, "default log_level info");
+        ok(c.config_file == NULL, "no config file read yet");
+        struct err e = {0};
+        is_int(config_check(&c, &e), 0, "the defaults pass config_check");
+        config_free(&c);
+        ok(c.image == NULL, "config_free clears the strings");
+        config_free(&c);
+        ok(true, "config_free twice is harmless");
+
+        const char *const *names = config_key_names();
+        size_t n = 0;
+        while (names[n])
+                n++;
+        is_int(n, 15, "config_key_names lists 15 keys, NULL-terminated");
+        is_str(names[0], "engine", "... starting with engine");
+}
+
+static const struct size_case {
+        const char *in;
+        int rc;
+        unsigned long long want;
+} size_cases[] = {
+    {"512m", 0, 512ULL << 20},
+    {"1g", 0, 1ULL << 30},
+    {"64k", 0, 64ULL << 10},
+    {"1048576", 0, 1048576},
+    {"1MiB", 0, 1ULL << 20},
+    {"1mib", 0, 1ULL << 20},
+    {"2GB", 0, 2ULL << 30},
+    {"3K", 0, 3ULL << 10},
+    {"0", 0, 0},
+    {"18446744073709551615", 0, ULLONG_MAX},
+    {"17179869183g", 0, 17179869183ULL << 30}, /* 2^34 - 1 GiB fits */
+    {"", -EINVAL, 0},
+    {"12x", -EINVAL, 0},
+    {"-1", -EINVAL, 0},
+    {"+1", -EINVAL, 0},
+    {" 1", -EINVAL, 0},
+    {"1 ", -EINVAL, 0},
+    {"m", -EINVAL, 0},
+    {"1.5g", -EINVAL, 0},
+    {"0x10", -EINVAL, 0},
+    {"1kk", -EINVAL, 0},
+    {"1t", -EINVAL, 0},
+    {"1mx", -EINVAL, 0},
+    {"18446744073709551616", -EINVAL, 0}, /* 2^64 */
+    {"99999999999999999999999", -EINVAL, 0},
+    {"17179869184g", -ERANGE, 0},       /* 2^34 GiB = 2^64 */
+    {"18014398509481984k", -ERANGE, 0}, /* 2^54 KiB = 2^64 */
+    {"17592186044416m", -ERANGE, 0},    /* 2^44 MiB = 2^64 */
+};
+
+static void test_parse_size(void)
+{
+        for (size_t i = 0; i < ARRAY_SIZE(size_cases); i++) {
+                const struct size_case *tc = &size_cases[i];
+                unsigned long long v = 4242;
+                int rc = parse_size(tc->in, &v);
+                is_int(rc, tc->rc, "parse_size(\"%s\") returns %d", tc->in, tc->rc);
+                if (tc->rc == 0)
+                        ok(v == tc->want, "parse_size(\"%s\") = %llu", tc->in, tc->want);
+                else
+                        ok(v == 4242, "parse_size(\"%s\") leaves the output alone", tc->in);
+        }
+        unsigned long long v;
+        is_int(parse_size(NULL, &v), -EINVAL, "parse_size(NULL)");
+}
+
+/* Read a numeric field by key name, for the table below. */
+static double field(const struct config *c, const char *key)
+{
+        if (strcmp(key, "memory") == 0)
+                return (double)c->memory;
+        if (strcmp(key, "pids") == 0)
+                return (double)c->pids;
+        if (strcmp(key, "cpus") == 0)
+                return c->cpus;
+        if (strcmp(key, "timeout_s") == 0)
+                return c->timeout_s;
+        if (strcmp(key, "max_timeout_s") == 0)
+                return c->max_timeout_s;
+        if (strcmp(key, "start_timeout_s") == 0)
+                return c->start_timeout_s;
+        if (strcmp(key, "output_limit") == 0)
+                return (double)c->output_limit;
+        if (strcmp(key, "max_frame") == 0)
+                return (double)c->max_frame;
+        if (strcmp(key, "tmp_size") == 0)
+                return (double)c->tmp_size;
+        if (strcmp(key, "workspace_size") == 0)
+                return (double)c->workspace_size;
+        if (strcmp(key, "max_sandboxes") == 0)
+                return (double)c->max_sandboxes;
+        if (strcmp(key, "max_queue") == 0)
+                return (double)c->max_queue;
+        if (strcmp(key, "log_level") == 0)
+                return c->log_level;
+        return NAN;
+}
+
+#define BAD NAN /* the set must fail */
+
+static const struct set_case {
+        const char *key, *value;
+        double want; /* BAD, or the value the field must hold */
+} set_cases[] = {
+    /* sizes */
+    {"memory", "6m", 6 << 20},
+    {"memory", "6291455", BAD}, /* 6 MiB - 1 */
+    {"memory", "1g", 1 << 30},
+    {"memory", "1000000000000000", 1e15},
+    {"memory", "1000000000000001", BAD},
+    {"memory", "12x", BAD},
+    {"memory", "", BAD},
+    {"memory", "-1", BAD},
+    {"memory", "17179869184g", BAD},
+    {"output_limit", "1k", 1024},
+    {"output_limit", "1023", BAD},
+    {"output_limit", "1g", 1 << 30},
+    {"output_limit", "1073741825", BAD},
+    {"max_frame", "64k", 64 << 10},
+    {"max_frame", "65535", BAD},
+    {"max_frame", "1g", 1 << 30},
+    {"max_frame", "2g", BAD},
+    {"tmp_size", "1m", 1 << 20},
+    {"tmp_size", "1048575", BAD},
+    {"tmp_size", "10000000000000", 1e13},
+    {"tmp_size", "10000000000001", BAD},
+    {"workspace_size", "1MiB", 1 << 20},
+    {"workspace_size", "1023k", BAD},
+    /* integers */
+    {"pids", "8", 8},
+    {"pids", "7", BAD},
+    {"pids", "4194304", 4194304},
+    {"pids", "4194305", BAD},
+    {"pids", "abc", BAD},
+    {"pids", "8x", BAD},
+    {"pids", "", BAD},
+    {"pids", "1.5", BAD},
+    {"pids", "99999999999999999999", BAD},
+    {"max_sandboxes", "1", 1},
+    {"max_sandboxes", "0", BAD},
+    {"max_sandboxes", "4096", 4096},
+    {"max_sandboxes", "4097", BAD},
+    {"max_queue", "0", 0},
+    {"max_queue", "-1", BAD},
+    {"max_queue", "1048576", 1048576},
+    {"max_queue", "1048577", BAD},
+    /* numbers */
+    {"cpus", "0.01", 0.01},
+    {"cpus", "0.009", BAD},
+    {"cpus", "1024", 1024},
+    {"cpus", "1024.5", BAD},
+    {"cpus", "2.5", 2.5},
+    {"cpus", "nan", BAD},
+    {"cpus", "inf", BAD},
+    {"cpus", "1e400", BAD},
+    {"cpus", "", BAD},
+    {"cpus", "1x", BAD},
+    {"cpus", "-1", BAD},
+    {"timeout_s", "0.1", 0.1},
+    {"timeout_s", "0.05", BAD},
+    {"timeout_s", "86400", 86400},
+    {"timeout_s", "86401", BAD},
+    {"max_timeout_s", "0.1", 0.1},
+    {"max_timeout_s", "0", BAD},
+    {"max_timeout_s", "86400", 86400},
+    {"start_timeout_s", "1", 1},
+    {"start_timeout_s", "0.5", BAD},
+    {"start_timeout_s", "3600", 3600},
+    {"start_timeout_s", "3601", BAD},
+    /* log levels */
+    {"log_level", "error", LOG_ERR},
+    {"log_level", "warning", LOG_WARN},
+    {"log_level", "warn", LOG_WARN},
+    {"log_level", "info", LOG_INFO},
+    {"log_level", "debug", LOG_DEBUG},
+    {"log_level", "verbose", BAD},
+    {"log_level", "DEBUG", BAD},
+    {"log_level", "", BAD},
+};
+
+static void test_set_table(void)
+{
+        for (size_t i = 0; i < ARRAY_SIZE(set_cases); i++) {
+                const struct set_case *tc = &set_cases[i];
+                struct config c;
+                config_defaults(&c);
+                double before = field(&c, tc->key);
+                struct err e = {0};
+                int rc = config_set(&c, tc->key, tc->value, "--test", &e);
+                if (isnan(tc->want)) {
+                        is_int(rc, -EINVAL, "%s = \"%s\" is refused", tc->key, tc->value);
+                        ok(field(&c, tc->key) == before, "... and %s keeps its value", tc->key);
+                        like(e.msg, tc->key, "... the message names the key");
+                        like(e.msg, "--test", "... and the source");
+                        is_int(e.kind, ERR_CONFIG, "... kind ERR_CONFIG");
+                } else {
+                        is_int(rc, 0, "%s = \"%s\" is accepted", tc->key, tc->value);
+                        ok(field(&c, tc->key) == tc->want, "... %s is %g (got %g)", tc->key,
+                           tc->want, field(&c, tc->key));
+                }
+                config_free(&c);
+        }
+}
+
+static void test_set_strings(void)
+{
+        struct config c;
+        struct err e = {0};
+        config_defaults(&c);
+        is_int(config_set(&c, "image", "python:3.12-slim", "--image", &e), 0, "set image");
+        is_str(c.image, "python:3.12-slim", "... stored");
+        is_int(config_set(&c, "engine", "unix:///run/x.sock", "--engine", &e), 0, "set engine");
+        is_str(c.engine, "unix:///run/x.sock", "... stored");
+        is_int(config_set(&c, "engine", "tcp://h:1", "--engine", &e), 0, "set engine again");
+        is_str(c.engine, "tcp://h:1", "... replaced (the old one freed)");
+
+        static const struct {
+                const char *key, *value, *why;
+        } bad[] = {
+            {"image", "", "must be 1 to 4096"},     {"image", "a\nb", "control character"},
+            {"image", "a\tb", "control character"}, {"engine", "\x7f", "control character"},
+            {"engine", "", "must be 1 to 4096"},
+        };
+        for (size_t i = 0; i < ARRAY_SIZE(bad); i++) {
+                e = (struct err){0};
+                is_int(config_set(&c, bad[i].key, bad[i].value, "CORRAL_X", &e), -EINVAL,
+                       "%s: bad string #%zu refused", bad[i].key, i);
+                like(e.msg, bad[i].why, "... because it %s", bad[i].why);
+                like(e.msg, "CORRAL_X", "... naming the source");
+        }
+        is_str(c.image, "python:3.12-slim", "image unchanged after refusals");
+
+        char long_value[4098];
+        memset(long_value, 'a', sizeof(long_value));
+        long_value[4096] = '\0';
+        is_int(config_set(&c, "image", long_value, "x", &e), 0, "a 4096-character string is fine");
+        long_value[4096] = 'a';
+        long_value[4097] = '\0';
+        is_int(config_set(&c, "image", long_value, "x", &e), -EINVAL, "4097 characters is not");
+
+        e = (struct err){0};
+        is_int(config_set(&c, "memroy", "1g", "--memroy", &e), -EINVAL, "unknown key refused");
+        like(e.msg, "memroy", "... the message names it");
+        like(e.msg, "unknown setting", "... as unknown");
+
+        /* The message carries the value that was refused. */
+        e = (struct err){0};
+        config_set(&c, "memory", "12x", "config.json: memory", &e);
+        like(e.msg, "config.json: memory", "size error names the source");
+        like(e.msg, "\"12x\"", "... and quotes the value");
+        config_free(&c);
+}
+
+static void clear_corral_env(void)
+{
+        for (const char *const *n = config_key_names(); *n; n++) {
+                char var[64] = "CORRAL_";
+                size_t k = strlen(var);
+                for (const char *p = *n; *p; p++)
+                        var[k++] = (char)(*p >= 'a' && *p <= 'z' ? *p - 'a' + 'A' : *p);
+                var[k] = '\0';
+                unsetenv(var);
+        }
+}
+
+static void test_env(void)
+{
+        struct config c;
+        struct err e = {0};
+        clear_corral_env();
+        config_defaults(&c);
+        is_int(config_load_env(&c, &e), 0, "no CORRAL_* variables: nothing to do");
+        is_int(c.memory, 512LL << 20, "... memory still default");
+
+        setenv("CORRAL_MEMORY", "1g", 1);
+        setenv("CORRAL_PIDS", "64", 1);
+        setenv("CORRAL_CPUS", "0.5", 1);
+        setenv("CORRAL_MAX_TIMEOUT_S", "100", 1);
+        setenv("CORRAL_LOG_LEVEL", "debug", 1);
+        setenv("CORRAL_ENGINE", "unix:///run/user/1000/podman/podman.sock", 1);
+        setenv("CORRAL_WORKSPACE_SIZE", "32m", 1);
+        is_int(config_load_env(&c, &e), 0, "CORRAL_* variables load");
+        is_int(c.memory, 1LL << 30, "CORRAL_MEMORY");
+        is_int(c.pids, 64, "CORRAL_PIDS");
+        ok(c.cpus == 0.5, "CORRAL_CPUS");
+        ok(c.max_timeout_s == 100, "CORRAL_MAX_TIMEOUT_S (multi-word key)");
+        is_int(c.log_level, LOG_DEBUG, "CORRAL_LOG_LEVEL");
+        is_str(c.engine, "unix:///run/user/1000/podman/podman.sock", "CORRAL_ENGINE");
+        is_int(c.workspace_size, 32 << 20, "CORRAL_WORKSPACE_SIZE");
+
+        setenv("CORRAL_PIDS", "1", 1);
+        e = (struct err){0};
+        is_int(config_load_env(&c, &e), -EINVAL, "a bad CORRAL_PIDS fails the load");
+        like(e.msg, "CORRAL_PIDS", "... the message names the variable");
+        like(e.msg, "pids", "... and the key");
+        is_int(c.pids, 64, "... the old value stays");
+
+        clear_corral_env();
+        setenv("CORRAL_memory", "1m", 1); /* only upper case is read */
+        setenv("CORRAL_IMAGE", "", 1);
+        e = (struct err){0};
+        is_int(config_load_env(&c, &e), -EINVAL, "an empty CORRAL_IMAGE is refused");
+        like(e.msg, "CORRAL_IMAGE", "... naming the variable");
+        unsetenv("CORRAL_memory");
+        clear_corral_env();
+        config_free(&c);
+}
+
+static char tmpdir[64];
+
+static char *write_file(const char *name, const char *text, size_t len)
+{
+        char *path;
+        if (asprintf(&path, "%s/%s", tmpdir, name) < 0)
+                return NULL;
+        FILE *f = fopen(path, "we");
+        if (!f || fwrite(text, 1, len, f) != len) {
+                if (f)
+                        fclose(f);
+                free(path);
+                return NULL;
+        }
+        fclose(f);
+        return path;
+}
+
+static const struct file_case {
+        const char *name;
+        const char *text;
+        const char *err[3]; /* substrings of the message; none: must load */
+} file_cases[] = {
+    {"unknown key", "{\"memory\": \"1g\", \"colour\": \"red\"}", {"colour", "unknown setting"}},
+    {"bad JSON", "{\n  \"memory\": ,\n}\n", {":2:13:", "unexpected token"}},
+    {"truncated JSON", "{\"pids\": 8", {":1:"}},
+    {"empty file", "", {":1:0:"}},
+    {"array at top level", "[1, 2]", {"top level must be a JSON object"}},
+    {"string at top level", "\"x\"", {":1:"}},
+    {"out of range", "{\"pids\": 1}", {": pids", "integer from 8"}},
+    {"bool value", "{\"pids\": true}", {": pids", "string or a number"}},
+    {"null value", "{\"image\": null}", {": image", "string or a number"}},
+    {"object value", "{\"memory\": {}}", {": memory", "string or a number"}},
+    {"real for an integer", "{\"pids\": 8.5}", {": pids", "\"8.5\""}},
+    {"negative size", "{\"memory\": -5}", {": memory", "\"-5\""}},
+    {"duplicate key", "{\"pids\": 8, \"pids\": 9}", {"duplicate"}},
+    {"NUL escape", "{\"image\": \"a\\u0000b\"}", {":1:"}},
+    {"invalid UTF-8", "{\"image\": \"\xff\"}", {":1:"}},
+    {"numbers and strings",
+     "{\"memory\": \"1g\", \"pids\": 64, \"cpus\": 0.5, \"timeout_s\": 10,\n"
+     " \"max_timeout_s\": 60.0, \"image\": \"x:y\", \"max_frame\": 1048576,\n"
+     " \"tmp_size\": 134217728.0, \"log_level\": \"warning\", \"max_queue\": 0}",
+     {NULL}},
+};
+
+static void test_file(void)
+{
+        for (size_t i = 0; i < ARRAY_SIZE(file_cases); i++) {
+                const struct file_case *tc = &file_cases[i];
+                char name[32];
+                snprintf(name, sizeof(name), "case%zu.json", i);
+                char *path = write_file(name, tc->text, strlen(tc->text));
+                if (!ok(path != NULL, "%s: wrote the file", tc->name))
+                        continue;
+                struct config c;
+                struct err e = {0};
+                config_defaults(&c);
+                int rc = config_load_file(&c, path, true, &e);
+                if (!tc->err[0]) {
+                        is_int(rc, 0, "%s: loads (%s)", tc->name, e.msg);
+                        is_str(c.config_file, path, "%s: remembers the file", tc->name);
+                } else {
+                        ok(rc < 0, "%s: fails", tc->name);
+                        like(e.msg, path, "%s: the message names the file", tc->name);
+                        for (size_t k = 0; k < ARRAY_SIZE(tc->err) && tc->err[k]; k++)
+                                like(e.msg, tc->err[k], "%s: message has \"%s\"", tc->name,
+                                     tc->err[k]);
+                        is_int(e.kind, ERR_CONFIG, "%s: kind ERR_CONFIG", tc->name);
+                        ok(c.config_file == NULL, "%s: no file remembered", tc->name);
+                }
+                if (strcmp(tc->name, "numbers and strings") == 0) {
+                        is_int(c.memory, 1LL << 30, "file: memory from a string");
+                        is_int(c.pids, 64, "file: pids from an integer");
+                        ok(c.cpus == 0.5, "file: cpus from a real");
+                        ok(c.timeout_s == 10, "file: timeout_s from an integer");
+                        ok(c.max_timeout_s == 60, "file: max_timeout_s from a real");
+                        is_str(c.image, "x:y", "file: image");
+                        is_int(c.max_frame, 1048576, "file: max_frame from an integer");
+                        is_int(c.tmp_size, 128 << 20, "file: tmp_size from an integral real");
+                        is_int(c.log_level, LOG_WARN, "file: log_level");
+                        is_int(c.max_queue, 0, "file: max_queue 0");
+                }
+                config_free(&c);
+                unlink(path);
+                free(path);
+        }
+
+        /* Missing files. */
+        struct config c;
+        struct err e = {0};
+        char missing[128];
+        snprintf(missing, sizeof(missing), "%s/nope.json", tmpdir);
+        config_defaults(&c);
+        is_int(config_load_file(&c, missing, false, &e), 0, "a missing optional file is fine");
+        ok(c.config_file == NULL, "... and nothing is remembered");
+        is_int(config_load_file(&c, missing, true, &e), -ENOENT, "a missing --config is -ENOENT");
+        like(e.msg, missing, "... naming the path");
+
+        /* A file that is too big is refused before parsing. */
+        size_t big = (1 << 20) + 16;
+        char *text = malloc(big);
+        memset(text, ' ', big);
+        text[big - 2] = '{';
+        text[big - 1] = '}';
+        char *path = write_file("big.json", text, big);
+        free(text);
+        e = (struct err){0};
+        is_int(config_load_file(&c, path, true, &e), -EFBIG, "a file over 1 MiB is refused");
+        like(e.msg, "larger than 1 MiB", "... saying why");
+        unlink(path);
+        free(path);
+
+        /* Loading stops at the first bad key. */
+        static const char partial[] = "{\"pids\": 16, \"cpus\": 0}";
+        path = write_file("partial.json", partial, strlen(partial));
+        e = (struct err){0};
+        ok(config_load_file(&c, path, true, &e) < 0, "a bad second key fails the load");
+        like(e.msg, "cpus", "... naming it");
+        unlink(path);
+        free(path);
+        config_free(&c);
+}
+
+static void test_check(void)
+{
+        static const struct {
+                double timeout, max;
+                const char *engine;
+                bool good;
+                const char *why;
+        } cases[] = {
+            {30, 600, NULL, true, NULL},
+            {600, 600, NULL, true, NULL},
+            {601, 600, NULL, false, "must not exceed max_timeout_s"},
+            {30, 10, NULL, false, "timeout_s (30)"},
+            {30, 600, "unix:///run/podman/podman.sock", true, NULL},
+            {30, 600, "/var/run/docker.sock", true, NULL},
+            {30, 600, "tcp://127.0.0.1:2375", true, NULL},
+            {30, 600, "http://127.0.0.1:2375", false, "engine must be"},
+            {30, 600, "ssh://core@host", false, "\"ssh://core@host\""},
+            {30, 600, "docker.sock", false, "absolute socket path"},
+            {30, 600, "npipe:////./pipe/docker_engine", false, "engine must be"},
+        };
+        for (size_t i = 0; i < ARRAY_SIZE(cases); i++) {
+                struct config c;
+                struct err e = {0};
+                config_defaults(&c);
+                c.timeout_s = cases[i].timeout;
+                c.max_timeout_s = cases[i].max;
+                if (cases[i].engine)
+                        c.engine = strdup(cases[i].engine);
+                int rc = config_check(&c, &e);
+                if (cases[i].good) {
+                        is_int(rc, 0, "config_check #%zu passes", i);
+                } else {
+                        is_int(rc, -EINVAL, "config_check #%zu fails", i);
+                        like(e.msg, cases[i].why, "... because %s", cases[i].why);
+                }
+                config_free(&c);
+        }
+}
+
+static void test_default_path(void)
+{
+        char *saved_xdg = getenv("XDG_CONFIG_HOME") ? strdup(getenv("XDG_CONFIG_HOME")) : NULL;
+        char *saved_home = getenv("HOME") ? strdup(getenv("HOME")) : NULL;
+        setenv("XDG_CONFIG_HOME", "/x/conf", 1);
+        setenv("HOME", "/home/u", 1);
+        char *p = config_default_path();
+        is_str(p, "/x/conf/corral/config.json", "default path under XDG_CONFIG_HOME");
+        free(p);
+        setenv("XDG_CONFIG_HOME", "relative", 1);
+        p = config_default_path();
+        is_str(p, "/home/u/.config/corral/config.json", "a relative XDG_CONFIG_HOME is ignored");
+        free(p);
+        unsetenv("XDG_CONFIG_HOME");
+        unsetenv("HOME");
+        p = config_default_path();
+        ok(p == NULL, "no HOME and no XDG_CONFIG_HOME: no default file");
+        free(p);
+        if (saved_xdg)
+                setenv("XDG_CONFIG_HOME", saved_xdg, 1);
+        if (saved_home)
+                setenv("HOME", saved_home, 1);
+        free(saved_xdg);
+        free(saved_home);
+}
+
+int main(void)
+{
+        const char *t = getenv("TMPDIR");
+        snprintf(tmpdir, sizeof(tmpdir), "%s/corral-test-XXXXXX",
+                 t && *t == '/' && strlen(t) < 40 ? t : "/tmp");
+        if (!mkdtemp(tmpdir)) {
+                perror("mkdtemp");
+                return 1;
+        }
+        test_defaults();
+        test_parse_size();
+        test_set_table();
+        test_set_strings();
+        test_env();
+        test_file();
+        test_check();
+        test_default_path();
+        rmdir(tmpdir);
+        return done_testing();
+}

@@ -1,0 +1,274 @@
+/* The JSON-RPC codec: classification, the error code for each kind of bad
+ * input, id recovery, and the exact bytes the encoder writes. */
+#include "core/jsonrpc.h"
+
+#include "tap.h"
+
+#include <string.h>
+
+#define KIND_NONE -1
+#define S(lit)    lit, sizeof(lit) - 1 /* a literal with its exact length (NULs too) */
+
+static const struct parse_case {
+        const char *name;
+        const char *in;
+        size_t len;
+        int rc;         /* 0 or the JSON-RPC error code */
+        int kind;       /* enum jrpc_kind when rc == 0 */
+        const char *id; /* compact JSON of the (recovered) id, or NULL */
+        const char *method;
+} parse_cases[] = {
+    /* valid messages */
+    {"request", S("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}"), 0, JRPC_REQUEST, "1",
+     "ping"},
+    {"request, string id, object params",
+     S("{\"jsonrpc\":\"2.0\",\"id\":\"a-1\",\"method\":\"tools/call\",\"params\":{}}"), 0,
+     JRPC_REQUEST, "\"a-1\"", "tools/call"},
+    {"request, real id, array params",
+     S("{\"jsonrpc\":\"2.0\",\"id\":1.5,\"method\":\"m\",\"params\":[1]}"), 0, JRPC_REQUEST, "1.5",
+     "m"},
+    {"notification", S("{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}"), 0,
+     JRPC_NOTIFICATION, NULL, "notifications/initialized"},
+    {"result", S("{\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{\"x\":1}}"), 0, JRPC_RESULT, "7", NULL},
+    {"result null", S("{\"jsonrpc\":\"2.0\",\"id\":7,\"result\":null}"), 0, JRPC_RESULT, "7", NULL},
+    {"error", S("{\"jsonrpc\":\"2.0\",\"id\":7,\"error\":{\"code\":-1,\"message\":\"x\"}}"), 0,
+     JRPC_ERROR, "7", NULL},
+    {"error with null id",
+     S("{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":-32700,\"message\":\"x\"}}"), 0,
+     JRPC_ERROR, NULL, NULL},
+    {"surrounding whitespace and CR", S(" {\"jsonrpc\":\"2.0\",\"method\":\"m\"} \r"), 0,
+     JRPC_NOTIFICATION, NULL, "m"},
+    {"non-ASCII UTF-8 in strings", S("{\"jsonrpc\":\"2.0\",\"method\":\"caf\xc3\xa9\"}"), 0,
+     JRPC_NOTIFICATION, NULL, "caf\xc3\xa9"},
+
+    /* -32700: not JSON */
+    {"empty line", S(""), JRPC_PARSE_ERROR, KIND_NONE, NULL, NULL},
+    {"truncated object", S("{\"jsonrpc\":\"2.0\""), JRPC_PARSE_ERROR, KIND_NONE, NULL, NULL},
+    {"not JSON", S("hello"), JRPC_PARSE_ERROR, KIND_NONE, NULL, NULL},
+    {"trailing garbage", S("{\"jsonrpc\":\"2.0\",\"method\":\"m\"} x"), JRPC_PARSE_ERROR, KIND_NONE,
+     NULL, NULL},
+    {"two objects on one line", S("{\"jsonrpc\":\"2.0\",\"method\":\"m\"}{}"), JRPC_PARSE_ERROR,
+     KIND_NONE, NULL, NULL},
+    {"invalid UTF-8 byte", S("{\"jsonrpc\":\"2.0\",\"method\":\"\xff\"}"), JRPC_PARSE_ERROR,
+     KIND_NONE, NULL, NULL},
+    {"overlong UTF-8", S("{\"jsonrpc\":\"2.0\",\"method\":\"\xc0\xaf\"}"), JRPC_PARSE_ERROR,
+     KIND_NONE, NULL, NULL},
+    {"UTF-8 encoded surrogate", S("{\"jsonrpc\":\"2.0\",\"method\":\"\xed\xa0\x80\"}"),
+     JRPC_PARSE_ERROR, KIND_NONE, NULL, NULL},
+    {"truncated UTF-8 sequence", S("{\"jsonrpc\":\"2.0\",\"method\":\"\xe2\x82\"}"),
+     JRPC_PARSE_ERROR, KIND_NONE, NULL, NULL},
+    {"invalid UTF-8 in a key", S("{\"jsonrpc\":\"2.0\",\"method\":\"m\",\"\x80\":1}"),
+     JRPC_PARSE_ERROR, KIND_NONE, NULL, NULL},
+    {"lone surrogate escape", S("{\"jsonrpc\":\"2.0\",\"method\":\"\\ud800\"}"), JRPC_PARSE_ERROR,
+     KIND_NONE, NULL, NULL},
+    /* NUL is allowed in data (program output may hold it) but not in a
+     * method name, where C string handling would cut it. */
+    {"\\u0000 in the method", S("{\"jsonrpc\":\"2.0\",\"method\":\"a\\u0000b\"}"),
+     JRPC_INVALID_REQUEST, KIND_NONE, NULL, NULL},
+    {"\\u0000 in params",
+     S("{\"jsonrpc\":\"2.0\",\"method\":\"m\",\"params\":{\"d\":\"\\u0000\"}}"), 0,
+     JRPC_NOTIFICATION, NULL, "m"},
+    {"raw NUL in a string", S("{\"jsonrpc\":\"2.0\",\"method\":\"a\0b\"}"), JRPC_PARSE_ERROR,
+     KIND_NONE, NULL, NULL},
+    {"raw NUL after the object", S("{\"jsonrpc\":\"2.0\",\"method\":\"m\"}\0"), JRPC_PARSE_ERROR,
+     KIND_NONE, NULL, NULL},
+    {"raw newline in a string", S("{\"jsonrpc\":\"2.0\",\"method\":\"a\nb\"}"), JRPC_PARSE_ERROR,
+     KIND_NONE, NULL, NULL},
+    {"duplicate key", S("{\"jsonrpc\":\"2.0\",\"jsonrpc\":\"2.0\",\"method\":\"m\"}"),
+     JRPC_PARSE_ERROR, KIND_NONE, NULL, NULL},
+    {"duplicate id", S("{\"jsonrpc\":\"2.0\",\"id\":1,\"id\":2,\"method\":\"m\"}"),
+     JRPC_PARSE_ERROR, KIND_NONE, NULL, NULL},
+    {"duplicate key in params",
+     S("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"m\",\"params\":{\"a\":1,\"a\":2}}"),
+     JRPC_PARSE_ERROR, KIND_NONE, NULL, NULL},
+    {"integer id too big", S("{\"jsonrpc\":\"2.0\",\"id\":99999999999999999999,\"method\":\"m\"}"),
+     JRPC_PARSE_ERROR, KIND_NONE, NULL, NULL},
+
+    /* -32600: JSON, but not a JSON-RPC 2.0 message */
+    {"empty batch", S("[]"), JRPC_INVALID_REQUEST, KIND_NONE, NULL, NULL},
+    {"batch", S("[{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"m\"}]"), JRPC_INVALID_REQUEST,
+     KIND_NONE, NULL, NULL},
+    {"empty object", S("{}"), JRPC_INVALID_REQUEST, KIND_NONE, NULL, NULL},
+    {"missing jsonrpc", S("{\"id\":1,\"method\":\"m\"}"), JRPC_INVALID_REQUEST, KIND_NONE, "1",
+     NULL},
+    {"wrong version", S("{\"jsonrpc\":\"1.0\",\"id\":\"x\",\"method\":\"m\"}"),
+     JRPC_INVALID_REQUEST, KIND_NONE, "\"x\"", NULL},
+    {"version as a number", S("{\"jsonrpc\":2.0,\"id\":3,\"method\":\"m\"}"), JRPC_INVALID_REQUEST,
+     KIND_NONE, "3", NULL},
+    {"id is an object", S("{\"jsonrpc\":\"2.0\",\"id\":{},\"method\":\"m\"}"), JRPC_INVALID_REQUEST,
+     KIND_NONE, NULL, NULL},
+    {"id is a bool", S("{\"jsonrpc\":\"2.0\",\"id\":true,\"method\":\"m\"}"), JRPC_INVALID_REQUEST,
+     KIND_NONE, NULL, NULL},
+    {"id is an array", S("{\"jsonrpc\":\"2.0\",\"id\":[1],\"method\":\"m\"}"), JRPC_INVALID_REQUEST,
+     KIND_NONE, NULL, NULL},
+    {"request id is null", S("{\"jsonrpc\":\"2.0\",\"id\":null,\"method\":\"m\"}"),
+     JRPC_INVALID_REQUEST, KIND_NONE, NULL, NULL},
+    {"params is a string", S("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"m\",\"params\":\"x\"}"),
+     JRPC_INVALID_REQUEST, KIND_NONE, "1", NULL},
+    {"params is a number", S("{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"m\",\"params\":5}"),
+     JRPC_INVALID_REQUEST, KIND_NONE, "2", NULL},
+    {"params is null", S("{\"jsonrpc\":\"2.0\",\"method\":\"m\",\"params\":null}"),
+     JRPC_INVALID_REQUEST, KIND_NONE, NULL, NULL},
+    {"empty method", S("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"\"}"), JRPC_INVALID_REQUEST,
+     KIND_NONE, "1", NULL},
+    {"method is a number", S("{\"jsonrpc\":\"2.0\",\"id\":\"q\",\"method\":5}"),
+     JRPC_INVALID_REQUEST, KIND_NONE, "\"q\"", NULL},
+    {"no method, result or error", S("{\"jsonrpc\":\"2.0\",\"id\":1}"), JRPC_INVALID_REQUEST,
+     KIND_NONE, "1", NULL},
+    {"response without id", S("{\"jsonrpc\":\"2.0\",\"result\":1}"), JRPC_INVALID_REQUEST,
+     KIND_NONE, NULL, NULL},
+    {"response with a bool id", S("{\"jsonrpc\":\"2.0\",\"id\":false,\"result\":1}"),
+     JRPC_INVALID_REQUEST, KIND_NONE, NULL, NULL},
+    {"both result and error",
+     S("{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":1,\"error\":{\"code\":1}}"), JRPC_INVALID_REQUEST,
+     KIND_NONE, "1", NULL},
+    {"error is a string", S("{\"jsonrpc\":\"2.0\",\"id\":1,\"error\":\"x\"}"), JRPC_INVALID_REQUEST,
+     KIND_NONE, "1", NULL},
+    {"error code not an integer", S("{\"jsonrpc\":\"2.0\",\"id\":1,\"error\":{\"code\":\"x\"}}"),
+     JRPC_INVALID_REQUEST, KIND_NONE, "1", NULL},
+};
+
+static char *dump_any(const json_t *j)
+{
+        return j ? json_dumps(j, JSON_ENCODE_ANY | JSON_COMPACT) : NULL;
+}
+
+static void test_parse_table(void)
+{
+        for (size_t i = 0; i < ARRAY_SIZE(parse_cases); i++) {
+                const struct parse_case *tc = &parse_cases[i];
+                struct jrpc_msg m = {0};
+                json_t *id = (json_t *)1; /* must be overwritten */
+                struct err e = {0};
+                int rc = jrpc_parse(tc->in, tc->len, &m, &id, &e);
+                is_int(rc, tc->rc, "%s: code", tc->name);
+                if (rc == 0) {
+                        is_int(m.kind, tc->kind, "%s: kind", tc->name);
+                        char *got = dump_any(m.id);
+                        if (json_is_null(m.id)) {
+                                free(got);
+                                got = NULL;
+                        }
+                        is_str(got, tc->id, "%s: id", tc->name);
+                        free(got);
+                        is_str(m.method, tc->method, "%s: method", tc->name);
+                        if (tc->kind == JRPC_RESULT)
+                                ok(m.result != NULL, "%s: result set", tc->name);
+                        if (tc->kind == JRPC_ERROR)
+                                ok(json_is_object(m.error), "%s: error set", tc->name);
+                        jrpc_msg_done(&m);
+                        ok(m.root == NULL, "%s: jrpc_msg_done clears the message", tc->name);
+                } else {
+                        ok(e.msg[0] != '\0', "%s: has a message (%s)", tc->name, e.msg);
+                        is_int(e.kind, ERR_PROTOCOL, "%s: error kind", tc->name);
+                }
+                if (id == (json_t *)1) {
+                        ok(false, "%s: *ret_id was not set", tc->name);
+                        continue;
+                }
+                char *got_id = dump_any(id);
+                /* For a valid message *ret_id is the id too (or NULL). */
+                const char *want_id = tc->id;
+                is_str(got_id, want_id, "%s: recovered id", tc->name);
+                free(got_id);
+                json_decref(id);
+        }
+
+        /* JSON-RPC 2.0 says a valid JSON text that is not a Request object
+         * is "Invalid Request"; jansson without JSON_DECODE_ANY refuses
+         * top-level scalars at parse time, so jrpc_parse answers -32700 and
+         * its "a message must be a JSON object" branch is unreachable. */
+        static const char *const scalars[] = {"1", "\"x\"", "null", "true"};
+        for (size_t i = 0; i < ARRAY_SIZE(scalars); i++) {
+                struct jrpc_msg m;
+                json_t *id;
+                struct err e = {0};
+                int rc = jrpc_parse(scalars[i], strlen(scalars[i]), &m, &id, &e);
+                is_int(rc, JRPC_INVALID_REQUEST, "top-level %s is an invalid request", scalars[i]);
+                json_decref(id);
+        }
+
+        /* A NULL error object is allowed. */
+        struct jrpc_msg m;
+        json_t *id;
+        is_int(jrpc_parse("x", 1, &m, &id, NULL), JRPC_PARSE_ERROR, "parse with no error object");
+        ok(id == NULL, "... no id");
+}
+
+/* The byte-exact wire form of each builder. */
+static void test_encode(void)
+{
+        static const char *const want[] = {
+            "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"text\":\"a\\nb\\r\\n\"}}\n",
+            "{\"jsonrpc\":\"2.0\",\"id\":\"k\",\"result\":{}}\n",
+            "{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":-32700,\"message\":\"parse "
+            "error\"}}\n",
+            "{\"jsonrpc\":\"2.0\",\"id\":2,\"error\":{\"code\":-32601,\"message\":\"no\\nsuch\","
+            "\"data\":{\"line\":\"x\\ny\"}}}\n",
+            "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"sandbox/exec\",\"params\":{\"code\":"
+            "\"print(1)\\n\"}}\n",
+            "{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"ping\"}\n",
+            "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\",\"params\":{\"data\":"
+            "\"\\u0001\\t\\u001F\"}}\n",
+            "{\"jsonrpc\":\"2.0\",\"method\":\"m\"}\n",
+            "{\"jsonrpc\":\"2.0\",\"id\":5,\"result\":{\"s\":\"caf\xc3\xa9 \xe2\x80\xa8\"}}\n",
+        };
+        json_t *id1 = json_integer(1), *idk = json_string("k"), *id2 = json_integer(2),
+               *id5 = json_integer(5);
+        json_t *msgs[] = {
+            jrpc_result(id1, json_pack("{s:s}", "text", "a\nb\r\n")),
+            jrpc_result(idk, NULL),
+            jrpc_error(NULL, JRPC_PARSE_ERROR, "parse error", NULL),
+            jrpc_error(id2, JRPC_METHOD_NOT_FOUND, "no\nsuch", json_pack("{s:s}", "line", "x\ny")),
+            jrpc_request(3, "sandbox/exec", json_pack("{s:s}", "code", "print(1)\n")),
+            jrpc_request(4, "ping", NULL),
+            jrpc_notification("notifications/message", json_pack("{s:s}", "data", "\x01\t\x1f")),
+            jrpc_notification("m", NULL),
+            jrpc_result(id5, json_pack("{s:s}", "s", "caf\xc3\xa9 \xe2\x80\xa8")),
+        };
+        /* The builders copied the ids. */
+        json_decref(id1);
+        json_decref(idk);
+        json_decref(id2);
+        json_decref(id5);
+        for (size_t i = 0; i < ARRAY_SIZE(msgs); i++) {
+                size_t len = 0;
+                char *s = jrpc_encode(msgs[i], &len);
+                is_str(s, want[i], "encode #%zu: exact bytes", i);
+                if (!s)
+                        continue;
+                is_int(len, strlen(s), "encode #%zu: length", i);
+                ok(len > 0 && s[len - 1] == '\n' && memchr(s, '\n', len - 1) == NULL,
+                   "encode #%zu: one line, newline only at the end", i);
+                /* What we write we can read back. */
+                struct jrpc_msg m;
+                json_t *rid;
+                struct err e = {0};
+                is_int(jrpc_parse(s, len - 1, &m, &rid, &e), 0, "encode #%zu: parses back", i);
+                json_decref(rid);
+                if (m.root)
+                        jrpc_msg_done(&m);
+                free(s);
+        }
+        size_t len = 77;
+        ok(jrpc_encode(NULL, &len) == NULL, "encode NULL gives NULL");
+        is_int(len, 77, "... and leaves the length alone");
+
+        /* Every control character and a big payload still give one line. */
+        char ctl[64];
+        size_t n = 0;
+        for (int c = 1; c < 0x20; c++)
+                ctl[n++] = (char)c;
+        ctl[n] = '\0';
+        char *s = jrpc_encode(jrpc_notification("x", json_pack("{s:s}", "d", ctl)), &len);
+        ok(s && memchr(s, '\n', len - 1) == NULL && memchr(s, '\r', len) == NULL,
+           "control characters are escaped");
+        free(s);
+}
+
+int main(void)
+{
+        test_parse_table();
+        test_encode();
+        return done_testing();
+}

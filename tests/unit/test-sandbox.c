@@ -1,0 +1,190 @@
+/* The container spec: every hardening default is asserted field by field,
+ * since a regression here would weaken every sandbox silently. */
+#include "sandbox/sandbox.h"
+
+#include "tap.h"
+
+#include <string.h>
+#include <unistd.h>
+
+static bool array_has(json_t *a, const char *s)
+{
+        size_t i;
+        json_t *v;
+        json_array_foreach(a, i, v)
+        {
+                if (json_is_string(v) && strcmp(json_string_value(v), s) == 0)
+                        return true;
+        }
+        return false;
+}
+
+static const char *str(json_t *o, const char *key)
+{
+        return json_string_value(json_object_get(o, key));
+}
+
+static long long num(json_t *o, const char *key)
+{
+        return json_integer_value(json_object_get(o, key));
+}
+
+static void check_tmpfs(json_t *tmpfs, const char *dir, unsigned long long size)
+{
+        const char *opts = str(tmpfs, dir);
+        if (!ok(opts != NULL, "Tmpfs %s is mounted", dir))
+                return;
+        char want[64];
+        snprintf(want, sizeof(want), "size=%llu", size);
+        /* Match whole comma-separated options, not substrings. */
+        char copy[256];
+        snprintf(copy, sizeof(copy), "%s", opts);
+        bool nosuid = false, nodev = false, has_size = false, rw = false;
+        for (char *save, *o = strtok_r(copy, ",", &save); o; o = strtok_r(NULL, ",", &save)) {
+                nosuid |= strcmp(o, "nosuid") == 0;
+                nodev |= strcmp(o, "nodev") == 0;
+                has_size |= strcmp(o, want) == 0;
+                rw |= strcmp(o, "rw") == 0;
+                ok(strcmp(o, "suid") != 0 && strcmp(o, "dev") != 0, "Tmpfs %s: no %s", dir, o);
+        }
+        ok(nosuid, "Tmpfs %s: nosuid (%s)", dir, opts);
+        ok(nodev, "Tmpfs %s: nodev", dir);
+        ok(has_size, "Tmpfs %s: %s", dir, want);
+        ok(rw, "Tmpfs %s: rw", dir);
+}
+
+static void check_body(const struct config *cfg, const char *what)
+{
+        static const char runtime[] = "import sys\nprint('runtime')\n";
+        json_t *b = sandbox_create_body(cfg, "0123456789abcdef", runtime);
+        if (!ok(b != NULL, "%s: the body builds", what))
+                return;
+        json_t *hc = json_object_get(b, "HostConfig");
+
+        /* No network, no writable root, no capabilities, no privilege gain. */
+        is_str(str(hc, "NetworkMode"), "none", "%s: NetworkMode none", what);
+        ok(json_is_true(json_object_get(hc, "ReadonlyRootfs")), "%s: ReadonlyRootfs true", what);
+        json_t *capdrop = json_object_get(hc, "CapDrop");
+        ok(json_array_size(capdrop) == 1 && array_has(capdrop, "ALL"), "%s: CapDrop [ALL]", what);
+        ok(!json_object_get(hc, "CapAdd") || json_array_size(json_object_get(hc, "CapAdd")) == 0,
+           "%s: no CapAdd", what);
+        ok(array_has(json_object_get(hc, "SecurityOpt"), "no-new-privileges"),
+           "%s: SecurityOpt has no-new-privileges", what);
+        ok(!json_is_true(json_object_get(hc, "Privileged")), "%s: not privileged", what);
+        is_str(str(b, "User"), "65534:65534", "%s: User 65534:65534", what);
+        is_str(str(hc, "IpcMode"), "private", "%s: IpcMode private", what);
+
+        /* Bounded memory (no swap), processes and CPU. */
+        is_int(num(hc, "Memory"), cfg->memory, "%s: Memory", what);
+        is_int(num(hc, "MemorySwap"), num(hc, "Memory"), "%s: MemorySwap == Memory (no swap)",
+               what);
+        is_int(num(hc, "PidsLimit"), cfg->pids, "%s: PidsLimit", what);
+        long long nano = num(hc, "NanoCpus");
+        ok(llabs(nano - (long long)(cfg->cpus * 1e9 + 0.5)) <= 1, "%s: NanoCpus %lld for %g CPUs",
+           what, nano, cfg->cpus);
+
+        /* Writable space only as bounded tmpfs. */
+        json_t *tmpfs = json_object_get(hc, "Tmpfs");
+        is_int(json_object_size(tmpfs), 2, "%s: two tmpfs mounts", what);
+        check_tmpfs(tmpfs, "/tmp", cfg->tmp_size);
+        check_tmpfs(tmpfs, "/workspace", cfg->workspace_size);
+
+        /* No core dumps; files and processes bounded. */
+        json_t *ul = json_object_get(hc, "Ulimits");
+        bool core0 = false, nofile = false;
+        size_t i;
+        json_t *u;
+        json_array_foreach(ul, i, u)
+        {
+                const char *name = str(u, "Name");
+                if (name && strcmp(name, "core") == 0)
+                        core0 = num(u, "Soft") == 0 && num(u, "Hard") == 0 &&
+                                json_is_integer(json_object_get(u, "Hard"));
+                if (name && strcmp(name, "nofile") == 0)
+                        nofile = num(u, "Hard") > 0;
+        }
+        ok(core0, "%s: Ulimits core 0/0", what);
+        ok(nofile, "%s: Ulimits nofile bounded", what);
+
+        /* Nothing from the host: no binds, mounts, volumes, devices. */
+        static const char *const host_keys[] = {"Binds",   "Mounts",     "Devices", "VolumesFrom",
+                                                "PidMode", "UsernsMode", "Links"};
+        for (size_t k = 0; k < ARRAY_SIZE(host_keys); k++)
+                ok(!json_object_get(hc, host_keys[k]), "%s: no HostConfig.%s", what, host_keys[k]);
+        ok(!json_object_get(b, "Volumes"), "%s: no Volumes", what);
+        ok(!json_object_get(b, "WorkingDir"), "%s: no WorkingDir (the runtime changes dir)", what);
+
+        /* Labels let corral find its containers (and only its own). */
+        json_t *labels = json_object_get(b, "Labels");
+        is_str(str(labels, "io.corral.owner"), "corral", "%s: label io.corral.owner", what);
+        is_str(str(labels, "io.corral.instance"), "0123456789abcdef",
+               "%s: label io.corral.instance", what);
+        char pid[32];
+        snprintf(pid, sizeof(pid), "%d", (int)getpid());
+        is_str(str(labels, "io.corral.pid"), pid, "%s: label io.corral.pid", what);
+
+        /* The runtime is passed inline, and stdin is how frames reach it. */
+        is_str(str(b, "Image"), cfg->image, "%s: Image", what);
+        json_t *cmd = json_object_get(b, "Cmd");
+        is_str(json_string_value(json_array_get(cmd, 0)), "python3", "%s: Cmd runs python3", what);
+        ok(array_has(cmd, "-I"), "%s: python3 -I (isolated mode)", what);
+        is_str(json_string_value(json_array_get(cmd, json_array_size(cmd) - 1)), runtime,
+               "%s: the runtime source is the last argument", what);
+        ok(json_is_false(json_object_get(b, "Tty")), "%s: no TTY (the stream is multiplexed)",
+           what);
+        ok(json_is_true(json_object_get(b, "OpenStdin")) &&
+               json_is_true(json_object_get(b, "AttachStdin")),
+           "%s: stdin open and attached", what);
+        json_t *env = json_object_get(b, "Env");
+        char frame[64];
+        snprintf(frame, sizeof(frame), "CORRAL_MAX_FRAME=%llu", cfg->max_frame);
+        ok(array_has(env, frame), "%s: Env has %s", what, frame);
+        size_t e;
+        json_t *ev;
+        int leaked = 0;
+        json_array_foreach(env, e, ev)
+        {
+                const char *s = json_string_value(ev);
+                if (!s || (strncmp(s, "HOME=", 5) && strncmp(s, "PATH=", 5) &&
+                           strncmp(s, "LANG=", 5) && strncmp(s, "CORRAL_", 7)))
+                        leaked++;
+        }
+        is_int(leaked, 0, "%s: Env holds only what the sandbox needs", what);
+
+        char *s = json_dumps(b, JSON_COMPACT);
+        ok(s && strlen(s) > 100, "%s: the body encodes", what);
+        free(s);
+        json_decref(b);
+}
+
+int main(void)
+{
+        struct config cfg;
+        config_defaults(&cfg);
+        check_body(&cfg, "defaults");
+
+        struct err e = {0};
+        config_set(&cfg, "memory", "1g", "test", &e);
+        config_set(&cfg, "pids", "64", "test", &e);
+        config_set(&cfg, "cpus", "0.5", "test", &e);
+        config_set(&cfg, "tmp_size", "16m", "test", &e);
+        config_set(&cfg, "workspace_size", "1g", "test", &e);
+        config_set(&cfg, "max_frame", "1m", "test", &e);
+        config_set(&cfg, "image", "registry.example/corral-python:1", "test", &e);
+        check_body(&cfg, "custom");
+
+        /* CPU shares whose product with 1e9 lands just below an integer in
+         * binary (2.01 * 1e9 = 2009999999.9999998) should still give the
+         * nearest NanoCpus value, not one less. */
+        static const char *const cpus[] = {"2.01", "4.1", "1.001"};
+        for (size_t i = 0; i < ARRAY_SIZE(cpus); i++) {
+                config_set(&cfg, "cpus", cpus[i], "test", &e);
+                json_t *b = sandbox_create_body(&cfg, "x", "pass");
+                long long nano = num(json_object_get(b, "HostConfig"), "NanoCpus");
+                long long want = (long long)(strtod(cpus[i], NULL) * 1e9 + 0.5);
+                is_int(nano, want, "cpus %s gives NanoCpus %lld", cpus[i], want);
+                json_decref(b);
+        }
+        config_free(&cfg);
+        return done_testing();
+}

@@ -1,0 +1,474 @@
+/* The MCP tools: their schemas, argument validation, and the exact shape of
+ * a CallToolResult for each kind of outcome. */
+#include "mcp/tools.h"
+
+#include "tap.h"
+
+#include <math.h>
+#include <string.h>
+
+static bool valid_utf8(const char *s)
+{
+        /* jansson validates UTF-8 when it makes a string. */
+        json_t *j = json_string(s);
+        json_decref(j);
+        return j != NULL;
+}
+
+static void test_list(void)
+{
+        json_t *list = tools_list();
+        if (!ok(json_is_array(list) && json_array_size(list) == 2, "tools_list has two tools"))
+                return;
+        static const struct {
+                const char *name, *arg;
+        } want[] = {{"run_python", "code"}, {"run_shell", "command"}};
+        for (size_t i = 0; i < ARRAY_SIZE(want); i++) {
+                json_t *t = json_array_get(list, i);
+                is_str(json_string_value(json_object_get(t, "name")), want[i].name, "tool %zu name",
+                       i);
+                const char *desc = json_string_value(json_object_get(t, "description"));
+                ok(desc && strlen(desc) > 50, "%s: has a description", want[i].name);
+                like(desc, "no network", "%s: the description states the sandbox rules",
+                     want[i].name);
+                ok(json_is_string(json_object_get(t, "title")), "%s: has a title", want[i].name);
+
+                json_t *in = json_object_get(t, "inputSchema");
+                is_str(json_string_value(json_object_get(in, "type")), "object",
+                       "%s: inputSchema is an object", want[i].name);
+                json_t *props = json_object_get(in, "properties");
+                is_int(json_object_size(props), 2, "%s: two arguments", want[i].name);
+                is_str(
+                    json_string_value(json_object_get(json_object_get(props, want[i].arg), "type")),
+                    "string", "%s: %s is a string", want[i].name, want[i].arg);
+                json_t *ts = json_object_get(props, "timeout_s");
+                is_str(json_string_value(json_object_get(ts, "type")), "number",
+                       "%s: timeout_s is a number", want[i].name);
+                ok(json_number_value(json_object_get(ts, "exclusiveMinimum")) == 0 &&
+                       json_is_number(json_object_get(ts, "exclusiveMinimum")),
+                   "%s: timeout_s has exclusiveMinimum 0", want[i].name);
+                json_t *req = json_object_get(in, "required");
+                ok(json_is_array(req) && json_array_size(req) == 1 &&
+                       strcmp(json_string_value(json_array_get(req, 0)), want[i].arg) == 0,
+                   "%s: required is [%s]", want[i].name, want[i].arg);
+                ok(json_is_false(json_object_get(in, "additionalProperties")),
+                   "%s: additionalProperties false", want[i].name);
+
+                json_t *out = json_object_get(t, "outputSchema");
+                is_str(json_string_value(json_object_get(out, "type")), "object",
+                       "%s: outputSchema is an object", want[i].name);
+                json_t *oprops = json_object_get(out, "properties");
+                static const char *const fields[] = {
+                    "status",
+                    "exit_code",
+                    "stdout",
+                    "stderr",
+                    "stdout_bytes",
+                    "stderr_bytes",
+                    "stdout_truncated",
+                    "stderr_truncated",
+                    "duration_ms",
+                    "container",
+                    "error",
+                };
+                int missing = 0;
+                for (size_t k = 0; k < ARRAY_SIZE(fields); k++)
+                        if (!json_object_get(oprops, fields[k])) {
+                                diag("outputSchema lacks %s", fields[k]);
+                                missing++;
+                        }
+                is_int(missing, 0, "%s: outputSchema has every result field", want[i].name);
+                json_t *status_enum = json_object_get(json_object_get(oprops, "status"), "enum");
+                is_int(json_array_size(status_enum), 8, "%s: eight statuses", want[i].name);
+                json_t *oreq = json_object_get(out, "required");
+                bool has_status = false;
+                for (size_t k = 0; k < json_array_size(oreq); k++)
+                        has_status |=
+                            strcmp(json_string_value(json_array_get(oreq, k)), "status") == 0;
+                ok(has_status, "%s: status is required", want[i].name);
+                json_t *ann = json_object_get(t, "annotations");
+                ok(json_is_false(json_object_get(ann, "readOnlyHint")) &&
+                       json_is_false(json_object_get(ann, "openWorldHint")),
+                   "%s: annotations", want[i].name);
+        }
+        char *s = json_dumps(list, JSON_COMPACT);
+        ok(s != NULL, "tools_list encodes");
+        free(s);
+        json_decref(list);
+}
+
+/* A status name for every status value a result can hold. */
+static void test_status_names(void)
+{
+        static const char *const names[] = {"ok",        "error",        "timeout", "oom",
+                                            "cancelled", "engine_error", "busy"};
+        for (size_t i = 0; i < ARRAY_SIZE(names); i++)
+                is_str(sandbox_status_name((enum sandbox_status)i), names[i], "status %zu is %s", i,
+                       names[i]);
+}
+
+static const struct call_case {
+        const char *tool;
+        const char *args; /* JSON text, or NULL for absent arguments */
+        int rc;
+        enum sandbox_lang lang;
+        const char *code;
+        double timeout;  /* expected req.timeout_s on success */
+        const char *msg; /* substring of the message on failure */
+} call_cases[] = {
+    {"run_python", "{\"code\":\"print(1)\"}", 0, LANG_PYTHON, "print(1)", 30, NULL},
+    {"run_shell", "{\"command\":\"ls -l\"}", 0, LANG_SHELL, "ls -l", 30, NULL},
+    {"run_python", "{\"code\":\"\"}", 0, LANG_PYTHON, "", 30, NULL},
+    {"run_python", "{\"code\":\"x\",\"timeout_s\":5}", 0, LANG_PYTHON, "x", 5, NULL},
+    {"run_python", "{\"code\":\"x\",\"timeout_s\":0.5}", 0, LANG_PYTHON, "x", 0.5, NULL},
+    {"run_python", "{\"timeout_s\":600,\"code\":\"x\"}", 0, LANG_PYTHON, "x", 600, NULL},
+    {"run_python", "{\"code\":\"x\",\"timeout_s\":601}", 0, LANG_PYTHON, "x", 600, NULL},
+    {"run_shell", "{\"command\":\"x\",\"timeout_s\":1e300}", 0, LANG_SHELL, "x", 600, NULL},
+    {"run_ruby", "{\"code\":\"x\"}", -ENOENT, 0, NULL, 0, "run_ruby"},
+    {"", "{\"code\":\"x\"}", -ENOENT, 0, NULL, 0, "unknown tool"},
+    {"RUN_PYTHON", "{\"code\":\"x\"}", -ENOENT, 0, NULL, 0, "RUN_PYTHON"},
+    {"run_python", NULL, -EINVAL, 0, NULL, 0, "\"code\" is required"},
+    {"run_python", "{}", -EINVAL, 0, NULL, 0, "\"code\" is required"},
+    {"run_python", "{\"code\":1}", -EINVAL, 0, NULL, 0, "must be a string"},
+    {"run_python", "{\"code\":null}", -EINVAL, 0, NULL, 0, "must be a string"},
+    {"run_python", "{\"code\":[\"x\"]}", -EINVAL, 0, NULL, 0, "must be a string"},
+    {"run_shell", "{\"code\":\"ls\"}", -EINVAL, 0, NULL, 0, "unknown argument \"code\""},
+    {"run_python", "{\"command\":\"ls\"}", -EINVAL, 0, NULL, 0, "unknown argument \"command\""},
+    {"run_python", "{\"code\":\"x\",\"verbose\":true}", -EINVAL, 0, NULL, 0,
+     "unknown argument \"verbose\""},
+    {"run_python", "{\"code\":\"x\",\"timeout_s\":-1}", -EINVAL, 0, NULL, 0, "timeout_s"},
+    {"run_python", "{\"code\":\"x\",\"timeout_s\":0}", -EINVAL, 0, NULL, 0, "positive number"},
+    {"run_python", "{\"code\":\"x\",\"timeout_s\":0.0}", -EINVAL, 0, NULL, 0, "timeout_s"},
+    {"run_python", "{\"code\":\"x\",\"timeout_s\":-0.0}", -EINVAL, 0, NULL, 0, "timeout_s"},
+    {"run_python", "{\"code\":\"x\",\"timeout_s\":\"5\"}", -EINVAL, 0, NULL, 0, "timeout_s"},
+    {"run_python", "{\"code\":\"x\",\"timeout_s\":\"NaN\"}", -EINVAL, 0, NULL, 0, "timeout_s"},
+    {"run_python", "{\"code\":\"x\",\"timeout_s\":true}", -EINVAL, 0, NULL, 0, "timeout_s"},
+    {"run_python", "{\"code\":\"x\",\"timeout_s\":null}", -EINVAL, 0, NULL, 0, "timeout_s"},
+    {"run_python", "{\"code\":\"x\",\"timeout_s\":{}}", -EINVAL, 0, NULL, 0, "timeout_s"},
+    {"run_python", "[\"x\"]", -EINVAL, 0, NULL, 0, "arguments must be an object"},
+    {"run_python", "\"print(1)\"", -EINVAL, 0, NULL, 0, "arguments must be an object"},
+};
+
+static void test_parse_call(void)
+{
+        struct config cfg;
+        config_defaults(&cfg);
+        for (size_t i = 0; i < ARRAY_SIZE(call_cases); i++) {
+                const struct call_case *tc = &call_cases[i];
+                json_error_t jerr;
+                json_t *args = tc->args ? json_loads(tc->args, JSON_DECODE_ANY, &jerr) : NULL;
+                if (tc->args && !args) {
+                        ok(false, "test data #%zu is JSON: %s", i, jerr.text);
+                        continue;
+                }
+                struct sandbox_request req = {.timeout_s = -1};
+                char msg[512] = "";
+                int rc = tools_parse_call(tc->tool, args, &cfg, &req, msg, sizeof(msg));
+                const char *what = tc->args ? tc->args : "(no arguments)";
+                is_int(rc, tc->rc, "%s %s: returns %d", tc->tool, what, tc->rc);
+                if (tc->rc == 0) {
+                        is_int(req.lang, tc->lang, "... language");
+                        is_str(req.code, tc->code, "... code");
+                        ok(req.timeout_s == tc->timeout, "... timeout_s %g (got %g)", tc->timeout,
+                           req.timeout_s);
+                } else {
+                        like(msg, tc->msg, "... message");
+                }
+                json_decref(args);
+        }
+
+        /* JSON has no NaN or Infinity, and jansson cannot make them. */
+        ok(json_real(NAN) == NULL && json_real(INFINITY) == NULL,
+           "a NaN or infinite timeout_s cannot reach tools_parse_call");
+
+        /* A NUL inside the code cannot be passed to a process. */
+        struct sandbox_request req;
+        char msg[512];
+        json_t *args = json_pack("{s:s%}", "code", "a\0b", (size_t)3);
+        is_int(tools_parse_call("run_python", args, &cfg, &req, msg, sizeof(msg)), -EINVAL,
+               "code with a NUL is refused");
+        like(msg, "NUL", "... saying why");
+        json_decref(args);
+
+        /* The code must fit in one frame with its envelope: max_frame / 2. */
+        cfg.max_frame = 64 << 10;
+        char *code = malloc((32 << 10) + 2);
+        memset(code, 'x', (32 << 10) + 1);
+        code[32 << 10] = '\0';
+        args = json_pack("{s:s}", "code", code);
+        is_int(tools_parse_call("run_python", args, &cfg, &req, msg, sizeof(msg)), 0,
+               "code of max_frame / 2 bytes is accepted");
+        json_decref(args);
+        code[32 << 10] = 'x';
+        code[(32 << 10) + 1] = '\0';
+        args = json_pack("{s:s}", "code", code);
+        is_int(tools_parse_call("run_python", args, &cfg, &req, msg, sizeof(msg)), -EINVAL,
+               "one byte more is refused");
+        like(msg, "32768", "... naming the limit");
+        json_decref(args);
+        free(code);
+
+        /* The cap follows the configuration. */
+        cfg.max_timeout_s = 10;
+        args = json_pack("{s:s, s:f}", "code", "x", "timeout_s", 20.0);
+        tools_parse_call("run_python", args, &cfg, &req, msg, sizeof(msg));
+        ok(req.timeout_s == 10, "timeout_s is capped at max_timeout_s (10)");
+        json_decref(args);
+        cfg.timeout_s = 7;
+        args = json_pack("{s:s}", "code", "x");
+        tools_parse_call("run_python", args, &cfg, &req, msg, sizeof(msg));
+        ok(req.timeout_s == 7, "no timeout_s: the configured default");
+        json_decref(args);
+
+        /* Messages go to the host as JSON strings: they must stay valid
+         * UTF-8 even when a long name is cut. "%.100s" cuts bytes, so a
+         * character straddling byte 100 is split; tools_error_result then
+         * returns NULL and server.c sends `"result":{}` instead of an error
+         * (or a JSON-RPC error without "message" for an unknown tool). */
+        char name[128];
+        memset(name, 'a', 99);
+        memcpy(name + 99, "\xc3\xa9", 3); /* 'é' at bytes 99..100, then NUL */
+        char argtext[160];
+        snprintf(argtext, sizeof(argtext), "{\"code\":\"x\",\"%s\":1}", name);
+        args = json_loads(argtext, 0, NULL);
+        tools_parse_call("run_python", args, &cfg, &req, msg, sizeof(msg));
+        ok(valid_utf8(msg), "unknown-argument message is valid UTF-8");
+        json_t *r = tools_error_result("invalid_arguments", "InvalidArguments", msg);
+        ok(r != NULL, "... and can be sent as a tool error");
+        json_decref(r);
+        tools_parse_call(name, args, &cfg, &req, msg, sizeof(msg));
+        ok(valid_utf8(msg), "unknown-tool message is valid UTF-8");
+        json_decref(args);
+        config_free(&cfg);
+}
+
+/* ---- tools_result */
+
+static void set_output(struct sandbox_output *o, const char *data, unsigned long long total,
+                       bool truncated)
+{
+        buf_init(&o->data, 1 << 20);
+        if (data)
+                buf_append(&o->data, data, strlen(data));
+        o->total = total;
+        o->truncated = truncated;
+}
+
+static void free_result(struct sandbox_result *r)
+{
+        buf_free(&r->out.data);
+        buf_free(&r->err.data);
+}
+
+static const char *text_of(json_t *result)
+{
+        json_t *content = json_object_get(result, "content");
+        if (json_array_size(content) != 1)
+                return NULL;
+        json_t *c = json_array_get(content, 0);
+        const char *type = json_string_value(json_object_get(c, "type"));
+        if (!type || strcmp(type, "text") != 0)
+                return NULL;
+        return json_string_value(json_object_get(c, "text"));
+}
+
+static const struct result_case {
+        const char *name;
+        enum sandbox_status status;
+        bool has_exit;
+        int exit_code;
+        const char *out, *err;
+        unsigned long long out_total, err_total;
+        bool out_trunc, err_trunc;
+        long long ms;
+        const char *container, *etype, *emsg, *etb;
+        /* expected */
+        const char *text;
+        const char *structured; /* compact JSON, keys in order */
+} result_cases[] = {
+    {"ok", ST_OK, true, 0, "hello\n", "", 6, 0, false, false, 12, "abc123def456", NULL, NULL, NULL,
+     "hello\n[status: ok, exit code 0, 12 ms]",
+     "{\"status\":\"ok\",\"exit_code\":0,\"stdout\":\"hello\\n\",\"stderr\":\"\","
+     "\"stdout_bytes\":6,\"stderr_bytes\":0,\"stdout_truncated\":false,"
+     "\"stderr_truncated\":false,\"duration_ms\":12,\"container\":\"abc123def456\","
+     "\"error\":null}"},
+    {"ok, no output, no container", ST_OK, true, 0, NULL, NULL, 0, 0, false, false, 5, NULL, NULL,
+     NULL, NULL, "[status: ok, exit code 0, 5 ms]",
+     "{\"status\":\"ok\",\"exit_code\":0,\"stdout\":\"\",\"stderr\":\"\","
+     "\"stdout_bytes\":0,\"stderr_bytes\":0,\"stdout_truncated\":false,"
+     "\"stderr_truncated\":false,\"duration_ms\":5,\"container\":null,\"error\":null}"},
+    {"timeout", ST_TIMEOUT, false, 0, "partial", NULL, 7, 0, false, false, 1003, "c1", "Timeout",
+     "the code ran longer than its time limit of 1 s and was killed", NULL,
+     "partial\n--- error ---\nTimeout: the code ran longer than its time limit of 1 s and was "
+     "killed\n[status: timeout, 1003 ms]",
+     "{\"status\":\"timeout\",\"exit_code\":null,\"stdout\":\"partial\",\"stderr\":\"\","
+     "\"stdout_bytes\":7,\"stderr_bytes\":0,\"stdout_truncated\":false,"
+     "\"stderr_truncated\":false,\"duration_ms\":1003,\"container\":\"c1\",\"error\":{"
+     "\"type\":\"Timeout\",\"message\":\"the code ran longer than its time limit of 1 s and "
+     "was killed\",\"traceback\":null}}"},
+    {"truncated both", ST_ERROR, true, 1, "ab", "e", 10, 5, true, true, 3, NULL, NULL, NULL, NULL,
+     "ab\n[stdout truncated: first 2 of 10 bytes shown]\n--- stderr ---\ne\n[stderr "
+     "truncated: first 1 of 5 bytes shown]\n[status: error, exit code 1, 3 ms]",
+     "{\"status\":\"error\",\"exit_code\":1,\"stdout\":\"ab\",\"stderr\":\"e\","
+     "\"stdout_bytes\":10,\"stderr_bytes\":5,\"stdout_truncated\":true,"
+     "\"stderr_truncated\":true,\"duration_ms\":3,\"container\":null,\"error\":null}"},
+    {"traceback already in stderr", ST_ERROR, true, 1, NULL,
+     "Traceback:\n  x\nZeroDivisionError: division by zero\n", 0, 46, false, false, 9, NULL,
+     "ZeroDivisionError", "division by zero",
+     "Traceback:\n  x\nZeroDivisionError: division by zero\n",
+     "--- stderr ---\nTraceback:\n  x\nZeroDivisionError: division by zero\n[status: error, "
+     "exit code 1, 9 ms]",
+     "{\"status\":\"error\",\"exit_code\":1,\"stdout\":\"\",\"stderr\":\"Traceback:\\n  "
+     "x\\nZeroDivisionError: division by zero\\n\",\"stdout_bytes\":0,\"stderr_bytes\":46,"
+     "\"stdout_truncated\":false,\"stderr_truncated\":false,\"duration_ms\":9,\"container\":"
+     "null,\"error\":{\"type\":\"ZeroDivisionError\",\"message\":\"division by zero\","
+     "\"traceback\":\"Traceback:\\n  x\\nZeroDivisionError: division by zero\\n\"}}"},
+    {"traceback not in stderr", ST_ERROR, true, 1, "out\n", NULL, 4, 0, false, false, 2, NULL,
+     "ValueError", "bad", "Traceback:\nValueError: bad",
+     "out\n--- error ---\nTraceback:\nValueError: bad\n[status: error, exit code 1, 2 ms]",
+     "{\"status\":\"error\",\"exit_code\":1,\"stdout\":\"out\\n\",\"stderr\":\"\","
+     "\"stdout_bytes\":4,\"stderr_bytes\":0,\"stdout_truncated\":false,"
+     "\"stderr_truncated\":false,\"duration_ms\":2,\"container\":null,\"error\":{\"type\":"
+     "\"ValueError\",\"message\":\"bad\",\"traceback\":\"Traceback:\\nValueError: bad\"}}"},
+    {"oom without a type", ST_OOM, true, 137, NULL, NULL, 0, 0, false, false, 50, NULL, NULL,
+     "the sandbox exceeded its memory limit and was killed", NULL,
+     "--- error ---\nError: the sandbox exceeded its memory limit and was killed\n[status: "
+     "oom, exit code 137, 50 ms]",
+     "{\"status\":\"oom\",\"exit_code\":137,\"stdout\":\"\",\"stderr\":\"\","
+     "\"stdout_bytes\":0,\"stderr_bytes\":0,\"stdout_truncated\":false,"
+     "\"stderr_truncated\":false,\"duration_ms\":50,\"container\":null,\"error\":{\"type\":"
+     "\"Error\",\"message\":\"the sandbox exceeded its memory limit and was "
+     "killed\",\"traceback\":null}}"},
+    {"UTF-8 output cut at a character boundary", ST_OK, true, 0, "caf\xc3\xa9 \xe2\x82\xac", NULL,
+     12, 0, true, false, 1, NULL, NULL, NULL, NULL,
+     "caf\xc3\xa9 \xe2\x82\xac\n[stdout truncated: first 9 of 12 bytes shown]\n[status: ok, "
+     "exit code 0, 1 ms]",
+     "{\"status\":\"ok\",\"exit_code\":0,\"stdout\":\"caf\xc3\xa9 \xe2\x82\xac\",\"stderr\":"
+     "\"\",\"stdout_bytes\":12,\"stderr_bytes\":0,\"stdout_truncated\":true,"
+     "\"stderr_truncated\":false,\"duration_ms\":1,\"container\":null,\"error\":null}"},
+};
+
+static void test_result_table(void)
+{
+        for (size_t i = 0; i < ARRAY_SIZE(result_cases); i++) {
+                const struct result_case *tc = &result_cases[i];
+                struct sandbox_result res = {
+                    .status = tc->status,
+                    .has_exit_code = tc->has_exit,
+                    .exit_code = tc->exit_code,
+                    .duration_ms = tc->ms,
+                    .error_type = (char *)tc->etype,
+                    .error_message = (char *)tc->emsg,
+                    .error_traceback = (char *)tc->etb,
+                    .container_id = (char *)tc->container,
+                };
+                set_output(&res.out, tc->out, tc->out_total, tc->out_trunc);
+                set_output(&res.err, tc->err, tc->err_total, tc->err_trunc);
+                json_t *r = tools_result(&res);
+                if (!ok(r != NULL, "%s: a result", tc->name)) {
+                        free_result(&res);
+                        continue;
+                }
+                is_str(text_of(r), tc->text, "%s: text content", tc->name);
+                char *s = json_dumps(json_object_get(r, "structuredContent"), JSON_COMPACT);
+                is_str(s, tc->structured, "%s: structuredContent", tc->name);
+                free(s);
+                ok(json_is_boolean(json_object_get(r, "isError")) &&
+                       json_is_true(json_object_get(r, "isError")) == (tc->status != ST_OK),
+                   "%s: isError is %s", tc->name, tc->status != ST_OK ? "true" : "false");
+                is_int(json_object_size(r), 3, "%s: content, structuredContent, isError", tc->name);
+                json_decref(r);
+                free_result(&res);
+        }
+
+        /* Outputs are valid UTF-8 by construction (JSON frames, cut with
+         * utf8_cut); bytes that are not cannot become a JSON string, and
+         * tools_result says so with NULL rather than sending bad JSON. */
+        struct sandbox_result res = {.status = ST_OK, .has_exit_code = true};
+        set_output(&res.out, "\xff\xfe", 2, false);
+        set_output(&res.err, NULL, 0, false);
+        json_t *r = tools_result(&res);
+        ok(r == NULL, "invalid UTF-8 output gives NULL, never invalid JSON");
+        json_decref(r);
+        free_result(&res);
+
+        /* The runtime forwards the exception's type name from user code
+         * (clipped to 256 characters, so up to 1 KiB of UTF-8). With no
+         * traceback it is printed into a 512-byte line with snprintf, which
+         * can cut a character in half; the whole result is then lost. */
+        char etype[700];
+        size_t n = 0;
+        etype[n++] = 'E'; /* two ASCII bytes put the 512-byte cut mid-character */
+        etype[n++] = 'E';
+        while (n + 2 < sizeof(etype) - 1) {
+                memcpy(etype + n, "\xc3\xa9", 2);
+                n += 2;
+        }
+        etype[n] = '\0';
+        res = (struct sandbox_result){.status = ST_ERROR,
+                                      .has_exit_code = true,
+                                      .exit_code = 1,
+                                      .error_type = etype,
+                                      .error_message = "boom"};
+        set_output(&res.out, "kept output\n", 12, false);
+        set_output(&res.err, NULL, 0, false);
+        r = tools_result(&res);
+        ok(r != NULL, "a long non-ASCII error type still gives a result");
+        json_decref(r);
+        free_result(&res);
+}
+
+static void test_error_result(void)
+{
+        json_t *r = tools_error_result("invalid_arguments", "InvalidArguments",
+                                       "argument \"code\" is required and must be a string");
+        if (!ok(r != NULL, "tools_error_result builds"))
+                return;
+        is_str(text_of(r),
+               "InvalidArguments: argument \"code\" is required and must be a string\n[status: "
+               "invalid_arguments]",
+               "error result text");
+        char *s = json_dumps(json_object_get(r, "structuredContent"), JSON_COMPACT);
+        is_str(
+            s,
+            "{\"status\":\"invalid_arguments\",\"exit_code\":null,\"stdout\":\"\",\"stderr\":\"\","
+            "\"stdout_bytes\":0,\"stderr_bytes\":0,\"stdout_truncated\":false,"
+            "\"stderr_truncated\":false,\"duration_ms\":0,\"container\":null,\"error\":{"
+            "\"type\":\"InvalidArguments\",\"message\":\"argument \\\"code\\\" is required and "
+            "must be a string\"}}",
+            "error result structuredContent");
+        free(s);
+        ok(json_is_true(json_object_get(r, "isError")), "error result isError true");
+        json_decref(r);
+
+        /* Every field of the output schema is present in both shapes. */
+        json_t *list = tools_list();
+        json_t *props =
+            json_object_get(json_object_get(json_array_get(list, 0), "outputSchema"), "properties");
+        r = tools_error_result("busy", "Busy", "every sandbox slot is in use");
+        json_t *sc = json_object_get(r, "structuredContent");
+        const char *key;
+        json_t *v;
+        int extra = 0;
+        json_object_foreach(sc, key, v)
+        {
+                if (!json_object_get(props, key)) {
+                        diag("structuredContent has %s, not in the schema", key);
+                        extra++;
+                }
+        }
+        is_int(extra, 0, "error result fields are all in the output schema");
+        is_int(json_object_size(sc), json_object_size(props), "... and all of them are there");
+        json_decref(r);
+        json_decref(list);
+}
+
+int main(void)
+{
+        test_list();
+        test_status_names();
+        test_parse_call();
+        test_result_table();
+        test_error_result();
+        return done_testing();
+}
