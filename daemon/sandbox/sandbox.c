@@ -95,13 +95,13 @@ json_t *sandbox_create_body(const struct config *cfg, const char *instance, cons
          * and no core dumps. Nothing from the host is mounted. */
         // clang-format off
         return json_pack(
-                "{s:s, s:[s,s,s,s,s], s:[s,s,s,s], s:s, s:s, s:b, s:b, s:b, s:b, s:b, s:b,"
+                "{s:s, s:[s,s,s,s,s,s], s:[s,s,s,s], s:s, s:s, s:b, s:b, s:b, s:b, s:b, s:b,"
                 " s:{s:s, s:s, s:s},"
                 " s:{s:s, s:b, s:[s], s:[s], s:I, s:I, s:I, s:I, s:s,"
                 "    s:{s:s, s:s},"
                 "    s:[{s:s,s:i,s:i},{s:s,s:i,s:i},{s:s,s:i,s:i}]}}",
                 "Image", cfg->image,
-                "Cmd", "python3", "-I", "-B", "-c", runtime_src,
+                "Cmd", "python3", "-I", "-S", "-B", "-c", runtime_src,
                 "Env", "HOME=/tmp", "PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C.UTF-8", frame_env,
                 "User", "65534:65534",
                 "Hostname", "sandbox",
