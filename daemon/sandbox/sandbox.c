@@ -356,7 +356,11 @@ static void take_result(struct sandbox *s, json_t *r)
         } else if (s->res.status == ST_OOM) {
                 set_error(&s->res, "MemoryError", "the code exceeded the sandbox memory limit");
         } else if (st && strcmp(st, "killed") == 0) {
-                set_error(&s->res, "Killed", "the code was killed by a signal");
+                char msg[96];
+                json_int_t sig = json_integer_value(json_object_get(r, "signal"));
+                snprintf(msg, sizeof(msg), "the code was killed by signal %d (%s)", (int)sig,
+                         sig > 0 && sig < 65 ? strsignal((int)sig) : "unknown");
+                set_error(&s->res, "Killed", msg);
         }
         s->have_result = true;
 }
