@@ -1124,6 +1124,33 @@ test('stdin EOF: corral removes a running sandbox and exits promptly', async (t)
 
 // ---- engine down, CLI
 
+test('SIGTERM: corral answers the running call, removes its sandbox and exits 0', async (t) => {
+  const r = t.raw({});
+  await r.initialize(0);
+  await r.send({ jsonrpc: '2.0', id: 1, method: 'tools/call',
+    params: { name: 'run_python', arguments: { code: 'import time\ntime.sleep(60)' } } });
+  const seen = await waitFor(async () => {
+    const cs = (await corralContainers(`io.corral.pid=${r.pid}`)).filter((c) => c.created >= suiteStart);
+    return { done: cs.some((c) => c.state === 'running'), cs };
+  }, { timeoutMs: 20000 });
+  assert.ok(seen.done, 'the call\'s container is running');
+  const instance = seen.cs[0].instance;
+  const t0 = Date.now();
+  r.child.kill('SIGTERM');
+  const how = await withTimeout(r.exit, 15000, 'exit after SIGTERM');
+  t.note('exit', { ...how, ms: Date.now() - t0 });
+  assert.equal(how.code, 0, 'corral exited with status 0 after SIGTERM');
+  const res = r.msgs.find((m) => m.id === 1);
+  assert.ok(res, 'the running call was answered before exit');
+  assert.equal(res.result?.structuredContent?.status, 'cancelled', 'and its status is cancelled');
+  const gone = await waitFor(async () => {
+    const cs = await corralContainers(`io.corral.instance=${instance}`);
+    return { done: cs.length === 0, cs };
+  }, { timeoutMs: 10000 });
+  t.note('left', brief(gone.cs));
+  assert.ok(gone.done, 'no container of the daemon remains');
+}, { timeoutMs: 60000 });
+
 test('engine down: run_python says engine_error with advice; doctor fails with advice', async (t) => {
   const bad = 'unix:///nonexistent/engine.sock';
   const d = await t.daemon('down', { CORRAL_ENGINE: bad });
