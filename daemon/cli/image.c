@@ -52,6 +52,43 @@ static void imported(void *userdata, long status, json_t *body, const struct err
                          engine_error_message(body));
 }
 
+#define IMAGE_USAGE "usage: corral image build [--if-missing] [--tar ROOTFS.tar] [--image NAME]\n"
+
+static bool image_present(struct engine *eng, const char *image)
+{
+        char path[600];
+        struct err e = {0};
+        snprintf(path, sizeof(path), "/images/%s/json", image);
+        return engine_call(eng, "GET", path, NULL, NULL, &e) == 200;
+}
+
+static int import_tar(struct loop *l, struct engine *eng, const char *tar, const char *repo,
+                      const char *tag)
+{
+        int fd = open(tar, O_RDONLY | O_CLOEXEC);
+        struct import_state st = {0};
+        char path[768];
+        /* Podman 4.3 ignores `tag=` on import; repo=NAME:TAG works on both. */
+        snprintf(path, sizeof(path), "/images/create?fromSrc=-&repo=%s:%s", repo, tag);
+        fprintf(stderr, "corral: importing %s into %s as %s:%s\n", tar,
+                engine_endpoint(eng)->display, repo, tag);
+        if (fd < 0) {
+                snprintf(st.msg, sizeof(st.msg), "cannot read %s: %s", tar, strerror(errno));
+        } else if (engine_request_file(eng, "POST", path, "application/x-tar", fd, imported, &st,
+                                       NULL) == 0) {
+                while (!st.done)
+                        loop_iterate(l, -1);
+        }
+        if (fd >= 0)
+                close(fd);
+        if (st.status != 200) {
+                fprintf(stderr, "corral: importing the image failed: %s\n",
+                        st.msg[0] ? st.msg : "no answer");
+                return -EIO;
+        }
+        return 0;
+}
+
 int cli_image(int argc, char **argv)
 {
         struct config cfg;
@@ -60,22 +97,23 @@ int cli_image(int argc, char **argv)
         if (cli_config(argc, argv, &cfg, &rest, &n_rest) < 0)
                 return 2;
         const char *tar = NULL;
-        bool build = false;
+        bool build = false, if_missing = false;
         for (int i = 0; i < n_rest; i++) {
                 if (strcmp(rest[i], "build") == 0 && !build)
                         build = true;
                 else if (strcmp(rest[i], "--tar") == 0 && i + 1 < n_rest)
                         tar = rest[++i];
+                else if (strcmp(rest[i], "--if-missing") == 0)
+                        if_missing = true;
                 else {
-                        fprintf(stderr,
-                                "usage: corral image build [--tar ROOTFS.tar] [--image NAME]\n");
-                        free(rest);
-                        return 2;
+                        build = false; /* anything else: show the usage */
+                        break;
                 }
         }
         free(rest);
         if (!build) {
-                fprintf(stderr, "usage: corral image build [--tar ROOTFS.tar] [--image NAME]\n");
+                fprintf(stderr, IMAGE_USAGE);
+                config_free(&cfg);
                 return 2;
         }
         /* repo[:tag], where a ':' before the last '/' belongs to a registry port. */
@@ -86,66 +124,51 @@ int cli_image(int argc, char **argv)
                 snprintf(tag, sizeof(tag), "%s", colon + 1);
                 *colon = '\0';
         }
-        for (const char *p = repo; *p; p++)
+        for (const char *p = cfg.image; *p; p++)
                 if (!strchr("abcdefghijklmnopqrstuvwxyz0123456789._-/:", *p)) {
                         fprintf(stderr, "corral: image name \"%s\" is not valid\n", cfg.image);
+                        config_free(&cfg);
                         return 2;
                 }
 
-        char tmp[] = "/var/tmp/corral-rootfs-XXXXXX.tar";
-        if (!tar) {
-                int fd = mkstemps(tmp, 4);
-                if (fd < 0) {
-                        fprintf(stderr, "corral: cannot create a temporary file: %s\n",
-                                strerror(errno));
-                        return 1;
-                }
-                close(fd);
-                if (build_rootfs(tmp) < 0) {
-                        unlink(tmp);
-                        fprintf(stderr, "corral: building the rootfs failed (see above)\n");
-                        return 1;
-                }
-                tar = tmp;
-        }
+        /* The engine first: the one `corral serve` would use, so the image
+         * lands where sandboxes will look for it, and a missing engine fails
+         * before a minute of building. */
         struct loop *l;
         if (loop_new(&l) < 0)
                 return 1;
         struct cli_engine ce;
         cli_engine_open(&ce, l, &cfg, true);
+        char tmp[] = "/var/tmp/corral-rootfs-XXXXXX.tar";
         int rc = 1;
         if (!ce.eng) {
                 fprintf(stderr, "corral: %s\n", ce.err.msg);
+        } else if (if_missing && image_present(ce.eng, cfg.image)) {
+                fprintf(stderr, "corral: %s already has %s\n", engine_endpoint(ce.eng)->display,
+                        cfg.image);
+                rc = 0;
         } else {
-                int fd = open(tar, O_RDONLY | O_CLOEXEC);
-                char path[768];
-                /* Podman 4.3 ignores `tag=` on import; repo=NAME:TAG works on
-                 * both engines. */
-                snprintf(path, sizeof(path), "/images/create?fromSrc=-&repo=%s:%s", repo, tag);
-                fprintf(stderr, "corral: importing %s into %s as %s:%s\n", tar,
-                        engine_endpoint(ce.eng)->display, repo, tag);
-                struct import_state st = {0};
-                if (fd < 0)
-                        snprintf(st.msg, sizeof(st.msg), "cannot read %s: %s", tar,
-                                 strerror(errno));
-                else if (engine_request_file(ce.eng, "POST", path, "application/x-tar", fd,
-                                             imported, &st, NULL) == 0) {
-                        while (!st.done)
-                                loop_iterate(l, -1);
-                }
-                if (fd >= 0)
+                if (!tar) {
+                        int fd = mkstemps(tmp, 4);
+                        if (fd < 0) {
+                                fprintf(stderr, "corral: cannot create a temporary file: %s\n",
+                                        strerror(errno));
+                                goto out;
+                        }
                         close(fd);
-                char check[600];
-                snprintf(check, sizeof(check), "/images/%s/json", cfg.image);
-                struct err e = {0};
-                if (st.status == 200 && engine_call(ce.eng, "GET", check, NULL, NULL, &e) == 200) {
+                        tar = tmp;
+                        if (build_rootfs(tmp) < 0) {
+                                fprintf(stderr, "corral: building the rootfs failed (see above)\n");
+                                goto out;
+                        }
+                }
+                if (import_tar(l, ce.eng, tar, repo, tag) == 0 &&
+                    image_present(ce.eng, cfg.image)) {
                         fprintf(stderr, "corral: image %s is ready\n", cfg.image);
                         rc = 0;
-                } else {
-                        fprintf(stderr, "corral: importing the image failed: %s\n",
-                                st.msg[0] ? st.msg : e.msg);
                 }
         }
+out:
         if (tar == tmp)
                 unlink(tmp);
         cli_engine_close(&ce);
