@@ -13,7 +13,7 @@ static void usage(FILE *f)
                 "       corral run [OPTIONS] -c CODE | FILE | -   run Python once in a sandbox\n"
                 "       corral run --shell [OPTIONS] -c COMMAND   run a shell command once\n"
                 "       corral doctor [OPTIONS]           check the engine, image and host\n"
-                "       corral image build [--if-missing] [--tar FILE]  build and import the image\n"
+                "       corral image build [--if-missing] [--tar F]   build the sandbox image\n"
                 "       corral version\n"
                 "\n"
                 "Options (each also CORRAL_<NAME> in the environment, or a key in the JSON\n"
