@@ -70,6 +70,8 @@ int private_engine_start(struct private_engine *pe, struct err *e)
             asprintf(&pe->url, "unix://%s", pe->path) < 0)
                 return -ENOMEM;
         unlink(pe->path);
+        char log_path[300];
+        snprintf(log_path, sizeof(log_path), "%s/podman-%d.log", dir, (int)getpid());
         pid_t parent = getpid();
         pid_t pid = fork();
         if (pid < 0)
@@ -85,22 +87,31 @@ int private_engine_start(struct private_engine *pe, struct err *e)
                 int null = open("/dev/null", O_RDWR);
                 dup2(null, STDIN_FILENO);
                 dup2(null, STDOUT_FILENO); /* stdout belongs to the MCP host */
+                /* Podman's own chatter goes to a log beside the socket, not
+                 * into the host's log of corral. */
+                int logfd = open(log_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+                if (logfd >= 0)
+                        dup2(logfd, STDERR_FILENO);
                 execl(podman, "podman", "system", "service", "--time=0", pe->url, (char *)NULL);
                 _exit(127);
         }
         pe->pid = pid;
-        log_info("started a private podman service (pid %d) at %s", (int)pid, pe->path);
+        log_info("started a private podman service (pid %d) at %s; its log: %s", (int)pid, pe->path,
+                 log_path);
         for (int i = 0; i < 300; i++) {
-                if (socket_answers(pe->path))
+                if (socket_answers(pe->path)) {
+                        /* Kept only while it runs: a failed start leaves it. */
+                        pe->log = strdup(log_path);
                         return 0;
+                }
                 int status;
                 if (waitpid(pid, &status, WNOHANG) == pid) {
                         pe->pid = -1;
                         private_engine_stop(pe);
                         return err_set(e, ERR_ENGINE, ECHILD,
                                        "a private `podman system service` exited at once (status "
-                                       "%d): run `podman info` to see why",
-                                       WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+                                       "%d): see %s, or run `podman info`",
+                                       WIFEXITED(status) ? WEXITSTATUS(status) : -1, log_path);
                 }
                 nanosleep(&(struct timespec){.tv_nsec = 50 * 1000000}, NULL);
         }
@@ -127,6 +138,9 @@ void private_engine_stop(struct private_engine *pe)
         }
         if (pe->path)
                 unlink(pe->path);
+        if (pe->log)
+                unlink(pe->log);
+        free(pe->log);
         free(pe->path);
         free(pe->url);
         *pe = (struct private_engine){.pid = -1};

@@ -11,6 +11,7 @@ struct private_engine {
         pid_t pid;
         char *url;  /* unix:///... */
         char *path; /* the socket path */
+        char *log;  /* its stderr, removed at stop */
 };
 
 /* Returns -ENOENT quietly when no podman binary is installed. */
