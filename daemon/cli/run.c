@@ -87,19 +87,30 @@ static void on_signal(int signo, void *userdata)
                 sandbox_mgr_shutdown(r->mgr, drained, r);
 }
 
-static char *read_all(int fd)
+/* The whole input, or NULL when it is longer than `max` bytes. */
+static char *read_all(int fd, size_t max)
 {
         struct buf b;
-        buf_init(&b, 64 << 20);
+        buf_init(&b, max);
         char chunk[65536];
         for (;;) {
                 ssize_t k = read(fd, chunk, sizeof(chunk));
                 if (k < 0 && errno == EINTR)
                         continue;
-                if (k <= 0 || buf_append(&b, chunk, (size_t)k) < 0)
+                if (k <= 0)
                         break;
+                if (buf_append(&b, chunk, (size_t)k) < 0) {
+                        buf_free(&b);
+                        return NULL;
+                }
         }
         return b.data ? b.data : strdup("");
+}
+
+static int too_long(size_t max)
+{
+        fprintf(stderr, "corral run: the code is longer than %zu bytes (max_frame / 2)\n", max);
+        return 125;
 }
 
 int cli_run(int argc, char **argv)
@@ -111,13 +122,17 @@ int cli_run(int argc, char **argv)
                 return 125;
         bool shell = false;
         char *code = NULL;
+        /* The code travels in one frame, as through MCP (tools.c). */
+        size_t max_code = cfg.max_frame / 2;
         for (int i = 0; i < n_rest; i++) {
                 if (strcmp(rest[i], "--shell") == 0) {
                         shell = true;
                 } else if (strcmp(rest[i], "-c") == 0 && i + 1 < n_rest && !code) {
                         code = strdup(rest[++i]);
                 } else if (!code && strcmp(rest[i], "-") == 0) {
-                        code = read_all(STDIN_FILENO);
+                        code = read_all(STDIN_FILENO, max_code);
+                        if (!code)
+                                return too_long(max_code);
                 } else if (!code && rest[i][0] != '-') {
                         int fd = open(rest[i], O_RDONLY | O_CLOEXEC);
                         if (fd < 0) {
@@ -125,8 +140,10 @@ int cli_run(int argc, char **argv)
                                         strerror(errno));
                                 return 125;
                         }
-                        code = read_all(fd);
+                        code = read_all(fd, max_code);
                         close(fd);
+                        if (!code)
+                                return too_long(max_code);
                 } else {
                         fprintf(stderr, "corral run: unexpected argument \"%s\"\n", rest[i]);
                         return 125;
@@ -136,6 +153,10 @@ int cli_run(int argc, char **argv)
         if (!code) {
                 fprintf(stderr, "corral run: give code with -c, a file, or - for stdin\n");
                 return 125;
+        }
+        if (strlen(code) > max_code) {
+                free(code);
+                return too_long(max_code);
         }
         signal(SIGPIPE, SIG_IGN);
         struct run r = {.exit_code = 125};

@@ -84,7 +84,11 @@ int private_engine_start(struct private_engine *pe, struct err *e)
                 sigset_t all;
                 sigfillset(&all);
                 sigprocmask(SIG_UNBLOCK, &all, NULL);
-                int null = open("/dev/null", O_RDWR);
+                /* Its own session: a Ctrl-C or a signal to corral's process
+                 * group must not stop the engine while corral still removes
+                 * its containers; corral stops it last. */
+                setsid();
+                int null = open("/dev/null", O_RDWR | O_CLOEXEC);
                 dup2(null, STDIN_FILENO);
                 dup2(null, STDOUT_FILENO); /* stdout belongs to the MCP host */
                 /* Podman's own chatter goes to a log beside the socket, not

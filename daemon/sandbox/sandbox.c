@@ -43,7 +43,8 @@ struct sandbox {
         long long t_start;
         bool delivered; /* result handed to the caller */
         bool have_result;
-        bool killing; /* we asked the engine to remove it */
+        bool killing;      /* we asked the engine to remove it */
+        bool stream_ended; /* attach EOF while the start request was out */
         int remove_tries;
         sandbox_done_cb cb;
         void *userdata;
@@ -174,7 +175,8 @@ static void set_error(struct sandbox_result *res, const char *type, const char *
         res->error_message = msg ? utf8_scrub(strdup(msg)) : NULL;
 }
 
-static void sandbox_free(struct sandbox *s)
+/* Take s out of the manager's list (idempotent). */
+static void sandbox_unlink(struct sandbox *s)
 {
         struct sandbox_mgr *m = s->mgr;
         if (s->prev)
@@ -183,6 +185,12 @@ static void sandbox_free(struct sandbox *s)
                 m->all = s->next;
         if (s->next)
                 s->next->prev = s->prev;
+        s->prev = s->next = NULL;
+}
+
+static void sandbox_free(struct sandbox *s)
+{
+        sandbox_unlink(s);
         engine_request_cancel(s->req);
         attach_close(s->attach);
         timer_remove(s->timer);
@@ -235,9 +243,12 @@ static void slot_release(struct sandbox_mgr *m)
 static void finish(struct sandbox *s)
 {
         struct sandbox_mgr *m = s->mgr;
-        deliver(s);
         bool held_slot = s->state != S_QUEUED;
+        /* Out of reach before the caller hears of it: its callback may shut
+         * the manager down, which must not find (and free) s again. */
         s->state = S_DONE;
+        sandbox_unlink(s);
+        deliver(s);
         sandbox_free(s);
         if (held_slot)
                 slot_release(m);
@@ -365,7 +376,8 @@ static void take_result(struct sandbox *s, json_t *r)
         s->have_result = true;
 }
 
-static void send_exec(struct sandbox *s)
+/* Returns negative when it failed: then s may be gone. */
+static int send_exec(struct sandbox *s)
 {
         json_t *params =
             json_pack("{s:s, s:s, s:I}", "language", s->lang == LANG_PYTHON ? "python" : "shell",
@@ -375,11 +387,14 @@ static void send_exec(struct sandbox *s)
         if (!line || attach_write(s->attach, line, len) < 0) {
                 free(line);
                 fail(s, ST_ERROR, "FrameError", "the code does not fit in one frame");
-                return;
+                return -1;
         }
         free(line);
         s->state = S_BUSY;
-        timer_arm(s->timer, (long long)(s->timeout_s * 1000));
+        /* Round up: a limit must never become 0, which disarms the timer. */
+        long long ms = (long long)ceil(s->timeout_s * 1000);
+        timer_arm(s->timer, ms > 0 ? ms : 1);
+        return 0;
 }
 
 static int on_frame(void *userdata, const char *line, size_t len)
@@ -420,8 +435,11 @@ static int on_frame(void *userdata, const char *line, size_t len)
                         }
                 }
         } else if (m.kind == JRPC_NOTIFICATION && strcmp(m.method, "sandbox/ready") == 0) {
-                if (s->state == S_STARTED || s->state == S_STARTING)
-                        send_exec(s);
+                if ((s->state == S_STARTED || s->state == S_STARTING) && send_exec(s) < 0) {
+                        jrpc_msg_done(&m);
+                        json_decref(id);
+                        return -1; /* the attach is closed, s may be freed */
+                }
         } else if ((m.kind == JRPC_RESULT || m.kind == JRPC_ERROR) && json_is_integer(m.id) &&
                    json_integer_value(m.id) == EXEC_ID && s->state == S_BUSY) {
                 if (m.kind == JRPC_RESULT) {
@@ -505,6 +523,14 @@ static void inspected(void *userdata, long status, json_t *body, const struct er
         start_remove(s);
 }
 
+static void start_inspect(struct sandbox *s)
+{
+        char path[256];
+        snprintf(path, sizeof(path), "/containers/%s/json", s->id);
+        if (engine_request(s->mgr->eng, "GET", path, NULL, inspected, s, &s->req) < 0)
+                fail(s, ST_ERROR, "SandboxDied", "the sandbox ended before reporting a result");
+}
+
 static void on_attach_close(void *userdata, const struct err *e)
 {
         struct sandbox *s = userdata;
@@ -517,11 +543,13 @@ static void on_attach_close(void *userdata, const struct err *e)
                 fail(s, ST_ENGINE_ERROR, "EngineError", msg);
                 return;
         }
-        /* EOF without a result: the container died. Ask the engine why. */
-        char path[256];
-        snprintf(path, sizeof(path), "/containers/%s/json", s->id);
-        if (engine_request(s->mgr->eng, "GET", path, NULL, inspected, s, &s->req) < 0)
-                fail(s, ST_ERROR, "SandboxDied", "the sandbox ended before reporting a result");
+        /* EOF without a result: the container died. Ask the engine why,
+         * once the start request (if still out) has come back: s->req
+         * holds one request at a time. */
+        if (s->req)
+                s->stream_ended = true;
+        else
+                start_inspect(s);
 }
 
 static const struct attach_ops attach_ops = {
@@ -571,6 +599,8 @@ static void started(void *userdata, long status, json_t *body, const struct err 
         }
         if (s->state == S_STARTING)
                 s->state = S_STARTED;
+        if (s->stream_ended && !s->have_result)
+                start_inspect(s);
 }
 
 static void on_timer(struct timer *t, void *userdata)

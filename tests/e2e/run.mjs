@@ -794,6 +794,14 @@ test('cancellation: aborting a time.sleep(60) call removes its container', async
   assert.match(d.log, /cancel/i, 'corral logged the cancellation');
 }, { timeoutMs: 60000 });
 
+test('run_python: a timeout_s far below 1 ms still limits the code', async (t) => {
+  const d = await t.main();
+  const r = await d.call(t, 'run_python', { code: 'import time\ntime.sleep(5)\nprint("slept")', timeout_s: 0.0001 },
+    { timeoutMs: 30000 });
+  assert.equal(r.structuredContent.status, 'timeout', 'a sub-millisecond limit is not "no limit"');
+  assert.ok(!r.structuredContent.stdout.includes('slept'));
+});
+
 test('run_shell: `echo hi; exit 3` gives exit_code 3 and status error', async (t) => {
   const d = await t.main();
   const r = await d.call(t, 'run_shell', { command: 'echo hi; exit 3' });
@@ -1166,6 +1174,15 @@ test('engine down: run_python says engine_error with advice; doctor fails with a
   assert.notEqual(doc.code, 0, 'corral doctor exits non-zero');
   assert.equal(doc.signal, null, 'corral doctor was not killed');
   assert.match(doc.stdout + doc.stderr, /systemctl|podman/i, 'doctor says how to start an engine');
+  // No engine named, none found, no podman to start: `corral run` reports it
+  // and exits 125 (this path once freed its sandbox twice).
+  const alone = await run(BIN, ['run', '-c', 'print(1)'],
+    { env: { HOME: tmpdir(), PATH: '/nonexistent', ASAN_OPTIONS: process.env.ASAN_OPTIONS ?? '' }, timeoutMs: 30000 });
+  t.note('run_without_engine', alone);
+  assert.equal(alone.signal, null, 'corral run was not killed');
+  assert.equal(alone.code, 125, 'corral run exits 125 when no engine answers');
+  assert.match(alone.stderr, /no container engine answered/, 'and says no engine answered');
+  assert.doesNotMatch(alone.stderr, /Sanitizer|runtime error:/, 'with no sanitizer report');
 });
 
 test('cli: `corral run -c` prints output and returns the exit code', async (t) => {
