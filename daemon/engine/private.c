@@ -88,6 +88,10 @@ int private_engine_start(struct private_engine *pe, struct err *e)
                  * group must not stop the engine while corral still removes
                  * its containers; corral stops it last. */
                 setsid();
+                /* conmon writes files (an "oom" marker) into the working
+                 * directory it inherits: not the user's. */
+                if (chdir("/") < 0)
+                        _exit(1);
                 int null = open("/dev/null", O_RDWR | O_CLOEXEC);
                 dup2(null, STDIN_FILENO);
                 dup2(null, STDOUT_FILENO); /* stdout belongs to the MCP host */
