@@ -28,8 +28,6 @@ struct config {
         char *config_file; /* the file that was read, if any */
 };
 
-struct config_key; /* opaque table entry */
-
 void config_defaults(struct config *c);
 void config_free(struct config *c);
 /* Set one key from text (used by flags, env and file alike). `source` names

@@ -88,11 +88,6 @@ void loop_quit(struct loop *l)
         l->quit = true;
 }
 
-bool loop_quitting(struct loop *l)
-{
-        return l->quit;
-}
-
 int loop_iterate(struct loop *l, int timeout_ms)
 {
         struct epoll_event evs[64];

@@ -20,7 +20,6 @@ int loop_run(struct loop *l);
 /* One round: wait up to timeout_ms (-1: forever) and dispatch. */
 int loop_iterate(struct loop *l, int timeout_ms);
 void loop_quit(struct loop *l);
-bool loop_quitting(struct loop *l);
 
 /* Watch fd for EPOLLIN/EPOLLOUT; the fd stays owned by the caller. */
 int watch_add(struct loop *l, int fd, uint32_t events, watch_cb cb, void *userdata,

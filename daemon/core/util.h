@@ -40,15 +40,13 @@ static inline void closep(int *fd)
 
 /* The error idiom: functions return 0 or a negative errno-style code and,
  * on failure only, fill an optional error object with a message a person can
- * act on. `kind` names the cause for callers that map it to a tool status. */
+ * act on. `kind` classifies the cause (configuration, engine, protocol). */
 enum err_kind {
         ERR_NONE = 0,
         ERR_INTERNAL,
         ERR_CONFIG,
         ERR_ENGINE,   /* engine unreachable or answered an error */
-        ERR_IMAGE,    /* the sandbox image is missing */
         ERR_PROTOCOL, /* a peer broke the frame or HTTP protocol */
-        ERR_LIMIT,    /* a bound was hit */
 };
 
 struct err {

@@ -18,7 +18,6 @@ struct engine {
         struct engine_endpoint ep;
         char *base_url;
         size_t max_body;
-        unsigned pending;
         struct engine_req *reqs; /* in flight, for engine_free */
 };
 
@@ -288,7 +287,6 @@ static void req_free(struct engine_req *r)
         if (r->easy) {
                 curl_multi_remove_handle(r->eng->multi, r->easy);
                 curl_easy_cleanup(r->easy);
-                r->eng->pending--;
                 if (r->prev)
                         r->prev->next = r->next;
                 else
@@ -326,11 +324,6 @@ const struct engine_endpoint *engine_endpoint(const struct engine *eng)
 struct loop *engine_loop(const struct engine *eng)
 {
         return eng->loop;
-}
-
-unsigned engine_pending(const struct engine *eng)
-{
-        return eng->pending;
 }
 
 static size_t write_cb(char *p, size_t size, size_t n, void *userdata)
@@ -427,7 +420,6 @@ static int req_start(struct engine *eng, const char *method, const char *path, e
                 return -ENOMEM;
         }
         log_debug("engine: %s %s", method, path);
-        eng->pending++;
         r->next = eng->reqs;
         if (eng->reqs)
                 eng->reqs->prev = r;

@@ -55,8 +55,6 @@ int engine_request_file(struct engine *eng, const char *method, const char *path
                         struct engine_req **ret);
 /* The callback will not be called. Accepts NULL. */
 void engine_request_cancel(struct engine_req *r);
-/* Requests still in flight. */
-unsigned engine_pending(const struct engine *eng);
 
 /* Run the loop until one request completes (for command-line tools; never
  * used while serving). Returns the HTTP status or a negative error; *ret_body

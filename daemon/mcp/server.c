@@ -376,11 +376,6 @@ void mcp_server_stop(struct mcp_server *s)
         s->file_timer = NULL;
 }
 
-size_t mcp_server_pending_output(const struct mcp_server *s)
-{
-        return s->out.len;
-}
-
 void mcp_server_flush(struct mcp_server *s, int timeout_ms)
 {
         long long deadline = now_ms() + timeout_ms;

@@ -14,8 +14,6 @@ int mcp_server_new(struct loop *l, const struct config *cfg, struct sandbox_mgr 
                    int out_fd, void (*on_eof)(void *), void *userdata, struct mcp_server **ret);
 /* Stop reading; calls still running will not be answered. */
 void mcp_server_stop(struct mcp_server *s);
-/* Bytes still waiting to be written to the host. */
-size_t mcp_server_pending_output(const struct mcp_server *s);
 /* Try to write what is left, blocking up to timeout_ms (for exit). */
 void mcp_server_flush(struct mcp_server *s, int timeout_ms);
 void mcp_server_free(struct mcp_server *s);

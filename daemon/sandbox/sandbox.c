@@ -150,11 +150,6 @@ int sandbox_mgr_new(struct loop *l, const struct config *cfg, struct engine *eng
         return 0;
 }
 
-const char *sandbox_mgr_instance(const struct sandbox_mgr *m)
-{
-        return m->instance;
-}
-
 static void sandbox_step(struct sandbox *s);
 static void sandbox_kill(struct sandbox *s, enum sandbox_status why, const char *msg);
 static void mgr_check_drained(struct sandbox_mgr *m);

@@ -60,7 +60,6 @@ int sandbox_mgr_new(struct loop *l, const struct config *cfg, struct engine *eng
  * container and no engine request remains (or the deadline passed). */
 void sandbox_mgr_shutdown(struct sandbox_mgr *m, void (*drained)(void *), void *userdata);
 void sandbox_mgr_free(struct sandbox_mgr *m);
-const char *sandbox_mgr_instance(const struct sandbox_mgr *m);
 
 int sandbox_run(struct sandbox_mgr *m, const struct sandbox_request *req, sandbox_done_cb cb,
                 void *userdata, struct sandbox **ret);
