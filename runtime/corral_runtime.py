@@ -92,8 +92,10 @@ def write_all(fd, data):
 
 # ---------------------------------------------------------------- worker --
 
-def worker(sup, language, code, pipes):
-    """Runs in the forked child; never returns."""
+def worker(sup, language, code, pipes, go_r=None):
+    """Runs in the forked child; never returns.  With go_r (forked ahead, at
+    start-up) it sets itself up first and then waits for the request there,
+    so that a call pays for neither the fork nor the set-up."""
     out_w, err_w, report_w = pipes
     signal.set_wakeup_fd(-1)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
@@ -111,7 +113,7 @@ def worker(sup, language, code, pipes):
     except OSError:
         fds = range(3, 4096)
     for fd in fds:
-        if fd > 2 and fd != report_w:
+        if fd > 2 and fd not in (report_w, go_r):
             try:
                 os.close(fd)
             except OSError:
@@ -133,6 +135,19 @@ def worker(sup, language, code, pipes):
             break
         except OSError:
             pass
+    if go_r is not None:
+        data = bytearray()
+        while True:
+            chunk = os.read(go_r, 65536)
+            if not chunk:
+                break
+            data += chunk
+        os.close(go_r)
+        try:
+            request = json.loads(data.decode('utf-8'))
+            language, code = request['language'], request['code']
+        except Exception:
+            os._exit(0)            # the supervisor went away or changed its mind
     if language == 'shell':
         # exec keeps ignored signals ignored: give sh the defaults Python took away
         for sig in (signal.SIGINT, signal.SIGPIPE, signal.SIGXFSZ):
@@ -152,6 +167,31 @@ def report(fd, record):
         pass
 
 
+_site_loaded = False
+
+
+def load_site():
+    """-S skipped site: give user code what `python3 -c` has (exit(), quit(),
+    the image's dist-packages).  -I still keeps out user site dirs and
+    PYTHON* variables.  Done once, by the supervisor before it says ready, so
+    that a call taken from the warm pool does not pay for it."""
+    global _site_loaded
+    if _site_loaded:
+        return
+    _site_loaded = True
+    try:
+        import site
+        site.main()
+    except Exception:
+        pass
+
+
+def warm_up():
+    """Import now what every run needs, before `sandbox/ready`."""
+    load_site()
+    import ast, asyncio, builtins, linecache, traceback, types  # noqa: F401,E401
+
+
 def run_python(code, report_w):
     import ast
     import builtins
@@ -159,14 +199,7 @@ def run_python(code, report_w):
     import traceback  # noqa: F401  imported now: importing after a MemoryError may fail
     import types
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        # -S skipped site: give user code what `python3 -c` has (exit(),
-        # quit(), the image's dist-packages).  -I still keeps out user site
-        # dirs and PYTHON* variables.
-        import site
-        site.main()
-    except Exception:
-        pass
+    load_site()
     sys.stdin = sys.__stdin__ = open(0, 'r', encoding='utf-8', closefd=False)
     sys.stdout = sys.__stdout__ = open(1, 'w', encoding='utf-8', buffering=1, closefd=False)
     sys.stderr = sys.__stderr__ = open(2, 'w', encoding='utf-8', errors='backslashreplace',
@@ -342,6 +375,7 @@ class Supervisor:
         self.text_budget = min(TRACEBACK_CAP, self.max_frame // 16)
         self.inbuf, self.scanned, self.skipping, self.eof = bytearray(), 0, False, False
         self.job = None
+        self.pre = None
         # PID 1 only gets signals it has handlers for; SIGINT's Python handler
         # would raise KeyboardInterrupt in here, so ignore it.  SIGCHLD wakes
         # poll() through the wakeup pipe.
@@ -369,6 +403,8 @@ class Supervisor:
         self.send({'jsonrpc': '2.0', 'id': rid, 'error': {'code': code, 'message': message}})
 
     def serve(self):
+        warm_up()
+        self.prefork()
         self.send({'jsonrpc': '2.0', 'method': 'sandbox/ready',
                    'params': {'protocol': PROTOCOL, 'runtime': 'corral-runtime',
                               'python': sys.version.split()[0]}})
@@ -476,6 +512,31 @@ class Supervisor:
         else:
             self.start(rid, msg.get('params'))
 
+    def prefork(self):
+        """Fork the worker now, before `sandbox/ready`: it sets itself up and
+        waits for its request, so a call from the warm pool skips the fork.
+        Failure is fine: start() then forks as before."""
+        made = []
+        try:
+            for _ in range(4):
+                made += os.pipe()
+            pid = os.fork()
+        except OSError as e:
+            for fd in made:
+                os.close(fd)
+            log('cannot fork the worker ahead: %s' % e)
+            return
+        out_r, out_w, err_r, err_w, rep_r, rep_w, go_r, go_w = made
+        if pid == 0:
+            try:
+                os.close(go_w)
+                worker(self, None, None, (out_w, err_w, rep_w), go_r)
+            finally:
+                os._exit(127)
+        for fd in (out_w, err_w, rep_w, go_r):
+            os.close(fd)
+        self.pre = (pid, out_r, err_r, rep_r, go_w)
+
     def start(self, rid, params):
         p = params if isinstance(params, dict) else {}
         language, code = p.get('language'), p.get('code')
@@ -484,6 +545,27 @@ class Supervisor:
                 or not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
             return self.reply_error(rid, -32602, 'invalid params: want language "python"|"shell", '
                                     'code string, output_limit >= 0')
+        pre, self.pre = self.pre, None
+        if pre is not None:
+            pid, out_r, err_r, rep_r, go_w = pre
+            oom_before = oom_kills()
+            try:
+                write_all(go_w, json.dumps({'language': language, 'code': code}).encode())
+                os.close(go_w)
+            except OSError as e:       # it died waiting: fork afresh below
+                log('the forked-ahead worker is gone (%s); forking again' % e)
+                for fd in (out_r, err_r, rep_r, go_w):
+                    try:
+                        os.close(fd)
+                    except OSError:
+                        pass
+            else:
+                for fd in (out_r, err_r, rep_r):
+                    os.set_blocking(fd, False)
+                self.job = Job(rid, pid, {'stdout': Stream(self, 'stdout', out_r, limit),
+                                          'stderr': Stream(self, 'stderr', err_r, limit)},
+                               rep_r, oom_before)
+                return
         made = []
         try:
             for _ in range(3):

@@ -72,6 +72,8 @@ int cli_serve(int argc, char **argv)
                          cfg.image);
         r = sandbox_mgr_new(s.loop, &cfg, ce.eng, &s.mgr);
         if (r == 0)
+                sandbox_mgr_start_pool(s.mgr);
+        if (r == 0)
                 r = mcp_server_new(s.loop, &cfg, s.mgr, STDIN_FILENO, STDOUT_FILENO, on_eof, &s,
                                    &s.srv);
         if (r == 0)

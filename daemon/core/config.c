@@ -30,6 +30,10 @@ static const struct config_key {
     {"workspace_size", K_SIZE, offsetof(struct config, workspace_size), 1 << 20, 1e13},
     {"max_sandboxes", K_LONG, offsetof(struct config, max_sandboxes), 1, 4096},
     {"max_queue", K_LONG, offsetof(struct config, max_queue), 0, 1 << 20},
+    {"pool_min", K_LONG, offsetof(struct config, pool_min), 0, 4096},
+    {"pool_max", K_LONG, offsetof(struct config, pool_max), 0, 4096},
+    {"pool_max_starting", K_LONG, offsetof(struct config, pool_max_starting), 1, 256},
+    {"pool_idle_s", K_DOUBLE, offsetof(struct config, pool_idle_s), 1, 86400},
     {"log_level", K_LEVEL, offsetof(struct config, log_level), 0, 0},
 };
 
@@ -49,6 +53,11 @@ void config_defaults(struct config *c)
             .workspace_size = 256 << 20,
             .max_sandboxes = 8,
             .max_queue = 256,
+            /* A laptop: two warm sandboxes, up to four under load. */
+            .pool_min = 2,
+            .pool_max = 4,
+            .pool_max_starting = 2,
+            .pool_idle_s = 120,
             .log_level = LOG_INFO,
         };
 }

@@ -24,6 +24,12 @@ struct config {
         unsigned long long workspace_size; /* tmpfs /workspace */
         long max_sandboxes;                /* sandboxes alive at once */
         long max_queue;                    /* calls waiting for a slot */
+        long pool_min;                     /* ready sandboxes kept when idle */
+        long pool_max;                     /* ready sandboxes under load; 0: no pool.
+                                            * In effect: min(pool_max, max_sandboxes),
+                                            * and pool_min at most that. */
+        long pool_max_starting;            /* pool sandboxes starting at once */
+        double pool_idle_s;                /* idle time before shrinking to pool_min */
         enum log_level log_level;
         char *config_file; /* the file that was read, if any */
 };

@@ -36,6 +36,24 @@ void err_prefix(struct err *e, const char *fmt, ...)
                  old);
 }
 
+void proc_usage(long *ret_rss_kb, long *ret_hwm_kb, long long *ret_cpu_ms)
+{
+        char line[256];
+        long rss = -1, hwm = -1;
+        FILE *f = fopen("/proc/self/status", "re");
+        while (f && fgets(line, sizeof(line), f)) {
+                sscanf(line, "VmRSS: %ld", &rss);
+                sscanf(line, "VmHWM: %ld", &hwm);
+        }
+        if (f)
+                fclose(f);
+        struct timespec ts;
+        clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+        *ret_rss_kb = rss;
+        *ret_hwm_kb = hwm;
+        *ret_cpu_ms = (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
 long long now_ms(void)
 {
         struct timespec ts;

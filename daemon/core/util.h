@@ -62,5 +62,8 @@ _printf_(2, 3) void err_prefix(struct err *e, const char *fmt, ...);
 /* Monotonic clock in milliseconds. */
 long long now_ms(void);
 
+/* This process's resident memory (and its peak) in KiB and CPU time in ms. */
+void proc_usage(long *ret_rss_kb, long *ret_hwm_kb, long long *ret_cpu_ms);
+
 /* Parse a size such as "512m", "64k", "1g" or a plain byte count. */
 int parse_size(const char *s, unsigned long long *ret);

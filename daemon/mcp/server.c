@@ -136,6 +136,16 @@ static void tools_call(struct mcp_server *s, json_t *id, json_t *params)
                 send_error(s, id, JRPC_INVALID_PARAMS, "tools/call needs a \"name\" string");
                 return;
         }
+        if (strcmp(name, "sandbox_status") == 0) {
+                if (args && (!json_is_object(args) || json_object_size(args) > 0)) {
+                        send_msg(s, jrpc_result(id, tools_error_result(
+                                                        "invalid_arguments", "InvalidArguments",
+                                                        "sandbox_status takes no arguments")));
+                        return;
+                }
+                send_msg(s, jrpc_result(id, tools_status_result(sandbox_mgr_status(s->mgr))));
+                return;
+        }
         int r = tools_parse_call(name, args, s->cfg, &req, msg, sizeof(msg));
         if (r == -ENOENT) {
                 send_error(s, id, JRPC_INVALID_PARAMS, msg);

@@ -49,10 +49,22 @@ static json_t *tool(const char *name, const char *title, const char *desc, const
             "openWorldHint", 0);
 }
 
+static json_t *status_tool(void)
+{
+        return json_pack("{s:s, s:s, s:s, s:{s:s, s:{}, s:b}, s:{s:s}, s:{s:b, s:b, s:b, s:b}}",
+                         "name", "sandbox_status", "title", "Sandbox pool status", "description",
+                         "Read-only figures of this corral: warm pool (ready, starting, busy, "
+                         "queued, hits, misses, refill latency p50/p95, failures and the last "
+                         "error), calls served, memory and CPU use. Runs no code.",
+                         "inputSchema", "type", "object", "properties", "additionalProperties", 0,
+                         "outputSchema", "type", "object", "annotations", "readOnlyHint", 1,
+                         "destructiveHint", 0, "idempotentHint", 1, "openWorldHint", 0);
+}
+
 json_t *tools_list(void)
 {
         return json_pack(
-            "[o,o]",
+            "[o,o,o]",
             tool("run_python", "Run Python in a sandbox",
                  "Run Python 3 code in an isolated sandbox. Top-level `await` works; print() "
                  "to return output. " SANDBOX_RULES,
@@ -60,7 +72,18 @@ json_t *tools_list(void)
             tool("run_shell", "Run a shell command in a sandbox",
                  "Run a command with /bin/sh -c in an isolated sandbox (Debian userland with "
                  "python3). " SANDBOX_RULES,
-                 "command", "Shell command line, run with /bin/sh -c."));
+                 "command", "Shell command line, run with /bin/sh -c."),
+            status_tool());
+}
+
+json_t *tools_status_result(json_t *status)
+{
+        char *text = json_dumps(status, JSON_INDENT(2) | JSON_SORT_KEYS);
+        json_t *r = json_pack("{s:[{s:s, s:s}], s:O, s:b}", "content", "type", "text", "text",
+                              text ? text : "{}", "structuredContent", status, "isError", 0);
+        free(text);
+        json_decref(status);
+        return r;
 }
 
 static int parse_call(const char *name, json_t *args, const struct config *cfg,
@@ -88,7 +111,9 @@ static int parse_call(const char *name, json_t *args, const struct config *cfg,
                 code_key = "command";
         } else {
                 snprintf(msg, msg_size,
-                         "unknown tool \"%.100s\" (corral offers run_python and run_shell)", name);
+                         "unknown tool \"%.100s\" (corral offers run_python, run_shell and "
+                         "sandbox_status)",
+                         name);
                 return -ENOENT;
         }
         if (args && !json_is_object(args)) {

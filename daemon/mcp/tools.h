@@ -18,5 +18,7 @@ int tools_parse_call(const char *name, json_t *args, const struct config *cfg,
 
 /* A CallToolResult for a sandbox result (new reference). */
 json_t *tools_result(const struct sandbox_result *res);
+/* The result of sandbox_status for these figures (stolen). */
+json_t *tools_status_result(json_t *status);
 /* A CallToolResult for a failure before any sandbox ran. */
 json_t *tools_error_result(const char *status, const char *type, const char *message);

@@ -13,6 +13,7 @@ extern const char corral_runtime_src[];
 
 #define STDERR_LOG_MAX (64 * 1024) /* container stderr bytes logged per sandbox */
 #define EXEC_ID        1
+#define POOL_FAIL_FAST 3 /* failed starts in a row before calls fail fast */
 
 enum sandbox_state {
         S_QUEUED,
@@ -20,6 +21,7 @@ enum sandbox_state {
         S_ATTACHING,
         S_STARTING,
         S_STARTED, /* waiting for sandbox/ready */
+        S_READY,   /* in the pool: the runtime waits for its one request */
         S_BUSY,    /* exec sent */
         S_REMOVING,
         S_DONE,
@@ -29,6 +31,9 @@ struct sandbox {
         struct sandbox_mgr *mgr;
         struct sandbox *prev, *next; /* mgr->all */
         struct sandbox *qnext;       /* mgr queue */
+        struct sandbox *rnext;       /* mgr ready list */
+        bool pooled;                 /* started by the pool, before any request */
+        long long t_created;
         enum sandbox_state state;
         enum sandbox_lang lang;
         char *code;
@@ -63,6 +68,19 @@ struct sandbox_mgr {
         long active; /* sandboxes holding a slot (created..removed) */
         bool shutting_down;
         struct timer *drain_timer;
+        /* The warm pool: ready sandboxes, each still for a single request. */
+        bool pool_on;
+        long pool_min, pool_max; /* in effect (see config.h) */
+        struct sandbox *ready;   /* stack of S_READY sandboxes */
+        long n_ready;
+        struct timer *tick;
+        long long last_call_ms;
+        unsigned long long hits, misses, failures;
+        int consecutive_failures; /* starts that failed in a row */
+        long long retry_at_ms;    /* no new start before this while failing */
+        char last_error[1400];
+        long long refill_ms[128]; /* creation to ready, newest last */
+        unsigned n_refill;
         void (*drained)(void *);
         void *drained_ud;
 };
@@ -153,6 +171,10 @@ int sandbox_mgr_new(struct loop *l, const struct config *cfg, struct engine *eng
 static void sandbox_step(struct sandbox *s);
 static void sandbox_kill(struct sandbox *s, enum sandbox_status why, const char *msg);
 static void mgr_check_drained(struct sandbox_mgr *m);
+static void pool_refill(struct sandbox_mgr *m);
+static void pool_ready(struct sandbox *s);
+static void ready_remove(struct sandbox *s);
+static void note_start_failure(struct sandbox_mgr *m, const char *msg);
 
 static void output_init(struct sandbox_output *o, size_t limit)
 {
@@ -208,6 +230,8 @@ static void deliver(struct sandbox *s)
         if (s->delivered)
                 return;
         s->delivered = true;
+        if (!s->cb)
+                return; /* a pool sandbox that never got a request */
         s->res.duration_ms = now_ms() - s->t_start;
         if (s->res.out.total > s->res.out.data.len)
                 s->res.out.truncated = true;
@@ -233,6 +257,7 @@ static void slot_release(struct sandbox_mgr *m)
                 sandbox_step(q);
         }
         mgr_check_drained(m);
+        pool_refill(m);
 }
 
 static void finish(struct sandbox *s)
@@ -291,6 +316,8 @@ static void start_remove(struct sandbox *s)
 {
         if (s->state == S_REMOVING)
                 return;
+        if (s->state == S_READY)
+                ready_remove(s);
         attach_close(s->attach);
         s->attach = NULL;
         timer_arm(s->timer, 0);
@@ -311,6 +338,8 @@ static void start_remove(struct sandbox *s)
 
 static void fail(struct sandbox *s, enum sandbox_status st, const char *type, const char *msg)
 {
+        if (st == ST_ENGINE_ERROR && s->state < S_READY && !s->killing)
+                note_start_failure(s->mgr, msg);
         if (!s->have_result) {
                 s->res.status = st;
                 set_error(&s->res, type, msg);
@@ -430,10 +459,14 @@ static int on_frame(void *userdata, const char *line, size_t len)
                         }
                 }
         } else if (m.kind == JRPC_NOTIFICATION && strcmp(m.method, "sandbox/ready") == 0) {
-                if ((s->state == S_STARTED || s->state == S_STARTING) && send_exec(s) < 0) {
-                        jrpc_msg_done(&m);
-                        json_decref(id);
-                        return -1; /* the attach is closed, s may be freed */
+                if (s->state == S_STARTED || s->state == S_STARTING) {
+                        if (!s->cb) {
+                                pool_ready(s);
+                        } else if (send_exec(s) < 0) {
+                                jrpc_msg_done(&m);
+                                json_decref(id);
+                                return -1; /* the attach is closed, s may be freed */
+                        }
                 }
         } else if ((m.kind == JRPC_RESULT || m.kind == JRPC_ERROR) && json_is_integer(m.id) &&
                    json_integer_value(m.id) == EXEC_ID && s->state == S_BUSY) {
@@ -530,6 +563,15 @@ static void on_attach_close(void *userdata, const struct err *e)
 {
         struct sandbox *s = userdata;
         s->attach = NULL;
+        if (s->state == S_READY) {
+                /* Died while waiting in the pool (engine restart, OOM killer,
+                 * someone's `rm -f`): it never gets a call. Replace it. */
+                struct sandbox_mgr *m = s->mgr;
+                log_warn("ready sandbox %s ended by itself; replacing it", s->res.container_id);
+                start_remove(s);
+                pool_refill(m);
+                return;
+        }
         if (s->killing || s->have_result)
                 return;
         if (e) {
@@ -615,6 +657,7 @@ static void on_timer(struct timer *t, void *userdata)
                          "the sandbox did not start within %g s: check the engine with "
                          "`corral doctor`",
                          s->mgr->cfg->start_timeout_s);
+                note_start_failure(s->mgr, msg);
                 sandbox_kill(s, ST_ENGINE_ERROR, msg);
         }
 }
@@ -715,23 +758,13 @@ static struct engine *mgr_engine(struct sandbox_mgr *m, struct err *e)
         return r < 0 ? NULL : m->eng;
 }
 
-int sandbox_run(struct sandbox_mgr *m, const struct sandbox_request *req, sandbox_done_cb cb,
-                void *userdata, struct sandbox **ret)
+static struct sandbox *sandbox_alloc(struct sandbox_mgr *m)
 {
-        if (m->shutting_down)
-                return -ESHUTDOWN;
-        if (m->active >= m->cfg->max_sandboxes && m->queued >= m->cfg->max_queue)
-                return -EBUSY;
         struct sandbox *s = calloc(1, sizeof(*s));
         if (!s)
-                return -ENOMEM;
+                return NULL;
         s->mgr = m;
-        s->lang = req->lang;
-        s->code = strdup(req->code);
-        s->timeout_s = req->timeout_s;
-        s->cb = cb;
-        s->userdata = userdata;
-        s->t_start = now_ms();
+        s->t_created = s->t_start = now_ms();
         output_init(&s->res.out, m->cfg->output_limit);
         output_init(&s->res.err, m->cfg->output_limit);
         line_reader_init(&s->frames, m->cfg->max_frame);
@@ -740,19 +773,92 @@ int sandbox_run(struct sandbox_mgr *m, const struct sandbox_request *req, sandbo
         if (m->all)
                 m->all->prev = s;
         m->all = s;
-        if (!s->code || timer_add(m->loop, on_timer, s, &s->timer) < 0) {
+        if (timer_add(m->loop, on_timer, s, &s->timer) < 0) {
                 sandbox_free(s);
+                return NULL;
+        }
+        return s;
+}
+
+/* Give s its one request. */
+static int assign(struct sandbox *s, const struct sandbox_request *req, sandbox_done_cb cb,
+                  void *userdata)
+{
+        s->code = strdup(req->code);
+        if (!s->code)
+                return -ENOMEM;
+        s->lang = req->lang;
+        s->timeout_s = req->timeout_s;
+        s->cb = cb;
+        s->userdata = userdata;
+        s->t_start = now_ms();
+        return 0;
+}
+
+/* Fail from the loop, not from inside sandbox_run: the caller holds the
+ * handle only once sandbox_run has returned. */
+static void fail_soon(struct sandbox *s, const char *type, const char *msg)
+{
+        s->state = S_QUEUED; /* holds no slot */
+        s->res.status = ST_ENGINE_ERROR;
+        set_error(&s->res, type, msg);
+        s->have_result = true;
+        timer_arm(s->timer, -1);
+}
+
+int sandbox_run(struct sandbox_mgr *m, const struct sandbox_request *req, sandbox_done_cb cb,
+                void *userdata, struct sandbox **ret)
+{
+        if (m->shutting_down)
+                return -ESHUTDOWN;
+        m->last_call_ms = now_ms();
+        /* The warm path: a ready sandbox, taken in constant time. */
+        struct sandbox *s = m->ready;
+        if (s) {
+                if (assign(s, req, cb, userdata) < 0)
+                        return -ENOMEM;
+                m->ready = s->rnext;
+                s->rnext = NULL;
+                m->n_ready--;
+                m->hits++;
+                *ret = s;
+                s->state = S_STARTED; /* as if its ready frame came now */
+                send_exec(s);
+                pool_refill(m);
+                return 0;
+        }
+        /* A pool sandbox already on its way: it will run this call. */
+        for (s = m->all; s; s = s->next)
+                if (s->pooled && !s->cb && !s->killing && s->state < S_READY &&
+                    s->state != S_QUEUED)
+                        break;
+        if (s) {
+                if (assign(s, req, cb, userdata) < 0)
+                        return -ENOMEM;
+                m->misses++;
+                *ret = s;
+                pool_refill(m);
+                return 0;
+        }
+        if (m->active >= m->cfg->max_sandboxes && m->queued >= m->cfg->max_queue)
+                return -EBUSY;
+        s = sandbox_alloc(m);
+        if (!s || assign(s, req, cb, userdata) < 0) {
+                if (s)
+                        sandbox_free(s);
                 return -ENOMEM;
         }
+        m->misses++;
         *ret = s;
         struct err e = {0};
         if (!mgr_engine(m, &e)) {
-                /* Holds no slot; delivered from the loop, not from here. */
-                s->state = S_QUEUED;
-                s->res.status = ST_ENGINE_ERROR;
-                set_error(&s->res, "EngineError", e.msg);
-                s->have_result = true;
-                timer_arm(s->timer, -1);
+                fail_soon(s, "EngineError", e.msg);
+                return 0;
+        }
+        /* Starts keep failing (image gone, engine broken): say why at once
+         * instead of making every call wait for the same failure. */
+        if (m->consecutive_failures >= POOL_FAIL_FAST) {
+                fail_soon(s, "EngineError", m->last_error);
                 return 0;
         }
         if (m->active >= m->cfg->max_sandboxes) {
@@ -768,7 +874,162 @@ int sandbox_run(struct sandbox_mgr *m, const struct sandbox_request *req, sandbo
         m->active++;
         s->state = S_CREATING;
         sandbox_step(s);
+        pool_refill(m);
         return 0;
+}
+
+/* ---- the warm pool */
+
+static void pool_spawn(struct sandbox_mgr *m)
+{
+        struct sandbox *s = sandbox_alloc(m);
+        if (!s)
+                return;
+        s->pooled = true;
+        m->active++;
+        s->state = S_CREATING;
+        sandbox_step(s);
+}
+
+/* Start sandboxes until the pool holds what the load asks for: pool_min
+ * spare beyond the calls running now, at most pool_max, no more than
+ * pool_max_starting at once, never while calls wait for a slot. */
+static void pool_refill(struct sandbox_mgr *m)
+{
+        if (!m->pool_on || m->shutting_down || m->queued > 0 || !m->eng)
+                return;
+        long starting = 0, busy = 0;
+        for (struct sandbox *s = m->all; s; s = s->next) {
+                if (s->pooled && !s->cb && s->state < S_READY && s->state != S_QUEUED &&
+                    !s->killing)
+                        starting++;
+                else if (s->cb && s->state >= S_CREATING && s->state <= S_BUSY)
+                        busy++;
+        }
+        long target = busy + m->pool_min;
+        if (target > m->pool_max)
+                target = m->pool_max;
+        if (target < m->pool_min)
+                target = m->pool_min;
+        long room = m->cfg->pool_max_starting - starting;
+        if (m->consecutive_failures > 0) {
+                /* Failing: one probe at a time, after a back-off. */
+                if (now_ms() < m->retry_at_ms || starting > 0)
+                        return;
+                room = 1;
+        }
+        while (room-- > 0 && m->n_ready + starting < target && m->active < m->cfg->max_sandboxes) {
+                pool_spawn(m);
+                starting++;
+        }
+}
+
+static void pool_ready(struct sandbox *s)
+{
+        struct sandbox_mgr *m = s->mgr;
+        long long ms = now_ms() - s->t_created;
+        m->refill_ms[m->n_refill % ARRAY_SIZE(m->refill_ms)] = ms;
+        m->n_refill++;
+        m->consecutive_failures = 0;
+        timer_arm(s->timer, 0); /* the start bound no longer applies */
+        s->state = S_READY;
+        s->rnext = m->ready;
+        m->ready = s;
+        m->n_ready++;
+        log_debug("sandbox %s ready for the pool in %lld ms", s->res.container_id, ms);
+}
+
+static void ready_remove(struct sandbox *s)
+{
+        struct sandbox_mgr *m = s->mgr;
+        for (struct sandbox **pp = &m->ready; *pp; pp = &(*pp)->rnext)
+                if (*pp == s) {
+                        *pp = s->rnext;
+                        s->rnext = NULL;
+                        m->n_ready--;
+                        return;
+                }
+}
+
+/* A start failed for a reason the engine gave: remember it, back off. */
+static void note_start_failure(struct sandbox_mgr *m, const char *msg)
+{
+        m->failures++;
+        m->consecutive_failures++;
+        snprintf(m->last_error, sizeof(m->last_error), "%s", msg ? msg : "sandbox start failed");
+        utf8_scrub(m->last_error);
+        int shift = m->consecutive_failures < 7 ? m->consecutive_failures : 7;
+        m->retry_at_ms = now_ms() + (250LL << shift); /* 0.5 s doubling to 32 s */
+}
+
+static void on_tick(struct timer *t, void *userdata)
+{
+        struct sandbox_mgr *m = userdata;
+        timer_arm(t, 1000);
+        if (m->shutting_down)
+                return;
+        /* Idle: shrink to pool_min. */
+        if (now_ms() - m->last_call_ms > (long long)(m->cfg->pool_idle_s * 1000))
+                while (m->n_ready > m->pool_min) {
+                        struct sandbox *s = m->ready;
+                        log_debug("pool idle: removing ready sandbox %s", s->res.container_id);
+                        sandbox_kill(s, ST_CANCELLED, "the pool shrank");
+                }
+        pool_refill(m);
+}
+
+void sandbox_mgr_start_pool(struct sandbox_mgr *m)
+{
+        long max =
+            m->cfg->pool_max < m->cfg->max_sandboxes ? m->cfg->pool_max : m->cfg->max_sandboxes;
+        m->pool_max = max;
+        m->pool_min = m->cfg->pool_min < max ? m->cfg->pool_min : max;
+        m->pool_on = max > 0;
+        m->last_call_ms = now_ms();
+        if (m->pool_on && timer_add(m->loop, on_tick, m, &m->tick) == 0)
+                timer_arm(m->tick, 1000);
+        pool_refill(m);
+}
+
+static int cmp_ll(const void *a, const void *b)
+{
+        long long x = *(const long long *)a, y = *(const long long *)b;
+        return x < y ? -1 : x > y;
+}
+
+json_t *sandbox_mgr_status(const struct sandbox_mgr *m)
+{
+        long starting = 0, busy = 0;
+        for (struct sandbox *s = m->all; s; s = s->next) {
+                if (s->pooled && !s->cb && s->state < S_READY && s->state != S_QUEUED)
+                        starting++;
+                else if (s->cb && s->state >= S_CREATING && s->state <= S_BUSY)
+                        busy++;
+        }
+        long long sorted[ARRAY_SIZE(m->refill_ms)];
+        size_t n = m->n_refill < ARRAY_SIZE(sorted) ? m->n_refill : ARRAY_SIZE(sorted);
+        memcpy(sorted, m->refill_ms, n * sizeof(sorted[0]));
+        qsort(sorted, n, sizeof(sorted[0]), cmp_ll);
+        json_t *p50 = n ? json_integer(sorted[n / 2]) : json_null();
+        json_t *p95 = n ? json_integer(sorted[(n * 95 + 99) / 100 - 1]) : json_null();
+        long rss, hwm;
+        long long cpu;
+        proc_usage(&rss, &hwm, &cpu);
+        json_t *pool = json_pack(
+            "{s:b, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o, s:o, "
+            "s:s?}",
+            "enabled", m->pool_on, "min", (json_int_t)m->pool_min, "max", (json_int_t)m->pool_max,
+            "ready", (json_int_t)m->n_ready, "starting", (json_int_t)starting, "busy",
+            (json_int_t)busy, "queued", (json_int_t)m->queued, "containers", (json_int_t)m->active,
+            "hits", (json_int_t)m->hits, "misses", (json_int_t)m->misses, "failures",
+            (json_int_t)m->failures, "consecutive_failures", (json_int_t)m->consecutive_failures,
+            "refill_p50_ms", p50, "refill_p95_ms", p95, "last_error",
+            m->consecutive_failures ? m->last_error : NULL);
+        return json_pack(
+            "{s:i, s:s, s:s?, s:s, s:o, s:I, s:I, s:I, s:I}", "pid", (int)getpid(), "instance",
+            m->instance, "engine", m->eng ? engine_endpoint(m->eng)->display : NULL, "image",
+            m->cfg->image, "pool", pool, "calls", (json_int_t)(m->hits + m->misses), "rss_kb",
+            (json_int_t)rss, "peak_rss_kb", (json_int_t)hwm, "cpu_ms", (json_int_t)cpu);
 }
 
 static void mgr_check_drained(struct sandbox_mgr *m)
@@ -804,6 +1065,8 @@ static void drain_deadline(struct timer *t, void *userdata)
 void sandbox_mgr_shutdown(struct sandbox_mgr *m, void (*drained)(void *), void *userdata)
 {
         m->shutting_down = true;
+        timer_remove(m->tick);
+        m->tick = NULL;
         m->drained = drained;
         m->drained_ud = userdata;
         if (timer_add(m->loop, drain_deadline, m, &m->drain_timer) == 0)
@@ -827,6 +1090,7 @@ void sandbox_mgr_free(struct sandbox_mgr *m)
         while (m->all)
                 sandbox_free(m->all);
         timer_remove(m->drain_timer);
+        timer_remove(m->tick);
         if (m->owns_eng)
                 engine_free(m->eng);
         free(m);

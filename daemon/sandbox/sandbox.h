@@ -61,6 +61,12 @@ int sandbox_mgr_new(struct loop *l, const struct config *cfg, struct engine *eng
 void sandbox_mgr_shutdown(struct sandbox_mgr *m, void (*drained)(void *), void *userdata);
 void sandbox_mgr_free(struct sandbox_mgr *m);
 
+/* Keep ready sandboxes (config pool_*) from now on; `serve` calls it,
+ * one-shot commands do not. */
+void sandbox_mgr_start_pool(struct sandbox_mgr *m);
+/* Pool, call and process figures (new reference). */
+json_t *sandbox_mgr_status(const struct sandbox_mgr *m);
+
 int sandbox_run(struct sandbox_mgr *m, const struct sandbox_request *req, sandbox_done_cb cb,
                 void *userdata, struct sandbox **ret);
 /* Kill the sandbox; its callback then reports ST_CANCELLED. */

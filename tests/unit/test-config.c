@@ -41,7 +41,7 @@ static void test_defaults(void)
         size_t n = 0;
         while (names[n])
                 n++;
-        is_int(n, 15, "config_key_names lists 15 keys, NULL-terminated");
+        is_int(n, 19, "config_key_names lists 19 keys, NULL-terminated");
         is_str(names[0], "engine", "... starting with engine");
 }
 
