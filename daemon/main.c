@@ -14,6 +14,7 @@ static void usage(FILE *f)
                 "       corral run --shell [OPTIONS] -c COMMAND   run a shell command once\n"
                 "       corral doctor [OPTIONS]           check the engine, image and host\n"
                 "       corral image build [--if-missing] [--tar F]   build the sandbox image\n"
+                "       corral status [--json]            pool figures of running instances\n"
                 "       corral version\n"
                 "\n"
                 "Options (each also CORRAL_<NAME> in the environment, or a key in the JSON\n"
@@ -59,6 +60,8 @@ int main(int argc, char **argv)
                 return cli_run(argc - first, argv + first);
         if (strcmp(cmd, "doctor") == 0)
                 return cli_doctor(argc - first, argv + first);
+        if (strcmp(cmd, "status") == 0)
+                return cli_status(argc - first, argv + first);
         if (strcmp(cmd, "image") == 0)
                 return cli_image(argc - first, argv + first);
         fprintf(stderr, "corral: unknown command \"%s\"\n\n", cmd);

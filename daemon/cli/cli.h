@@ -13,6 +13,7 @@ int cli_serve(int argc, char **argv);
 int cli_run(int argc, char **argv);
 int cli_doctor(int argc, char **argv);
 int cli_image(int argc, char **argv);
+int cli_status(int argc, char **argv);
 
 /* Settings from flags, environment and file, in that order of precedence.
  * Flags this function does not know are left in *rest (argv order kept) for

@@ -13,7 +13,44 @@ struct serve {
         struct sandbox_mgr *mgr;
         struct mcp_server *srv;
         bool stopping;
+        struct timer *status_timer;
+        char status_path[300]; /* read by `corral status`; empty: none */
 };
+
+/* Once a second, the figures `corral status` prints, written whole (a
+ * reader never sees half a file). */
+static void write_status(struct timer *t, void *userdata)
+{
+        struct serve *s = userdata;
+        timer_arm(t, 1000);
+        char tmp[320];
+        snprintf(tmp, sizeof(tmp), "%s.tmp", s->status_path);
+        json_t *st = sandbox_mgr_status(s->mgr);
+        if (st && json_dump_file(st, tmp, JSON_COMPACT) == 0 && rename(tmp, s->status_path) < 0)
+                unlink(tmp);
+        json_decref(st);
+}
+
+static void status_start(struct serve *s)
+{
+        char dir[256];
+        struct err e = {0};
+        if (runtime_dir(dir, sizeof(dir), &e) < 0) {
+                log_warn("no status file for `corral status`: %s", e.msg);
+                return;
+        }
+        snprintf(s->status_path, sizeof(s->status_path), "%s/status-%d.json", dir, (int)getpid());
+        if (timer_add(s->loop, write_status, s, &s->status_timer) == 0)
+                timer_arm(s->status_timer, -1);
+}
+
+static void status_stop(struct serve *s)
+{
+        timer_remove(s->status_timer);
+        s->status_timer = NULL;
+        if (s->status_path[0])
+                unlink(s->status_path);
+}
 
 static void drained(void *userdata)
 {
@@ -71,8 +108,11 @@ int cli_serve(int argc, char **argv)
                 log_info("serving on stdio; engine %s, image %s", engine_endpoint(ce.eng)->display,
                          cfg.image);
         r = sandbox_mgr_new(s.loop, &cfg, ce.eng, &s.mgr);
-        if (r == 0)
+        if (r == 0) {
+                sandbox_mgr_sweep(s.mgr);
                 sandbox_mgr_start_pool(s.mgr);
+                status_start(&s);
+        }
         if (r == 0)
                 r = mcp_server_new(s.loop, &cfg, s.mgr, STDIN_FILENO, STDOUT_FILENO, on_eof, &s,
                                    &s.srv);
@@ -88,6 +128,7 @@ int cli_serve(int argc, char **argv)
                 log_err("serving failed: %s", strerror(-r));
         if (s.srv)
                 mcp_server_flush(s.srv, 1000);
+        status_stop(&s);
         mcp_server_free(s.srv);
         sandbox_mgr_free(s.mgr);
         cli_engine_close(&ce);

@@ -3,6 +3,7 @@
 #include <ctype.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 int err_set(struct err *e, enum err_kind kind, int code, const char *fmt, ...)
@@ -34,6 +35,25 @@ void err_prefix(struct err *e, const char *fmt, ...)
         memcpy(old, e->msg, sizeof(old));
         snprintf(e->msg, sizeof(e->msg), "%s: %.*s", pre, (int)(sizeof(e->msg) - strlen(pre) - 3),
                  old);
+}
+
+int runtime_dir(char *buf, size_t size, struct err *e)
+{
+        const char *xdg = getenv("XDG_RUNTIME_DIR");
+        if (xdg && *xdg == '/' && access(xdg, W_OK) == 0)
+                snprintf(buf, size, "%s/corral", xdg);
+        else
+                snprintf(buf, size, "/tmp/corral-%d", (int)getuid());
+        /* Private to this user: an engine socket there grants control of
+         * the engine. */
+        if (mkdir(buf, 0700) < 0 && errno != EEXIST)
+                return err_set(e, ERR_CONFIG, errno, "cannot create %s: %s", buf, strerror(errno));
+        struct stat st;
+        if (lstat(buf, &st) < 0 || !S_ISDIR(st.st_mode) || st.st_uid != getuid() ||
+            (st.st_mode & 077))
+                return err_set(e, ERR_CONFIG, EPERM,
+                               "%s must be a directory owned by you with mode 0700", buf);
+        return 0;
 }
 
 void proc_usage(long *ret_rss_kb, long *ret_hwm_kb, long long *ret_cpu_ms)

@@ -62,6 +62,11 @@ _printf_(2, 3) void err_prefix(struct err *e, const char *fmt, ...);
 /* Monotonic clock in milliseconds. */
 long long now_ms(void);
 
+/* corral's private directory for this user ($XDG_RUNTIME_DIR/corral, else
+ * /tmp/corral-UID), created 0700 and checked to be ours: it holds the private
+ * engine socket and the status files. */
+int runtime_dir(char *buf, size_t size, struct err *e);
+
 /* This process's resident memory (and its peak) in KiB and CPU time in ms. */
 void proc_usage(long *ret_rss_kb, long *ret_hwm_kb, long long *ret_cpu_ms);
 

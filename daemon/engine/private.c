@@ -52,20 +52,10 @@ int private_engine_start(struct private_engine *pe, struct err *e)
         _cleanup_free_ char *podman = find_in_path("podman");
         if (!podman)
                 return -ENOENT;
-        const char *xdg = getenv("XDG_RUNTIME_DIR");
         char dir[256];
-        if (xdg && *xdg == '/' && access(xdg, W_OK) == 0)
-                snprintf(dir, sizeof(dir), "%s/corral", xdg);
-        else
-                snprintf(dir, sizeof(dir), "/tmp/corral-%d", (int)getuid());
-        /* Private to this user: the socket grants control of the engine. */
-        if (mkdir(dir, 0700) < 0 && errno != EEXIST)
-                return err_set(e, ERR_ENGINE, errno, "cannot create %s: %s", dir, strerror(errno));
-        struct stat st;
-        if (lstat(dir, &st) < 0 || !S_ISDIR(st.st_mode) || st.st_uid != getuid() ||
-            (st.st_mode & 077))
-                return err_set(e, ERR_ENGINE, EPERM,
-                               "%s must be a directory owned by you with mode 0700", dir);
+        int r = runtime_dir(dir, sizeof(dir), e);
+        if (r < 0)
+                return r;
         if (asprintf(&pe->path, "%s/podman-%d.sock", dir, (int)getpid()) < 0 ||
             asprintf(&pe->url, "unix://%s", pe->path) < 0)
                 return -ENOMEM;

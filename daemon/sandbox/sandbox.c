@@ -95,6 +95,30 @@ const char *sandbox_status_name(enum sandbox_status s)
         return names[s];
 }
 
+/* Who owns a container: this host and boot, and a pid. Together they let a
+ * new instance tell a live owner from one that was killed. */
+struct identity {
+        char host[256];
+        char boot[64];
+};
+
+static const struct identity *host_identity(void)
+{
+        static struct identity id;
+        if (id.host[0])
+                return &id;
+        if (gethostname(id.host, sizeof(id.host) - 1) < 0 || !id.host[0])
+                snprintf(id.host, sizeof(id.host), "unknown");
+        FILE *f = fopen("/proc/sys/kernel/random/boot_id", "re");
+        if (!f || !fgets(id.boot, sizeof(id.boot), f))
+                snprintf(id.boot, sizeof(id.boot), "unknown");
+        if (f)
+                fclose(f);
+        id.boot[strcspn(id.boot, "\n")] = '\0';
+        utf8_scrub(id.host);
+        return &id;
+}
+
 json_t *sandbox_create_body(const struct config *cfg, const char *instance, const char *runtime_src)
 {
         char tmp_opts[128], ws_opts[128], frame_env[64], pid_label[32];
@@ -115,7 +139,7 @@ json_t *sandbox_create_body(const struct config *cfg, const char *instance, cons
         // clang-format off
         return json_pack(
                 "{s:s, s:[s,s,s,s,s,s], s:[s,s,s,s], s:s, s:s, s:b, s:b, s:b, s:b, s:b, s:b,"
-                " s:{s:s, s:s, s:s},"
+                " s:{s:s, s:s, s:s, s:s, s:s},"
                 " s:{s:s, s:b, s:[s], s:[s], s:I, s:I, s:I, s:I, s:s,"
                 "    s:{s:s, s:s},"
                 "    s:[{s:s,s:i,s:i},{s:s,s:i,s:i},{s:s,s:i,s:i}]}}",
@@ -130,6 +154,8 @@ json_t *sandbox_create_body(const struct config *cfg, const char *instance, cons
                         "io.corral.owner", "corral",
                         "io.corral.instance", instance,
                         "io.corral.pid", pid_label,
+                        "io.corral.host", host_identity()->host,
+                        "io.corral.boot", host_identity()->boot,
                 "HostConfig",
                         "NetworkMode", "none",
                         "ReadonlyRootfs", 1,
@@ -878,6 +904,79 @@ int sandbox_run(struct sandbox_mgr *m, const struct sandbox_request *req, sandbo
         return 0;
 }
 
+/* ---- leftovers of earlier instances */
+
+static bool owner_alive(json_t *labels)
+{
+        const struct identity *me = host_identity();
+        const char *boot = json_string_value(json_object_get(labels, "io.corral.boot"));
+        const char *pid_s = json_string_value(json_object_get(labels, "io.corral.pid"));
+        if (boot && strcmp(boot, me->boot) != 0)
+                return false; /* the machine rebooted since */
+        long pid = pid_s ? strtol(pid_s, NULL, 10) : 0;
+        if (pid <= 0)
+                return false;
+        char path[64], comm[32] = "";
+        snprintf(path, sizeof(path), "/proc/%ld/comm", pid);
+        FILE *f = fopen(path, "re");
+        if (!f)
+                return false;
+        bool ok = fgets(comm, sizeof(comm), f) && strncmp(comm, "corral", 6) == 0;
+        fclose(f);
+        return ok;
+}
+
+static void swept_one(void *userdata, long status, json_t *body, const struct err *e)
+{
+        char *id = userdata;
+        if (status == 204 || status == 200 || status == 404)
+                log_info("removed container %.12s left behind by an earlier corral", id);
+        else
+                log_warn("removing leftover container %.12s failed: %s", id,
+                         status ? engine_error_message(body) : e->msg);
+        free(id);
+}
+
+static void swept(void *userdata, long status, json_t *body, const struct err *e)
+{
+        struct sandbox_mgr *m = userdata;
+        if (status != 200 || !json_is_array(body)) {
+                log_warn("cannot list containers to remove leftovers: %s",
+                         status ? engine_error_message(body) : e->msg);
+                return;
+        }
+        size_t i;
+        json_t *c;
+        json_array_foreach(body, i, c)
+        {
+                json_t *labels = json_object_get(c, "Labels");
+                const char *id = json_string_value(json_object_get(c, "Id"));
+                const char *host = json_string_value(json_object_get(labels, "io.corral.host"));
+                const char *inst = json_string_value(json_object_get(labels, "io.corral.instance"));
+                /* Labels, not names, decide: another host's containers on a
+                 * shared engine and live instances' are left alone. */
+                if (!id || strlen(id) > 128 || (inst && strcmp(inst, m->instance) == 0) ||
+                    (host && strcmp(host, host_identity()->host) != 0) || owner_alive(labels))
+                        continue;
+                char path[256];
+                snprintf(path, sizeof(path), "/containers/%s?force=1&v=1", id);
+                char *copy = strdup(id);
+                if (copy && engine_request(m->eng, "DELETE", path, NULL, swept_one, copy, NULL) < 0)
+                        free(copy);
+        }
+}
+
+void sandbox_mgr_sweep(struct sandbox_mgr *m)
+{
+        if (!m->eng)
+                return;
+        /* filters={"label":["io.corral.owner=corral"]}, URL-encoded */
+        engine_request(m->eng, "GET",
+                       "/containers/json?all=1&filters=%7B%22label%22%3A%5B%22io.corral.owner%3D"
+                       "corral%22%5D%7D",
+                       NULL, swept, m, NULL);
+}
+
 /* ---- the warm pool */
 
 static void pool_spawn(struct sandbox_mgr *m)
@@ -958,8 +1057,8 @@ static void note_start_failure(struct sandbox_mgr *m, const char *msg)
         m->consecutive_failures++;
         snprintf(m->last_error, sizeof(m->last_error), "%s", msg ? msg : "sandbox start failed");
         utf8_scrub(m->last_error);
-        int shift = m->consecutive_failures < 7 ? m->consecutive_failures : 7;
-        m->retry_at_ms = now_ms() + (250LL << shift); /* 0.5 s doubling to 32 s */
+        int shift = m->consecutive_failures < 5 ? m->consecutive_failures : 5;
+        m->retry_at_ms = now_ms() + (250LL << shift); /* 0.5 s doubling to 8 s */
 }
 
 static void on_tick(struct timer *t, void *userdata)

@@ -64,6 +64,9 @@ void sandbox_mgr_free(struct sandbox_mgr *m);
 /* Keep ready sandboxes (config pool_*) from now on; `serve` calls it,
  * one-shot commands do not. */
 void sandbox_mgr_start_pool(struct sandbox_mgr *m);
+/* Remove containers that earlier, dead instances on this host left behind
+ * (by their labels), in the background. */
+void sandbox_mgr_sweep(struct sandbox_mgr *m);
 /* Pool, call and process figures (new reference). */
 json_t *sandbox_mgr_status(const struct sandbox_mgr *m);
 

@@ -18,8 +18,15 @@ static bool valid_utf8(const char *s)
 static void test_list(void)
 {
         json_t *list = tools_list();
-        if (!ok(json_is_array(list) && json_array_size(list) == 2, "tools_list has two tools"))
+        if (!ok(json_is_array(list) && json_array_size(list) == 3, "tools_list has three tools"))
                 return;
+        /* The third, sandbox_status, is read-only and takes no arguments. */
+        json_t *st = json_array_get(list, 2);
+        is_str(json_string_value(json_object_get(st, "name")), "sandbox_status", "tool 2 name");
+        ok(json_is_true(json_object_get(json_object_get(st, "annotations"), "readOnlyHint")),
+           "sandbox_status: readOnlyHint");
+        ok(json_object_size(json_object_get(json_object_get(st, "inputSchema"), "properties")) == 0,
+           "sandbox_status: no arguments");
         static const struct {
                 const char *name, *arg;
         } want[] = {{"run_python", "code"}, {"run_shell", "command"}};
