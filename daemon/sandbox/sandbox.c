@@ -81,6 +81,7 @@ struct sandbox_mgr {
         char last_error[1400];
         long long refill_ms[128]; /* creation to ready, newest last */
         unsigned n_refill;
+        struct leftover *leftovers; /* being removed by the sweep */
         void (*drained)(void *);
         void *drained_ud;
 };
@@ -673,6 +674,10 @@ static void on_timer(struct timer *t, void *userdata)
         (void)t;
         if (s->state == S_REMOVING) {
                 send_remove(s);
+        } else if (s->state == S_QUEUED && s->have_result) {
+                /* Refused before it started (fail_soon): hand the result over.
+                 * Not a start failure: nothing was started. */
+                sandbox_kill(s, ST_ENGINE_ERROR, NULL);
         } else if (s->state == S_BUSY) {
                 snprintf(msg, sizeof(msg),
                          "the code ran longer than its time limit of %g s and was killed",
@@ -882,8 +887,10 @@ int sandbox_run(struct sandbox_mgr *m, const struct sandbox_request *req, sandbo
                 return 0;
         }
         /* Starts keep failing (image gone, engine broken): say why at once
-         * instead of making every call wait for the same failure. */
-        if (m->consecutive_failures >= POOL_FAIL_FAST) {
+         * instead of making every call wait for the same failure. Past the
+         * back-off a call starts a sandbox again and so probes the cause
+         * (the pool probes too, when there is one). */
+        if (m->consecutive_failures >= POOL_FAIL_FAST && now_ms() < m->retry_at_ms) {
                 fail_soon(s, "EngineError", m->last_error);
                 return 0;
         }
@@ -926,15 +933,56 @@ static bool owner_alive(json_t *labels)
         return ok;
 }
 
+struct leftover {
+        struct sandbox_mgr *mgr;
+        struct leftover *next; /* mgr->leftovers */
+        struct timer *timer;
+        int tries;
+        char id[129];
+};
+
+static void leftover_remove(struct leftover *lo);
+
+static void leftover_free(struct leftover *lo)
+{
+        for (struct leftover **pp = &lo->mgr->leftovers; *pp; pp = &(*pp)->next)
+                if (*pp == lo) {
+                        *pp = lo->next;
+                        break;
+                }
+        timer_remove(lo->timer);
+        free(lo);
+}
+
 static void swept_one(void *userdata, long status, json_t *body, const struct err *e)
 {
-        char *id = userdata;
+        struct leftover *lo = userdata;
+        /* As for our own removals: an engine refuses a forced removal for a
+         * moment while a container stops by itself. */
+        if ((status == 409 || status == 500) && ++lo->tries < 5 && lo->timer) {
+                timer_arm(lo->timer, 200LL * lo->tries);
+                return;
+        }
         if (status == 204 || status == 200 || status == 404)
-                log_info("removed container %.12s left behind by an earlier corral", id);
+                log_info("removed container %.12s left behind by an earlier corral", lo->id);
         else
-                log_warn("removing leftover container %.12s failed: %s", id,
+                log_warn("removing leftover container %.12s failed: %s", lo->id,
                          status ? engine_error_message(body) : e->msg);
-        free(id);
+        leftover_free(lo);
+}
+
+static void leftover_tick(struct timer *t, void *userdata)
+{
+        (void)t;
+        leftover_remove(userdata);
+}
+
+static void leftover_remove(struct leftover *lo)
+{
+        char path[256];
+        snprintf(path, sizeof(path), "/containers/%s?force=1&v=1", lo->id);
+        if (engine_request(lo->mgr->eng, "DELETE", path, NULL, swept_one, lo, NULL) < 0)
+                leftover_free(lo);
 }
 
 static void swept(void *userdata, long status, json_t *body, const struct err *e)
@@ -958,11 +1006,16 @@ static void swept(void *userdata, long status, json_t *body, const struct err *e
                 if (!id || strlen(id) > 128 || (inst && strcmp(inst, m->instance) == 0) ||
                     (host && strcmp(host, host_identity()->host) != 0) || owner_alive(labels))
                         continue;
-                char path[256];
-                snprintf(path, sizeof(path), "/containers/%s?force=1&v=1", id);
-                char *copy = strdup(id);
-                if (copy && engine_request(m->eng, "DELETE", path, NULL, swept_one, copy, NULL) < 0)
-                        free(copy);
+                struct leftover *lo = calloc(1, sizeof(*lo));
+                if (!lo)
+                        continue;
+                lo->mgr = m;
+                lo->next = m->leftovers;
+                m->leftovers = lo;
+                snprintf(lo->id, sizeof(lo->id), "%s", id);
+                if (timer_add(m->loop, leftover_tick, lo, &lo->timer) < 0)
+                        lo->timer = NULL; /* then no retry */
+                leftover_remove(lo);
         }
 }
 
@@ -1190,6 +1243,9 @@ void sandbox_mgr_free(struct sandbox_mgr *m)
                 sandbox_free(m->all);
         timer_remove(m->drain_timer);
         timer_remove(m->tick);
+        /* Their engine requests go with the engine, unanswered. */
+        while (m->leftovers)
+                leftover_free(m->leftovers);
         if (m->owns_eng)
                 engine_free(m->eng);
         free(m);
