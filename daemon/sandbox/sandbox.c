@@ -266,7 +266,10 @@ static void deliver(struct sandbox *s)
                 s->res.err.truncated = true;
         log_info("sandbox %s: %s in %lld ms", s->res.container_id ? s->res.container_id : "-",
                  sandbox_status_name(s->res.status), s->res.duration_ms);
+        struct sandbox_mgr *m = s->mgr;
         s->cb(s->userdata, &s->res);
+        /* The caller has its answer: now is the time to top the pool up. */
+        pool_refill(m);
 }
 
 static void slot_release(struct sandbox_mgr *m)
@@ -855,7 +858,8 @@ int sandbox_run(struct sandbox_mgr *m, const struct sandbox_request *req, sandbo
                 *ret = s;
                 s->state = S_STARTED; /* as if its ready frame came now */
                 send_exec(s);
-                pool_refill(m);
+                /* No refill now: starting containers would take the CPU from
+                 * this call. It follows the answer (deliver). */
                 return 0;
         }
         /* A pool sandbox already on its way: it will run this call. */

@@ -1,0 +1,418 @@
+#!/usr/bin/python3
+"""Benchmark of corral's warm sandbox pool: see README.md beside this file.
+
+Python 3 standard library only. Prints machine facts, a latency table,
+throughput, corral's own RSS and CPU, and PASS/FAIL against the targets.
+Exit 0 whatever the verdicts; 1 when a measurement itself broke.
+"""
+import argparse, datetime, http.client, json, math, os, platform, socket
+import subprocess, sys, tempfile, threading, time, urllib.parse
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CODE = 'print(1)'
+FLAGS = ['--network', 'none', '--read-only', '--cap-drop', 'all',
+         '--security-opt', 'no-new-privileges', '--user', '65534:65534',
+         '--memory', '512m', '--memory-swap', '512m', '--pids-limit', '128', '--cpus', '1',
+         '--tmpfs', '/tmp:rw,nosuid,nodev,size=64m',
+         '--tmpfs', '/workspace:rw,nosuid,nodev,size=256m',
+         '--ulimit', 'nofile=1024:1024', '--ulimit', 'nproc=4096:4096', '--ulimit', 'core=0:0',
+         '--ipc', 'private']
+IMAGE = os.environ.get('CORRAL_IMAGE', 'corral-python:latest')  # corral reads it too
+COLD_ENV = {'CORRAL_POOL_MAX': '0'}
+CALL_TIMEOUT = 120
+READY_TIMEOUT = 60
+
+
+class Broken(Exception):
+    """The measurement itself failed (not a missed target)."""
+
+
+# ---------------------------------------------------------------- engine --
+
+class UnixHTTP(http.client.HTTPConnection):
+    def connect(self):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(self.timeout)
+        self.sock.connect(self.unix_path)
+
+
+def engine_get(url, method, path):
+    u = urllib.parse.urlparse(url)
+    conn = http.client.HTTPConnection(u.netloc, timeout=10) if u.scheme == 'tcp' else UnixHTTP('d', timeout=10)
+    conn.unix_path = u.path
+    try:
+        conn.request(method, path)
+        resp = conn.getresponse()
+        body = resp.read()
+        return resp.status, (json.loads(body) if body.strip() else None)
+    finally:
+        conn.close()
+
+
+def engine_facts(url):
+    try:
+        status, v = engine_get(url, 'GET', '/version')
+    except OSError as e:
+        raise Broken('cannot reach the engine at %s: %s' % (url, e))
+    if status != 200:
+        raise Broken('GET /version on %s answered %d' % (url, status))
+    podman = any('Podman' in c.get('Name', '') for c in v.get('Components') or [])
+    return ('podman' if podman else 'docker'), v.get('Version', '?')
+
+
+def leftovers(url, pid):
+    """Remove and return the containers a corral process of ours left behind."""
+    q = urllib.parse.quote(json.dumps({'label': ['io.corral.pid=%d' % pid]}))
+    _, found = engine_get(url, 'GET', '/containers/json?all=true&filters=' + q)
+    for c in found or []:
+        engine_get(url, 'DELETE', '/containers/%s?force=true' % c['Id'])
+    return [c['Id'][:12] for c in found or []]
+
+
+# ---------------------------------------------------------------- corral --
+
+def proc_stats(pid):
+    """(VmRSS kB, VmHWM kB, utime+stime ms) of one process, read from outside."""
+    with open('/proc/%d/status' % pid) as f:
+        kv = dict(line.split(':', 1) for line in f if ':' in line)
+    with open('/proc/%d/stat' % pid) as f:
+        fields = f.read().rsplit(')', 1)[1].split()
+    ticks = int(fields[11]) + int(fields[12])  # utime, stime
+    return (int(kv['VmRSS'].split()[0]), int(kv['VmHWM'].split()[0]),
+            ticks * 1000 / os.sysconf('SC_CLK_TCK'))
+
+
+class Corral:
+    """One `corral serve` over stdio; responses are matched to requests by id."""
+
+    def __init__(self, binary, engine, extra_env):
+        env = {k: v for k, v in os.environ.items() if k != 'CORRAL_CONFIG'}
+        self.cfgdir = tempfile.TemporaryDirectory(prefix='corral-bench-')
+        env.update(CORRAL_ENGINE=engine, XDG_CONFIG_HOME=self.cfgdir.name, **extra_env)
+        self.log = tempfile.NamedTemporaryFile(prefix='corral-bench-', suffix='.log', delete=False)
+        self.proc = subprocess.Popen([binary, 'serve'], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=self.log, env=env)
+        self.pid, self.engine, self.closed = self.proc.pid, engine, False
+        self.next_id, self.pending, self.lock = 0, {}, threading.Lock()
+        threading.Thread(target=self._reader, daemon=True).start()
+
+    def _reader(self):
+        for line in self.proc.stdout:
+            t = time.perf_counter()
+            try:
+                msg = json.loads(line)
+            except ValueError:
+                continue
+            rid = msg.get('id') if isinstance(msg, dict) else None
+            slot = self.pending.get(rid) if isinstance(rid, int) else None
+            if slot is not None and ('result' in msg or 'error' in msg):
+                slot.append((msg, t))
+                slot[0].set()
+        for slot in list(self.pending.values()):  # EOF: wake every waiter
+            slot[0].set()
+
+    def send(self, method, params=None):
+        """Sends a request; returns a wait() that gives (message, seconds)."""
+        with self.lock:
+            self.next_id += 1
+            rid, slot = self.next_id, [threading.Event()]
+            self.pending[rid] = slot
+            msg = {'jsonrpc': '2.0', 'id': rid, 'method': method, 'params': params or {}}
+            t0 = time.perf_counter()
+            try:
+                self.proc.stdin.write((json.dumps(msg) + '\n').encode())
+                self.proc.stdin.flush()
+            except OSError:
+                pass  # corral is gone: wait() says so
+
+        def wait():
+            if not slot[0].wait(CALL_TIMEOUT) or len(slot) < 2:
+                code = self.proc.poll()
+                raise Broken('%s: no answer from corral (%s); its log ends: %s' % (
+                    method, 'it exited %d' % code if code is not None else 'still running', self.tail()))
+            del self.pending[rid]
+            return slot[1][0], slot[1][1] - t0
+        return wait
+
+    def request(self, method, params=None):
+        return self.send(method, params)()
+
+    def initialize(self):
+        msg, _ = self.request('initialize', {'protocolVersion': '2025-06-18', 'capabilities': {},
+                                             'clientInfo': {'name': 'corral-bench', 'version': '1'}})
+        if 'result' not in msg:
+            raise Broken('initialize failed: %s' % msg)
+        with self.lock:
+            self.proc.stdin.write(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
+            self.proc.stdin.flush()
+
+    def run_python(self):
+        """Seconds of one call, checked."""
+        msg, secs = self.request('tools/call', {'name': 'run_python', 'arguments': {'code': CODE}})
+        sc = (msg.get('result') or {}).get('structuredContent') or {}
+        if sc.get('status') != 'ok' or sc.get('stdout') != '1\n':
+            raise Broken('run_python did not answer ok: %s' % json.dumps(msg)[:500])
+        return secs
+
+    def status(self):
+        """sandbox_status's structuredContent, or None when corral has no such tool."""
+        msg, _ = self.request('tools/call', {'name': 'sandbox_status', 'arguments': {}})
+        return (msg.get('result') or {}).get('structuredContent')
+
+    def wait_ready(self, poll_s=0.005):
+        """Waits until pool.ready >= pool.min; returns the status (None: no sandbox_status)."""
+        deadline = time.monotonic() + READY_TIMEOUT
+        while True:
+            st = self.status()
+            if st is None or st['pool']['ready'] >= max(st['pool']['min'], 1):
+                return st
+            if time.monotonic() > deadline:
+                raise Broken('pool never reached ready >= min: %s' % json.dumps(st['pool']))
+            time.sleep(poll_s)
+
+    def tail(self):
+        with open(self.log.name, errors='replace') as f:
+            return ' | '.join(f.read().splitlines()[-5:]) or 'no log'
+
+    def close(self, keep_log=False):
+        """Close stdin, wait, then kill; remove containers it left. Returns those."""
+        if self.closed:
+            return []
+        self.closed = True
+        if self.proc.poll() is None:
+            try:
+                self.proc.stdin.close()
+            except OSError:
+                pass
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.cfgdir.cleanup()
+        if keep_log:
+            print('corral %d log: %s' % (self.pid, self.log.name), file=sys.stderr)
+        else:
+            os.unlink(self.log.name)
+        try:
+            return leftovers(self.engine, self.pid)
+        except OSError as e:
+            return ['(could not list containers: %s)' % e]
+
+
+# ----------------------------------------------------------- measurements --
+
+def pct(xs, p):
+    """Nearest-rank percentile of seconds, in ms."""
+    s = sorted(xs)
+    return 1000 * s[max(0, math.ceil(p / 100 * len(s)) - 1)]
+
+
+def timed_cmd(argv, n):
+    subprocess.run(argv, capture_output=True)  # warm-up, not counted
+    out = []
+    for _ in range(n):
+        t = time.perf_counter()
+        r = subprocess.run(argv, capture_output=True)
+        out.append(time.perf_counter() - t)
+        if r.returncode != 0 or r.stdout != b'1\n':
+            raise Broken('%s: exit %d, %r' % (argv[0], r.returncode, (r.stdout + r.stderr)[-300:]))
+    return out
+
+
+def throughput(c, calls, conc):
+    """Fresh sandboxes per second, `conc` calls in flight on one connection."""
+    left, lock, errors = [calls], threading.Lock(), []
+
+    def worker():
+        while True:
+            with lock:
+                if left[0] == 0 or errors:
+                    return
+                left[0] -= 1
+            try:
+                c.run_python()
+            except Broken as e:
+                errors.append(e)
+    threads = [threading.Thread(target=worker) for _ in range(conc)]
+    t = time.perf_counter()
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    if errors:
+        raise errors[0]
+    return calls / (time.perf_counter() - t)
+
+
+def machine(engine):
+    with open('/proc/cpuinfo') as f:
+        model = next((l.split(':', 1)[1].strip() for l in f if l.startswith('model name')), '?')
+    with open('/proc/meminfo') as f:
+        mem_kb = int(next(l.split()[1] for l in f if l.startswith('MemTotal')))
+    kind, version = engine_facts(engine)
+    return {'date': datetime.datetime.now().astimezone().isoformat(timespec='seconds'),
+            'nproc': int(subprocess.run(['nproc'], capture_output=True, text=True).stdout),
+            'cpu': model, 'mem_gib': round(mem_kb / 2**20, 1), 'kernel': platform.release(),
+            'engine': engine, 'engine_kind': kind, 'engine_version': version,
+            'loadavg_start': os.getloadavg()[0], 'corral_env': {
+                k: v for k, v in os.environ.items() if k.startswith('CORRAL_') and k != 'CORRAL_ENGINE'}}
+
+
+def measure_cold(c, n, R):
+    c.run_python()  # warm-up, not counted
+    cpu0 = proc_stats(c.pid)[2]
+    lat = [c.run_python() for _ in range(n)]
+    R['cpu_ms_per_call'] = {'cold': (proc_stats(c.pid)[2] - cpu0) / n}
+    st = c.status()
+    if st is not None and (st.get('pool') or {}).get('max', 0) != 0:
+        raise Broken('CORRAL_POOL_MAX=0 did not disable the pool: %s' % json.dumps(st['pool']))
+    return lat
+
+
+def measure_warm(c, n, R, cold_p50_ms):
+    """Paced latency, then throughput at concurrency 1 and 4; fills R."""
+    R['rss_kb'] = {'idle_after_initialize': proc_stats(c.pid)[0]}
+    st = c.status()
+    if st is None:
+        print('\nWARNING: corral has no sandbox_status tool: the pool cannot be verified;'
+              ' "warm" calls are paced by a sleep of 2x the cold p50 instead.')
+        R['pool'] = None
+    else:
+        R['pool_at_initialize'] = st['pool']
+        st = c.wait_ready()
+        R['pool'] = {k: st['pool'][k] for k in ('min', 'max')}
+        R['rss_kb']['idle_pool_full'] = proc_stats(c.pid)[0]
+
+    def hits_since(before):
+        after = c.wait_ready(0.05)  # refills that the calls started are their cost too
+        return after and {k: after['pool'][k] - before['pool'][k] for k in ('hits', 'misses')}
+    lat = []
+    for _ in range(n):
+        if st is None:
+            time.sleep(2 * cold_p50_ms / 1000)
+        else:
+            c.wait_ready()
+        lat.append(c.run_python())
+    R['pool_hits'] = {'paced': hits_since(st)}
+    R['rss_kb']['pool_full_after_paced'] = proc_stats(c.pid)[0]
+    for conc in (1, 4):
+        before, cpu0 = c.wait_ready(), proc_stats(c.pid)[2]
+        R['rate']['c%d' % conc] = throughput(c, n, conc)
+        R['pool_hits']['c%d' % conc] = hits_since(before)
+        R['cpu_ms_per_call']['warm_c%d' % conc] = (proc_stats(c.pid)[2] - cpu0) / n
+    R['rss_kb']['peak_vmhwm'] = proc_stats(c.pid)[1]
+    R['final_status'] = c.status()
+    with open('/proc/%d/task/%d/children' % (c.pid, c.pid)) as f:
+        R['corral_children'] = f.read().split()
+    return lat
+
+
+def main():
+    ap = argparse.ArgumentParser(description="Benchmark corral's warm sandbox pool.")
+    ap.add_argument('--engine', default=os.environ.get('CORRAL_ENGINE', 'unix:///run/podman/podman.sock'))
+    ap.add_argument('--corral', default=os.path.join(HERE, '..', '..', 'build', 'corral'))
+    ap.add_argument('--calls', type=int, help='warm paced and throughput calls (default 200, --quick 20)')
+    ap.add_argument('--quick', action='store_true', help='few samples, for a CI smoke run')
+    ap.add_argument('--json', metavar='FILE', help='also write the results as JSON')
+    a = ap.parse_args()
+    n = dict(cold=10, podman=5, host=10, warm=20) if a.quick else dict(cold=30, podman=20, host=50, warm=200)
+    n['warm'] = a.calls or n['warm']
+    lat, corrals, leaked, broken = {}, [], [], False
+
+    def start(extra_env):
+        c = Corral(a.corral, a.engine, extra_env)
+        corrals.append(c)
+        c.initialize()
+        return c
+    try:
+        if not os.access(a.corral, os.X_OK):
+            raise Broken('no corral binary at %s (build it, or pass --corral)' % a.corral)
+        R = {'machine': machine(a.engine), 'samples': n}
+        m = R['machine']
+        cli = ['podman', '--url', a.engine] if m['engine_kind'] == 'podman' else ['docker', '-H', a.engine]
+        print('corral pool benchmark, %s' % m['date'])
+        print('machine: nproc %d, %s, %.1f GiB, kernel %s' % (m['nproc'], m['cpu'], m['mem_gib'], m['kernel']))
+        print('engine:  %s %s at %s; baseline: %s run' % (m['engine_kind'], m['engine_version'], a.engine,
+                                                            ' '.join(cli)))
+        print('load:    %.2f at start (1-minute load average; anything else running skews the numbers)'
+              % m['loadavg_start'])
+        lat['host'] = timed_cmd(['/usr/bin/python3', '-c', CODE], n['host'])
+        lat['podman'] = timed_cmd(cli + ['run', '--rm'] + FLAGS + [IMAGE, 'python3', '-c', CODE], n['podman'])
+        R['rate'] = {'podman_sequential': 1000 / pct(lat['podman'], 50)}
+        cold = start(COLD_ENV)
+        lat['cold'] = measure_cold(cold, n['cold'], R)
+        leaked += cold.close()
+        lat['warm'] = measure_warm(start({}), n['warm'], R, pct(lat['cold'], 50))
+    except (Broken, OSError) as e:
+        print('\nBROKEN: %s' % e, file=sys.stderr)
+        broken = True
+        return 1
+    finally:
+        for c in corrals:
+            leaked += c.close(keep_log=broken)
+        if leaked:
+            print('LEAK: corral left containers behind (removed now): %s' % ' '.join(leaked))
+    m['loadavg_end'] = os.getloadavg()[0]
+    report(R, lat)
+    if a.json:
+        R['latency_ms'] = {k: [round(1000 * x, 3) for x in v] for k, v in lat.items()}
+        with open(a.json, 'w') as f:
+            json.dump(R, f, indent=1)
+    return 1 if leaked else 0
+
+
+def report(R, lat):
+    p50 = R['p50_ms'] = {k: pct(v, 50) for k, v in lat.items()}
+    p95 = R['p95_ms'] = {k: pct(v, 95) for k, v in lat.items()}
+    pool, r, kind = R['pool'], R['rate'], R['machine']['engine_kind']
+    print('\n%-50s %5s %9s %9s' % ('latency of print(1)', 'n', 'p50 ms', 'p95 ms'))
+    for k, label in (('host', "host /usr/bin/python3 -c 'print(1)'"),
+                     ('podman', '%s run --rm, same image and flags' % kind),
+                     ('cold', 'corral run_python, cold (CORRAL_POOL_MAX=0)'),
+                     ('warm', 'corral run_python, warm, paced' + ('' if pool else ' [no pool seen]'))):
+        print('%-50s %5d %9.1f %9.1f' % (label, len(lat[k]), p50[k], p95[k]))
+    hits = lambda k: '   (pool hits %(hits)d, misses %(misses)d)' % R['pool_hits'][k] if R['pool_hits'][k] else ''
+    if pool:
+        print('pool: min %d, max %d; paced calls %s' % (pool['min'], pool['max'], hits('paced').strip()))
+    print('\nfresh sandboxes per second (%d calls each, back to back)' % len(lat['warm']))
+    row = lambda label, value: print('  %-52s %s' % (label, value))
+    row('%s run, sequential (1000 / p50)' % kind, '%7.1f /s' % r['podman_sequential'])
+    for conc in (1, 4):
+        row('corral warm, concurrency %d' % conc, '%7.1f /s%s' % (r['c%d' % conc], hits('c%d' % conc)))
+    print("\ncorral's own process (/proc/PID; the engine's processes are not counted)")
+    mib = lambda kb: '%.1f MiB' % (kb / 1024) if kb is not None else 'n/a'
+    rss, at_init = R['rss_kb'], R.get('pool_at_initialize')
+    row('RSS idle, right after initialize' + (' (pool ready %d of %d)' % (
+        at_init['ready'], at_init['min']) if at_init else ''), mib(rss['idle_after_initialize']))
+    row('RSS idle, pool full', mib(rss.get('idle_pool_full')))
+    row('RSS after the paced calls', mib(rss['pool_full_after_paced']))
+    row('peak RSS (VmHWM) after all runs', mib(rss['peak_vmhwm']))
+    for k, v in R['cpu_ms_per_call'].items():
+        row('CPU per call (utime+stime), ' + k.replace('_c', ', concurrency '), '%.2f ms' % v)
+    f = R['final_status']
+    if f:
+        fp = f.get('pool') or {}
+        print('  sandbox_status: rss %s, cpu %s ms, %s calls; pool failures %s, refill p50/p95 %s/%s ms%s'
+              % (mib(f.get('rss_kb')), f.get('cpu_ms'), f.get('calls'), fp.get('failures'),
+                 fp.get('refill_p50_ms'), fp.get('refill_p95_ms'),
+                 '; last error: %s' % fp['last_error'] if fp.get('last_error') else ''))
+    if R['corral_children']:
+        print('  corral has child processes (%s), not counted above' % ' '.join(R['corral_children']))
+    checks = [('warm p50 / %s run p50' % kind, p50['warm'] / p50['podman'], '<=', 1 / 15, '%.4f'),
+              ('warm p50 (ms)', p50['warm'], '<=', 10, '%.2f'),
+              ('cold p50 / %s run p50' % kind, p50['cold'] / p50['podman'], '<=', 0.8, '%.3f'),
+              ('concurrency-4 rate / %s run rate' % kind, r['c4'] / r['podman_sequential'], '>=', 2, '%.2f')]
+    print('\n%-40s %10s %12s' % ('target', 'measured', 'target'))
+    R['targets'] = {}
+    for name, val, op, want, fmt in checks:
+        ok = (val <= want if op == '<=' else val >= want) and (pool is not None or 'cold' in name)
+        R['targets'][name] = {'value': val, 'target': op + ' ' + fmt % want, 'pass': ok}
+        print('%-40s %10s %12s  %s' % (name, fmt % val, op + ' ' + fmt % want, 'PASS' if ok else 'FAIL'))
+    if not pool:
+        print('(without sandbox_status no pool was seen: the warm targets count as FAIL)')
+    print('\nload average at the end: %.2f' % R['machine']['loadavg_end'])
+
+
+if __name__ == '__main__':
+    sys.exit(main())
