@@ -792,6 +792,26 @@ static struct engine *mgr_engine(struct sandbox_mgr *m, struct err *e)
         return r < 0 ? NULL : m->eng;
 }
 
+/* A pool sandbox on its way to ready, with no call yet. */
+static bool pool_starting(const struct sandbox *s)
+{
+        return s->pooled && !s->cb && !s->killing && s->state != S_QUEUED && s->state < S_READY;
+}
+
+/* Sandboxes starting for the pool, and sandboxes with a call. */
+static void pool_counts(const struct sandbox_mgr *m, long *ret_starting, long *ret_busy)
+{
+        long starting = 0, busy = 0;
+        for (const struct sandbox *s = m->all; s; s = s->next) {
+                if (pool_starting(s))
+                        starting++;
+                else if (s->cb && s->state >= S_CREATING && s->state <= S_BUSY)
+                        busy++;
+        }
+        *ret_starting = starting;
+        *ret_busy = busy;
+}
+
 static struct sandbox *sandbox_alloc(struct sandbox_mgr *m)
 {
         struct sandbox *s = calloc(1, sizeof(*s));
@@ -863,10 +883,8 @@ int sandbox_run(struct sandbox_mgr *m, const struct sandbox_request *req, sandbo
                 return 0;
         }
         /* A pool sandbox already on its way: it will run this call. */
-        for (s = m->all; s; s = s->next)
-                if (s->pooled && !s->cb && !s->killing && s->state < S_READY &&
-                    s->state != S_QUEUED)
-                        break;
+        for (s = m->all; s && !pool_starting(s); s = s->next)
+                ;
         if (s) {
                 if (assign(s, req, cb, userdata) < 0)
                         return -ENOMEM;
@@ -1054,14 +1072,8 @@ static void pool_refill(struct sandbox_mgr *m)
 {
         if (!m->pool_on || m->shutting_down || m->queued > 0 || !m->eng)
                 return;
-        long starting = 0, busy = 0;
-        for (struct sandbox *s = m->all; s; s = s->next) {
-                if (s->pooled && !s->cb && s->state < S_READY && s->state != S_QUEUED &&
-                    !s->killing)
-                        starting++;
-                else if (s->cb && s->state >= S_CREATING && s->state <= S_BUSY)
-                        busy++;
-        }
+        long starting, busy;
+        pool_counts(m, &starting, &busy);
         long target = busy + m->pool_min;
         if (target > m->pool_max)
                 target = m->pool_max;
@@ -1155,13 +1167,8 @@ static int cmp_ll(const void *a, const void *b)
 
 json_t *sandbox_mgr_status(const struct sandbox_mgr *m)
 {
-        long starting = 0, busy = 0;
-        for (struct sandbox *s = m->all; s; s = s->next) {
-                if (s->pooled && !s->cb && s->state < S_READY && s->state != S_QUEUED)
-                        starting++;
-                else if (s->cb && s->state >= S_CREATING && s->state <= S_BUSY)
-                        busy++;
-        }
+        long starting, busy;
+        pool_counts(m, &starting, &busy);
         long long sorted[ARRAY_SIZE(m->refill_ms)];
         size_t n = m->n_refill < ARRAY_SIZE(sorted) ? m->n_refill : ARRAY_SIZE(sorted);
         memcpy(sorted, m->refill_ms, n * sizeof(sorted[0]));
