@@ -330,6 +330,19 @@ async function waitPool(t, d, pred, timeoutMs = 30000) {
   }, { timeoutMs, intervalMs: 250 });
 }
 
+// Waits until d's pool holds two ready sandboxes and nothing is starting,
+// and returns its instance, those running containers and the status
+// (asserted).
+async function twoReady(t, d) {
+  const w = await waitPool(t, d, (p) => p.ready >= 2 && p.starting === 0);
+  assert.ok(w.done, `the pool has 2 ready sandboxes within 30 s (ready ${w.s.pool.ready})`);
+  const instance = w.s.instance;
+  const found = (await corralContainers(`io.corral.instance=${instance}`)).filter((c) => c.state === 'running');
+  t.note('ready', brief(found));
+  assert.ok(found.length >= 2, 'the ready sandboxes are running containers');
+  return { instance, ready: found, status: w.s };
+}
+
 // One daemon shared by most tests, with the limits the tests rely on.
 let mainDaemon = null;
 function main() {
@@ -861,12 +874,7 @@ test('cancellation: aborting a time.sleep(60) call removes its container', async
   // With the warm pool (min 2) the call runs in one of the ready
   // sandboxes: the one of them that disappears after the abort is its.
   const d = await t.daemon('cancel');
-  const warm = await waitPool(t, d, (p) => p.ready >= 2 && p.starting === 0);
-  assert.ok(warm.done, `the pool has 2 ready sandboxes within 30 s (ready ${warm.s.pool.ready})`);
-  const instance = warm.s.instance;
-  const ready = (await corralContainers(`io.corral.instance=${instance}`)).filter((c) => c.state === 'running');
-  t.note('ready_before_call', brief(ready));
-  assert.ok(ready.length >= 2, 'the ready sandboxes are running containers');
+  const { instance, ready, status: warm } = await twoReady(t, d);
   const ac = new AbortController();
   const t0 = Date.now();
   const call = d.call(t, 'run_python', { code: 'import time\nprint("sleeping", flush=True)\ntime.sleep(60)\n' },
@@ -874,7 +882,7 @@ test('cancellation: aborting a time.sleep(60) call removes its container', async
   const outcome = call.then((r) => ({ result: r }), (e) => ({ error: e }));
   const taken = await waitPool(t, d, (p) => p.busy >= 1, 20000);
   assert.ok(taken.done, 'the call is running');
-  assert.equal(taken.s.pool.hits, warm.s.pool.hits + 1, 'the call took a ready sandbox');
+  assert.equal(taken.s.pool.hits, warm.pool.hits + 1, 'the call took a ready sandbox');
   await sleep(1000); // let the code reach time.sleep
   const abortedAt = Date.now();
   ac.abort('e2e: cancelled by the test');
@@ -1164,12 +1172,7 @@ test('sandbox_status: the pool fills to min, a warm call is a hit; settings and 
 
 test('pool: a ready sandbox removed behind corral\'s back is replaced and the next call works', async (t) => {
   const d = await t.daemon('rm-ready');
-  const w = await waitPool(t, d, (p) => p.ready >= 2 && p.starting === 0);
-  assert.ok(w.done, `the pool has 2 ready sandboxes within 30 s (ready ${w.s.pool.ready})`);
-  const instance = w.s.instance;
-  const ready = (await corralContainers(`io.corral.instance=${instance}`)).filter((c) => c.state === 'running');
-  t.note('ready', brief(ready));
-  assert.ok(ready.length >= 2, 'the ready sandboxes are running containers');
+  const { instance, ready } = await twoReady(t, d);
   const victim = ready[0];
   const del = await engineRequest('DELETE', `/v1.41/containers/${victim.id}?force=1`, 30000);
   t.note('delete', { id: victim.id.slice(0, 12), status: del.status, body: del.body });
