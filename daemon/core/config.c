@@ -8,7 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
-enum key_type { K_STRING, K_SIZE, K_LONG, K_DOUBLE, K_LEVEL };
+enum key_type { K_STRING, K_SIZE, K_LONG, K_DOUBLE, K_LEVEL, K_BOOL };
 
 static const struct config_key {
         const char *name;
@@ -35,6 +35,9 @@ static const struct config_key {
     {"pool_max_starting", K_LONG, offsetof(struct config, pool_max_starting), 1, 256},
     {"pool_idle_s", K_DOUBLE, offsetof(struct config, pool_idle_s), 1, 86400},
     {"log_level", K_LEVEL, offsetof(struct config, log_level), 0, 0},
+    {"host_servers", K_BOOL, offsetof(struct config, host_servers), 0, 0},
+    {"policy", K_STRING, offsetof(struct config, policy), 0, 0},
+    {"audit_log", K_STRING, offsetof(struct config, audit_log), 0, 0},
 };
 
 void config_defaults(struct config *c)
@@ -59,6 +62,7 @@ void config_defaults(struct config *c)
             .pool_max_starting = 2,
             .pool_idle_s = 120,
             .log_level = LOG_INFO,
+            .host_servers = true,
         };
 }
 
@@ -67,7 +71,11 @@ void config_free(struct config *c)
         free(c->engine);
         free(c->image);
         free(c->config_file);
-        c->engine = c->image = c->config_file = NULL;
+        free(c->policy);
+        free(c->audit_log);
+        json_decref(c->servers);
+        c->engine = c->image = c->config_file = c->policy = c->audit_log = NULL;
+        c->servers = NULL;
 }
 
 static const struct config_key *key_find(const char *name)
@@ -132,6 +140,18 @@ int config_set(struct config *c, const char *name, const char *value, const char
                 *(double *)field = v;
                 return 0;
         }
+        case K_BOOL:
+                if (strcmp(value, "true") == 0 || strcmp(value, "1") == 0 ||
+                    strcmp(value, "yes") == 0)
+                        *(bool *)field = true;
+                else if (strcmp(value, "false") == 0 || strcmp(value, "0") == 0 ||
+                         strcmp(value, "no") == 0)
+                        *(bool *)field = false;
+                else
+                        return err_set(e, ERR_CONFIG, EINVAL,
+                                       "%s: %s must be true or false, not \"%s\"", source, name,
+                                       value);
+                return 0;
         case K_LEVEL:
                 if (log_level_parse(value, (enum log_level *)field) < 0)
                         return err_set(e, ERR_CONFIG, EINVAL,
@@ -205,14 +225,27 @@ int config_load_file(struct config *c, const char *path, bool required, struct e
                 char source[512], text_val[64];
                 const char *val;
                 snprintf(source, sizeof(source), "%s: %s", path, name);
+                if (strcmp(name, "servers") == 0) {
+                        /* Upstream MCP servers: the registry checks each
+                         * entry; here only the shape. */
+                        if (!json_is_object(v)) {
+                                r = err_set(e, ERR_CONFIG, EINVAL,
+                                            "%s: must be an object of servers by name", source);
+                                break;
+                        }
+                        json_decref(c->servers);
+                        c->servers = json_incref(v);
+                        continue;
+                }
                 if (!key_find(name)) {
-                        /* Other parts (upstream servers, policy) will own
-                         * more keys; unknown ones are refused for now so a
-                         * typo does not pass unnoticed. */
+                        /* Unknown keys are refused so a typo does not pass
+                         * unnoticed. */
                         r = err_set(e, ERR_CONFIG, EINVAL, "%s: unknown setting", source);
                         break;
                 }
-                if (json_is_string(v)) {
+                if (json_is_boolean(v)) {
+                        val = json_is_true(v) ? "true" : "false";
+                } else if (json_is_string(v)) {
                         val = json_string_value(v);
                 } else if (json_is_integer(v)) {
                         snprintf(text_val, sizeof(text_val), "%lld",

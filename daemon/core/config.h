@@ -7,6 +7,7 @@
 #include "core/log.h"
 #include "core/util.h"
 
+#include <jansson.h>
 #include <stdbool.h>
 
 struct config {
@@ -31,6 +32,11 @@ struct config {
         long pool_max_starting;            /* pool sandboxes starting at once */
         double pool_idle_s;                /* idle time before shrinking to pool_min */
         enum log_level log_level;
+        /* The bridge to upstream MCP servers. */
+        json_t *servers;   /* "servers" of the config file (mcpServers format), or NULL */
+        bool host_servers; /* also read the MCP hosts' files */
+        char *policy;      /* the user's policy file, or NULL for the default path */
+        char *audit_log;   /* JSON-lines audit file, "off", or NULL for the default path */
         char *config_file; /* the file that was read, if any */
 };
 

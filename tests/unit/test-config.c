@@ -41,7 +41,7 @@ static void test_defaults(void)
         size_t n = 0;
         while (names[n])
                 n++;
-        is_int(n, 19, "config_key_names lists 19 keys, NULL-terminated");
+        is_int(n, 22, "config_key_names lists 22 keys, NULL-terminated");
         is_str(names[0], "engine", "... starting with engine");
 }
 
@@ -368,7 +368,13 @@ static const struct file_case {
     {"array at top level", "[1, 2]", {"top level must be a JSON object"}},
     {"string at top level", "\"x\"", {":1:"}},
     {"out of range", "{\"pids\": 1}", {": pids", "integer from 8"}},
-    {"bool value", "{\"pids\": true}", {": pids", "string or a number"}},
+    {"bool for a number", "{\"pids\": true}", {": pids", "integer from 8"}},
+    {"number for a bool", "{\"host_servers\": 1.5}", {": host_servers", "true or false"}},
+    {"servers not an object", "{\"servers\": []}", {": servers", "object of servers"}},
+    {"bridge keys",
+     "{\"servers\": {\"a\": {\"command\": \"x\"}}, \"host_servers\": false,"
+     " \"policy\": \"/etc/p.json\", \"audit_log\": \"off\"}",
+     {NULL}},
     {"null value", "{\"image\": null}", {": image", "string or a number"}},
     {"object value", "{\"memory\": {}}", {": memory", "string or a number"}},
     {"real for an integer", "{\"pids\": 8.5}", {": pids", "\"8.5\""}},

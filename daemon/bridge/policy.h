@@ -1,0 +1,36 @@
+/* What sandboxed code may call through the bridge: per server and per tool
+ * allow and deny globs, size and time limits, and a call budget per run.
+ * The built-in default is policy/default.json (embedded at build time); a
+ * user's file overrides it key by key. */
+#pragma once
+
+#include "core/util.h"
+
+#include <stdbool.h>
+
+struct policy_server {
+        bool enabled;
+        char **allow;                          /* NULL-terminated fnmatch globs */
+        char **deny;                           /* NULL-terminated; deny wins */
+        double timeout_s;                      /* per upstream call */
+        unsigned long long max_argument_bytes; /* the encoded "arguments" object */
+        unsigned long long max_result_bytes;   /* the encoded CallToolResult */
+};
+
+struct policy;
+
+/* Parse the default text (must be valid) and then, when `user_path` is not
+ * NULL, the user's file over it. A missing user file is an error only when
+ * `required`. Messages name the file and key. */
+int policy_load(const char *default_text, const char *user_path, bool required, struct policy **ret,
+                struct err *e);
+void policy_free(struct policy *p);
+
+/* The rules in effect for `server`: its own entry's fields over those of
+ * "*" (never NULL). */
+const struct policy_server *policy_server(const struct policy *p, const char *server);
+/* Whether `tool` of `server` may be called: enabled, matched by an allow
+ * glob and by no deny glob. */
+bool policy_tool_allowed(const struct policy *p, const char *server, const char *tool);
+long policy_max_calls(const struct policy *p);      /* per run */
+long policy_max_concurrent(const struct policy *p); /* in flight per sandbox */

@@ -1,0 +1,79 @@
+/* The registry of upstream MCP servers: read from the files MCP hosts
+ * already write (Claude Code, Claude Desktop, Cursor, VS Code, a shared
+ * folder) and from corral's own config, which wins. Nothing here starts a
+ * server; every string comes from outside and is bounded and checked. */
+#pragma once
+
+#include "core/util.h"
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+enum upstream_transport { UP_STDIO, UP_HTTP };
+
+struct upstream_spec {
+        char *name;
+        char *description; /* "description" in the file, or NULL */
+        enum upstream_transport transport;
+        /* stdio */
+        char *command;
+        char **argv; /* NULL-terminated; argv[0] is the command */
+        char **env;  /* NULL-terminated "KEY=value": the entry's own variables only */
+        char *cwd;   /* or NULL */
+        /* http (streamable HTTP) */
+        char *url;
+        char **headers; /* NULL-terminated "Name: value" */
+        char *source;   /* the file this entry came from, or "corral config" */
+        /* Non-NULL when the entry cannot be used (an undefined variable, an
+         * unsupported transport...): the reason, with secrets masked. */
+        char *error;
+        bool disabled; /* "disabled": true in the file */
+        /* Values never to show: every env and header value and every value
+         * the environment gave a ${VAR} anywhere (only those of 4 or more
+         * bytes; ${VAR:-default} defaults and the paths ${workspaceFolder}
+         * and ${userHome} are not secrets). */
+        char **secrets; /* NULL-terminated */
+};
+
+struct registry {
+        struct upstream_spec *v;
+        size_t n;
+};
+
+struct registry_sources {
+        const char *home;       /* $HOME; NULL skips the per-user files */
+        const char *cwd;        /* project directory; NULL skips the project files */
+        const char *xdg_config; /* $XDG_CONFIG_HOME, or NULL (or not absolute) for $HOME/.config */
+        json_t *own;            /* corral config's "servers" object (borrowed), or NULL */
+        const char *self_exe;   /* corral's own executable (realpath), for "never list itself" */
+        bool only_own;          /* read corral's config only (tests, --no-host-servers) */
+};
+
+/* Build the registry. Files that are missing are skipped; a file that is
+ * unreadable, too large or not JSON is skipped with a warning in the log
+ * (comments and trailing commas, which VS Code and Cursor allow, are
+ * accepted). An invalid entry in corral's own config fails the call (its
+ * message names the server and key); an invalid entry elsewhere is kept
+ * with `error` set. An environment variable that is not set is no fault of
+ * a file: such an entry is kept with `error` set, in corral's config too.
+ * Besides what registry_expand knows, entries may use ${workspaceFolder}
+ * (src->cwd) and ${userHome} (src->home) as VS Code defines them. */
+int registry_load(const struct registry_sources *src, struct registry *ret, struct err *e);
+void registry_free(struct registry *r);
+const struct upstream_spec *registry_find(const struct registry *r, const char *name);
+
+/* A copy of `text` with every secret of every entry replaced by "***"
+ * (caller frees; NULL only when out of memory). */
+char *registry_mask(const struct registry *r, const char *text);
+
+/* Expand ${VAR}, ${VAR:-default} and ${env:VAR} in `in` from the
+ * environment; the default applies when VAR is unset or empty. Returns 0
+ * with a new string in *ret, or in `e`: -ENOENT naming the first undefined
+ * variable, -EOPNOTSUPP for ${input:...} (VS Code prompts) and other
+ * prefixed forms, -E2BIG past 64 KiB. Every value of 4 or more bytes taken
+ * from the environment is appended to *secrets (a NULL-terminated array
+ * that may be NULL at first and is reallocated). "$$" is not special; a "$"
+ * not followed by "{", and a ${...} that holds no variable name (${1}), are
+ * kept as is. */
+int registry_expand(const char *in, char ***secrets, char **ret, struct err *e);
