@@ -1,17 +1,29 @@
 #include "cli/cli.h"
 
+#include "bridge/bridge.h"
 #include "core/log.h"
 #include "mcp/server.h"
 #include "sandbox/sandbox.h"
+#include "upstream/registry.h"
 
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <string.h>
+
+extern const char corral_default_policy[];
 
 struct serve {
         struct loop *loop;
         struct sandbox_mgr *mgr;
         struct mcp_server *srv;
+        /* The bridge to upstream MCP servers. */
+        struct upstream_set *ups;
+        struct policy *pol;
+        struct audit *audit;
+        struct bridge *bridge;
+        int draining; /* parts still stopping: sandboxes, upstreams */
         bool stopping;
         struct timer *status_timer;
         char status_path[300]; /* read by `corral status`; empty: none */
@@ -55,7 +67,8 @@ static void status_stop(struct serve *s)
 static void drained(void *userdata)
 {
         struct serve *s = userdata;
-        loop_quit(s->loop);
+        if (--s->draining == 0)
+                loop_quit(s->loop);
 }
 
 static void stop(struct serve *s, const char *why)
@@ -65,7 +78,10 @@ static void stop(struct serve *s, const char *why)
         s->stopping = true;
         log_info("stopping (%s): removing every sandbox", why);
         mcp_server_stop(s->srv);
+        s->draining = s->ups ? 2 : 1;
         sandbox_mgr_shutdown(s->mgr, drained, s);
+        if (s->ups)
+                upstream_set_shutdown(s->ups, drained, s);
 }
 
 static void on_eof(void *userdata)
@@ -76,6 +92,84 @@ static void on_eof(void *userdata)
 static void on_signal(int signo, void *userdata)
 {
         stop(userdata, strsignal(signo));
+}
+
+/* The registry, the policy, the audit log and the upstream clients. A bad
+ * setting stops start-up; an audit log that cannot be opened only when it
+ * was asked for by name. */
+static int bridge_open(struct serve *s, const struct config *cfg)
+{
+        struct err e = {0};
+        char cwd[PATH_MAX], self[PATH_MAX];
+        if (!getcwd(cwd, sizeof(cwd)))
+                cwd[0] = '\0';
+        if (!realpath("/proc/self/exe", self))
+                self[0] = '\0';
+        struct registry_sources src = {
+            .home = getenv("HOME"),
+            .cwd = cwd[0] ? cwd : NULL,
+            .xdg_config = getenv("XDG_CONFIG_HOME"),
+            .own = cfg->servers,
+            .self_exe = self[0] ? self : NULL,
+            .only_own = !cfg->host_servers,
+        };
+        struct registry reg = {0};
+        if (registry_load(&src, &reg, &e) < 0) {
+                log_err("%s", e.msg);
+                return -1;
+        }
+        _cleanup_free_ char *policy_path = NULL;
+        if (cfg->policy) {
+                policy_path = strdup(cfg->policy);
+        } else {
+                _cleanup_free_ char *conf = config_default_path();
+                char *slash = conf ? strrchr(conf, '/') : NULL;
+                if (slash &&
+                    asprintf(&policy_path, "%.*s/policy.json", (int)(slash - conf), conf) < 0)
+                        policy_path = NULL;
+        }
+        if (policy_load(corral_default_policy, policy_path, cfg->policy != NULL, &s->pol, &e) < 0) {
+                log_err("%s", e.msg);
+                registry_free(&reg);
+                return -1;
+        }
+        if (!cfg->audit_log || strcmp(cfg->audit_log, "off") != 0) {
+                _cleanup_free_ char *path =
+                    cfg->audit_log ? strdup(cfg->audit_log) : audit_default_path();
+                if (path && audit_open(path, &s->audit, &e) < 0) {
+                        if (cfg->audit_log) {
+                                log_err("%s", e.msg);
+                                registry_free(&reg);
+                                return -1;
+                        }
+                        log_warn("%s (no audit log)", e.msg);
+                }
+        }
+        size_t n = reg.n;
+        if (upstream_set_new(s->loop, cfg, &reg, &s->ups) < 0 ||
+            bridge_new(cfg, s->ups, s->pol, s->audit, &s->bridge) < 0) {
+                registry_free(&reg);
+                log_err("out of memory");
+                return -1;
+        }
+        char names[600] = "";
+        size_t used = 0;
+        for (size_t i = 0; i < n && used < sizeof(names); i++) {
+                int k = snprintf(names + used, sizeof(names) - used, "%s%s", i ? ", " : "",
+                                 upstream_spec(upstream_at(s->ups, i))->name);
+                if (k > 0)
+                        used += (size_t)k;
+        }
+        log_info("%zu MCP server(s) for sandboxed code%s%s", n, n ? ": " : "", names);
+        return 0;
+}
+
+static void bridge_close(struct serve *s)
+{
+        bridge_free(s->bridge);
+        upstream_set_free(s->ups);
+        policy_free(s->pol);
+        audit_close(s->audit);
 }
 
 int cli_serve(int argc, char **argv)
@@ -107,15 +201,23 @@ int cli_serve(int argc, char **argv)
         else
                 log_info("serving on stdio; engine %s, image %s", engine_endpoint(ce.eng)->display,
                          cfg.image);
+        if (bridge_open(&s, &cfg) < 0) {
+                cli_engine_close(&ce);
+                bridge_close(&s);
+                loop_free(s.loop);
+                config_free(&cfg);
+                return 2;
+        }
         r = sandbox_mgr_new(s.loop, &cfg, ce.eng, &s.mgr);
         if (r == 0) {
+                sandbox_mgr_set_bridge(s.mgr, s.bridge);
                 sandbox_mgr_sweep(s.mgr);
                 sandbox_mgr_start_pool(s.mgr);
                 status_start(&s);
         }
         if (r == 0)
-                r = mcp_server_new(s.loop, &cfg, s.mgr, STDIN_FILENO, STDOUT_FILENO, on_eof, &s,
-                                   &s.srv);
+                r = mcp_server_new(s.loop, &cfg, s.mgr, s.bridge, STDIN_FILENO, STDOUT_FILENO,
+                                   on_eof, &s, &s.srv);
         if (r == 0)
                 r = loop_signal(s.loop, SIGTERM, on_signal, &s);
         if (r == 0)
@@ -131,6 +233,7 @@ int cli_serve(int argc, char **argv)
         status_stop(&s);
         mcp_server_free(s.srv);
         sandbox_mgr_free(s.mgr);
+        bridge_close(&s);
         cli_engine_close(&ce);
         loop_free(s.loop);
         config_free(&cfg);

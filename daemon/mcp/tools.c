@@ -61,19 +61,72 @@ static json_t *status_tool(void)
                          "destructiveHint", 0, "idempotentHint", 1, "openWorldHint", 0);
 }
 
-json_t *tools_list(void)
+static json_t *object_tool(const char *name, const char *title, const char *desc,
+                           json_t *properties, json_t *required)
+{
+        return json_pack("{s:s, s:s, s:s, s:{s:s, s:o, s:o, s:b}, s:{s:s},"
+                         " s:{s:b, s:b, s:b, s:b}}",
+                         "name", name, "title", title, "description", desc, "inputSchema", "type",
+                         "object", "properties", properties, "required", required,
+                         "additionalProperties", 0, "outputSchema", "type", "object", "annotations",
+                         "readOnlyHint", 1, "destructiveHint", 0, "idempotentHint", 1,
+                         "openWorldHint", 0);
+}
+
+static json_t *run_python_tool(const char *servers)
+{
+        char desc[2048];
+        snprintf(desc, sizeof(desc),
+                 "Run Python 3 code in an isolated sandbox. Top-level `await` works; print() to "
+                 "return output. " SANDBOX_RULES
+                 " With `servers`, the code can call those MCP servers' tools: "
+                 "mcp_<name>.<tool>(**arguments) returns a result with .text, .structured, "
+                 ".images (works with and without await; use asyncio.gather for parallel "
+                 "calls); list_tools(server), search_tools(query) and tool_docs(server, tool) "
+                 "describe them; failures raise corral.McpError subclasses (ToolError, "
+                 "PolicyDenied, ...). Servers: %s. Use list_servers and search_tools to see "
+                 "their tools before writing code.",
+                 servers && *servers ? servers : "none configured");
+        json_t *t =
+            tool("run_python", "Run Python in a sandbox", desc, "code", "Python source to run.");
+        json_t *props = json_object_get(json_object_get(t, "inputSchema"), "properties");
+        json_object_set_new(
+            props, "servers",
+            json_pack("{s:s, s:{s:s}, s:i, s:b, s:s}", "type", "array", "items", "type", "string",
+                      "maxItems", 32, "uniqueItems", 1, "description",
+                      "Names of MCP servers the code may call (see list_servers). Only these "
+                      "are reachable from the sandbox, under corral's policy."));
+        return t;
+}
+
+json_t *tools_list(const char *servers)
 {
         return json_pack(
-            "[o,o,o]",
-            tool("run_python", "Run Python in a sandbox",
-                 "Run Python 3 code in an isolated sandbox. Top-level `await` works; print() "
-                 "to return output. " SANDBOX_RULES,
-                 "code", "Python source to run."),
+            "[o,o,o,o,o]", run_python_tool(servers),
             tool("run_shell", "Run a shell command in a sandbox",
                  "Run a command with /bin/sh -c in an isolated sandbox (Debian userland with "
                  "python3). " SANDBOX_RULES,
                  "command", "Shell command line, run with /bin/sh -c."),
-            status_tool());
+            status_tool(),
+            object_tool("list_servers", "List MCP servers for sandboxed code",
+                        "The MCP servers that code in run_python may call (pass their names in "
+                        "`servers`): name, description, status (idle, starting, connected, "
+                        "error, disabled), tool count once connected, the last error, and the "
+                        "config file it came from. Starts nothing.",
+                        json_object(), json_array()),
+            object_tool("search_tools", "Search the tools of MCP servers",
+                        "Search the tools of the configured MCP servers by words in their name "
+                        "or description, and get each match's input schema, so that code for "
+                        "run_python can call them correctly. Starts servers that are not "
+                        "running yet.",
+                        json_pack("{s:{s:s, s:s}, s:{s:s, s:s}, s:{s:s, s:i, s:i, s:s}}", "query",
+                                  "type", "string", "description",
+                                  "Words to look for (all must match); empty lists every tool.",
+                                  "server", "type", "string", "description",
+                                  "Only this server's tools.", "limit", "type", "integer",
+                                  "minimum", 1, "maximum", 200, "description",
+                                  "At most this many matches (default 20)."),
+                        json_pack("[s]", "query")));
 }
 
 json_t *tools_status_result(json_t *status)
@@ -111,8 +164,8 @@ static int parse_call(const char *name, json_t *args, const struct config *cfg,
                 code_key = "command";
         } else {
                 snprintf(msg, msg_size,
-                         "unknown tool \"%.100s\" (corral offers run_python, run_shell and "
-                         "sandbox_status)",
+                         "unknown tool \"%.100s\" (corral offers run_python, run_shell, "
+                         "sandbox_status, list_servers and search_tools)",
                          name);
                 return -ENOENT;
         }
@@ -124,10 +177,11 @@ static int parse_call(const char *name, json_t *args, const struct config *cfg,
         json_t *v;
         json_object_foreach(args, key, v)
         {
-                if (strcmp(key, code_key) != 0 && strcmp(key, "timeout_s") != 0) {
+                if (strcmp(key, code_key) != 0 && strcmp(key, "timeout_s") != 0 &&
+                    (strcmp(key, "servers") != 0 || req->lang != LANG_PYTHON)) {
                         snprintf(msg, msg_size,
-                                 "unknown argument \"%.100s\" (%s takes %s and timeout_s)", key,
-                                 name, code_key);
+                                 "unknown argument \"%.100s\" (%s takes %s, timeout_s%s)", key,
+                                 name, code_key, req->lang == LANG_PYTHON ? " and servers" : "");
                         return -EINVAL;
                 }
         }
@@ -149,6 +203,16 @@ static int parse_call(const char *name, json_t *args, const struct config *cfg,
         }
         req->code = json_string_value(code);
         req->timeout_s = cfg->timeout_s;
+        req->servers = NULL;
+        json_t *servers = json_object_get(args, "servers");
+        if (servers) {
+                if (!json_is_array(servers)) {
+                        snprintf(msg, msg_size,
+                                 "argument \"servers\" must be an array of server names");
+                        return -EINVAL;
+                }
+                req->servers = servers; /* the names are checked against the registry */
+        }
         json_t *t = json_object_get(args, "timeout_s");
         if (t) {
                 double d = json_number_value(t);

@@ -7,8 +7,9 @@
 
 #include <jansson.h>
 
-/* The `tools` array for tools/list (new reference). */
-json_t *tools_list(void);
+/* The `tools` array for tools/list (new reference). `servers` names the
+ * MCP servers sandboxed code may call, for run_python's description. */
+json_t *tools_list(const char *servers);
 
 /* Validate a tools/call. Returns 0 and fills *req (borrowing from args), or
  * -ENOENT for an unknown tool (a protocol error) or -EINVAL for bad

@@ -1,5 +1,6 @@
 #include "sandbox/sandbox.h"
 
+#include "bridge/bridge.h"
 #include "core/jsonrpc.h"
 #include "core/log.h"
 #include "engine/attach.h"
@@ -53,6 +54,7 @@ struct sandbox {
         int remove_tries;
         sandbox_done_cb cb;
         void *userdata;
+        struct bridge_run *bridge; /* the MCP servers its code may call, if any */
         struct sandbox_result res;
 };
 
@@ -82,6 +84,7 @@ struct sandbox_mgr {
         long long refill_ms[128]; /* creation to ready, newest last */
         unsigned n_refill;
         struct leftover *leftovers; /* being removed by the sweep */
+        struct bridge *bridge;      /* NULL: sandboxes call no MCP servers */
         void (*drained)(void *);
         void *drained_ud;
 };
@@ -235,6 +238,7 @@ static void sandbox_unlink(struct sandbox *s)
 static void sandbox_free(struct sandbox *s)
 {
         sandbox_unlink(s);
+        bridge_run_free(s->bridge);
         engine_request_cancel(s->req);
         attach_close(s->attach);
         timer_remove(s->timer);
@@ -350,6 +354,9 @@ static void start_remove(struct sandbox *s)
                 ready_remove(s);
         attach_close(s->attach);
         s->attach = NULL;
+        /* Its code is gone: what it asked of MCP servers is withdrawn. */
+        bridge_run_free(s->bridge);
+        s->bridge = NULL;
         timer_arm(s->timer, 0);
         engine_request_cancel(s->req);
         s->req = NULL;
@@ -436,6 +443,10 @@ static int send_exec(struct sandbox *s)
         json_t *params =
             json_pack("{s:s, s:s, s:I}", "language", s->lang == LANG_PYTHON ? "python" : "shell",
                       "code", s->code, "output_limit", (json_int_t)s->mgr->cfg->output_limit);
+        if (params && s->bridge) {
+                bridge_run_set_sandbox(s->bridge, s->res.container_id);
+                json_object_set_new(params, "servers", bridge_run_exec_servers(s->bridge));
+        }
         size_t len;
         char *line = jrpc_encode(jrpc_request(EXEC_ID, "sandbox/exec", params), &len);
         if (!line || attach_write(s->attach, line, len) < 0) {
@@ -512,12 +523,20 @@ static int on_frame(void *userdata, const char *line, size_t len)
                 json_decref(id);
                 start_remove(s);
                 return -1; /* the attach is closed */
+        } else if (s->bridge && s->state == S_BUSY &&
+                   (m.kind == JRPC_REQUEST || m.kind == JRPC_NOTIFICATION)) {
+                /* Its code calls MCP servers; answers may come now or later. */
+                bridge_run_handle(s->bridge, &m);
         } else if (m.kind == JRPC_REQUEST) {
-                /* Nothing is callable from the sandbox yet (the bridge is
-                 * separate work); say so instead of leaving it waiting. */
+                /* No server may be called from this run: say so instead of
+                 * leaving it waiting. */
                 size_t n;
                 char *out = jrpc_encode(
-                    jrpc_error(m.id, JRPC_METHOD_NOT_FOUND, "method not found", NULL), &n);
+                    jrpc_error(m.id, BRIDGE_DENIED,
+                               "this run may call no MCP servers (name them in run_python's "
+                               "\"servers\")",
+                               json_pack("{s:s}", "type", "PolicyDenied")),
+                    &n);
                 if (out && attach_write(s->attach, out, n) < 0)
                         log_warn("sandbox %s: stdin queue full", s->res.container_id);
                 free(out);
@@ -716,7 +735,8 @@ static void sandbox_step(struct sandbox *s)
                 return;
         }
         case S_ATTACHING:
-                r = attach_open(m->eng, s->id, &attach_ops, s, m->cfg->max_frame, &s->attach, &e);
+                r = attach_open(m->eng, s->id, &attach_ops, s, 2 * m->cfg->max_frame, &s->attach,
+                                &e);
                 if (r < 0) {
                         engine_failed(s, "attaching to the sandbox failed", 0, NULL, &e);
                         return;
@@ -834,10 +854,37 @@ static struct sandbox *sandbox_alloc(struct sandbox_mgr *m)
         return s;
 }
 
+/* Frames the bridge sends to this sandbox's runtime. */
+static void bridge_send(void *userdata, json_t *msg)
+{
+        struct sandbox *s = userdata;
+        json_t *id = json_incref(json_object_get(msg, "id"));
+        size_t n;
+        char *line = jrpc_encode(msg, &n);
+        if (line && s->attach && attach_write(s->attach, line, n) < 0) {
+                /* The code does not read its answers: a short error still
+                 * fits (the queue keeps room), so no call waits forever. */
+                free(line);
+                line = jrpc_encode(jrpc_error(id, BRIDGE_TOO_LARGE,
+                                              "the answer does not fit in the sandbox's input "
+                                              "queue; too many large answers are waiting",
+                                              json_pack("{s:s}", "type", "TooLarge")),
+                                   &n);
+                if (line && attach_write(s->attach, line, n) < 0)
+                        log_warn("sandbox %s: dropped an answer to its code (input queue full)",
+                                 s->res.container_id);
+        }
+        free(line);
+        json_decref(id);
+}
+
 /* Give s its one request. */
 static int assign(struct sandbox *s, const struct sandbox_request *req, sandbox_done_cb cb,
                   void *userdata)
 {
+        if (req->servers && json_array_size(req->servers) > 0 && s->mgr->bridge &&
+            bridge_run_new(s->mgr->bridge, req->servers, bridge_send, s, &s->bridge) < 0)
+                return -ENOMEM;
         s->code = strdup(req->code);
         if (!s->code)
                 return -ENOMEM;
@@ -1144,6 +1191,11 @@ static void on_tick(struct timer *t, void *userdata)
                         sandbox_kill(s, ST_CANCELLED, "the pool shrank");
                 }
         pool_refill(m);
+}
+
+void sandbox_mgr_set_bridge(struct sandbox_mgr *m, struct bridge *b)
+{
+        m->bridge = b;
 }
 
 void sandbox_mgr_start_pool(struct sandbox_mgr *m)

@@ -28,6 +28,7 @@ struct sandbox_request {
         enum sandbox_lang lang;
         const char *code;
         double timeout_s;
+        json_t *servers; /* borrowed: MCP servers the code may call (checked), or NULL */
 };
 
 struct sandbox_output {
@@ -60,6 +61,10 @@ int sandbox_mgr_new(struct loop *l, const struct config *cfg, struct engine *eng
  * container and no engine request remains (or the deadline passed). */
 void sandbox_mgr_shutdown(struct sandbox_mgr *m, void (*drained)(void *), void *userdata);
 void sandbox_mgr_free(struct sandbox_mgr *m);
+
+/* Let sandboxes call upstream MCP servers (the manager borrows it). */
+struct bridge;
+void sandbox_mgr_set_bridge(struct sandbox_mgr *m, struct bridge *b);
 
 /* Keep ready sandboxes (config pool_*) from now on; `serve` calls it,
  * one-shot commands do not. */

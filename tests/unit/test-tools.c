@@ -17,9 +17,28 @@ static bool valid_utf8(const char *s)
 
 static void test_list(void)
 {
-        json_t *list = tools_list();
-        if (!ok(json_is_array(list) && json_array_size(list) == 3, "tools_list has three tools"))
+        json_t *list = tools_list("everything, fs");
+        if (!ok(json_is_array(list) && json_array_size(list) == 5, "tools_list has five tools"))
                 return;
+        /* run_python names the servers and takes their names. */
+        json_t *py = json_array_get(list, 0);
+        like(json_string_value(json_object_get(py, "description")), "Servers: everything, fs",
+             "run_python's description names the servers");
+        json_t *sv = json_object_get(
+            json_object_get(json_object_get(py, "inputSchema"), "properties"), "servers");
+        is_str(json_string_value(json_object_get(sv, "type")), "array", "servers is an array");
+        ok(!json_object_get(json_object_get(json_object_get(json_array_get(list, 1), "inputSchema"),
+                                            "properties"),
+                            "servers"),
+           "run_shell takes no servers");
+        static const char *const readonly[] = {"list_servers", "search_tools"};
+        for (size_t i = 0; i < ARRAY_SIZE(readonly); i++) {
+                json_t *t = json_array_get(list, 3 + i);
+                is_str(json_string_value(json_object_get(t, "name")), readonly[i], "tool %zu name",
+                       3 + i);
+                ok(json_is_true(json_object_get(json_object_get(t, "annotations"), "readOnlyHint")),
+                   "%s: readOnlyHint", readonly[i]);
+        }
         /* The third, sandbox_status, is read-only and takes no arguments. */
         json_t *st = json_array_get(list, 2);
         is_str(json_string_value(json_object_get(st, "name")), "sandbox_status", "tool 2 name");
@@ -44,7 +63,8 @@ static void test_list(void)
                 is_str(json_string_value(json_object_get(in, "type")), "object",
                        "%s: inputSchema is an object", want[i].name);
                 json_t *props = json_object_get(in, "properties");
-                is_int(json_object_size(props), 2, "%s: two arguments", want[i].name);
+                is_int(json_object_size(props), i == 0 ? 3 : 2, "%s: %d arguments", want[i].name,
+                       i == 0 ? 3 : 2);
                 is_str(
                     json_string_value(json_object_get(json_object_get(props, want[i].arg), "type")),
                     "string", "%s: %s is a string", want[i].name, want[i].arg);
@@ -152,6 +172,11 @@ static const struct call_case {
     {"run_python", "{\"code\":\"x\",\"timeout_s\":true}", -EINVAL, 0, NULL, 0, "timeout_s"},
     {"run_python", "{\"code\":\"x\",\"timeout_s\":null}", -EINVAL, 0, NULL, 0, "timeout_s"},
     {"run_python", "{\"code\":\"x\",\"timeout_s\":{}}", -EINVAL, 0, NULL, 0, "timeout_s"},
+    {"run_python", "{\"code\":\"x\",\"servers\":[\"a\",\"b\"]}", 0, LANG_PYTHON, "x", 30, NULL},
+    {"run_python", "{\"code\":\"x\",\"servers\":\"a\"}", -EINVAL, 0, NULL, 0,
+     "\"servers\" must be an array"},
+    {"run_shell", "{\"command\":\"x\",\"servers\":[\"a\"]}", -EINVAL, 0, NULL, 0,
+     "unknown argument \"servers\""},
     {"run_python", "[\"x\"]", -EINVAL, 0, NULL, 0, "arguments must be an object"},
     {"run_python", "\"print(1)\"", -EINVAL, 0, NULL, 0, "arguments must be an object"},
 };
@@ -449,7 +474,7 @@ static void test_error_result(void)
         json_decref(r);
 
         /* Every field of the output schema is present in both shapes. */
-        json_t *list = tools_list();
+        json_t *list = tools_list(NULL);
         json_t *props =
             json_object_get(json_object_get(json_array_get(list, 0), "outputSchema"), "properties");
         r = tools_error_result("busy", "Busy", "every sandbox slot is in use");

@@ -1,0 +1,127 @@
+#include "bridge/audit.h"
+
+#include "core/buf.h"
+#include "core/log.h"
+
+#include <fcntl.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+struct audit {
+        int fd;
+        char *path;
+        bool failed; /* a write failed: logged once */
+};
+
+/* mkdir -p for the directory part of path, 0700 for what it creates. */
+static int make_parents(const char *path)
+{
+        _cleanup_free_ char *dir = strdup(path);
+        if (!dir)
+                return -ENOMEM;
+        for (char *p = dir + 1; *p; p++) {
+                if (*p != '/')
+                        continue;
+                *p = '\0';
+                if (mkdir(dir, 0700) < 0 && errno != EEXIST)
+                        return -errno;
+                *p = '/';
+        }
+        return 0;
+}
+
+int audit_open(const char *path, struct audit **ret, struct err *e)
+{
+        if (path[0] != '/')
+                return err_set(e, ERR_CONFIG, EINVAL, "audit_log must be an absolute path, not %s",
+                               path);
+        int r = make_parents(path);
+        if (r < 0)
+                return err_set(e, ERR_CONFIG, -r, "cannot make the directory of audit log %s: %s",
+                               path, strerror(-r));
+        int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOCTTY, 0600);
+        if (fd < 0)
+                return err_set(e, ERR_CONFIG, errno, "cannot open audit log %s: %s", path,
+                               strerror(errno));
+        struct audit *a = calloc(1, sizeof(*a));
+        if (!a || !(a->path = strdup(path))) {
+                free(a);
+                close(fd);
+                return err_set(e, ERR_INTERNAL, ENOMEM, "out of memory");
+        }
+        a->fd = fd;
+        *ret = a;
+        return 0;
+}
+
+void audit_close(struct audit *a)
+{
+        if (!a)
+                return;
+        close(a->fd);
+        free(a->path);
+        free(a);
+}
+
+char *audit_default_path(void)
+{
+        const char *state = getenv("XDG_STATE_HOME");
+        const char *home = getenv("HOME");
+        char *p = NULL;
+        if (state && *state == '/') {
+                if (asprintf(&p, "%s/corral/audit.jsonl", state) < 0)
+                        return NULL;
+        } else if (home && *home == '/') {
+                if (asprintf(&p, "%s/.local/state/corral/audit.jsonl", home) < 0)
+                        return NULL;
+        }
+        return p;
+}
+
+void audit_write(struct audit *a, const struct audit_entry *en)
+{
+        if (!a)
+                return;
+        struct timespec ts;
+        struct tm tm;
+        char when[40];
+        clock_gettime(CLOCK_REALTIME, &ts);
+        gmtime_r(&ts.tv_sec, &tm);
+        size_t n = strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%S", &tm);
+        snprintf(when + n, sizeof(when) - n, ".%03ldZ", ts.tv_nsec / 1000000);
+        /* Names come from sandbox code: keep them short and valid. */
+        char server[257], tool[257];
+        snprintf(server, sizeof(server), "%s", en->server ? en->server : "");
+        snprintf(tool, sizeof(tool), "%s", en->tool ? en->tool : "");
+        utf8_scrub(server);
+        utf8_scrub(tool);
+        _cleanup_free_ char *error = en->error ? utf8_scrub(strndup(en->error, 1000)) : NULL;
+        json_t *line =
+            json_pack("{s:s, s:s?, s:s, s:s, s:I, s:I, s:I, s:s, s:s?}", "time", when, "sandbox",
+                      en->sandbox, "server", server, "tool", tool, "argument_bytes",
+                      (json_int_t)en->argument_bytes, "result_bytes", (json_int_t)en->result_bytes,
+                      "duration_ms", (json_int_t)en->duration_ms, "decision",
+                      en->allowed ? "allowed" : "denied", "error", error);
+        if (line && en->error && !error)
+                json_object_set_new(line, "error", json_string("?"));
+        if (line && !json_object_get(line, "sandbox"))
+                json_object_set_new(line, "sandbox", json_null());
+        if (line && !json_object_get(line, "error"))
+                json_object_set_new(line, "error", json_null());
+        char *text = line ? json_dumps(line, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+        json_decref(line);
+        if (!text)
+                return;
+        size_t len = strlen(text);
+        text[len] = '\n'; /* overwrites the NUL: one write of the whole line */
+        ssize_t k = write(a->fd, text, len + 1);
+        if (k != (ssize_t)(len + 1) && !a->failed) {
+                a->failed = true;
+                log_err("cannot append to audit log %s: %s", a->path,
+                        k < 0 ? strerror(errno) : "short write");
+        }
+        free(text);
+}

@@ -1,0 +1,646 @@
+#include "bridge/bridge.h"
+
+#include "core/buf.h"
+#include "core/log.h"
+
+#include <ctype.h>
+#include <stdio.h>
+#include <string.h>
+
+#define MAX_RUN_SERVERS 32
+#define ENVELOPE        256 /* room in a frame for what wraps a result */
+
+struct bridge {
+        const struct config *cfg;
+        struct upstream_set *ups;
+        struct policy *pol;
+        struct audit *audit;
+};
+
+enum bcall_kind { BC_LIST, BC_CALL };
+
+/* One request of the sandbox in flight. */
+struct bcall {
+        struct bridge_run *run;
+        struct bcall *prev, *next;
+        enum bcall_kind kind;
+        json_t *id; /* the runtime's */
+        struct upstream *u;
+        struct upstream_call *uc; /* NULL between stages */
+        char *tool;               /* as asked, then as resolved */
+        json_t *arguments;
+        size_t argument_bytes;
+        long long t0;
+};
+
+struct bridge_run {
+        struct bridge *b;
+        char **servers; /* NULL-terminated */
+        size_t n_servers;
+        char sandbox[64];
+        bridge_send_fn send;
+        void *userdata;
+        long calls;     /* tools/call requests this run */
+        long in_flight; /* all requests being served */
+        struct bcall *head;
+};
+
+int bridge_new(const struct config *cfg, struct upstream_set *ups, struct policy *pol,
+               struct audit *audit, struct bridge **ret)
+{
+        struct bridge *b = calloc(1, sizeof(*b));
+        if (!b)
+                return -ENOMEM;
+        *b = (struct bridge){.cfg = cfg, .ups = ups, .pol = pol, .audit = audit};
+        *ret = b;
+        return 0;
+}
+
+void bridge_free(struct bridge *b)
+{
+        free(b);
+}
+
+struct upstream_set *bridge_upstreams(struct bridge *b)
+{
+        return b->ups;
+}
+
+const struct policy *bridge_policy(const struct bridge *b)
+{
+        return b->pol;
+}
+
+static void known_servers(struct bridge *b, char *out, size_t size)
+{
+        size_t n = 0;
+        out[0] = '\0';
+        for (size_t i = 0; i < upstream_count(b->ups); i++) {
+                const char *name = upstream_spec(upstream_at(b->ups, i))->name;
+                if (!policy_server(b->pol, name)->enabled)
+                        continue;
+                int k = snprintf(out + n, size - n, "%s%s", n ? ", " : "", name);
+                if (k < 0 || (size_t)k >= size - n)
+                        break;
+                n += (size_t)k;
+        }
+        if (!n)
+                snprintf(out, size, "none are configured");
+}
+
+int bridge_check_servers(struct bridge *b, json_t *names, char *msg, size_t msg_size)
+{
+        char known[600];
+        if (!json_is_array(names) || json_array_size(names) > MAX_RUN_SERVERS) {
+                snprintf(msg, msg_size, "argument \"servers\" must be an array of at most %d names",
+                         MAX_RUN_SERVERS);
+                return -EINVAL;
+        }
+        size_t i, j;
+        json_t *v;
+        json_array_foreach(names, i, v)
+        {
+                const char *name = json_string_value(v);
+                if (!name) {
+                        snprintf(msg, msg_size, "argument \"servers\" must hold names (strings)");
+                        return -EINVAL;
+                }
+                for (j = 0; j < i; j++)
+                        if (json_equal(json_array_get(names, j), v)) {
+                                snprintf(msg, msg_size, "server \"%.100s\" is named twice", name);
+                                return -EINVAL;
+                        }
+                struct upstream *u = b->ups ? upstream_get(b->ups, name) : NULL;
+                if (!u || upstream_spec(u)->disabled) {
+                        known_servers(b, known, sizeof(known));
+                        snprintf(msg, msg_size, "no MCP server named \"%.100s\" (known: %s)", name,
+                                 known);
+                        return -EINVAL;
+                }
+                if (!policy_server(b->pol, name)->enabled) {
+                        snprintf(msg, msg_size, "the policy disables server \"%.100s\"", name);
+                        return -EINVAL;
+                }
+        }
+        return 0;
+}
+
+static void alias_of(const char *name, char *out, size_t size)
+{
+        size_t n = 0;
+        if (isdigit((unsigned char)name[0]) && n + 1 < size)
+                out[n++] = '_';
+        for (const char *p = name; *p && n + 1 < size; p++) {
+                char c = (char)tolower((unsigned char)*p);
+                out[n++] =
+                    (isalnum((unsigned char)c) && (unsigned char)c < 128) || c == '_' ? c : '_';
+        }
+        out[n] = '\0';
+}
+
+int bridge_run_new(struct bridge *b, json_t *names, bridge_send_fn send, void *userdata,
+                   struct bridge_run **ret)
+{
+        struct bridge_run *r = calloc(1, sizeof(*r));
+        if (!r)
+                return -ENOMEM;
+        r->b = b;
+        r->send = send;
+        r->userdata = userdata;
+        size_t n = json_array_size(names);
+        r->servers = calloc(n + 1, sizeof(char *));
+        if (!r->servers) {
+                free(r);
+                return -ENOMEM;
+        }
+        for (size_t i = 0; i < n; i++) {
+                r->servers[i] = strdup(json_string_value(json_array_get(names, i)));
+                if (!r->servers[i]) {
+                        bridge_run_free(r);
+                        return -ENOMEM;
+                }
+                r->n_servers++;
+        }
+        *ret = r;
+        return 0;
+}
+
+void bridge_run_set_sandbox(struct bridge_run *r, const char *id)
+{
+        snprintf(r->sandbox, sizeof(r->sandbox), "%s", id ? id : "");
+}
+
+json_t *bridge_run_exec_servers(const struct bridge_run *r)
+{
+        json_t *a = json_array();
+        for (size_t i = 0; a && i < r->n_servers; i++) {
+                char alias[160];
+                alias_of(r->servers[i], alias, sizeof(alias));
+                json_array_append_new(
+                    a, json_pack("{s:s, s:s}", "name", r->servers[i], "alias", alias));
+        }
+        return a;
+}
+
+static bool run_has(const struct bridge_run *r, const char *name)
+{
+        for (size_t i = 0; i < r->n_servers; i++)
+                if (strcmp(r->servers[i], name) == 0)
+                        return true;
+        return false;
+}
+
+/* ---- answers */
+
+static const char *type_of(int code)
+{
+        switch (code) {
+        case BRIDGE_DENIED:
+                return "PolicyDenied";
+        case BRIDGE_UNAVAILABLE:
+                return "ServerUnavailable";
+        case BRIDGE_TIMEOUT:
+                return "Timeout";
+        case BRIDGE_TOO_LARGE:
+                return "TooLarge";
+        case BRIDGE_TOO_MANY_CALLS:
+                return "TooManyCalls";
+        case BRIDGE_NO_TOOL:
+                return "ToolNotFound";
+        case JRPC_INVALID_PARAMS:
+                return "InvalidParams";
+        case JRPC_METHOD_NOT_FOUND:
+                return "MethodNotFound";
+        case JRPC_PARSE_ERROR:
+        case JRPC_INVALID_REQUEST:
+                return "ProtocolError";
+        default:
+                return "ServerError";
+        }
+}
+
+static void reply_error(struct bridge_run *r, json_t *id, int code, const char *msg)
+{
+        char text[1100];
+        snprintf(text, sizeof(text), "%s", msg);
+        utf8_scrub(text);
+        r->send(r->userdata, jrpc_error(id, code, text, json_pack("{s:s}", "type", type_of(code))));
+}
+
+static void audit(struct bridge_run *r, const char *server, const char *tool, size_t argument_bytes,
+                  size_t result_bytes, long long t0, bool allowed, const char *error)
+{
+        struct audit_entry en = {
+            .sandbox = r->sandbox[0] ? r->sandbox : NULL,
+            .server = server,
+            .tool = tool,
+            .argument_bytes = argument_bytes,
+            .result_bytes = result_bytes,
+            .duration_ms = t0 ? now_ms() - t0 : 0,
+            .allowed = allowed,
+            .error = error,
+        };
+        audit_write(r->b->audit, &en);
+        if (!allowed)
+                log_info("sandbox %s: denied %s.%s: %s", r->sandbox, server, tool,
+                         error ? error : "");
+}
+
+static struct bcall *bcall_new(struct bridge_run *r, enum bcall_kind kind, json_t *id,
+                               struct upstream *u)
+{
+        struct bcall *c = calloc(1, sizeof(*c));
+        if (!c)
+                return NULL;
+        c->run = r;
+        c->kind = kind;
+        c->id = json_incref(id);
+        c->u = u;
+        c->t0 = now_ms();
+        c->next = r->head;
+        if (r->head)
+                r->head->prev = c;
+        r->head = c;
+        r->in_flight++;
+        return c;
+}
+
+static void bcall_free(struct bcall *c)
+{
+        struct bridge_run *r = c->run;
+        if (c->prev)
+                c->prev->next = c->next;
+        else
+                r->head = c->next;
+        if (c->next)
+                c->next->prev = c->prev;
+        r->in_flight--;
+        json_decref(c->id);
+        json_decref(c->arguments);
+        free(c->tool);
+        free(c);
+}
+
+void bridge_run_free(struct bridge_run *r)
+{
+        if (!r)
+                return;
+        while (r->head) {
+                struct bcall *c = r->head;
+                upstream_call_cancel(c->uc);
+                if (c->kind == BC_CALL)
+                        audit(r, upstream_spec(c->u)->name, c->tool, c->argument_bytes, 0, c->t0,
+                              true, "withdrawn: the sandbox ended first");
+                bcall_free(c);
+        }
+        for (size_t i = 0; i < r->n_servers; i++)
+                free(r->servers[i]);
+        free(r->servers);
+        free(r);
+}
+
+/* ---- tools/list */
+
+static json_t *allowed_tools(struct bridge_run *r, struct upstream *u, json_t *tools)
+{
+        const char *server = upstream_spec(u)->name;
+        json_t *out = json_array();
+        size_t i;
+        json_t *t;
+        json_array_foreach(tools, i, t)
+        {
+                const char *name = json_string_value(json_object_get(t, "name"));
+                if (name && policy_tool_allowed(r->b->pol, server, name))
+                        json_array_append(out, t);
+        }
+        return out;
+}
+
+static void list_ready(void *userdata, json_t *tools, const struct err *e)
+{
+        struct bcall *c = userdata;
+        struct bridge_run *r = c->run;
+        c->uc = NULL;
+        if (!tools) {
+                reply_error(r, c->id, e->code, e->msg);
+        } else {
+                json_t *list = allowed_tools(r, c->u, tools);
+                r->send(r->userdata, jrpc_result(c->id, json_pack("{s:o}", "tools", list)));
+        }
+        bcall_free(c);
+}
+
+/* ---- tools/call */
+
+/* "get_sum" finds "get-sum": lower case, without '-' and '_'. */
+static void squash(const char *in, char *out, size_t size)
+{
+        size_t n = 0;
+        for (; *in && n + 1 < size; in++)
+                if (*in != '-' && *in != '_')
+                        out[n++] = (char)tolower((unsigned char)*in);
+        out[n] = '\0';
+}
+
+/* The tool's real name, NULL when none or several match. */
+static const char *resolve_tool(json_t *tools, const char *asked)
+{
+        size_t i;
+        json_t *t;
+        const char *found = NULL;
+        char want[300], have[300];
+        json_array_foreach(tools, i, t)
+        {
+                const char *name = json_string_value(json_object_get(t, "name"));
+                if (name && strcmp(name, asked) == 0)
+                        return name;
+        }
+        squash(asked, want, sizeof(want));
+        json_array_foreach(tools, i, t)
+        {
+                const char *name = json_string_value(json_object_get(t, "name"));
+                if (!name)
+                        continue;
+                squash(name, have, sizeof(have));
+                if (strcmp(have, want) == 0) {
+                        if (found)
+                                return NULL;
+                        found = name;
+                }
+        }
+        return found;
+}
+
+static void tool_names(json_t *tools, char *out, size_t size)
+{
+        size_t n = 0, i;
+        json_t *t;
+        out[0] = '\0';
+        json_array_foreach(tools, i, t)
+        {
+                const char *name = json_string_value(json_object_get(t, "name"));
+                int k = snprintf(out + n, size - n, "%s%s", n ? ", " : "", name ? name : "?");
+                if (k < 0 || (size_t)k >= size - n) {
+                        snprintf(out + (n > size - 6 ? size - 6 : n), 6, ", ...");
+                        break;
+                }
+                n += (size_t)k;
+        }
+}
+
+static void called(void *userdata, json_t *result, const struct err *e)
+{
+        struct bcall *c = userdata;
+        struct bridge_run *r = c->run;
+        const char *server = upstream_spec(c->u)->name;
+        c->uc = NULL;
+        if (!result) {
+                audit(r, server, c->tool, c->argument_bytes, 0, c->t0, true, e->msg);
+                reply_error(r, c->id, e->code, e->msg);
+                bcall_free(c);
+                return;
+        }
+        /* The answer must fit in one frame to the sandbox. */
+        char *text = json_dumps(result, JSON_COMPACT);
+        size_t len = text ? strlen(text) : 0;
+        free(text);
+        size_t room = r->b->cfg->max_frame > ENVELOPE ? r->b->cfg->max_frame - ENVELOPE : 0;
+        if (!len || len > room) {
+                char msg[300];
+                snprintf(msg, sizeof(msg),
+                         "the result of %s.%s is %zu bytes; a frame to the sandbox holds at most "
+                         "%zu (max_frame)",
+                         server, c->tool, len, room);
+                audit(r, server, c->tool, c->argument_bytes, len, c->t0, true, msg);
+                reply_error(r, c->id, BRIDGE_TOO_LARGE, msg);
+                bcall_free(c);
+                return;
+        }
+        audit(r, server, c->tool, c->argument_bytes, len, c->t0, true,
+              json_is_true(json_object_get(result, "isError")) ? "the tool reported an error"
+                                                               : NULL);
+        r->send(r->userdata, jrpc_result(c->id, json_incref(result)));
+        bcall_free(c);
+}
+
+/* Stage two: the server is up and its tools are known. */
+static void call_ready(void *userdata, json_t *tools, const struct err *e)
+{
+        struct bcall *c = userdata;
+        struct bridge_run *r = c->run;
+        const char *server = upstream_spec(c->u)->name;
+        char msg[1200];
+        c->uc = NULL;
+        if (!tools) {
+                audit(r, server, c->tool, c->argument_bytes, 0, c->t0, true, e->msg);
+                reply_error(r, c->id, e->code, e->msg);
+                bcall_free(c);
+                return;
+        }
+        const char *real = resolve_tool(tools, c->tool);
+        if (!real) {
+                char names[800];
+                tool_names(tools, names, sizeof(names));
+                snprintf(msg, sizeof(msg), "server '%s' has no tool '%.100s' (it has: %s)", server,
+                         c->tool, names);
+                audit(r, server, c->tool, c->argument_bytes, 0, c->t0, true, msg);
+                reply_error(r, c->id, BRIDGE_NO_TOOL, msg);
+                bcall_free(c);
+                return;
+        }
+        char *name = strdup(real);
+        if (!name) {
+                reply_error(r, c->id, JRPC_INTERNAL_ERROR, "out of memory");
+                bcall_free(c);
+                return;
+        }
+        free(c->tool);
+        c->tool = name;
+        if (!policy_tool_allowed(r->b->pol, server, name)) {
+                snprintf(msg, sizeof(msg), "the policy does not allow tool '%s' of server '%s'",
+                         name, server);
+                audit(r, server, name, c->argument_bytes, 0, c->t0, false, msg);
+                reply_error(r, c->id, BRIDGE_DENIED, msg);
+                bcall_free(c);
+                return;
+        }
+        const struct policy_server *ps = policy_server(r->b->pol, server);
+        double left = ps->timeout_s - (double)(now_ms() - c->t0) / 1000.0;
+        json_t *params = json_pack("{s:s, s:o}", "name", name, "arguments",
+                                   c->arguments ? json_incref(c->arguments) : json_object());
+        int rc = upstream_request(c->u, "tools/call", params, left > 0.05 ? left : 0.05,
+                                  ps->max_result_bytes, called, c, &c->uc);
+        if (rc < 0) {
+                reply_error(r, c->id, JRPC_INTERNAL_ERROR, strerror(-rc));
+                bcall_free(c);
+        }
+        /* Else `called` answers, perhaps already. */
+}
+
+static void handle_call(struct bridge_run *r, json_t *id, json_t *params)
+{
+        struct bridge *b = r->b;
+        const char *server = json_string_value(json_object_get(params, "server"));
+        const char *tool = json_string_value(json_object_get(params, "name"));
+        json_t *args = json_object_get(params, "arguments");
+        char msg[1200];
+        if (!server || !tool || (args && !json_is_object(args)) || strlen(tool) > 256 ||
+            strlen(server) > 256) {
+                reply_error(r, id, JRPC_INVALID_PARAMS,
+                            "tools/call needs \"server\" and \"name\" strings and an object of "
+                            "\"arguments\"");
+                return;
+        }
+        if (!run_has(r, server)) {
+                char known[600] = "";
+                size_t n = 0;
+                for (size_t i = 0; i < r->n_servers && n < sizeof(known); i++) {
+                        int k = snprintf(known + n, sizeof(known) - n, "%s%s", i ? ", " : "",
+                                         r->servers[i]);
+                        if (k > 0)
+                                n += (size_t)k;
+                }
+                snprintf(msg, sizeof(msg),
+                         "server '%.100s' is not available to this run (it may call: %s); name "
+                         "it in run_python's \"servers\"",
+                         server, r->n_servers ? known : "no servers");
+                audit(r, server, tool, 0, 0, 0, false, msg);
+                reply_error(r, id, BRIDGE_DENIED, msg);
+                return;
+        }
+        struct upstream *u = upstream_get(b->ups, server);
+        const struct policy_server *ps = policy_server(b->pol, server);
+        char *text = args ? json_dumps(args, JSON_COMPACT) : NULL;
+        size_t arg_bytes = text ? strlen(text) : 2;
+        free(text);
+        if (r->calls >= policy_max_calls(b->pol)) {
+                snprintf(msg, sizeof(msg), "this run made its %ld tool calls, the policy's limit",
+                         policy_max_calls(b->pol));
+                audit(r, server, tool, arg_bytes, 0, 0, false, msg);
+                reply_error(r, id, BRIDGE_TOO_MANY_CALLS, msg);
+                return;
+        }
+        if (r->in_flight >= policy_max_concurrent(b->pol)) {
+                snprintf(msg, sizeof(msg),
+                         "%ld requests of this run are in flight, the policy's limit; wait for "
+                         "some to finish",
+                         r->in_flight);
+                audit(r, server, tool, arg_bytes, 0, 0, false, msg);
+                reply_error(r, id, BRIDGE_TOO_MANY_CALLS, msg);
+                return;
+        }
+        r->calls++;
+        if (arg_bytes > ps->max_argument_bytes) {
+                snprintf(msg, sizeof(msg),
+                         "the arguments of %s.%.100s are %zu bytes; the policy allows %llu", server,
+                         tool, arg_bytes, ps->max_argument_bytes);
+                audit(r, server, tool, arg_bytes, 0, 0, false, msg);
+                reply_error(r, id, BRIDGE_TOO_LARGE, msg);
+                return;
+        }
+        struct bcall *c = bcall_new(r, BC_CALL, id, u);
+        if (!c || !(c->tool = strdup(tool))) {
+                if (c)
+                        bcall_free(c);
+                reply_error(r, id, JRPC_INTERNAL_ERROR, "out of memory");
+                return;
+        }
+        c->arguments = json_incref(args);
+        c->argument_bytes = arg_bytes;
+        int rc = upstream_when_ready(u, ps->timeout_s, call_ready, c, &c->uc);
+        if (rc < 0) {
+                reply_error(r, id, JRPC_INTERNAL_ERROR, strerror(-rc));
+                bcall_free(c);
+        }
+}
+
+static void handle_list(struct bridge_run *r, json_t *id, json_t *params)
+{
+        const char *server = json_string_value(json_object_get(params, "server"));
+        char msg[400];
+        if (!server) {
+                reply_error(r, id, JRPC_INVALID_PARAMS, "tools/list needs a \"server\" string");
+                return;
+        }
+        if (!run_has(r, server)) {
+                snprintf(msg, sizeof(msg), "server '%.100s' is not available to this run", server);
+                reply_error(r, id, BRIDGE_DENIED, msg);
+                return;
+        }
+        if (r->in_flight >= policy_max_concurrent(r->b->pol)) {
+                reply_error(r, id, BRIDGE_TOO_MANY_CALLS,
+                            "too many requests of this run are in flight");
+                return;
+        }
+        struct upstream *u = upstream_get(r->b->ups, server);
+        struct bcall *c = bcall_new(r, BC_LIST, id, u);
+        if (!c) {
+                reply_error(r, id, JRPC_INTERNAL_ERROR, "out of memory");
+                return;
+        }
+        int rc = upstream_when_ready(u, policy_server(r->b->pol, server)->timeout_s, list_ready, c,
+                                     &c->uc);
+        if (rc < 0) {
+                reply_error(r, id, JRPC_INTERNAL_ERROR, strerror(-rc));
+                bcall_free(c);
+        }
+}
+
+static void handle_servers(struct bridge_run *r, json_t *id)
+{
+        json_t *list = json_array();
+        for (size_t i = 0; list && i < r->n_servers; i++) {
+                struct upstream *u = upstream_get(r->b->ups, r->servers[i]);
+                json_t *d = upstream_describe(u);
+                char alias[160];
+                alias_of(r->servers[i], alias, sizeof(alias));
+                json_object_set_new(d, "alias", json_string(alias));
+                json_object_del(d, "source"); /* host paths are not the sandbox's business */
+                json_array_append_new(list, d);
+        }
+        r->send(r->userdata, jrpc_result(id, json_pack("{s:o}", "servers", list)));
+}
+
+static void handle_cancel(struct bridge_run *r, json_t *params)
+{
+        json_t *rid = json_object_get(params, "requestId");
+        for (struct bcall *c = r->head; rid && c; c = c->next)
+                if (json_equal(c->id, rid)) {
+                        upstream_call_cancel(c->uc);
+                        if (c->kind == BC_CALL)
+                                audit(r, upstream_spec(c->u)->name, c->tool, c->argument_bytes, 0,
+                                      c->t0, true, "cancelled by the sandbox");
+                        bcall_free(c);
+                        return;
+                }
+}
+
+void bridge_run_handle(struct bridge_run *r, const struct jrpc_msg *m)
+{
+        if (m->kind == JRPC_NOTIFICATION) {
+                if (strcmp(m->method, "notifications/cancelled") == 0)
+                        handle_cancel(r, m->params);
+                return;
+        }
+        if (m->kind != JRPC_REQUEST)
+                return;
+        if (m->params && !json_is_object(m->params)) {
+                reply_error(r, m->id, JRPC_INVALID_PARAMS, "params must be an object");
+                return;
+        }
+        if (!r->b->ups) {
+                reply_error(r, m->id, BRIDGE_UNAVAILABLE, "the bridge is not running");
+                return;
+        }
+        if (strcmp(m->method, "tools/call") == 0) {
+                handle_call(r, m->id, m->params);
+        } else if (strcmp(m->method, "tools/list") == 0) {
+                handle_list(r, m->id, m->params);
+        } else if (strcmp(m->method, "servers/list") == 0) {
+                handle_servers(r, m->id);
+        } else {
+                char msg[200];
+                snprintf(msg, sizeof(msg), "method not found: %.100s", m->method);
+                reply_error(r, m->id, JRPC_METHOD_NOT_FOUND, msg);
+        }
+}

@@ -1,0 +1,53 @@
+/* The bridge: requests that code in a sandbox sends to upstream MCP servers
+ * (servers/list, tools/list, tools/call in the frame protocol), checked
+ * against the call's own server list and the policy, sent on through the
+ * persistent upstream clients, answered in any order, and audited. */
+#pragma once
+
+#include "bridge/audit.h"
+#include "bridge/policy.h"
+#include "core/config.h"
+#include "core/jsonrpc.h"
+#include "core/loop.h"
+#include "upstream/client.h"
+
+#include <jansson.h>
+
+/* JSON-RPC error codes of the bridge (data.type names them too). */
+#define BRIDGE_DENIED         -32001
+#define BRIDGE_UNAVAILABLE    UPE_UNAVAILABLE
+#define BRIDGE_TIMEOUT        UPE_TIMEOUT
+#define BRIDGE_TOO_LARGE      UPE_TOO_LARGE
+#define BRIDGE_TOO_MANY_CALLS -32005
+#define BRIDGE_NO_TOOL        -32006
+
+struct bridge;
+struct bridge_run;
+
+/* Borrows all four (audit may be NULL: no audit log). */
+int bridge_new(const struct config *cfg, struct upstream_set *ups, struct policy *pol,
+               struct audit *audit, struct bridge **ret);
+void bridge_free(struct bridge *b);
+struct upstream_set *bridge_upstreams(struct bridge *b);
+const struct policy *bridge_policy(const struct bridge *b);
+
+/* Check a call's `servers` argument (array of names). 0, or -EINVAL with a
+ * message for the caller. */
+int bridge_check_servers(struct bridge *b, json_t *names, char *msg, size_t msg_size);
+
+/* Frames to the sandbox go through `send` (the message is stolen). */
+typedef void (*bridge_send_fn)(void *userdata, json_t *msg);
+
+/* One sandbox run's view: the servers it may call. `names` is checked
+ * already (bridge_check_servers) and copied. */
+int bridge_run_new(struct bridge *b, json_t *names, bridge_send_fn send, void *userdata,
+                   struct bridge_run **ret);
+/* Withdraws what is still in flight (audited as such). Accepts NULL. */
+void bridge_run_free(struct bridge_run *r);
+/* The container, for the audit log (copied). */
+void bridge_run_set_sandbox(struct bridge_run *r, const char *id);
+/* `servers` for sandbox/exec: [{name, alias}] (new reference). */
+json_t *bridge_run_exec_servers(const struct bridge_run *r);
+/* A request or notification the runtime sent. Answers may come later, or
+ * right away (then `send` runs before this returns). */
+void bridge_run_handle(struct bridge_run *r, const struct jrpc_msg *m);
