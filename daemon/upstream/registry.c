@@ -15,7 +15,7 @@
 /* Every bound below applies to text that other programs (and people) write:
  * a host's file may be huge, hostile or simply broken, and none of it may
  * make the daemon slow, big or confused. */
-#define MAX_FILE      (4 << 20)  /* bytes per file read */
+#define MAX_FILE      (64 << 20) /* bytes per file read (~/.claude.json keeps history too) */
 #define MAX_SERVERS   256        /* entries in the registry */
 #define MAX_NAME      64         /* server name length */
 #define MAX_STRING    (64 << 10) /* any string, before and after expansion */

@@ -722,7 +722,7 @@ static void test_bounds(void)
         ok(!registry_find(&reg, "late"), "... and no later file adds more");
         registry_free(&reg);
 
-        /* A file past 4 MiB is skipped whole; the next source still counts. */
+        /* A file past 64 MiB is skipped whole; the next source still counts. */
         memset(text, ' ', cap - 1);
         text[cap - 1] = '\0';
         FILE *f;
@@ -730,11 +730,11 @@ static void test_bounds(void)
         snprintf(path, sizeof(path), "%s/.mcp.json", cwd);
         f = fopen(path, "w");
         fputs("{\"mcpServers\": {\"huge\": {\"command\": \"a\"}}", f);
-        for (int i = 0; i < 4; i++)
+        for (int i = 0; i < 65; i++)
                 fputs(text, f);
         fputs("}", f);
         fclose(f);
-        is_int(load(NULL, false, &reg, &e), 0, "a file past 4 MiB is not fatal");
+        is_int(load(NULL, false, &reg, &e), 0, "a file past 64 MiB is not fatal");
         ok(!registry_find(&reg, "huge"), "... it is skipped");
         ok(registry_find(&reg, "late") != NULL, "... the other files are read");
         registry_free(&reg);
