@@ -88,6 +88,19 @@ static void known_servers(struct bridge *b, char *out, size_t size)
                 snprintf(out, size, "none are configured");
 }
 
+static void alias_of(const char *name, char *out, size_t size)
+{
+        size_t n = 0;
+        if (isdigit((unsigned char)name[0]) && n + 1 < size)
+                out[n++] = '_';
+        for (const char *p = name; *p && n + 1 < size; p++) {
+                char c = (char)tolower((unsigned char)*p);
+                out[n++] =
+                    (isalnum((unsigned char)c) && (unsigned char)c < 128) || c == '_' ? c : '_';
+        }
+        out[n] = '\0';
+}
+
 int bridge_check_servers(struct bridge *b, json_t *names, char *msg, size_t msg_size)
 {
         char known[600];
@@ -105,11 +118,24 @@ int bridge_check_servers(struct bridge *b, json_t *names, char *msg, size_t msg_
                         snprintf(msg, msg_size, "argument \"servers\" must hold names (strings)");
                         return -EINVAL;
                 }
-                for (j = 0; j < i; j++)
-                        if (json_equal(json_array_get(names, j), v)) {
+                char alias[160], other[160];
+                alias_of(name, alias, sizeof(alias));
+                for (j = 0; j < i; j++) {
+                        const char *prev = json_string_value(json_array_get(names, j));
+                        if (strcmp(prev, name) == 0) {
                                 snprintf(msg, msg_size, "server \"%.100s\" is named twice", name);
                                 return -EINVAL;
                         }
+                        /* Each becomes a Python name: they must differ. */
+                        alias_of(prev, other, sizeof(other));
+                        if (strcmp(alias, other) == 0) {
+                                snprintf(msg, msg_size,
+                                         "servers \"%.100s\" and \"%.100s\" would both be "
+                                         "mcp_%s in Python; name only one of them per call",
+                                         prev, name, alias);
+                                return -EINVAL;
+                        }
+                }
                 struct upstream *u = b->ups ? upstream_get(b->ups, name) : NULL;
                 if (!u || upstream_spec(u)->disabled) {
                         known_servers(b, known, sizeof(known));
@@ -123,19 +149,6 @@ int bridge_check_servers(struct bridge *b, json_t *names, char *msg, size_t msg_
                 }
         }
         return 0;
-}
-
-static void alias_of(const char *name, char *out, size_t size)
-{
-        size_t n = 0;
-        if (isdigit((unsigned char)name[0]) && n + 1 < size)
-                out[n++] = '_';
-        for (const char *p = name; *p && n + 1 < size; p++) {
-                char c = (char)tolower((unsigned char)*p);
-                out[n++] =
-                    (isalnum((unsigned char)c) && (unsigned char)c < 128) || c == '_' ? c : '_';
-        }
-        out[n] = '\0';
 }
 
 int bridge_run_new(struct bridge *b, json_t *names, bridge_send_fn send, void *userdata,
