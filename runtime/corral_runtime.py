@@ -22,6 +22,7 @@ FILENAME = '<corral>'
 CO_COROUTINE = 0x80                # inspect.CO_COROUTINE, without importing inspect
 OOM_FILES = ('/sys/fs/cgroup/memory.events',                # cgroup v2
              '/sys/fs/cgroup/memory/memory.oom_control')    # cgroup v1
+ID_RANGE = 1 << 63                 # integer ids of worker requests: int64
 
 
 def log(msg):
@@ -71,8 +72,29 @@ def error_record(e):
     tb = e.__traceback__
     while tb is not None and tb.tb_frame.f_code.co_filename != FILENAME:
         tb = tb.tb_next
+    cut_api_frames(e)
     text = ''.join(traceback.format_exception(t, e, tb))
     return {'type': name, 'message': message[:MESSAGE_CAP], 'traceback': tail(text, TRACEBACK_CAP)}
+
+
+def cut_api_frames(e):
+    """End each traceback of e's chain where user code called into the corral
+    API (runtime code, so `<string>` frames without source): the user's line
+    is the interesting one."""
+    ours = globals()
+    stack, seen = [e], set()
+    while stack:
+        x = stack.pop()
+        if x is None or id(x) in seen:
+            continue
+        seen.add(id(x))
+        tb = x.__traceback__
+        while tb is not None and tb.tb_next is not None:
+            if tb.tb_frame.f_globals is not ours and tb.tb_next.tb_frame.f_globals is ours:
+                tb.tb_next = None  # writable since Python 3.7
+                break
+            tb = tb.tb_next
+        stack += [x.__cause__, x.__context__]
 
 
 def tail(text, n):
@@ -90,12 +112,30 @@ def write_all(fd, data):
         view = view[os.write(fd, view):]
 
 
+def encode(obj):
+    """One frame: compact JSON and a newline.  json escapes control
+    characters, so it is exactly one line; 'replace' turns lone surrogates
+    into '?'.  ValueError for NaN/Infinity, which are not JSON."""
+    line = json.dumps(obj, ensure_ascii=False, separators=(',', ':'), allow_nan=False) + '\n'
+    return line.encode('utf-8', 'replace')
+
+
+def socket_pair():
+    """Two connected AF_UNIX stream sockets as raw descriptors, both
+    close-on-exec (Python makes every new descriptor non-inheritable)."""
+    import socket  # already loaded by asyncio in warm_up()
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    return a.detach(), b.detach()
+
+
 # ---------------------------------------------------------------- worker --
 
-def worker(sup, language, code, pipes, go_r=None):
+def worker(sup, request, pipes, api_fd, go_r=None):
     """Runs in the forked child; never returns.  With go_r (forked ahead, at
     start-up) it sets itself up first and then waits for the request there,
-    so that a call pays for neither the fork nor the set-up."""
+    so that a call pays for neither the fork nor the set-up.  api_fd is its
+    end of the API socket (close-on-exec: a shell or any program user code
+    execs never holds it)."""
     out_w, err_w, report_w = pipes
     signal.set_wakeup_fd(-1)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
@@ -103,8 +143,8 @@ def worker(sup, language, code, pipes, go_r=None):
     os.dup2(err_w, 2)
     # Frame fds first, explicitly, while we are still non-dumpable (inherited
     # from the supervisor) so nothing can grab them through /proc meanwhile.
-    # Everything else but the report pipe goes too: user code must never hold
-    # a descriptor of the supervisor's.
+    # Everything else but the report pipe and the API socket goes too: user
+    # code must never hold a descriptor of the supervisor's.
     for fd in (sup.frame_in, sup.frame_out):
         os.close(fd)
     set_dumpable(1)            # ordinary /proc/self for user code
@@ -113,7 +153,7 @@ def worker(sup, language, code, pipes, go_r=None):
     except OSError:
         fds = range(3, 4096)
     for fd in fds:
-        if fd > 2 and fd not in (report_w, go_r):
+        if fd > 2 and fd not in (report_w, go_r, api_fd):
             try:
                 os.close(fd)
             except OSError:
@@ -145,10 +185,11 @@ def worker(sup, language, code, pipes, go_r=None):
         os.close(go_r)
         try:
             request = json.loads(data.decode('utf-8'))
-            language, code = request['language'], request['code']
         except Exception:
             os._exit(0)            # the supervisor went away or changed its mind
+    language, code, servers = request['language'], request['code'], request['servers']
     if language == 'shell':
+        os.close(api_fd)       # exec would close it anyway: no API for shells
         # exec keeps ignored signals ignored: give sh the defaults Python took away
         for sig in (signal.SIGINT, signal.SIGPIPE, signal.SIGXFSZ):
             signal.signal(sig, signal.SIG_DFL)
@@ -157,7 +198,7 @@ def worker(sup, language, code, pipes, go_r=None):
         except Exception as e:  # OSError, or ValueError for a NUL in code
             report(report_w, {'type': type(e).__name__, 'message': str(e), 'traceback': ''})
         os._exit(127)
-    os._exit(run_python(code, report_w))
+    os._exit(run_python(code, report_w, (api_fd, sup.max_frame, servers)))
 
 
 def report(fd, record):
@@ -192,7 +233,7 @@ def warm_up():
     import ast, asyncio, builtins, linecache, traceback, types  # noqa: F401,E401
 
 
-def run_python(code, report_w):
+def run_python(code, report_w, api):
     import ast
     import builtins
     import linecache
@@ -209,6 +250,7 @@ def run_python(code, report_w):
     main = types.ModuleType('__main__')
     main.__dict__['__builtins__'] = builtins
     sys.modules['__main__'] = main
+    install_api(main.__dict__, *api)
     linecache.cache[FILENAME] = (len(code), None, code.splitlines(True), FILENAME)
     status = 0
     try:
@@ -256,6 +298,801 @@ def exit_status(e):
     return 1
 
 
+# ------------------------------------------------------------ worker API --
+# What user code sees as module `corral` (runtime/README.md, "Python API").
+# Defined here so a pooled sandbox compiles it before `sandbox/ready`; the
+# worker only builds the module object, and nothing runs until user code
+# calls it (the reader thread starts on first use).  The classes name
+# `corral` as their module: tracebacks say corral.ToolError, pickle finds them.
+
+def check_servers(servers):
+    """`servers` of sandbox/exec as [[name, alias], ...], or None if malformed."""
+    if servers is None:
+        return []
+    if not isinstance(servers, list):
+        return None
+    out, names, aliases = [], set(), set()
+    for s in servers:
+        if not isinstance(s, dict):
+            return None
+        name, alias = s.get('name'), s.get('alias')
+        if not isinstance(name, str) or not name or name in names \
+                or not isinstance(alias, str) or not alias.isidentifier() or alias in aliases:
+            return None
+        names.add(name)
+        aliases.add(alias)
+        out.append([name, alias])
+    return out
+
+
+class McpError(Exception):
+    """An MCP call failed.  .server and .tool say which; .code is the
+    JSON-RPC error code (or None), .type the daemon's error type
+    ("PolicyDenied", ...), .data the error's data."""
+    __module__ = 'corral'
+
+    def __init__(self, message='', server=None, tool=None, code=None, type=None, data=None):
+        super().__init__(message)
+        self.server, self.tool, self.code, self.type, self.data = server, tool, code, type, data
+
+
+class ToolError(McpError):
+    """The tool ran and reported an error (`isError`): the message is its
+    text, .result the whole ToolResult."""
+    __module__ = 'corral'
+
+    def __init__(self, message='', result=None, **kw):
+        super().__init__(message, **kw)
+        self.result = result
+
+
+class PolicyDenied(McpError):
+    """The policy denies this server or tool, or the server is not one of this run's."""
+    __module__ = 'corral'
+
+
+class ServerUnavailable(McpError):
+    """The MCP server cannot be started or died."""
+    __module__ = 'corral'
+
+
+class ToolTimeout(McpError, TimeoutError):
+    """The call took longer than the policy allows (or than .result(timeout))."""
+    __module__ = 'corral'
+
+
+class TooLarge(McpError):
+    """The arguments or the result are over the size limit."""
+    __module__ = 'corral'
+
+
+class TooManyCalls(McpError):
+    """This run used up its call budget, or has too many calls in flight."""
+    __module__ = 'corral'
+
+
+class ToolNotFound(McpError):
+    """The server has no such tool."""
+    __module__ = 'corral'
+
+
+class ProtocolError(McpError):
+    """A malformed frame, or the channel to the daemon is gone."""
+    __module__ = 'corral'
+
+
+ERROR_TYPES = {'PolicyDenied': PolicyDenied, 'ServerUnavailable': ServerUnavailable,
+               'Timeout': ToolTimeout, 'TooLarge': TooLarge, 'TooManyCalls': TooManyCalls,
+               'ToolNotFound': ToolNotFound, 'ProtocolError': ProtocolError}
+ERROR_CODES = {-32001: 'PolicyDenied', -32002: 'ServerUnavailable', -32003: 'Timeout',
+               -32004: 'TooLarge', -32005: 'TooManyCalls', -32006: 'ToolNotFound',
+               -32600: 'ProtocolError', -32700: 'ProtocolError'}
+
+
+def mcp_error(err, server=None, tool=None):
+    """The exception for a JSON-RPC error object: by data.type, or by code
+    when data has no type."""
+    if not isinstance(err, dict):
+        err = {}
+    code, data, message = err.get('code'), err.get('data'), err.get('message')
+    kind = data.get('type') if isinstance(data, dict) else None
+    if not isinstance(kind, str):
+        kind = ERROR_CODES.get(code) if isinstance(code, int) else None
+    return ERROR_TYPES.get(kind, McpError)(message if isinstance(message, str) else 'MCP call failed',
+                                           server=server, tool=tool, code=code, type=kind, data=data)
+
+
+class TextContent:
+    __module__ = 'corral'
+    __slots__ = ('text', 'raw')
+    type = 'text'
+
+    def __init__(self, text, raw=None):
+        self.text, self.raw = text, raw
+
+    def __str__(self):
+        return self.text
+
+    def __repr__(self):
+        return 'TextContent(%r)' % (self.text if len(self.text) <= 60 else self.text[:57] + '...')
+
+
+class BinaryContent:
+    """Image or audio: .data the decoded bytes, .mime_type e.g. "image/png"."""
+    __module__ = 'corral'
+    __slots__ = ('data', 'mime_type', 'raw')
+
+    def __init__(self, data, mime_type, raw=None):
+        self.data, self.mime_type, self.raw = data, mime_type, raw
+
+    def __repr__(self):
+        return '%s(%d bytes, %r)' % (type(self).__name__, len(self.data), self.mime_type)
+
+
+class ImageContent(BinaryContent):
+    __module__ = 'corral'
+    __slots__ = ()
+    type = 'image'
+
+
+class AudioContent(BinaryContent):
+    __module__ = 'corral'
+    __slots__ = ()
+    type = 'audio'
+
+
+def content_item(item):
+    """A content item of a tool result as an object; unknown kinds (and
+    undecodable data) stay the dict they were."""
+    if not isinstance(item, dict):
+        return item
+    kind = item.get('type')
+    if kind == 'text' and isinstance(item.get('text'), str):
+        return TextContent(item['text'], item)
+    if kind in ('image', 'audio') and isinstance(item.get('data'), str):
+        import binascii  # built in, and already loaded
+        try:
+            data = binascii.a2b_base64(item['data'])
+        except ValueError:  # binascii.Error, or a non-ASCII str
+            return item
+        mime = item.get('mimeType')
+        return (ImageContent if kind == 'image' else AudioContent)(
+            data, mime if isinstance(mime, str) else None, item)
+    return item
+
+
+class ToolResult:
+    """A tool's result: .content (TextContent, ImageContent, AudioContent, or
+    the item's dict for other kinds), .text (the text items joined with
+    newlines), .images, .structured (structuredContent or None), .raw (the
+    result as received), .is_error.  str() gives .text; `await` gives itself."""
+    __module__ = 'corral'
+
+    def __init__(self, raw, server=None, tool=None, is_error=False):
+        content = raw.get('content')
+        self.raw, self.server, self.tool, self.is_error = raw, server, tool, is_error
+        self.content = [content_item(c) for c in content] if isinstance(content, list) else []
+        self.structured = raw.get('structuredContent')
+
+    @property
+    def text(self):
+        return '\n'.join(c.text for c in self.content if isinstance(c, TextContent))
+
+    @property
+    def images(self):
+        return [c for c in self.content if isinstance(c, ImageContent)]
+
+    def __str__(self):
+        return self.text
+
+    def __repr__(self):
+        return '<ToolResult %s.%s: %d content items%s>' % (
+            self.server, self.tool, len(self.content), ', error' if self.is_error else '')
+
+    def __await__(self):  # so that `await` is always right
+        yield from ()
+        return self
+
+
+class AwaitableList(list):
+    """The discovery calls' lists: `await` gives the list itself."""
+    __module__ = 'corral'
+
+    def __await__(self):
+        yield from ()
+        return self
+
+
+class AwaitableStr(str):
+    """tool_docs()'s text: `await` gives the text itself."""
+    __module__ = 'corral'
+
+    def __await__(self):
+        yield from ()
+        return str(self)
+
+
+def tool_result(msg, server, tool):
+    if 'error' in msg:
+        raise mcp_error(msg['error'], server, tool)
+    raw = msg.get('result')
+    if not isinstance(raw, dict):
+        raise ProtocolError('malformed tools/call result', server=server, tool=tool, type='ProtocolError')
+    if raw.get('isError') is True:
+        result = ToolResult(raw, server, tool, True)
+        raise ToolError(result.text or 'the tool reported an error', result=result,
+                        server=server, tool=tool, type='ToolError')
+    return ToolResult(raw, server, tool)
+
+
+def wake(fut):
+    if not fut.done():
+        fut.set_result(None)
+
+
+class Waiter:
+    """One request in flight: the reader thread hands it the response."""
+    __slots__ = ('ch', 'rid', 'server', 'tool', 'msg', 'event', 'futures')
+
+    def __init__(self, ch, rid, server=None, tool=None):
+        import threading
+        self.ch, self.rid, self.server, self.tool = ch, rid, server, tool
+        self.msg, self.event, self.futures = None, threading.Event(), []
+
+    def finish(self, msg):
+        with self.ch.lock:
+            if self.msg is not None:
+                return
+            self.msg = msg
+            futures, self.futures = self.futures, []
+        self.event.set()
+        for loop, fut in futures:
+            try:
+                loop.call_soon_threadsafe(wake, fut)
+            except RuntimeError:  # that loop is closed
+                pass
+
+    def future(self, loop):
+        """A future of `loop` done when the response is in; None if it is."""
+        with self.ch.lock:
+            if self.msg is not None:
+                return None
+            fut = loop.create_future()
+            self.futures.append((loop, fut))
+            return fut
+
+    def wait(self, timeout=None):
+        try:
+            done = self.event.wait(timeout)
+        except BaseException:  # KeyboardInterrupt: withdraw the call
+            self.cancel()
+            raise
+        if not done:
+            raise ToolTimeout('no response within %s s' % timeout, server=self.server, tool=self.tool,
+                              type='Timeout')
+        return self.msg
+
+    def cancel(self):
+        """Withdraws the call: the daemon is told, a late response dropped."""
+        with self.ch.lock:
+            if self.msg is not None:
+                return False
+            self.ch.pending.pop(self.rid, None)
+        self.finish({'error': {'code': None, 'message': 'call cancelled', 'data': {'type': 'Cancelled'}}})
+        try:
+            self.ch.send(encode({'jsonrpc': '2.0', 'method': 'notifications/cancelled',
+                                 'params': {'requestId': self.rid}}))
+        except OSError:
+            pass
+        return True
+
+
+class PendingCall:
+    """A tool call made while an asyncio loop runs in this thread: the request
+    is already sent.  `await` it, or call .result(timeout=None), for the
+    ToolResult; any other attribute waits for the result and reads it there."""
+    __module__ = 'corral'
+    __slots__ = ('_waiter', '_outcome')
+
+    def __init__(self, waiter):
+        self._waiter, self._outcome = waiter, None
+
+    def done(self):
+        return self._waiter.event.is_set()
+
+    def cancel(self):
+        """Withdraws the call; False if it had completed already."""
+        return self._waiter.cancel()
+
+    def result(self, timeout=None):
+        if self._outcome is None:
+            w = self._waiter
+            msg = w.wait(timeout)
+            try:
+                self._outcome = (True, tool_result(msg, w.server, w.tool))
+            except McpError as e:
+                self._outcome = (False, e)
+        ok, value = self._outcome
+        if ok:
+            return value
+        raise value.with_traceback(None)
+
+    def __await__(self):
+        w = self._waiter
+        if not w.event.is_set():
+            import asyncio
+            fut = w.future(asyncio.get_running_loop())
+            if fut is not None:
+                try:
+                    yield from fut.__await__()
+                except BaseException:  # cancelled (asyncio.wait_for timed out...)
+                    w.cancel()
+                    raise
+        return self.result()
+
+    def __getattr__(self, name):
+        if name.startswith('__'):  # copy, pickle, inspect: no blocking call
+            raise AttributeError(name)
+        return getattr(self.result(), name)
+
+    def __str__(self):
+        return str(self.result())
+
+    def __repr__(self):
+        w = self._waiter
+        return '<PendingCall %s.%s %s>' % (w.server, w.tool, 'done' if self.done() else 'pending')
+
+
+class Channel:
+    """The worker's end of the API socket.  Requests are written whole under
+    a lock; one reader thread, started on first use, routes responses by id."""
+
+    def __init__(self, fd, max_frame, servers):
+        import _thread
+        self.fd, self.max_frame, self.servers = fd, max_frame, servers
+        self.pid = os.getpid()
+        self.lock = _thread.allocate_lock()   # pending, orphans, reader, closed
+        self.wlock = _thread.allocate_lock()  # whole lines on the socket
+        self.pending, self.orphans, self.next_id = {}, [], 0
+        self.reader, self.closed = None, None
+        self.tools = {}                       # tools/list per server, for this run
+        self.skipped = set()                  # servers search_tools said it skipped
+
+    def start(self):
+        if os.getpid() != self.pid:  # a forked child would steal the parent's responses
+            raise McpError('the MCP bridge is not available in a forked child process')
+        with self.lock:
+            if self.reader is None and self.closed is None:
+                import threading
+                self.reader = threading.Thread(target=self.read_loop, name='corral-reader', daemon=True)
+                self.reader.start()
+
+    def read_loop(self):
+        reason = 'the channel to the corral supervisor closed'
+        buf, scanned = bytearray(), 0
+        try:
+            while True:
+                data = os.read(self.fd, 1 << 20)
+                if not data:
+                    break
+                buf += data
+                while True:
+                    i = buf.find(b'\n', scanned)
+                    if i < 0:
+                        scanned = len(buf)
+                        break
+                    line = bytes(buf[:i])
+                    del buf[:i + 1]
+                    scanned = 0
+                    self.dispatch(line)
+        except BaseException as e:  # noqa: B036  never die silently with calls waiting
+            reason = 'the channel to the corral supervisor failed: %s' % e
+        self.close(reason)
+
+    def dispatch(self, line):
+        try:
+            msg = json.loads(line.decode('utf-8'))
+        except (ValueError, RecursionError):
+            return
+        if not isinstance(msg, dict):
+            return
+        rid = msg.get('id')
+        with self.lock:
+            if rid is None:  # the supervisor's answer to a malformed line
+                self.orphans.append(msg)
+                del self.orphans[:-64]
+                return
+            w = self.pending.pop(rid, None) if isinstance(rid, (str, int)) else None
+        if w is not None:
+            w.finish(msg)  # else a cancelled call's late response
+
+    def close(self, reason):
+        with self.lock:
+            if self.closed is None:
+                self.closed = reason
+            pending, self.pending = self.pending, {}
+        for w in pending.values():
+            w.finish({'error': {'code': None, 'message': reason, 'data': {'type': 'ProtocolError'}}})
+
+    def send(self, data):
+        with self.wlock:
+            write_all(self.fd, data)
+
+    def request(self, method, params, server=None, tool=None):
+        """Sends a request; the Waiter that will get its response."""
+        self.start()
+        with self.lock:
+            self.next_id += 1
+            rid = self.next_id
+        line = encode({'jsonrpc': '2.0', 'id': rid, 'method': method, 'params': params})
+        if len(line) > self.max_frame + 1:
+            raise TooLarge('request of %d bytes, over the %d-byte frame limit' % (len(line) - 1, self.max_frame),
+                           server=server, tool=tool, type='TooLarge')
+        w = Waiter(self, rid, server, tool)
+        with self.lock:
+            if self.closed is not None:
+                raise ProtocolError(self.closed, server=server, tool=tool, type='ProtocolError')
+            self.pending[rid] = w
+        try:
+            self.send(line)
+        except OSError as e:
+            with self.lock:
+                self.pending.pop(rid, None)
+            raise ProtocolError('cannot reach the corral supervisor: %s' % e, server=server, tool=tool,
+                                type='ProtocolError') from None
+        return w
+
+    def call(self, method, params, server=None):
+        """A request answered before it returns: the result object."""
+        msg = self.request(method, params, server).wait()
+        if 'error' in msg:
+            raise mcp_error(msg['error'], server)
+        if not isinstance(msg.get('result'), dict):
+            raise ProtocolError('malformed %s result' % method, server=server, type='ProtocolError')
+        return msg['result']
+
+    def server_name(self, server):
+        """A server of this run by name, or by alias."""
+        if not isinstance(server, str):
+            raise TypeError('server must be a string, not %s' % type(server).__name__)
+        for name, alias in self.servers:
+            if server == name:
+                return name
+        for name, alias in self.servers:
+            if server == alias:
+                return name
+        return server  # the daemon denies servers that are not this run's
+
+    def alias(self, server):
+        for name, alias in self.servers:
+            if name == server:
+                return alias
+        return None
+
+    def tool_list(self, server, msg=None):
+        """tools/list of a server (cached for the run): the tool dicts with a name."""
+        if server not in self.tools:
+            if msg is None:
+                result = self.call('tools/list', {'server': server}, server)
+            elif 'error' in msg:
+                raise mcp_error(msg['error'], server)
+            else:
+                result = msg.get('result')
+            tools = result.get('tools') if isinstance(result, dict) else None
+            if not isinstance(tools, list):
+                raise ProtocolError('malformed tools/list result', server=server, type='ProtocolError')
+            self.tools[server] = [t for t in tools if isinstance(t, dict) and isinstance(t.get('name'), str)]
+        return self.tools[server]
+
+
+api = None  # the worker's Channel
+
+
+def channel():
+    if api is None:
+        raise McpError('the MCP bridge is only available in Python runs of corral')
+    return api
+
+
+def running_loop():
+    asyncio = sys.modules.get('asyncio')
+    if asyncio is None:
+        return None
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
+def call_tool(server, tool, arguments=None):
+    """Calls `tool` of MCP server `server` (its name or alias) with
+    `arguments`, a dict.  Without a running asyncio loop in this thread it
+    waits and returns a ToolResult; with one it returns a PendingCall to
+    await.  A tool reporting an error raises ToolError; other failures raise
+    the McpError subclass of the daemon's error type."""
+    ch = channel()
+    server = ch.server_name(server)
+    if not isinstance(tool, str):
+        raise TypeError('tool must be a string, not %s' % type(tool).__name__)
+    if arguments is None:
+        arguments = {}
+    elif not isinstance(arguments, dict):
+        raise TypeError('arguments must be a dict, not %s' % type(arguments).__name__)
+    call = PendingCall(ch.request('tools/call', {'server': server, 'name': tool, 'arguments': arguments},
+                                  server, tool))
+    return call if running_loop() is not None else call.result()
+
+
+def list_servers():
+    """This run's MCP servers: dicts with name, alias, description, status,
+    tools (a count or None) and error."""
+    servers = channel().call('servers/list', {}).get('servers')
+    if not isinstance(servers, list):
+        raise ProtocolError('malformed servers/list result', type='ProtocolError')
+    return AwaitableList(servers)
+
+
+def list_tools(server):
+    """The tools of `server`: dicts with name and description."""
+    ch = channel()
+    server = ch.server_name(server)
+    return AwaitableList({'name': t['name'], 'description': text_of(t.get('description'))}
+                         for t in ch.tool_list(server))
+
+
+def text_of(value):
+    return value if isinstance(value, str) else ''
+
+
+def flat(s):
+    return s.lower().replace('-', '').replace('_', '')
+
+
+def search_tools(query, limit=20):
+    """Tools of this run's servers whose name or description contains
+    `query` (or all of its words), case-insensitive, best first: dicts with
+    server, name and description.  A server that cannot be listed is skipped
+    with a note on stderr."""
+    if not isinstance(query, str):
+        raise TypeError('query must be a string')
+    ch = channel()
+    names = [name for name, _ in ch.servers]
+    # the servers not listed yet are asked all at once (the daemon may have to start them)
+    asked = [(name, ch.request('tools/list', {'server': name}, name)) for name in names if name not in ch.tools]
+    for name, w in asked:
+        try:
+            ch.tool_list(name, w.wait())
+        except McpError as e:
+            if name not in ch.skipped:  # asked again next time: it may come back
+                ch.skipped.add(name)
+                sys.stderr.write('corral: search_tools: skipped server %s: %s\n' % (name, e))
+    q = query.lower().strip()
+    terms = q.split()
+    found = []
+    for order, server in enumerate(names):
+        for i, t in enumerate(ch.tools.get(server, ())):
+            name, desc = t['name'], text_of(t.get('description'))
+            score = match_score(q, terms, name.lower(), desc.lower())
+            if score:  # ties: in the order of the servers and of their tools
+                found.append((-score, order, i, server, name, desc))
+    found.sort()
+    if limit is not None:
+        found = found[:max(0, limit)]
+    return AwaitableList({'server': server, 'name': name, 'description': desc}
+                         for _, _, _, server, name, desc in found)
+
+
+def match_score(q, terms, name, desc):
+    """0 for no match; more for a better one (the name counts most)."""
+    if not q:
+        return 1
+    hay = name + '\n' + desc
+    if q not in hay and flat(q) not in flat(name) and not all(t in hay for t in terms):
+        return 0
+    score = 100 if flat(q) == flat(name) else 40 if q in name or flat(q) in flat(name) else 0
+    score += 10 if q in desc else 0
+    for t in terms:
+        score += 5 if t in name else 1 if t in desc else 0
+    return score or 1
+
+
+def find_tool(tools, tool, server):
+    """As the daemon resolves names: exact, else the one tool equal after
+    lowercasing and dropping '-' and '_'."""
+    for t in tools:
+        if t['name'] == tool:
+            return t
+    like = [t for t in tools if flat(t['name']) == flat(tool)]
+    if len(like) == 1:
+        return like[0]
+    names = ', '.join(sorted(t['name'] for t in tools))
+    raise ToolNotFound('no tool %r on server %r (tools: %s)' % (tool, server, names or 'none'),
+                       server=server, tool=tool, type='ToolNotFound')
+
+
+def schema_type(s, depth=0):
+    """A JSON schema's type in a few words: "string", "array of integer", "a | b"."""
+    if not isinstance(s, dict) or depth > 4:
+        return 'any'
+    if isinstance(s.get('enum'), list):
+        return 'one of ' + ', '.join(json.dumps(v, ensure_ascii=False) for v in s['enum'][:20])
+    if 'const' in s:
+        return 'constant ' + json.dumps(s['const'], ensure_ascii=False)
+    t = s.get('type')
+    if isinstance(t, list):
+        return ' | '.join(str(x) for x in t)
+    if t == 'array' and isinstance(s.get('items'), dict):
+        return 'array of ' + schema_type(s['items'], depth + 1)
+    if isinstance(t, str):
+        return t
+    for key in ('anyOf', 'oneOf'):
+        if isinstance(s.get(key), list):
+            return ' | '.join(schema_type(x, depth + 1) for x in s[key])
+    if isinstance(s.get('$ref'), str):
+        return s['$ref'].rsplit('/', 1)[-1]
+    return 'any'
+
+
+def tool_docs(server, tool):
+    """How to call `tool` of `server`: its description, parameters (type,
+    required or not, description) and, at the end, its input schema as JSON."""
+    import keyword
+    ch = channel()
+    server = ch.server_name(server)
+    t = find_tool(ch.tool_list(server), tool, server)
+    name = t['name']
+    schema = t.get('inputSchema') if isinstance(t.get('inputSchema'), dict) else {}
+    props = schema.get('properties') if isinstance(schema.get('properties'), dict) else {}
+    required = schema.get('required') if isinstance(schema.get('required'), list) else []
+    lines = ['%s (server %s)' % (name, server)]
+    desc = text_of(t.get('description')).strip()
+    if desc:
+        lines += ['', desc]
+    # how to call it: mcp_<alias>.<name> when both are identifiers
+    # (the daemon finds get-sum for get_sum), else call_tool
+    must = [p for p in props if p in required]
+    attr = name.replace('-', '_')
+    plain = all(p.isidentifier() and not keyword.iskeyword(p) for p in must)
+    alias = ch.alias(server)
+    if alias and attr.isidentifier() and not keyword.iskeyword(attr):
+        args = ', '.join('%s=...' % p for p in must) if plain \
+            else '{%s}' % ', '.join('%s: ...' % json.dumps(p) for p in must)
+        lines += ['', 'Call: mcp_%s.%s(%s)' % (alias, attr, args)]
+    else:
+        lines += ['', 'Call: call_tool(%s, %s, {%s})' % (json.dumps(server), json.dumps(name),
+                                                         ', '.join('%s: ...' % json.dumps(p) for p in must))]
+    lines += ['', 'Parameters:' if props else 'Parameters: none']
+    for p, s in props.items():
+        s = s if isinstance(s, dict) else {}
+        head = '  %s (%s%s' % (p, schema_type(s), ', required' if p in required else ', optional')
+        if 'default' in s:
+            head += ', default %s' % json.dumps(s['default'], ensure_ascii=False)
+        head += ')'
+        pdesc = text_of(s.get('description')).strip()
+        lines.append(head + (': ' + pdesc.replace('\n', '\n    ') if pdesc else ''))
+    lines += ['', 'Input schema:', json.dumps(schema, indent=2, ensure_ascii=False)]
+    if isinstance(t.get('outputSchema'), dict):
+        lines += ['', 'Output schema:', json.dumps(t['outputSchema'], indent=2, ensure_ascii=False)]
+    return AwaitableStr('\n'.join(lines))
+
+
+class McpTool:
+    """`mcp_<alias>.<tool>`: call it with the tool's arguments as keywords
+    (or one dict, for names that are not identifiers)."""
+    __module__ = 'corral'
+    __slots__ = ('server', 'name')
+
+    def __init__(self, server, name):
+        self.server, self.name = server, name
+
+    def __call__(self, *args, **kwargs):
+        if len(args) > 1 or (args and not isinstance(args[0], dict)):
+            raise TypeError('%s takes keyword arguments, or one dict' % self.name)
+        arguments = dict(args[0]) if args else {}
+        arguments.update(kwargs)
+        return call_tool(self.server, self.name, arguments)
+
+    def __repr__(self):
+        return '<MCP tool %s.%s>' % (self.server, self.name)
+
+
+class McpServer:
+    """`mcp_<alias>`: any attribute is a tool of that server, passed on by
+    the name as written (the daemon also finds get-sum for get_sum)."""
+    __module__ = 'corral'
+    __slots__ = ('_corral_server', '_corral_alias')
+
+    def __init__(self, name, alias):
+        self._corral_server, self._corral_alias = name, alias
+
+    def __getattr__(self, tool):
+        if tool.startswith('__'):  # copy, pickle, inspect
+            raise AttributeError(tool)
+        return McpTool(self._corral_server, tool)
+
+    def __repr__(self):
+        return '<MCP server %s: mcp_%s.<tool>(**arguments)>' % (self._corral_server, self._corral_alias)
+
+
+def _raw_send(line):
+    """Tests: writes bytes to the channel as they are."""
+    ch = channel()
+    ch.start()
+    ch.send(line.encode('utf-8') if isinstance(line, str) else bytes(line))
+
+
+def _raw_request(obj, timeout=10.0):
+    """Tests: sends obj (a dict, as one line; bytes or str as they are) and
+    returns the response dict: the one with the id of obj (of bytes: of
+    their last line that parses and has one), else the next one with id
+    null (the supervisor's answer to a malformed line).  None after
+    `timeout` seconds (notifications are never answered)."""
+    ch = channel()
+    ch.start()
+    if isinstance(obj, (bytes, bytearray, str)):
+        data = obj.encode('utf-8') if isinstance(obj, str) else bytes(obj)
+        msgs = []
+        for line in data.split(b'\n'):
+            try:
+                msgs.append(json.loads(line.decode('utf-8')))
+            except (ValueError, RecursionError):
+                pass
+    else:
+        data = json.dumps(obj).encode('utf-8') + b'\n'
+        msgs = [obj]
+    w = None
+    for msg in msgs:
+        rid = msg.get('id') if isinstance(msg, dict) else None
+        if isinstance(rid, (str, int)) and not isinstance(rid, bool):
+            w = Waiter(ch, rid)
+    if w is not None:
+        with ch.lock:
+            ch.pending[w.rid] = w
+    with ch.lock:
+        del ch.orphans[:]
+    ch.send(data)
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if w is not None and w.event.is_set():
+            return w.msg
+        with ch.lock:
+            if ch.orphans:
+                return ch.orphans.pop(0)
+        time.sleep(0.005)
+    if w is not None:
+        with ch.lock:
+            ch.pending.pop(w.rid, None)
+    return None
+
+
+API_FUNCTIONS = (call_tool, list_servers, list_tools, search_tools, tool_docs)
+API_CLASSES = (ToolResult, TextContent, ImageContent, AudioContent, BinaryContent, PendingCall,
+               McpError, ToolError, PolicyDenied, ServerUnavailable, ToolTimeout, TooLarge,
+               TooManyCalls, ToolNotFound, ProtocolError, AwaitableList, AwaitableStr, McpServer, McpTool)
+for _f in API_FUNCTIONS + (_raw_send, _raw_request):
+    _f.__module__ = 'corral'
+del _f
+
+
+def install_api(main, fd, max_frame, servers):
+    """Module `corral` and the globals of the user's __main__: the functions
+    and mcp_<alias> per server.  Cheap: no thread, no import."""
+    global api
+    import types
+    api = Channel(fd, max_frame, servers)
+    mod = types.ModuleType('corral', 'MCP tools of this corral run: call_tool(), mcp_<alias>.<tool>(), '
+                           'list_servers(), list_tools(), search_tools(), tool_docs().')
+    for obj in API_FUNCTIONS + API_CLASSES + (_raw_send, _raw_request):
+        setattr(mod, obj.__name__, obj)
+    for name, alias in servers:
+        setattr(mod, 'mcp_' + alias, McpServer(name, alias))
+    sys.modules['corral'] = mod
+    for f in API_FUNCTIONS:
+        main[f.__name__] = f
+    for name, alias in servers:
+        main['mcp_' + alias] = getattr(mod, 'mcp_' + alias)
+
+
 # ------------------------------------------------------------ supervisor --
 
 class Stream:
@@ -294,8 +1131,8 @@ class Stream:
 
 
 class Job:
-    def __init__(self, rid, pid, streams, report_fd, oom_before):
-        self.rid, self.pid, self.streams = rid, pid, streams
+    def __init__(self, rid, pid, streams, report_fd, oom_before, relay):
+        self.rid, self.pid, self.streams, self.relay = rid, pid, streams, relay
         self.report_fd, self.report = report_fd, bytearray()
         self.oom_before = oom_before
         self.wait_status = None
@@ -348,6 +1185,104 @@ class Job:
                 'stderr_bytes': self.streams['stderr'].total, 'error': error}
 
 
+class LineReader:
+    """Splits a byte stream into lines of at most max_frame bytes (newline
+    excluded); an over-long line gives None once, as soon as it passes the
+    limit, and is skipped up to its newline.  Blank lines are dropped."""
+
+    def __init__(self, max_frame):
+        self.max_frame = max_frame
+        self.buf, self.scanned, self.skipping = bytearray(), 0, False
+
+    def feed(self, data):
+        buf = self.buf
+        buf += data
+        while True:
+            i = buf.find(b'\n', self.scanned)  # only scan new bytes: lines may be huge
+            if i < 0:
+                self.scanned = len(buf)
+                if not self.skipping and len(buf) > self.max_frame:
+                    self.skipping = True  # answer now, the newline may never come
+                    yield None
+                if self.skipping:
+                    del buf[:]
+                    self.scanned = 0
+                return
+            line = bytes(buf[:i])
+            del buf[:i + 1]
+            self.scanned = 0
+            if self.skipping:
+                self.skipping = False
+            elif len(line) > self.max_frame:
+                yield None
+            elif line.strip():
+                yield line
+
+
+class Relay:
+    """The supervisor's end of the worker's API socket.  What comes in is
+    user code's (untrusted): lines bounded by max_frame, checked, and only
+    requests for the daemon go on.  What goes out (daemon responses, our
+    errors) waits in a queue of at most 2 * max_frame bytes: the socket is
+    non-blocking and PID 1 never waits for the worker; past the bound,
+    whole lines are dropped."""
+
+    def __init__(self, sup, fd):
+        self.sup, self.fd = sup, fd
+        self.lines = LineReader(sup.max_frame)
+        self.out = bytearray()
+        self.cap = 2 * sup.max_frame
+        self.dropped = 0
+
+    def queue(self, data):
+        if self.fd is None:
+            return
+        if len(self.out) + len(data) > self.cap:
+            self.dropped += 1
+            if self.dropped == 1:
+                log('the worker does not read its API socket: dropping frames toward it')
+            return
+        self.out += data
+        self.flush()
+
+    def flush(self):
+        while self.out and self.fd is not None:
+            try:
+                n = os.write(self.fd, self.out)
+            except BlockingIOError:
+                return
+            except OSError:  # the worker and all its children are gone
+                return self.close()
+            del self.out[:n]
+
+    def error(self, rid, code, message):
+        self.queue(encode({'jsonrpc': '2.0', 'id': rid, 'error': {
+            'code': code, 'message': message, 'data': {'type': 'ProtocolError'}}}))
+
+    def read(self):
+        try:
+            data = os.read(self.fd, CHUNK)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b''
+        if not data:
+            return self.close()
+        for line in self.lines.feed(data):
+            self.sup.from_worker(self, line)
+            if self.fd is None:
+                return
+
+    def close(self):
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+        if self.dropped:
+            log('dropped %d frames toward the worker (queue full)' % self.dropped)
+            self.dropped = 0
+        self.out = bytearray()
+
+
 class Supervisor:
     def __init__(self):
         # Private close-on-exec copies of the channel; fd 0/1 become /dev/null
@@ -373,7 +1308,7 @@ class Supervisor:
         # (output data) or 1/16 + 1/32 (traceback + message).
         self.out_chunk = min(CHUNK, self.max_frame // 8)
         self.text_budget = min(TRACEBACK_CAP, self.max_frame // 16)
-        self.inbuf, self.scanned, self.skipping, self.eof = bytearray(), 0, False, False
+        self.lines, self.eof = LineReader(self.max_frame), False
         self.job = None
         self.pre = None
         # PID 1 only gets signals it has handlers for; SIGINT's Python handler
@@ -388,12 +1323,17 @@ class Supervisor:
         signal.signal(signal.SIGCHLD, lambda *_: None)
 
     def send(self, obj):
-        # One write loop per frame on a blocking fd, single thread: frames
-        # never interleave.  json escapes control characters, so a frame is
-        # exactly one line; 'replace' turns lone surrogates into '?'.
-        line = json.dumps(obj, ensure_ascii=False, separators=(',', ':')) + '\n'
         try:
-            write_all(self.frame_out, line.encode('utf-8', 'replace'))
+            line = encode(obj)
+        except ValueError as e:  # not JSON (inf); our frames never are
+            return log('cannot encode a frame: %s' % e)
+        self.send_line(line)
+
+    def send_line(self, line):
+        # One write loop per frame on a blocking fd, single thread: frames
+        # never interleave.
+        try:
+            write_all(self.frame_out, line)
         except OSError as e:
             log('frame channel lost (%s), exiting' % e)
             self.kill_leftovers()
@@ -421,6 +1361,9 @@ class Supervisor:
                 fds += [s.fd for s in job.streams.values() if s.fd is not None]
                 if job.report_fd is not None:
                     fds.append(job.report_fd)
+                relay = job.relay
+                if relay is not None and relay.fd is not None:
+                    poller.register(relay.fd, select.POLLIN | (select.POLLOUT if relay.out else 0))
             for fd in fds:
                 poller.register(fd, select.POLLIN)
             if job is None:
@@ -429,11 +1372,12 @@ class Supervisor:
                 timeout = 1000  # reap() fallback should a SIGCHLD wakeup get lost
             else:
                 timeout = max(0, int((job.deadline - time.monotonic()) * 1000) + 1)
-            for fd, _ in poller.poll(timeout):
-                self.ready(fd)
+            for fd, events in poller.poll(timeout):
+                self.ready(fd, events)
 
-    def ready(self, fd):
+    def ready(self, fd, events):
         job = self.job
+        relay = job.relay if job is not None else None
         if fd == self.wake_r:
             try:
                 while os.read(fd, 512):
@@ -447,8 +1391,13 @@ class Supervisor:
                 data = b''
             if not data:
                 self.eof = True  # a running exec still completes and answers
-            for line in self.lines(data):
+            for line in self.lines.feed(data):
                 self.handle(line)
+        elif relay is not None and fd == relay.fd:
+            if events & select.POLLOUT:
+                relay.flush()
+            if relay.fd is not None and events & ~select.POLLOUT:
+                relay.read()
         elif job is not None and fd == job.report_fd:
             job.read_report()
         elif job is not None:
@@ -463,31 +1412,6 @@ class Supervisor:
                     else:
                         s.close()
 
-    def lines(self, data):
-        """Complete lines from the frame channel; None for an over-long one."""
-        buf = self.inbuf
-        buf += data
-        while True:
-            i = buf.find(b'\n', self.scanned)  # only scan new bytes: lines may be huge
-            if i < 0:
-                self.scanned = len(buf)
-                if not self.skipping and len(buf) > self.max_frame:
-                    self.skipping = True  # answer now, the newline may never come
-                    yield None
-                if self.skipping:
-                    del buf[:]
-                    self.scanned = 0
-                return
-            line = bytes(buf[:i])
-            del buf[:i + 1]
-            self.scanned = 0
-            if self.skipping:
-                self.skipping = False
-            elif len(line) > self.max_frame:
-                yield None
-            elif line.strip():
-                yield line
-
     def handle(self, line):
         if line is None:
             log('dropped a frame longer than %d bytes' % self.max_frame)
@@ -499,7 +1423,12 @@ class Supervisor:
         if not isinstance(msg, dict):  # batches are not part of the protocol
             return self.reply_error(None, -32600, 'invalid request')
         rid = msg.get('id')
+        if msg.get('jsonrpc') == '2.0' and 'method' not in msg and 'id' in msg \
+                and ('result' in msg or 'error' in msg):
+            return self.to_worker(line)
         id_ok = rid is None or (isinstance(rid, (str, int, float)) and not isinstance(rid, bool))
+        if isinstance(rid, float) and rid - rid != 0:  # 1e400 parses as inf: cannot be sent back
+            id_ok = False
         if msg.get('jsonrpc') != '2.0' or not isinstance(msg.get('method'), str) or not id_ok:
             return self.reply_error(rid if id_ok else None, -32600, 'invalid request')
         method = msg['method']
@@ -512,6 +1441,52 @@ class Supervisor:
         else:
             self.start(rid, msg.get('params'))
 
+    def to_worker(self, line):
+        """A daemon response to a request of the worker's: passed on as it
+        came while the worker runs, dropped otherwise (it ended, or a shell)."""
+        relay = self.job.relay if self.job is not None else None
+        if relay is not None:
+            relay.queue(line + b'\n')
+
+    def from_worker(self, relay, line):
+        """A line from user code: requests other than sandbox/* and
+        notifications/cancelled go to the daemon, re-encoded; everything
+        else is answered with an error (when it has an id) or dropped."""
+        if line is None:
+            return relay.error(None, -32600, 'frame longer than %d bytes' % self.max_frame)
+        try:
+            msg = json.loads(line.decode('utf-8'), parse_constant=reject_constant)
+        except (ValueError, RecursionError):
+            return relay.error(None, -32700, 'parse error')
+        if not isinstance(msg, dict):
+            return relay.error(None, -32600, 'invalid request')
+        rid, method = msg.get('id'), msg.get('method')
+        # ids the daemon can take back as they are: strings and int64s
+        id_ok = isinstance(rid, str) or (isinstance(rid, int) and not isinstance(rid, bool)
+                                         and -ID_RANGE <= rid < ID_RANGE)
+        if msg.get('jsonrpc') != '2.0' or not isinstance(method, str) or ('id' in msg and not id_ok):
+            return relay.error(rid if id_ok else None, -32600, 'invalid request')
+        if 'id' not in msg:
+            if method != 'notifications/cancelled':
+                return  # notifications are never answered
+        elif method.startswith('sandbox/'):
+            return relay.error(rid, -32600, 'method not allowed: %s' % method[:100])
+        frame = {'jsonrpc': '2.0', 'method': method}
+        if 'id' in msg:
+            frame['id'] = rid
+        if 'params' in msg:
+            frame['params'] = msg['params']
+        try:
+            data = encode(frame)
+        except (ValueError, RecursionError):  # e.g. 1e400 parsed as inf
+            data = None
+        if data is None or len(data) > self.max_frame + 1:
+            if 'id' in msg:
+                relay.error(rid, -32600, 'invalid request' if data is None
+                            else 'frame longer than %d bytes' % self.max_frame)
+            return
+        self.send_line(data)
+
     def prefork(self):
         """Fork the worker now, before `sandbox/ready`: it sets itself up and
         waits for its request, so a call from the warm pool skips the fork.
@@ -520,22 +1495,23 @@ class Supervisor:
         try:
             for _ in range(4):
                 made += os.pipe()
+            made += socket_pair()
             pid = os.fork()
         except OSError as e:
             for fd in made:
                 os.close(fd)
             log('cannot fork the worker ahead: %s' % e)
             return
-        out_r, out_w, err_r, err_w, rep_r, rep_w, go_r, go_w = made
+        out_r, out_w, err_r, err_w, rep_r, rep_w, go_r, go_w, api_r, api_w = made
         if pid == 0:
             try:
                 os.close(go_w)
-                worker(self, None, None, (out_w, err_w, rep_w), go_r)
+                worker(self, None, (out_w, err_w, rep_w), api_w, go_r)
             finally:
                 os._exit(127)
-        for fd in (out_w, err_w, rep_w, go_r):
+        for fd in (out_w, err_w, rep_w, go_r, api_w):
             os.close(fd)
-        self.pre = (pid, out_r, err_r, rep_r, go_w)
+        self.pre = (pid, out_r, err_r, rep_r, go_w, api_r)
 
     def start(self, rid, params):
         p = params if isinstance(params, dict) else {}
@@ -545,31 +1521,32 @@ class Supervisor:
                 or not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
             return self.reply_error(rid, -32602, 'invalid params: want language "python"|"shell", '
                                     'code string, output_limit >= 0')
+        servers = check_servers(p.get('servers'))
+        if servers is None:
+            return self.reply_error(rid, -32602, 'invalid params: want servers a list of '
+                                    '{"name": string, "alias": Python identifier}, names and aliases unique')
+        request = {'language': language, 'code': code, 'servers': servers}
         pre, self.pre = self.pre, None
         if pre is not None:
-            pid, out_r, err_r, rep_r, go_w = pre
+            pid, out_r, err_r, rep_r, go_w, api_r = pre
             oom_before = oom_kills()
             try:
-                write_all(go_w, json.dumps({'language': language, 'code': code}).encode())
+                write_all(go_w, json.dumps(request).encode())
                 os.close(go_w)
             except OSError as e:       # it died waiting: fork afresh below
                 log('the forked-ahead worker is gone (%s); forking again' % e)
-                for fd in (out_r, err_r, rep_r, go_w):
+                for fd in (out_r, err_r, rep_r, go_w, api_r):
                     try:
                         os.close(fd)
                     except OSError:
                         pass
             else:
-                for fd in (out_r, err_r, rep_r):
-                    os.set_blocking(fd, False)
-                self.job = Job(rid, pid, {'stdout': Stream(self, 'stdout', out_r, limit),
-                                          'stderr': Stream(self, 'stderr', err_r, limit)},
-                               rep_r, oom_before)
-                return
+                return self.started(rid, pid, language, (out_r, err_r, rep_r, api_r), limit, oom_before)
         made = []
         try:
             for _ in range(3):
                 made += os.pipe()
+            made += socket_pair()
             oom_before = oom_kills()
             # The only fork the supervisor ever makes: a fork bomb in user code
             # exhausting pids cannot starve it later.
@@ -579,18 +1556,28 @@ class Supervisor:
                 os.close(fd)
             log('cannot start worker: %s' % e)
             return self.reply_error(rid, -32603, 'cannot start worker: %s' % e)
-        out_r, out_w, err_r, err_w, rep_r, rep_w = made
+        out_r, out_w, err_r, err_w, rep_r, rep_w, api_r, api_w = made
         if pid == 0:
             try:
-                worker(self, language, code, (out_w, err_w, rep_w))
+                worker(self, request, (out_w, err_w, rep_w), api_w)
             finally:
                 os._exit(127)
-        for fd in (out_w, err_w, rep_w):
+        for fd in (out_w, err_w, rep_w, api_w):
             os.close(fd)
-        for fd in (out_r, err_r, rep_r):
+        self.started(rid, pid, language, (out_r, err_r, rep_r, api_r), limit, oom_before)
+
+    def started(self, rid, pid, language, fds, limit, oom_before):
+        out_r, err_r, rep_r, api_r = fds
+        for fd in fds:
             os.set_blocking(fd, False)
+        if language == 'shell':  # it closed its end: nothing to relay
+            os.close(api_r)
+            relay = None
+        else:
+            relay = Relay(self, api_r)
         self.job = Job(rid, pid, {'stdout': Stream(self, 'stdout', out_r, limit),
-                                  'stderr': Stream(self, 'stderr', err_r, limit)}, rep_r, oom_before)
+                                  'stderr': Stream(self, 'stderr', err_r, limit)},
+                       rep_r, oom_before, relay)
 
     def reap(self):
         # PID 1 inherits every orphan: reap them all, remember the worker.
@@ -605,6 +1592,8 @@ class Supervisor:
             if job is not None and pid == job.pid:
                 job.wait_status = st
                 job.deadline = time.monotonic() + DRAIN_SECONDS
+                if job.relay is not None:  # late responses are dropped from now on
+                    job.relay.close()
 
     def finish(self):
         job = self.job
@@ -616,6 +1605,8 @@ class Supervisor:
                 job.report_fd = None
         for s in job.streams.values():
             s.close()
+        if job.relay is not None:
+            job.relay.close()
         self.send({'jsonrpc': '2.0', 'id': job.rid, 'result': job.result(self.text_budget)})
         self.kill_leftovers()
         return 0

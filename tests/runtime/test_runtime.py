@@ -366,7 +366,8 @@ for p in glob.glob('/proc/%%d/fd/*' %% os.getppid()):
     except OSError:
         pass
 import stat
-print('fds', [(fd, stat.S_ISFIFO(os.fstat(fd).st_mode)) for fd in range(3, 1024) if _open(fd)])
+print('fds', [(fd, 'fifo' if stat.S_ISFIFO(os.fstat(fd).st_mode) else 'sock' if stat.S_ISSOCK(os.fstat(fd).st_mode)
+               else '?') for fd in range(3, 1024) if _open(fd)])
 print('hit', hit)
 ''' % forged
 out, res, rt, _ = run(probe)
@@ -375,7 +376,8 @@ check(frames_ok and res.get('status') == 'ok' and len([fr for fr in rt.frames if
       'user code cannot reach the frame channel (own fds or /proc/<supervisor>/fd)', (out, res, rt.frames[-1:]))
 fds_line = [l for l in text(out, 'stdout').splitlines() if l.startswith('fds ')]
 fds = ast.literal_eval(fds_line[0][4:]) if fds_line else None
-check(fds is not None and len(fds) == 1 and fds[0][1], 'worker holds no fd above 2 but its report pipe', fds_line)
+check(fds is not None and sorted(kind for _, kind in fds) == ['fifo', 'sock'],
+      'worker holds no fd above 2 but its report pipe and API socket', fds_line)
 
 out, res, rt, _ = run("import os\nprint(open('/proc/self/oom_score_adj').read().strip())\n"
                       "print(os.getpgid(0) == os.getpid())")
@@ -486,6 +488,455 @@ out, resp = rt.response(3)
 check(resp and resp['result']['status'] == 'ok' and text(out, 'stdout') == '5\n',
       'exec completes after stdin EOF', (out, resp))
 rt.close()
+
+# --- MCP bridge: the worker's `corral` API, relayed through the supervisor ---
+# A fake daemon answers the requests the runtime forwards: servers/list,
+# tools/list and tools/call of three servers (one of which cannot start).
+PNG = b'\x89PNG\r\n\x1a\n' + bytes(range(256))
+WAV = b'RIFF\x00\x01fake wav'
+SERVERS = [{'name': 'fake', 'alias': 'fake'}, {'name': 'my-tools', 'alias': 'my_tools'},
+           {'name': 'broken', 'alias': 'broken'}]
+TOOLS = {
+    'fake': [
+        {'name': 'echo', 'description': 'Echoes its arguments back as JSON text.',
+         'inputSchema': {'type': 'object', 'properties': {'text': {'type': 'string'}}}},
+        {'name': 'picture', 'description': 'Returns a tiny picture and a sound.',
+         'inputSchema': {'type': 'object', 'properties': {}}},
+        {'name': 'fail', 'description': 'Always reports an error.', 'inputSchema': {'type': 'object'}},
+        {'name': 'slow', 'description': 'Never answers.', 'inputSchema': {'type': 'object'}}],
+    'my-tools': [
+        {'name': 'get-sum', 'description': 'Returns the sum of two numbers.',
+         'inputSchema': {'type': 'object', 'properties': {
+             'a': {'type': 'number', 'description': 'First number'},
+             'b': {'type': 'number', 'description': 'Second number'},
+             'round': {'type': 'boolean', 'default': False},
+             'tags': {'type': 'array', 'items': {'type': 'string'}}}, 'required': ['a', 'b']}},
+        {'name': 'reverse', 'description': 'Reverses a text.',
+         'inputSchema': {'type': 'object', 'properties': {'text': {'type': 'string'}}, 'required': ['text']}}],
+}
+ERROR_CODES = {'PolicyDenied': -32001, 'ServerUnavailable': -32002, 'Timeout': -32003, 'TooLarge': -32004,
+               'TooManyCalls': -32005, 'ToolNotFound': -32006, 'ProtocolError': -32600,
+               'InvalidParams': -32602, 'Weird': -32099}
+
+
+def b64(data):
+    import base64
+    return base64.b64encode(data).decode()
+
+
+def fake_call(p):
+    name, args = p.get('name'), p.get('arguments') or {}
+    text = lambda t: {'type': 'text', 'text': t}
+    if name == 'echo':
+        return {'result': {'content': [text(json.dumps(args, sort_keys=True))]}}
+    if name in ('get-sum', 'get_sum'):  # the daemon's name resolution
+        return {'result': {'content': [text(str(args['a'] + args['b']))],
+                           'structuredContent': {'sum': args['a'] + args['b']}}}
+    if name == 'picture':
+        return {'result': {'content': [
+            text('a picture'), {'type': 'image', 'data': b64(PNG), 'mimeType': 'image/png'},
+            {'type': 'audio', 'data': b64(WAV), 'mimeType': 'audio/wav'},
+            {'type': 'resource', 'resource': {'uri': 'file:///x', 'text': 'x'}}, text('and a sound')],
+            'structuredContent': {'width': 1}}}
+    if name == 'fail':
+        return {'result': {'content': [text('it broke')], 'isError': True}}
+    if name == 'err_nodata':
+        return {'error': {'code': -32002, 'message': 'no data'}}
+    if name.startswith('err_'):
+        kind = name[4:]
+        return {'error': {'code': ERROR_CODES[kind], 'message': 'fake %s' % kind, 'data': {'type': kind}}}
+    return {'error': {'code': -32006, 'message': 'no tool %s' % name, 'data': {'type': 'ToolNotFound'}}}
+
+
+def fake_daemon(f):
+    """The answer (result or error) to a forwarded request; None: never answered."""
+    m, p = f['method'], f.get('params') or {}
+    if m == 'servers/list':
+        return {'result': {'servers': [dict(s, description='the %s server' % s['name'], status='idle',
+                                             tools=None, error=None) for s in SERVERS]}}
+    if m == 'tools/list':
+        if p.get('server') == 'broken':
+            return {'error': {'code': -32002, 'message': 'broken: exec failed',
+                              'data': {'type': 'ServerUnavailable'}}}
+        return {'result': {'tools': TOOLS.get(p.get('server'), [])}}
+    if m == 'tools/call':
+        return None if p.get('name') == 'slow' else fake_call(p)
+    return {'error': {'code': -32601, 'message': 'method not found', 'data': {'type': 'MethodNotFound'}}}
+
+
+def answer_each(f, requests, rt):
+    if 'id' not in f:
+        return []
+    a = fake_daemon(f)
+    return [] if a is None else [dict({'jsonrpc': '2.0', 'id': f['id']}, **a)]
+
+
+def bridge(code, servers=SERVERS, answer=answer_each, env=None, language='python', before=None, timeout=10):
+    """Runs code with a fake daemon answering: (outputs, result, requests, runtime)."""
+    rt = Runtime(env)
+    rt.ready()
+    if before:
+        before(rt)
+    rt.send({'jsonrpc': '2.0', 'id': 'exec', 'method': 'sandbox/exec',
+             'params': {'language': language, 'code': code, 'servers': servers}})
+    outputs, requests, resp = [], [], None
+    while True:
+        f = rt.frame(timeout)
+        if f is None:
+            break
+        if f.get('method') == 'sandbox/output':
+            outputs.append(f['params'])
+        elif 'method' in f:
+            requests.append(f)
+            for reply in answer(f, requests, rt):
+                rt.send(reply)
+        elif f.get('id') == 'exec':
+            resp = f
+            break
+    rt.rc, rt.err = rt.close()
+    return outputs, (resp or {}).get('result') or {}, requests, rt
+
+
+def calls(requests, method='tools/call'):
+    return [r.get('params') for r in requests if r.get('method') == method]
+
+
+# API present but unused: no thread, no request, globals in place
+out, res, reqs, rt = bridge("import sys, threading\nprint('corral' in sys.modules, threading.active_count())\n"
+                            "print(sorted(k for k in globals() if not k.startswith('__')))")
+check(text(out, 'stdout') == "True 1\n['call_tool', 'list_servers', 'list_tools', 'mcp_broken', 'mcp_fake', "
+      "'mcp_my_tools', 'search_tools', 'sys', 'threading', 'tool_docs']\n" and not reqs and clean(rt),
+      'bridge: API installed but idle (module, globals, no thread, no request)', (out, reqs, rt.err))
+
+# a call without a running loop blocks and returns a ToolResult
+out, res, reqs, rt = bridge("import corral\nr = mcp_fake.echo(text='hi')\n"
+                            "print(type(r).__name__, isinstance(r, corral.ToolResult), r.text, str(r) == r.text,\n"
+                            "      r.is_error, r.structured, r.content)")
+check(text(out, 'stdout') == 'ToolResult True {"text": "hi"} True False None [TextContent(\'{"text": "hi"}\')]\n'
+      and calls(reqs) == [{'server': 'fake', 'name': 'echo', 'arguments': {'text': 'hi'}}]
+      and isinstance(reqs[0].get('id'), (int, str)) and res.get('status') == 'ok' and clean(rt),
+      'bridge: sync call returns a ToolResult', (out, reqs, res))
+
+# with a running loop: PendingCall to await; `await` of anything the API returns works
+code = '''import asyncio, corral
+p = mcp_fake.echo(text='a')
+print(type(p).__name__, isinstance(p, corral.PendingCall))
+r = await p
+print(type(r).__name__, r.text, (await r) is r)
+print((await corral.call_tool('fake', 'echo', {'text': 'b'})).text)
+print(mcp_fake.echo(text='c').text)
+print(len(await list_servers()), len(list_servers()), (await tool_docs('fake', 'echo')).split()[0])
+def in_thread():  # no loop in that thread: a blocking call
+    return mcp_fake.echo(text='d')
+r = await asyncio.get_running_loop().run_in_executor(None, in_thread)
+print(type(r).__name__, r.text)
+'''
+out, res, reqs, rt = bridge(code)
+check(text(out, 'stdout') == 'PendingCall True\nToolResult {"text": "a"} True\n{"text": "b"}\n{"text": "c"}\n'
+      '3 3 echo\nToolResult {"text": "d"}\n' and res.get('status') == 'ok',
+      'bridge: await works (PendingCall, ToolResult, lists, other threads)', (out, res))
+
+
+def answer_gathered(f, requests, rt):
+    """Holds tools/call until 20 are in flight, then answers all, last first."""
+    if f.get('method') != 'tools/call':
+        return answer_each(f, requests, rt)
+    pending = [r for r in requests if r.get('method') == 'tools/call']
+    if len(pending) < 20:
+        return []
+    return [dict({'jsonrpc': '2.0', 'id': r['id']}, **fake_daemon(r)) for r in reversed(pending)]
+
+
+code = '''import asyncio
+async def one(i):
+    r = await mcp_fake.echo(text=str(i))
+    return r.text
+texts = await asyncio.gather(*[one(i) for i in range(20)])
+print(texts == ['{"text": "%d"}' % i for i in range(20)])
+'''
+out, res, reqs, rt = bridge(code, answer=answer_gathered)
+ids = [r.get('id') for r in reqs]
+check(text(out, 'stdout') == 'True\n' and len(calls(reqs)) == 20 and len(set(ids)) == 20 and clean(rt),
+      'bridge: 20 calls under asyncio.gather in flight at once, routed by id', (out, reqs, rt.err))
+
+code = '''import corral
+r = mcp_fake.picture()
+img = r.images[0]
+print(type(img).__name__, isinstance(img, corral.ImageContent), img.mime_type, img.data == %r)
+snd = r.content[2]
+print(type(snd).__name__, snd.mime_type, snd.data == %r)
+print([type(c).__name__ for c in r.content], r.content[3]['resource']['uri'], r.structured)
+print(repr(r.text))
+''' % (PNG, WAV)
+out, res, reqs, rt = bridge(code)
+check(text(out, 'stdout') == "ImageContent True image/png True\nAudioContent audio/wav True\n"
+      "['TextContent', 'ImageContent', 'AudioContent', 'dict', 'TextContent'] file:///x {'width': 1}\n"
+      "'a picture\\nand a sound'\n", 'bridge: image/audio content decoded to bytes with mime type', (out, res))
+
+code = '''import corral
+try:
+    mcp_fake.fail(why='x')
+except corral.ToolError as e:
+    print(type(e).__name__, e, e.result.is_error, e.result.text, e.server, e.tool, isinstance(e, corral.McpError))
+mcp_fake.fail()
+'''
+out, res, reqs, rt = bridge(code)
+e = res.get('error') or {}
+tb = e.get('traceback') or ''
+check(text(out, 'stdout') == 'ToolError it broke True it broke fake fail True\n'
+      and e.get('type') == 'corral.ToolError' and e.get('message') == 'it broke',
+      'bridge: isError -> corral.ToolError (.result, uncaught: type corral.ToolError)', (out, res))
+check(tb.count('File "') == 1 and 'File "<corral>", line 6, in <module>' in tb and '<string>' not in tb,
+      'bridge: traceback ends at the user line calling the API', tb)
+
+code = '''import corral
+for kind in ['PolicyDenied', 'ServerUnavailable', 'Timeout', 'TooLarge', 'TooManyCalls', 'ToolNotFound',
+             'ProtocolError', 'InvalidParams', 'Weird', 'nodata']:
+    try:
+        call_tool('fake', 'err_' + kind)
+    except corral.McpError as e:
+        print(kind, type(e).__name__, e.code, e.type, e.server, e.tool, e)
+try:
+    mcp_fake.err_Timeout()
+except TimeoutError as e:
+    print('TimeoutError catches', type(e).__name__)
+'''
+out, res, reqs, rt = bridge(code)
+want = '''PolicyDenied PolicyDenied -32001 PolicyDenied fake err_PolicyDenied fake PolicyDenied
+ServerUnavailable ServerUnavailable -32002 ServerUnavailable fake err_ServerUnavailable fake ServerUnavailable
+Timeout ToolTimeout -32003 Timeout fake err_Timeout fake Timeout
+TooLarge TooLarge -32004 TooLarge fake err_TooLarge fake TooLarge
+TooManyCalls TooManyCalls -32005 TooManyCalls fake err_TooManyCalls fake TooManyCalls
+ToolNotFound ToolNotFound -32006 ToolNotFound fake err_ToolNotFound fake ToolNotFound
+ProtocolError ProtocolError -32600 ProtocolError fake err_ProtocolError fake ProtocolError
+InvalidParams McpError -32602 InvalidParams fake err_InvalidParams fake InvalidParams
+Weird McpError -32099 Weird fake err_Weird fake Weird
+nodata ServerUnavailable -32002 ServerUnavailable fake err_nodata no data
+TimeoutError catches ToolTimeout
+'''
+check(text(out, 'stdout') == want, 'bridge: error data.type -> exception class (code when no type)',
+      (text(out, 'stdout'), text(out, 'stderr')))
+
+# Malformed frames from user code, answered by the supervisor: corral._raw_request
+# returns the response dict (the one with its id, else the next with id null).
+code = '''import corral, json
+def show(x, **kw):
+    r = corral._raw_request(x, **kw)
+    print(json.dumps(r and (r.get('id'), r.get('error', {}).get('code'), r.get('error', {}).get('data'),
+                            'result' in r)))
+show(b'this is not json\\n')
+show(b'[1, 2]\\n')
+show(b'{"jsonrpc":"2.0","id":{"a":1},"method":"tools/list"}\\n')
+show(b'{"jsonrpc":"2.0","id":NaN,"method":"tools/list"}\\n')
+show(b'{"jsonrpc":"2.0","id":"inf","method":"tools/call","params":{"x":1e400}}\\n')
+show({'jsonrpc': '2.0', 'id': 's1', 'method': 'sandbox/exec', 'params': {}})
+show({'jsonrpc': '2.0', 'id': 's2', 'result': {}})
+show({'jsonrpc': '2.0', 'method': 'notifications/other'}, timeout=0.3)
+show({'jsonrpc': '2.0', 'id': 's3', 'method': 'tools/list', 'params': {'server': 'fake'}, 'extra': 1})
+try:
+    corral.call_tool('fake', 'echo', {'bad': float('nan')})
+except ValueError:
+    print('NaN refused')
+print(mcp_fake.echo(text='still').text)
+'''
+out, res, reqs, rt = bridge(code)
+PE = {'type': 'ProtocolError'}
+want = [[None, -32700, PE, False], [None, -32600, PE, False], [None, -32600, PE, False],
+        [None, -32700, PE, False], ['inf', -32600, PE, False], ['s1', -32600, PE, False],
+        ['s2', -32600, PE, False], None, ['s3', None, None, True]]
+lines = text(out, 'stdout').splitlines()
+check([json.loads(l) for l in lines[:9]] == want and lines[9:] == ['NaN refused', '{"text": "still"}'],
+      'bridge: malformed worker frames answered -32700/-32600 (ProtocolError), worker keeps going',
+      (lines, text(out, 'stderr')))
+check([r.get('method') for r in reqs] == ['tools/list', 'tools/call'] and reqs[0] == {
+      'jsonrpc': '2.0', 'id': 's3', 'method': 'tools/list', 'params': {'server': 'fake'}} and clean(rt),
+      'bridge: only requests reach the daemon, re-encoded (no sandbox/*, responses, other notifications)', reqs)
+
+out, res, reqs, rt = bridge("ls /proc/self/fd", language='shell')
+check(text(out, 'stdout') == '0\n1\n2\n3\n' and res.get('status') == 'ok',
+      'bridge: a shell run holds no API socket (ls sees 0-2 and its own dir fd)', out)
+out, res, reqs, rt = bridge("import os\nmcp_fake.echo()\nos.system('ls /proc/self/fd')")
+check(text(out, 'stdout') == '0\n1\n2\n3\n' and len(calls(reqs)) == 1,
+      'bridge: the API socket is close-on-exec (os.system after a call)', out)
+
+code = '''import json
+print(json.dumps([(s['name'], s['alias'], s['status']) for s in list_servers()]))
+print(json.dumps(list_tools('my_tools')))
+print(json.dumps(search_tools('SUM')))
+print(json.dumps(search_tools('text', limit=2)))
+print(json.dumps([t['name'] for t in search_tools('')]))
+print(json.dumps(search_tools('get_sum')))
+print('---')
+print(tool_docs('my-tools', 'get_sum'))
+'''
+out, res, reqs, rt = bridge(code)
+so = text(out, 'stdout')
+head, _, docs = so.partition('---\n')
+head = [json.loads(l) for l in head.splitlines()]
+gs = {'server': 'my-tools', 'name': 'get-sum', 'description': 'Returns the sum of two numbers.'}
+check(head == [
+    [['fake', 'fake', 'idle'], ['my-tools', 'my_tools', 'idle'], ['broken', 'broken', 'idle']],
+    [{'name': 'get-sum', 'description': 'Returns the sum of two numbers.'},
+     {'name': 'reverse', 'description': 'Reverses a text.'}],
+    [gs],
+    [{'server': 'fake', 'name': 'echo', 'description': 'Echoes its arguments back as JSON text.'},
+     {'server': 'my-tools', 'name': 'reverse', 'description': 'Reverses a text.'}],
+    ['echo', 'picture', 'fail', 'slow', 'get-sum', 'reverse'],
+    [gs]], 'bridge: list_servers, list_tools, search_tools', (so, text(out, 'stderr')))
+check('corral: search_tools: skipped server broken: broken: exec failed\n' == text(out, 'stderr')
+      and [p['server'] for p in calls(reqs, 'tools/list')].count('my-tools') == 1
+      and [p['server'] for p in calls(reqs, 'tools/list')].count('broken') == 4,
+      'bridge: search_tools skips an unavailable server (noted once), asks it again; tools/list cached',
+      (text(out, 'stderr'), reqs))
+want = '''get-sum (server my-tools)
+
+Returns the sum of two numbers.
+
+Call: mcp_my_tools.get_sum(a=..., b=...)
+
+Parameters:
+  a (number, required): First number
+  b (number, required): Second number
+  round (boolean, optional, default false)
+  tags (array of string, optional)
+
+Input schema:
+''' + json.dumps(TOOLS['my-tools'][0]['inputSchema'], indent=2) + '\n'
+check(docs == want, 'bridge: tool_docs text', docs)
+
+code = '''print(mcp_my_tools.get_sum(a=2, b=3).text, mcp_my_tools.get_sum({'a': 1}, b=1).structured)
+print(call_tool('my_tools', 'get-sum', {'a': 1, 'b': 2}).text)
+print(repr(mcp_my_tools), repr(mcp_my_tools.get_sum))'''
+out, res, reqs, rt = bridge(code)
+check(text(out, 'stdout') == "5 {'sum': 2}\n3\n<MCP server my-tools: mcp_my_tools.<tool>(**arguments)> "
+      "<MCP tool my-tools.get_sum>\n"
+      and calls(reqs) == [{'server': 'my-tools', 'name': 'get_sum', 'arguments': {'a': 2, 'b': 3}},
+                          {'server': 'my-tools', 'name': 'get_sum', 'arguments': {'a': 1, 'b': 1}},
+                          {'server': 'my-tools', 'name': 'get-sum', 'arguments': {'a': 1, 'b': 2}}],
+      'bridge: mcp_<alias>.<attr> sends the server name and the attribute as written', (out, reqs))
+
+# cancellation: asyncio.wait_for withdraws the call; .result(timeout) raises ToolTimeout
+code = '''import asyncio, corral
+try:
+    await asyncio.wait_for(mcp_fake.slow(), 0.2)
+except asyncio.TimeoutError:
+    print('wait_for timed out')
+p = mcp_fake.slow()
+try:
+    p.result(timeout=0.1)
+except corral.ToolTimeout as e:
+    print('ToolTimeout', isinstance(e, TimeoutError), p.done())
+print(p.cancel(), p.done(), mcp_fake.echo(text='after').text)
+'''
+out, res, reqs, rt = bridge(code)
+slow = [r['id'] for r in reqs if r.get('method') == 'tools/call' and r['params']['name'] == 'slow']
+cancelled = [r['params'] for r in reqs if r.get('method') == 'notifications/cancelled']
+check(text(out, 'stdout') == 'wait_for timed out\nToolTimeout True False\nTrue True {"text": "after"}\n'
+      and len(slow) == 2 and cancelled == [{'requestId': slow[0]}, {'requestId': slow[1]}]
+      and all('id' not in r for r in reqs if r.get('method') == 'notifications/cancelled'),
+      'bridge: cancelled calls send notifications/cancelled with their id', (out, reqs))
+
+# responses nobody waits for: before the exec, and after the worker ended
+# (a background sleep holds its pipes, so the runtime is still draining)
+late = json.dumps({'jsonrpc': '2.0', 'id': 'late', 'method': 'tools/call',
+                   'params': {'server': 'fake', 'name': 'echo', 'arguments': {}}})
+
+
+def answer_late(f, requests, rt):
+    if f.get('id') == 'late':
+        time.sleep(0.1)  # the worker has exited by now
+    return answer_each(f, requests, rt)
+
+
+out, res, reqs, rt = bridge("import os, corral\nos.system('sleep 1 &')\ncorral._raw_send(%r)" % (late + '\n').encode(),
+                            answer=answer_late,
+                            before=lambda rt: rt.send({'jsonrpc': '2.0', 'id': 99, 'result': {}}))
+check(res.get('status') == 'ok' and [r.get('id') for r in reqs] == ['late'] and clean(rt)
+      and 'Traceback' not in rt.err and not any(f.get('id') == 99 for f in rt.frames),
+      'bridge: daemon responses without a worker to take them are dropped', (res, reqs, rt.err))
+
+# an over-long line from user code: -32600 (id null) as it passes max_frame
+code = '''import corral, json
+r1 = corral._raw_request(b'{"a":"' + b'x' * 70000 + b'"}\\n')
+r2 = corral._raw_request(b'y' * 70000)
+r3 = corral._raw_request(b'z\\n{"jsonrpc":"2.0","id":"ok","method":"servers/list","params":{}}\\n')
+print(json.dumps([(r['id'], r['error']['code']) for r in (r1, r2)]), r3['id'], len(r3['result']['servers']))
+try:
+    mcp_fake.echo(text='z' * 70000)
+except corral.TooLarge as e:
+    print('TooLarge', e.type, e.tool)
+'''
+out, res, reqs, rt = bridge(code, env={'CORRAL_MAX_FRAME': '65536'})
+check(text(out, 'stdout') == '[[null, -32600], [null, -32600]] ok 3\nTooLarge TooLarge echo\n'
+      and [r.get('id') for r in reqs] == ['ok'] and clean(rt),
+      'bridge: over-long worker line -> -32600 (id null), stream resyncs; API refuses big requests',
+      (out, reqs, rt.err))
+
+# A worker that floods requests and never reads: PID 1's queue toward it stays bounded.
+FLOOD = 300
+big = 'b' * 60000
+hwm = {}
+
+
+def rss(pid, key):
+    with open('/proc/%d/status' % pid) as f:
+        for line in f:
+            if line.startswith(key + ':'):
+                return int(line.split()[1])  # kB
+    return 0
+
+
+def answer_big(f, requests, rt):
+    if f.get('id') == 'done':
+        time.sleep(0.3)  # let it take in all the big answers
+        hwm['after'] = rss(rt.proc.pid, 'VmHWM')
+    return [{'jsonrpc': '2.0', 'id': f['id'], 'result': {'content': [{'type': 'text', 'text': big}]}}]
+
+
+code = '''import os, stat, time
+fd = [f for f in range(3, 64) if os.path.exists('/proc/self/fd/%%d' %% f) and stat.S_ISSOCK(os.fstat(f).st_mode)][0]
+for i in range(%d):
+    os.write(fd, b'{"jsonrpc":"2.0","id":%%d,"method":"tools/call","params":{}}\\n' %% i)
+time.sleep(0.5)
+os.write(fd, b'{"jsonrpc":"2.0","id":"done","method":"tools/call","params":{}}\\n')
+time.sleep(0.5)
+''' % FLOOD
+out, res, reqs, rt = bridge(code, answer=answer_big, env={'CORRAL_MAX_FRAME': '65536'},
+                            before=lambda rt: hwm.__setitem__('before', rss(rt.proc.pid, 'VmRSS')))
+grew = hwm.get('after', 1 << 30) - hwm.get('before', 0)
+check(res.get('status') == 'ok' and len(reqs) == FLOOD + 1 and grew < 6000 and clean(rt)
+      and 'dropping frames toward it' in rt.err and 'frames toward the worker (queue full)' in rt.err,
+      'bridge: a flooding worker that never reads: PID 1 grew %d kB (answers %d kB)' % (grew, FLOOD * 60),
+      (res, len(reqs), hwm, rt.err[-500:]))
+
+# a daemon frame whose id is not JSON once parsed (1e400 -> inf): answered with id null
+rt = Runtime()
+rt.ready()
+rt.send_raw(b'{"jsonrpc":"2.0","id":1e400,"method":"sandbox/nope"}\n')
+f = rt.frame()
+rt.send({'jsonrpc': '2.0', 'id': 2, 'method': 'sandbox/nope'})
+f2 = rt.frame()
+rc, err = rt.close()
+check(f and f.get('id') is None and f.get('error', {}).get('code') == -32600 and f2 and f2.get('id') == 2
+      and rc == 0, 'id 1e400 from the daemon -> -32600 with id null, runtime keeps going', (f, f2, err))
+
+# exec params: servers checked
+rt = Runtime()
+rt.ready()
+bad = [{'name': 'x'}, [{'name': 'x', 'alias': '1x'}], [{'name': 'x', 'alias': 'a-b'}], [{'alias': 'x'}],
+       [{'name': '', 'alias': 'x'}], [{'name': 'a', 'alias': 'x'}, {'name': 'b', 'alias': 'x'}], ['x'],
+       [{'name': 'a', 'alias': 'a'}, {'name': 'a', 'alias': 'b'}]]
+for i, servers in enumerate(bad):
+    rt.send({'jsonrpc': '2.0', 'id': i, 'method': 'sandbox/exec',
+             'params': {'language': 'python', 'code': 'print(1)', 'servers': servers}})
+got = [rt.frame() for _ in bad]
+rt.send({'jsonrpc': '2.0', 'id': 'ok', 'method': 'sandbox/exec', 'params': {
+    'language': 'python', 'code': 'print(mcp__9x)', 'servers': [{'name': '9x', 'alias': '_9x'}]}})
+out, resp = rt.response('ok')
+rt.close()
+check(all(f and f.get('id') == i and f.get('error', {}).get('code') == -32602 for i, f in enumerate(got))
+      and text(out, 'stdout') == '<MCP server 9x: mcp__9x.<tool>(**arguments)>\n',
+      'bridge: malformed servers params -> -32602', (got, out))
 
 print('1..%d' % len(results))
 sys.exit(0 if all(results) else 1)
