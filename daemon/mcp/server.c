@@ -313,7 +313,8 @@ static void search_answer(struct search *q)
                                 n++;
                 }
         }
-        qsort(hits, n, sizeof(*hits), cmp_hit);
+        if (n)
+                qsort(hits, n, sizeof(*hits), cmp_hit);
         json_t *tools = json_array();
         struct buf text;
         buf_init(&text, 4 << 20);
