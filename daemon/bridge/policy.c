@@ -44,19 +44,11 @@ struct policy {
         size_t n;
 };
 
-static char **globs_free(char **v)
-{
-        for (size_t i = 0; v && v[i]; i++)
-                free(v[i]);
-        free(v);
-        return NULL;
-}
-
 static void rules_free(struct rules *r)
 {
         free(r->name);
-        globs_free(r->own.allow);
-        globs_free(r->own.deny);
+        strv_free(r->own.allow);
+        strv_free(r->own.deny);
         *r = (struct rules){0};
 }
 
@@ -122,13 +114,13 @@ static int get_globs(json_t *v, char ***ret, const char *label, const char *path
                 json_t *g = json_array_get(v, i);
                 if (!json_is_string(g) || json_string_length(g) == 0 ||
                     json_string_length(g) > MAX_GLOB_LEN) {
-                        globs_free(globs);
+                        strv_free(globs);
                         return err_set(e, ERR_CONFIG, EINVAL,
                                        "%s: %s[%zu]: must be a glob of 1 to %d characters", label,
                                        path, i, MAX_GLOB_LEN);
                 }
                 if (!(globs[i] = strdup(json_string_value(g)))) {
-                        globs_free(globs);
+                        strv_free(globs);
                         return err_set(e, ERR_INTERNAL, ENOMEM, "out of memory");
                 }
         }
@@ -202,7 +194,7 @@ static int parse_server(struct policy *p, const char *name, json_t *obj, const c
                                 return rc;
                         bool allow = key[0] == 'a';
                         char ***field = allow ? &r->own.allow : &r->own.deny;
-                        globs_free(*field);
+                        strv_free(*field);
                         *field = globs;
                         r->set |= allow ? F_ALLOW : F_DENY;
                 } else if (strcmp(key, "timeout_s") == 0) {
@@ -292,46 +284,18 @@ static int parse_text(struct policy *p, const char *text, size_t len, const char
         return r;
 }
 
-/* The user's file, bounded; -ENOENT (and no message) when missing. The
- * open does not block on a FIFO. */
+/* The user's file, bounded; -ENOENT (and no message) when missing. */
 static int read_policy_file(const char *path, struct buf *b, struct err *e)
 {
-        _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
-        if (fd < 0) {
-                if (errno == ENOENT)
-                        return -ENOENT;
-                return err_set(e, ERR_CONFIG, errno, "cannot read policy file %s: %s", path,
-                               strerror(errno));
-        }
-        struct stat st;
-        if (fstat(fd, &st) < 0)
-                return err_set(e, ERR_CONFIG, errno, "cannot read policy file %s: %s", path,
-                               strerror(errno));
-        if (!S_ISREG(st.st_mode))
-                return err_set(e, ERR_CONFIG, EINVAL, "policy file %s is not a regular file", path);
-        if ((unsigned long long)st.st_size > MAX_FILE)
+        int r = buf_read_file(path, MAX_FILE, b);
+        if (r == -ENOENT || r == 0)
+                return r;
+        if (r == -EFBIG)
                 return err_set(e, ERR_CONFIG, EFBIG, "%s: policy file larger than %d MiB", path,
                                MAX_FILE >> 20);
-        buf_init(b, MAX_FILE);
-        char chunk[16384];
-        for (;;) {
-                ssize_t k = read(fd, chunk, sizeof(chunk));
-                if (k < 0 && errno == EINTR)
-                        continue;
-                if (k < 0) {
-                        int r = -errno;
-                        buf_free(b);
-                        return err_set(e, ERR_CONFIG, -r, "cannot read policy file %s: %s", path,
-                                       strerror(-r));
-                }
-                if (k == 0)
-                        return 0;
-                if (buf_append(b, chunk, (size_t)k) < 0) {
-                        buf_free(b);
-                        return err_set(e, ERR_CONFIG, EFBIG, "%s: policy file larger than %d MiB",
-                                       path, MAX_FILE >> 20);
-                }
-        }
+        if (r == -EINVAL)
+                return err_set(e, ERR_CONFIG, EINVAL, "policy file %s is not a regular file", path);
+        return err_set(e, ERR_CONFIG, -r, "cannot read policy file %s: %s", path, strerror(-r));
 }
 
 static const char *const field_names[] = {

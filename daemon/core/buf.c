@@ -1,8 +1,13 @@
 #include "core/buf.h"
 
+#include "core/util.h"
+
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 void buf_init(struct buf *b, size_t max)
 {
@@ -188,4 +193,36 @@ int line_reader_feed(struct line_reader *r, const char *p, size_t n, line_cb cb,
                 n -= advance;
         }
         return 0;
+}
+
+int buf_read_file(const char *path, size_t max, struct buf *b)
+{
+        _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+        if (fd < 0)
+                return errno == ENOTDIR ? -ENOENT : -errno;
+        struct stat st;
+        if (fstat(fd, &st) < 0)
+                return -errno;
+        if (!S_ISREG(st.st_mode))
+                return -EINVAL;
+        if ((unsigned long long)st.st_size > max)
+                return -EFBIG;
+        buf_init(b, max);
+        char chunk[16384];
+        for (;;) {
+                ssize_t k = read(fd, chunk, sizeof(chunk));
+                if (k < 0 && errno == EINTR)
+                        continue;
+                if (k < 0) {
+                        int r = -errno;
+                        buf_free(b);
+                        return r;
+                }
+                if (k == 0)
+                        return 0;
+                if (buf_append(b, chunk, (size_t)k) < 0) {
+                        buf_free(b);
+                        return -EFBIG;
+                }
+        }
 }

@@ -27,6 +27,11 @@ size_t utf8_cut(const char *p, size_t n);
 char *utf8_scrub(char *s);
 /* Drop the first n bytes. */
 void buf_consume(struct buf *b, size_t n);
+/* The whole of a regular file of at most `max` bytes into `b` (initialised
+ * here): -ENOENT when it does not exist, -EFBIG when too large, -EINVAL when
+ * it is not a regular file (opening does not block on a FIFO), or another
+ * negative errno. */
+int buf_read_file(const char *path, size_t max, struct buf *b);
 /* NUL-terminated view of the contents (the NUL is not counted in len). */
 const char *buf_str(struct buf *b);
 

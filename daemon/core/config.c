@@ -183,30 +183,19 @@ int config_load_env(struct config *c, struct err *e)
 
 int config_load_file(struct config *c, const char *path, bool required, struct err *e)
 {
-        FILE *f = fopen(path, "re");
-        if (!f) {
-                if (errno == ENOENT && !required)
-                        return 0;
-                return err_set(e, ERR_CONFIG, errno, "cannot read config file %s: %s", path,
-                               strerror(errno));
-        }
-        json_error_t jerr;
         /* A config file is small: refuse anything past 1 MiB. */
         struct buf text;
-        buf_init(&text, 1 << 20);
-        char chunk[8192];
-        size_t k;
-        bool too_big = false;
-        while ((k = fread(chunk, 1, sizeof(chunk), f)) > 0)
-                if (buf_append(&text, chunk, k) < 0) {
-                        too_big = true;
-                        break;
-                }
-        fclose(f);
-        if (too_big) {
-                buf_free(&text);
+        int rr = buf_read_file(path, 1 << 20, &text);
+        if (rr == -ENOENT && !required)
+                return 0;
+        if (rr == -EFBIG)
                 return err_set(e, ERR_CONFIG, EFBIG, "%s: config file larger than 1 MiB", path);
-        }
+        if (rr == -EINVAL)
+                return err_set(e, ERR_CONFIG, EINVAL, "config file %s is not a regular file", path);
+        if (rr < 0)
+                return err_set(e, ERR_CONFIG, -rr, "cannot read config file %s: %s", path,
+                               strerror(-rr));
+        json_error_t jerr;
         size_t n = text.len;
         json_t *root = json_loadb(text.data ? text.data : "", n, JSON_REJECT_DUPLICATES, &jerr);
         buf_free(&text);

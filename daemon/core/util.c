@@ -120,3 +120,19 @@ int parse_size(const char *s, unsigned long long *ret)
         *ret = v << shift;
         return 0;
 }
+
+size_t strv_len(char **v)
+{
+        size_t n = 0;
+        while (v && v[n])
+                n++;
+        return n;
+}
+
+char **strv_free(char **v)
+{
+        for (size_t i = 0; v && v[i]; i++)
+                free(v[i]);
+        free(v);
+        return NULL;
+}

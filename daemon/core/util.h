@@ -59,6 +59,11 @@ _printf_(4, 5) int err_set(struct err *e, enum err_kind kind, int code, const ch
 /* Prefix context to an existing message ("creating container: ..."). */
 _printf_(2, 3) void err_prefix(struct err *e, const char *fmt, ...);
 
+/* NULL-terminated arrays of strings: their length, and freeing one
+ * (returns NULL for `v = strv_free(v)`). Both accept NULL. */
+size_t strv_len(char **v);
+char **strv_free(char **v);
+
 /* Monotonic clock in milliseconds. */
 long long now_ms(void);
 

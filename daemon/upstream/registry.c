@@ -28,22 +28,6 @@
 
 /* ---- NULL-terminated string arrays */
 
-static size_t strv_len(char **v)
-{
-        size_t n = 0;
-        while (v && v[n])
-                n++;
-        return n;
-}
-
-static char **strv_free(char **v)
-{
-        for (size_t i = 0; v && v[i]; i++)
-                free(v[i]);
-        free(v);
-        return NULL;
-}
-
 static bool strv_contains(char **v, const char *s)
 {
         for (size_t i = 0; v && v[i]; i++)
@@ -273,41 +257,6 @@ char *registry_mask(const struct registry *r, const char *text)
 
 /* ---- reading the hosts' files */
 
-/* The whole of a regular file of at most `max` bytes into `b`: -ENOENT
- * when it does not exist, -EFBIG when too large, -EINVAL when it is not a
- * regular file (a FIFO must not block start-up). */
-static int read_bounded(const char *path, size_t max, struct buf *b)
-{
-        _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
-        if (fd < 0)
-                return errno == ENOTDIR ? -ENOENT : -errno;
-        struct stat st;
-        if (fstat(fd, &st) < 0)
-                return -errno;
-        if (!S_ISREG(st.st_mode))
-                return -EINVAL;
-        if ((unsigned long long)st.st_size > max)
-                return -EFBIG;
-        buf_init(b, max);
-        char chunk[16384];
-        for (;;) {
-                ssize_t k = read(fd, chunk, sizeof(chunk));
-                if (k < 0 && errno == EINTR)
-                        continue;
-                if (k < 0) {
-                        int r = -errno;
-                        buf_free(b);
-                        return r;
-                }
-                if (k == 0)
-                        return 0;
-                if (buf_append(b, chunk, (size_t)k) < 0) {
-                        buf_free(b);
-                        return -EFBIG;
-                }
-        }
-}
-
 /* VS Code and Cursor accept comments and trailing commas in their files
  * (JSONC). Blank them out in place, keeping line numbers for messages;
  * strict JSON passes through unchanged. */
@@ -353,7 +302,7 @@ static void strip_jsonc(char *s, size_t n)
 static json_t *load_host_file(const char *path)
 {
         struct buf b = {0};
-        int r = read_bounded(path, MAX_FILE, &b);
+        int r = buf_read_file(path, MAX_FILE, &b);
         if (r == -ENOENT)
                 return NULL;
         if (r == -EFBIG) {
