@@ -1,20 +1,19 @@
 #include "engine/engine.h"
 
 #include "core/buf.h"
+#include "core/curl_loop.h"
 #include "core/log.h"
 
 #include <curl/curl.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 
 struct engine {
         struct loop *loop;
-        CURLM *multi;
-        struct timer *timer;
+        struct curl_loop *curl;
         struct engine_endpoint ep;
         char *base_url;
         size_t max_body;
@@ -169,89 +168,8 @@ int engine_discover(char **ret_url, struct err *e)
                        *tried ? tried : "nothing");
 }
 
-/* ---- libcurl multi plumbing (the shape of libcurl's ephiperfifo example) */
-
-static void check_done(struct engine *eng);
-
-struct sockinfo {
-        struct engine *eng;
-        curl_socket_t fd;
-        struct watch *w;
-};
-
-static void on_socket_event(struct watch *w, uint32_t events, void *userdata)
-{
-        struct sockinfo *si = userdata;
-        struct engine *eng = si->eng;
-        int flags = 0, running;
-        (void)w;
-        if (events & EPOLLIN)
-                flags |= CURL_CSELECT_IN;
-        if (events & EPOLLOUT)
-                flags |= CURL_CSELECT_OUT;
-        if (events & (EPOLLERR | EPOLLHUP))
-                flags |= CURL_CSELECT_ERR;
-        /* si may be freed inside this call (CURL_POLL_REMOVE). */
-        curl_multi_socket_action(eng->multi, si->fd, flags, &running);
-        check_done(eng);
-}
-
-static int curl_socket_cb(CURL *easy, curl_socket_t fd, int what, void *userp, void *socketp)
-{
-        struct engine *eng = userp;
-        struct sockinfo *si = socketp;
-        (void)easy;
-        if (what == CURL_POLL_REMOVE) {
-                if (si) {
-                        watch_remove(si->w);
-                        free(si);
-                        curl_multi_assign(eng->multi, fd, NULL);
-                }
-                return 0;
-        }
-        uint32_t ev = (what & CURL_POLL_IN ? EPOLLIN : 0) | (what & CURL_POLL_OUT ? EPOLLOUT : 0);
-        if (!si) {
-                si = calloc(1, sizeof(*si));
-                if (!si)
-                        return -1;
-                si->eng = eng;
-                si->fd = fd;
-                if (watch_add(eng->loop, fd, ev, on_socket_event, si, &si->w) < 0) {
-                        free(si);
-                        return -1;
-                }
-                curl_multi_assign(eng->multi, fd, si);
-                return 0;
-        }
-        return watch_modify(si->w, ev) < 0 ? -1 : 0;
-}
-
-static void on_timer(struct timer *t, void *userdata)
-{
-        struct engine *eng = userdata;
-        int running;
-        (void)t;
-        curl_multi_socket_action(eng->multi, CURL_SOCKET_TIMEOUT, 0, &running);
-        check_done(eng);
-}
-
-static int curl_timer_cb(CURLM *multi, long timeout_ms, void *userp)
-{
-        struct engine *eng = userp;
-        (void)multi;
-        /* -1 deletes the timer; 0 means "call me as soon as possible". */
-        timer_arm(eng->timer, timeout_ms < 0 ? 0 : timeout_ms == 0 ? -1 : timeout_ms);
-        return 0;
-}
-
 int engine_new(struct loop *l, const char *url, size_t max_body, struct engine **ret, struct err *e)
 {
-        static bool curl_ready;
-        if (!curl_ready) {
-                if (curl_global_init(CURL_GLOBAL_DEFAULT) != 0)
-                        return err_set(e, ERR_INTERNAL, EIO, "libcurl failed to initialise");
-                curl_ready = true;
-        }
         struct engine *eng = calloc(1, sizeof(*eng));
         if (!eng)
                 return -ENOMEM;
@@ -267,15 +185,17 @@ int engine_new(struct loop *l, const char *url, size_t max_body, struct engine *
                              eng->ep.port);
         else
                 r = asprintf(&eng->base_url, "http://localhost" ENGINE_API_PREFIX);
-        if (r < 0 || !(eng->multi = curl_multi_init()) ||
-            timer_add(l, on_timer, eng, &eng->timer) < 0) {
+        if (r < 0) {
                 engine_free(eng);
                 return -ENOMEM;
         }
-        curl_multi_setopt(eng->multi, CURLMOPT_SOCKETFUNCTION, curl_socket_cb);
-        curl_multi_setopt(eng->multi, CURLMOPT_SOCKETDATA, eng);
-        curl_multi_setopt(eng->multi, CURLMOPT_TIMERFUNCTION, curl_timer_cb);
-        curl_multi_setopt(eng->multi, CURLMOPT_TIMERDATA, eng);
+        r = curl_loop_new(l, &eng->curl);
+        if (r < 0) {
+                engine_free(eng);
+                if (r == -EIO)
+                        return err_set(e, ERR_INTERNAL, EIO, "libcurl failed to initialise");
+                return r;
+        }
         *ret = eng;
         return 0;
 }
@@ -285,7 +205,7 @@ static void req_free(struct engine_req *r)
         if (!r)
                 return;
         if (r->easy) {
-                curl_multi_remove_handle(r->eng->multi, r->easy);
+                curl_loop_remove(r->eng->curl, r->easy);
                 curl_easy_cleanup(r->easy);
                 if (r->prev)
                         r->prev->next = r->next;
@@ -304,13 +224,10 @@ void engine_free(struct engine *eng)
 {
         if (!eng)
                 return;
-        if (eng->multi) {
-                /* Requests still pending are abandoned, callbacks unsaid. */
-                while (eng->reqs)
-                        req_free(eng->reqs);
-                curl_multi_cleanup(eng->multi);
-        }
-        timer_remove(eng->timer);
+        /* Requests still pending are abandoned, callbacks unsaid. */
+        while (eng->reqs)
+                req_free(eng->reqs);
+        curl_loop_free(eng->curl);
         engine_endpoint_done(&eng->ep);
         free(eng->base_url);
         free(eng);
@@ -351,8 +268,10 @@ const char *engine_error_message(json_t *body)
         return m ? m : "(no message)";
 }
 
-static void finish(struct engine_req *r, CURLcode cc)
+static void finish(CURL *easy, CURLcode cc, void *userdata)
 {
+        struct engine_req *r = userdata;
+        (void)easy;
         long status = 0;
         struct err e = {0};
         json_t *body = NULL;
@@ -389,19 +308,6 @@ static void finish(struct engine_req *r, CURLcode cc)
         json_decref(body);
 }
 
-static void check_done(struct engine *eng)
-{
-        CURLMsg *m;
-        int left;
-        while ((m = curl_multi_info_read(eng->multi, &left))) {
-                if (m->msg != CURLMSG_DONE)
-                        continue;
-                struct engine_req *r = NULL;
-                curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, (char **)&r);
-                finish(r, m->data.result);
-        }
-}
-
 static int req_start(struct engine *eng, const char *method, const char *path, engine_done_cb cb,
                      void *userdata, struct engine_req **ret)
 {
@@ -431,7 +337,6 @@ static int req_start(struct engine *eng, const char *method, const char *path, e
         curl_easy_setopt(r->easy, CURLOPT_CUSTOMREQUEST, method);
         curl_easy_setopt(r->easy, CURLOPT_WRITEFUNCTION, write_cb);
         curl_easy_setopt(r->easy, CURLOPT_WRITEDATA, r);
-        curl_easy_setopt(r->easy, CURLOPT_PRIVATE, r);
         curl_easy_setopt(r->easy, CURLOPT_NOSIGNAL, 1L);
         curl_easy_setopt(r->easy, CURLOPT_CONNECTTIMEOUT_MS, 10000L);
         r->headers = curl_slist_append(NULL, "Expect:");
@@ -442,9 +347,10 @@ static int req_start(struct engine *eng, const char *method, const char *path, e
 static int req_submit(struct engine_req *r, struct engine_req **ret)
 {
         curl_easy_setopt(r->easy, CURLOPT_HTTPHEADER, r->headers);
-        if (curl_multi_add_handle(r->eng->multi, r->easy) != CURLM_OK) {
+        int k = curl_loop_add(r->eng->curl, r->easy, finish, r);
+        if (k < 0) {
                 req_free(r);
-                return -EIO;
+                return k;
         }
         if (ret)
                 *ret = r;
