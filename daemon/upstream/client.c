@@ -1,8 +1,10 @@
 #include "upstream/client.h"
 
 #include "core/buf.h"
+#include "core/curl_loop.h"
 #include "core/jsonrpc.h"
 #include "core/log.h"
+#include "upstream/http.h"
 
 #include <fcntl.h>
 #include <math.h>
@@ -73,10 +75,14 @@ struct upstream {
         long long backoff_ms;
         bool stopping;
         bool out_eof; /* its stdout closed; its exit is awaited briefly */
+        /* A streamable HTTP server: the connection instead of a process. */
+        struct http_conn *http;
+        bool http_stopping; /* its session's DELETE is under way */
 };
 
 struct upstream_set {
         struct loop *loop;
+        struct curl_loop *curl; /* for HTTP servers; made on first use */
         const struct config *cfg;
         struct registry reg;
         struct upstream *v;
@@ -131,6 +137,9 @@ static void call_unlink(struct upstream_call *c)
 
 static void call_free(struct upstream_call *c)
 {
+        /* Over HTTP the request has a transfer of its own: stop it. */
+        if (c->id && c->u->http)
+                http_conn_forget(c->u->http, c->id);
         timer_remove(c->timer);
         json_decref(c->params);
         free(c->method);
@@ -165,10 +174,26 @@ static void call_fail(struct upstream_call *c, int code, const char *fmt, ...)
 
 static int send_json(struct upstream *u, json_t *msg)
 {
+        json_int_t id = 0;
+        bool initialize = false;
+        if (u->spec->transport == UP_HTTP && msg) {
+                /* The POST of a request of ours carries its answer. */
+                const char *method = json_string_value(json_object_get(msg, "method"));
+                json_t *jid = json_object_get(msg, "id");
+                if (method && json_is_integer(jid)) {
+                        id = json_integer_value(jid);
+                        initialize = strcmp(method, "initialize") == 0;
+                }
+        }
         size_t len;
         char *line = jrpc_encode(msg, &len);
         if (!line)
                 return -ENOMEM;
+        if (u->spec->transport == UP_HTTP) {
+                int k = u->http ? http_conn_post(u->http, line, len, id, initialize) : -ENOTCONN;
+                free(line);
+                return k;
+        }
         int r = buf_append(&u->wbuf, line, len);
         free(line);
         if (r < 0)
@@ -221,7 +246,11 @@ static void send_call(struct upstream_call *c)
         json_t *params = c->params;
         c->params = NULL;
         json_t *msg = jrpc_request(c->id, c->method, params);
-        if (!msg || send_json(u, msg) < 0)
+        int r = msg ? send_json(u, msg) : -ENOMEM;
+        if (r < 0 && u->spec->transport == UP_HTTP)
+                call_fail(c, UPE_UNAVAILABLE, "cannot send %s to server '%s': %s", c->method,
+                          u->spec->name, strerror(-r));
+        else if (r < 0)
                 call_fail(c, UPE_TOO_LARGE,
                           "the request does not fit in what corral queues for server '%s'",
                           u->spec->name);
@@ -322,10 +351,17 @@ static void initialized(struct upstream *u, json_t *result, json_t *error)
         }
         const char *v = json_string_value(json_object_get(result, "protocolVersion"));
         log_debug("upstream %s: protocol %s", u->spec->name, v ? v : "?");
+        /* Over HTTP every later request names the version agreed on. */
+        if (u->http && http_conn_set_protocol_version(u->http, v) < 0)
+                http_conn_set_protocol_version(u->http, PROTOCOL_VERSION);
         if (send_json(u, jrpc_notification("notifications/initialized", NULL)) < 0) {
                 u_died(u, "cannot send notifications/initialized");
                 return;
         }
+        /* What the server sends unasked (list changes, logs) comes on a
+         * stream of its own. */
+        if (u->http && http_conn_listen(u->http) < 0)
+                log_warn("upstream %s: cannot open the stream for its own messages", u->spec->name);
         request_tools(u, NULL);
 }
 
@@ -348,14 +384,17 @@ static void answer_server(struct upstream *u, struct jrpc_msg *m)
                 log_warn("upstream %s: cannot answer its %s", u->spec->name, m->method);
 }
 
-static struct upstream_call *call_by_id(struct upstream *u, json_t *id)
+static struct upstream_call *call_with_id(struct upstream *u, json_int_t id)
 {
-        if (!json_is_integer(id))
-                return NULL;
         for (struct upstream_call *c = u->calls; c; c = c->next)
-                if (c->id != 0 && c->id == json_integer_value(id))
+                if (c->id != 0 && c->id == id)
                         return c;
         return NULL;
+}
+
+static struct upstream_call *call_by_id(struct upstream *u, json_t *id)
+{
+        return json_is_integer(id) ? call_with_id(u, json_integer_value(id)) : NULL;
 }
 
 static int on_line(void *userdata, const char *line, size_t len)
@@ -401,7 +440,8 @@ static int on_line(void *userdata, const char *line, size_t len)
                         log_info("upstream %s: tools changed, listing again", u->spec->name);
                         list_again(u);
                 } else if (strcmp(m.method, "notifications/message") == 0) {
-                        char *text = json_dumps(json_object_get(m.params, "data"), JSON_COMPACT);
+                        char *text = json_dumps(json_object_get(m.params, "data"),
+                                                JSON_COMPACT | JSON_ENCODE_ANY);
                         char *masked = text ? upstream_mask(u->set, text) : NULL;
                         log_info("upstream %s: %.1000s", u->spec->name, masked ? masked : "");
                         free(text);
@@ -446,7 +486,7 @@ static int on_line(void *userdata, const char *line, size_t len)
         }
         jrpc_msg_done(&m);
         /* It may have died in a callback: its reader was reset under us. */
-        return u->out_fd < 0 ? -1 : 0;
+        return u->http || u->out_fd >= 0 ? 0 : -1;
 }
 
 static void out_ready(struct watch *w, uint32_t events, void *userdata)
@@ -554,6 +594,8 @@ static void u_kill(struct upstream *u, int sig)
 static void reap(struct upstream *u)
 {
         int st;
+        if (u->pid <= 0)
+                return; /* waitpid(0) would take another child's status */
         pid_t r = waitpid(u->pid, &st, WNOHANG);
         if (r == 0)
                 return;
@@ -608,6 +650,8 @@ static void u_died(struct upstream *u, const char *why)
                                        was_starting ? " while starting" : "");
         }
         close_pipes(u);
+        http_conn_free(u->http);
+        u->http = NULL;
         u->init_id = u->list_id = 0;
         u->relist = false;
         json_array_clear(u->listing);
@@ -786,6 +830,104 @@ static void u_timer(struct timer *t, void *userdata)
         }
 }
 
+/* Spawned or connected: the handshake, within the start deadline. */
+static void send_initialize(struct upstream *u)
+{
+        timer_arm(u->timer, START_TIMEOUT_MS);
+        json_t *params =
+            json_pack("{s:s, s:{}, s:{s:s, s:s}}", "protocolVersion", PROTOCOL_VERSION,
+                      "capabilities", "clientInfo", "name", "corral", "version", CORRAL_VERSION);
+        u->init_id = ++u->next_id;
+        if (send_json(u, jrpc_request(u->init_id, "initialize", params)) < 0) {
+                u_kill(u, SIGKILL);
+                u_died(u, "could not be sent initialize");
+        }
+}
+
+/* ---- streamable HTTP servers: a connection stands for the process */
+
+/* A POST is over (see http.h): fail what it carried if it failed or came
+ * back without the answer, and start over when the connection is lost. */
+static void http_post_done(void *userdata, json_int_t id, const struct err *e, bool lost)
+{
+        struct upstream *u = userdata;
+        const char *name = u->spec->name;
+        const char *what = e ? e->msg : "the server ended its answer without a response";
+        if (id && id == u->init_id) {
+                set_last_error(u, "server '%s': initialize: %s", name, what);
+                u_died(u, NULL);
+                return;
+        }
+        if (id && id == u->list_id) {
+                if (u->state == U_STARTING) {
+                        set_last_error(u, "server '%s': tools/list: %s", name, what);
+                        u_died(u, NULL);
+                        return;
+                }
+                /* A new listing failed: keep the tools known so far. */
+                char *masked = upstream_mask(u->set, what);
+                log_warn("upstream %s: tools/list: %s", name, masked ? masked : "failed");
+                free(masked);
+                u->list_id = 0;
+                u->relist = false;
+                json_array_clear(u->listing);
+                u->pages = 0;
+        }
+        struct upstream_call *c = id ? call_with_id(u, id) : NULL;
+        if (c) {
+                int code = !e                      ? UPE_UNAVAILABLE
+                           : e->code == -EMSGSIZE  ? UPE_TOO_LARGE
+                           : e->code == -ETIMEDOUT ? UPE_TIMEOUT
+                                                   : UPE_UNAVAILABLE;
+                call_fail(c, code, "%s on server '%s': %s", c->method, name, what);
+        } else if (e && !id && !lost) {
+                char *masked = upstream_mask(u->set, e->msg);
+                log_warn("upstream %s: %s", name, masked ? masked : "a message was not delivered");
+                free(masked);
+        }
+        if (lost && e && u->http) {
+                set_last_error(u, "server '%s': %s", name, e->msg);
+                u_died(u, NULL);
+        }
+}
+
+static const struct http_conn_ops http_ops = {
+    .message = on_line,
+    .post_done = http_post_done,
+};
+
+static void http_start(struct upstream *u, long long now)
+{
+        struct upstream_set *set = u->set;
+        struct err e = {0};
+        u->state = U_STARTING;
+        u->started_ms = now;
+        log_info("upstream %s: connecting", u->spec->name);
+        int r = set->curl ? 0 : curl_loop_new(set->loop, &set->curl);
+        if (r < 0)
+                err_set(&e, ERR_INTERNAL, -r, "cannot set up libcurl: %s", strerror(-r));
+        else
+                /* Room for a result of a whole frame plus the envelope, as
+                 * on stdio. */
+                r = http_conn_new(set->curl, u->spec->url, u->spec->headers,
+                                  2 * set->cfg->max_frame, &http_ops, u, &u->http, &e);
+        if (r < 0) {
+                set_last_error(u, "server '%s': %s", u->spec->name,
+                               e.msg[0] ? e.msg : strerror(-r));
+                u_died(u, NULL);
+                return;
+        }
+        send_initialize(u);
+}
+
+static void http_stopped(void *userdata)
+{
+        struct upstream *u = userdata;
+        u->http_stopping = false;
+        log_info("upstream %s: session ended", u->spec->name);
+        check_stopped(u->set);
+}
+
 static void u_start(struct upstream *u)
 {
         if (u->state == U_STARTING || u->state == U_READY || u->stopping)
@@ -795,13 +937,15 @@ static void u_start(struct upstream *u)
                 timer_arm(u->timer, u->retry_at_ms - now);
                 return;
         }
-        if (u->spec->error || u->spec->transport != UP_STDIO) {
-                set_last_error(u, "%s",
-                               u->spec->error ? u->spec->error
-                                              : "streamable HTTP servers are not supported yet");
+        if (u->spec->error) {
+                set_last_error(u, "%s", u->spec->error);
                 u->state = U_STARTING; /* so that u_died fails the calls */
                 u->started_ms = now;
                 u_died(u, NULL);
+                return;
+        }
+        if (u->spec->transport == UP_HTTP) {
+                http_start(u, now);
                 return;
         }
         if (u->pid > 0) {
@@ -835,15 +979,7 @@ static void u_start(struct upstream *u)
                 u_died(u, NULL);
                 return;
         }
-        timer_arm(u->timer, START_TIMEOUT_MS);
-        json_t *params =
-            json_pack("{s:s, s:{}, s:{s:s, s:s}}", "protocolVersion", PROTOCOL_VERSION,
-                      "capabilities", "clientInfo", "name", "corral", "version", CORRAL_VERSION);
-        u->init_id = ++u->next_id;
-        if (send_json(u, jrpc_request(u->init_id, "initialize", params)) < 0) {
-                u_kill(u, SIGKILL);
-                u_died(u, "could not be sent initialize");
-        }
+        send_initialize(u);
 }
 
 /* ---- calls */
@@ -980,7 +1116,7 @@ static void check_stopped(struct upstream_set *set)
         if (!set->shutting_down || !set->done)
                 return;
         for (size_t i = 0; i < set->n; i++)
-                if (set->v[i].pid > 0)
+                if (set->v[i].pid > 0 || set->v[i].http_stopping)
                         return;
         void (*done)(void *) = set->done;
         set->done = NULL;
@@ -996,6 +1132,13 @@ void upstream_set_shutdown(struct upstream_set *set, void (*done)(void *), void 
                 struct upstream *u = &set->v[i];
                 while (u->calls)
                         call_fail(u->calls, UPE_UNAVAILABLE, "corral is shutting down");
+                if (u->http) {
+                        /* End the session (best effort, briefly). */
+                        u->stopping = true;
+                        timer_arm(u->timer, 0);
+                        u->http_stopping = http_conn_shutdown(u->http, http_stopped, u);
+                        continue;
+                }
                 if (u->pid <= 0)
                         continue;
                 u->stopping = true;
@@ -1028,6 +1171,8 @@ void upstream_set_free(struct upstream_set *set)
                 }
                 u->stopping = true;
                 close_pipes(u);
+                http_conn_free(u->http);
+                u->http = NULL;
                 watch_remove(u->w_err);
                 watch_remove(u->w_pid);
                 if (u->err_fd >= 0)
@@ -1044,6 +1189,7 @@ void upstream_set_free(struct upstream_set *set)
                 free(u->last_stderr);
         }
         free(set->v);
+        curl_loop_free(set->curl);
         registry_free(&set->reg);
         free(set);
 }

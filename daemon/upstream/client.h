@@ -1,9 +1,12 @@
 /* Persistent clients of upstream MCP servers (corral as an MCP client).
- * A stdio server is spawned on first use in its own process group, gets the
- * `initialize` handshake, has its tools listed (every page) and cached, is
- * restarted on a later call when it died (with a back-off when it keeps
- * dying), and is stopped with its whole process group at shutdown. Requests
- * run concurrently, each with its own deadline. */
+ * A stdio server is spawned on first use in its own process group; a
+ * streamable HTTP server is connected to on first use (upstream/http.h).
+ * Either gets the `initialize` handshake, has its tools listed (every page)
+ * and cached, is restarted on a later call when it died (the process
+ * exited, or the connection was lost: unreachable, session expired), with a
+ * back-off when it keeps dying, and is stopped at shutdown (the process
+ * group killed, the HTTP session ended with DELETE). Requests run
+ * concurrently, each with its own deadline. */
 #pragma once
 
 #include "core/config.h"
