@@ -712,14 +712,31 @@ static void close_all(int *fds, size_t n)
                 }
 }
 
-/* In the child, between fork and exec: only async-signal-safe calls. */
+/* The guardian's answer to corral's death: the whole group, itself too. */
+static void parent_died(int sig)
+{
+        (void)sig;
+        kill(0, SIGKILL);
+}
+
+/* In the child, between fork and exec: only async-signal-safe calls.
+ *
+ * The child leads a new process group and stays as its guardian: it forks
+ * the server, holds none of its pipes, and waits for it. If corral dies,
+ * even by SIGKILL, the kernel signals the guardian (PR_SET_PDEATHSIG), which
+ * kills the whole group: grandchildren that npx or sh started as well,
+ * which a parent-death signal to the server alone would leave behind. The
+ * guardian ignores the group's SIGTERM (that one is for the server) and
+ * exits as the server did, so corral sees the server's exit status. */
 _Noreturn static void child(const struct upstream_spec *spec, char **env, int fds[8], pid_t parent)
 {
         int in_r = fds[0], out_w = fds[3], err_w = fds[5], rep_w = fds[7];
-        int saved;
+        int saved, st;
         sigset_t none;
+        pid_t server;
         setsid(); /* its own process group, killed as a whole */
-        prctl(PR_SET_PDEATHSIG, SIGTERM);
+        signal(SIGUSR2, parent_died);
+        prctl(PR_SET_PDEATHSIG, SIGUSR2);
         if (getppid() != parent)
                 _exit(127); /* corral died before the line above */
         sigemptyset(&none);
@@ -731,9 +748,33 @@ _Noreturn static void child(const struct upstream_spec *spec, char **env, int fd
         for (int fd = 3; fd < 4096; fd++)
                 if (fd != rep_w)
                         close(fd);
-        if (spec->cwd && chdir(spec->cwd) < 0)
+        server = fork();
+        if (server < 0)
                 goto fail;
-        execvpe(spec->argv[0], spec->argv, env);
+        if (server == 0) {
+                signal(SIGUSR2, SIG_DFL);
+                prctl(PR_SET_PDEATHSIG, 0);
+                if (spec->cwd && chdir(spec->cwd) < 0)
+                        goto fail;
+                execvpe(spec->argv[0], spec->argv, env);
+                goto fail;
+        }
+        /* The guardian: the server's pipes and the report pipe are its. */
+        close(0);
+        close(1);
+        close(2);
+        close(rep_w);
+        signal(SIGTERM, SIG_IGN);
+        signal(SIGINT, SIG_IGN);
+        signal(SIGHUP, SIG_IGN);
+        while (waitpid(server, &st, 0) < 0)
+                if (errno != EINTR)
+                        _exit(127);
+        if (WIFSIGNALED(st)) {
+                signal(WTERMSIG(st), SIG_DFL);
+                kill(getpid(), WTERMSIG(st));
+        }
+        _exit(WIFEXITED(st) ? WEXITSTATUS(st) : 127);
 fail:
         saved = errno;
         if (write(rep_w, &saved, sizeof(saved)) < 0) {

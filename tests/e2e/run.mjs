@@ -2256,6 +2256,33 @@ rec("grouped", mcp_grouped.echo(message="g").text)`, ['everything', 'grouped']);
   assert.deepEqual(left.ps, [], 'within 3 s of corral closing, no upstream process (nor a grandchild) remains');
 }, { timeoutMs: 120000 });
 
+test('bridge: corral killed with -9 takes every upstream process with it', async (t) => {
+  const b = bridgeSetup(t, {
+    servers: (root) => ({
+      grouped: { command: '/bin/sh', args: ['-c',
+        `"${process.execPath}" -e 'setInterval(() => {}, 1000)' grandchild-${root} </dev/null >/dev/null 2>&1 & ` +
+        `exec "${process.execPath}" "${serverEntry('server-everything')}" stdio grouped-${root}`] },
+    }),
+  });
+  // No pool: once the call is answered and its container removed, the kill
+  // leaves no container behind for the final cleanup check.
+  const d = await t.daemon('bridge-kill9', { ...b.env, CORRAL_POOL_MAX: '0' });
+  const r = await bridgeRun(t, d, 'rec("g", mcp_grouped.echo(message="g").text)', ['grouped']);
+  assert.equal(r.out.g, 'Echo: g');
+  assert.equal(procsWith(`grouped-${b.root}`).length, 1, 'the server runs');
+  assert.equal(procsWith(`grandchild-${b.root}`).length, 1, 'and its background child');
+  const gone = await waitFor(async () => ({ done: (await corralContainers(`io.corral.pid=${d.pid}`)).length === 0 }),
+    { timeoutMs: 10000, intervalMs: 100 });
+  assert.ok(gone.done, 'the call\'s container is removed before the kill');
+  process.kill(Number(d.pid), 'SIGKILL');
+  const left = await waitFor(() => {
+    const ps = procsWith(b.root);
+    return { done: ps.length === 0, ps };
+  }, { timeoutMs: 3000, intervalMs: 100 });
+  t.note('left', left.ps);
+  assert.deepEqual(left.ps, [], 'within 3 s of corral\'s SIGKILL, no upstream process (nor a grandchild) remains');
+}, { timeoutMs: 120000 });
+
 test('bridge: malformed frames, a 20 MiB argument and a flood of 2000 calls are refused; the daemon keeps serving', async (t) => {
   const b = bridgeSetup(t, { servers: (root) => ({ everything: everythingServer(root) }) });
   const d = await t.daemon('bridge-flood', b.env);
