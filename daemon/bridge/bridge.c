@@ -9,6 +9,7 @@
 
 #define MAX_RUN_SERVERS 32
 #define ENVELOPE        256 /* room in a frame for what wraps a result */
+#define DENIALS_AUDITED 100 /* per run; code in a loop must not fill the disk */
 
 struct bridge {
         const struct config *cfg;
@@ -41,6 +42,7 @@ struct bridge_run {
         bridge_send_fn send;
         void *userdata;
         long calls;     /* tools/call requests this run */
+        long denials;   /* refused ones: only the first DENIALS_AUDITED are written */
         long in_flight; /* all requests being served */
         struct bcall *head;
 };
@@ -253,6 +255,8 @@ static void audit(struct bridge_run *r, const char *server, const char *tool, si
             .allowed = allowed,
             .error = error,
         };
+        if (!allowed && ++r->denials > DENIALS_AUDITED)
+                return; /* counted; bridge_run_free writes how many */
         audit_write(r->b->audit, &en);
         if (!allowed)
                 log_info("sandbox %s: denied %s.%s: %s", r->sandbox, server, tool,
@@ -306,6 +310,13 @@ void bridge_run_free(struct bridge_run *r)
                               true, "withdrawn: the sandbox ended first");
                 bcall_free(c);
         }
+        if (r->denials > DENIALS_AUDITED) {
+                char msg[160];
+                snprintf(msg, sizeof(msg), "%ld more refused calls of this run were not written",
+                         r->denials - DENIALS_AUDITED);
+                r->denials = 0; /* this summary itself is written */
+                audit(r, "*", "*", 0, 0, 0, false, msg);
+        }
         for (size_t i = 0; i < r->n_servers; i++)
                 free(r->servers[i]);
         free(r->servers);
@@ -337,8 +348,24 @@ static void list_ready(void *userdata, json_t *tools, const struct err *e)
         if (!tools) {
                 reply_error(r, c->id, e->code, e->msg);
         } else {
+                /* It must fit in one frame, like a result: an answer the
+                 * runtime drops would leave the code waiting. */
                 json_t *list = allowed_tools(r, c->u, tools);
-                r->send(r->userdata, jrpc_result(c->id, json_pack("{s:o}", "tools", list)));
+                char *text = json_dumps(list, JSON_COMPACT);
+                size_t len = text ? strlen(text) : 0;
+                free(text);
+                size_t room = r->b->cfg->max_frame > ENVELOPE ? r->b->cfg->max_frame - ENVELOPE : 0;
+                if (!len || len > room) {
+                        char msg[300];
+                        snprintf(msg, sizeof(msg),
+                                 "the tool list of server '%s' is %zu bytes; a frame to the "
+                                 "sandbox holds at most %zu (max_frame)",
+                                 upstream_spec(c->u)->name, len, room);
+                        json_decref(list);
+                        reply_error(r, c->id, BRIDGE_TOO_LARGE, msg);
+                } else {
+                        r->send(r->userdata, jrpc_result(c->id, json_pack("{s:o}", "tools", list)));
+                }
         }
         bcall_free(c);
 }

@@ -886,8 +886,12 @@ static int assign(struct sandbox *s, const struct sandbox_request *req, sandbox_
             bridge_run_new(s->mgr->bridge, req->servers, bridge_send, s, &s->bridge) < 0)
                 return -ENOMEM;
         s->code = strdup(req->code);
-        if (!s->code)
+        if (!s->code) {
+                /* A ready sandbox stays in the pool for the next call. */
+                bridge_run_free(s->bridge);
+                s->bridge = NULL;
                 return -ENOMEM;
+        }
         s->lang = req->lang;
         s->timeout_s = req->timeout_s;
         s->cb = cb;

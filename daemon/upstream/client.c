@@ -66,7 +66,8 @@ struct upstream {
         json_t *tools;   /* cached listing */
         json_t *listing; /* pages so far */
         int pages;
-        bool relist; /* the list changed while it was being read */
+        unsigned long long listing_bytes; /* of the pages so far */
+        bool relist;                      /* the list changed while it was being read */
         struct upstream_call *calls;
         struct timer *timer; /* start deadline, restart back-off, kill grace */
         char *last_error;
@@ -286,13 +287,17 @@ static void request_tools(struct upstream *u, const char *cursor)
                 u_died(u, "cannot send tools/list");
 }
 
-static void tools_page(struct upstream *u, json_t *result, json_t *error)
+static void tools_page(struct upstream *u, json_t *result, json_t *error, size_t len)
 {
         u->list_id = 0;
+        u->listing_bytes += len;
         if (error) {
                 /* A server without tools: an empty list, not a failure. */
+                const char *m = json_string_value(json_object_get(error, "message"));
+                char *masked = upstream_mask(u->set, m ? m : "no message");
                 log_info("upstream %s: tools/list failed: %s", u->spec->name,
-                         json_string_value(json_object_get(error, "message")));
+                         masked ? masked : "?");
+                free(masked);
         } else {
                 json_t *tools = json_object_get(result, "tools");
                 size_t i;
@@ -310,8 +315,14 @@ static void tools_page(struct upstream *u, json_t *result, json_t *error)
                         json_array_append(u->listing, t);
                 }
                 const char *cursor = json_string_value(json_object_get(result, "nextCursor"));
-                if (cursor && ++u->pages < MAX_TOOL_PAGES &&
-                    json_array_size(u->listing) < MAX_TOOLS) {
+                /* Bounded in pages, tools and bytes: a listing must fit in
+                 * one frame to a sandbox anyway. */
+                if (cursor && u->listing_bytes > 2 * u->set->cfg->max_frame)
+                        log_warn("upstream %s: its tool list passed %llu bytes; the rest is "
+                                 "ignored",
+                                 u->spec->name, 2 * u->set->cfg->max_frame);
+                else if (cursor && ++u->pages < MAX_TOOL_PAGES &&
+                         json_array_size(u->listing) < MAX_TOOLS) {
                         request_tools(u, cursor);
                         return;
                 }
@@ -320,6 +331,7 @@ static void tools_page(struct upstream *u, json_t *result, json_t *error)
         u->tools = u->listing;
         u->listing = json_array();
         u->pages = 0;
+        u->listing_bytes = 0;
         if (u->relist) {
                 u->relist = false;
                 request_tools(u, NULL);
@@ -335,6 +347,7 @@ static void list_again(struct upstream *u)
                 return;
         }
         json_array_clear(u->listing);
+        u->listing_bytes = 0;
         u->pages = 0;
         request_tools(u, NULL);
 }
@@ -453,7 +466,7 @@ static int on_line(void *userdata, const char *line, size_t len)
                         initialized(u, m.result, error);
                 } else if (u->list_id && json_is_integer(m.id) &&
                            json_integer_value(m.id) == u->list_id) {
-                        tools_page(u, m.result, error);
+                        tools_page(u, m.result, error, len);
                 } else {
                         struct upstream_call *c = call_by_id(u, m.id);
                         if (!c) {
@@ -655,6 +668,7 @@ static void u_died(struct upstream *u, const char *why)
         u->init_id = u->list_id = 0;
         u->relist = false;
         json_array_clear(u->listing);
+        u->listing_bytes = 0;
         u->pages = 0;
         long long lived = now_ms() - u->started_ms;
         if (lived < SHORT_LIFE_MS)
@@ -677,6 +691,25 @@ static void u_died(struct upstream *u, const char *why)
         }
 }
 
+/* What a server inherits of corral's environment: enough to run a program
+ * as this user, and none of the credentials that may sit beside it. A
+ * server that needs more names it in its "env" (with ${VAR} to take it
+ * from here). */
+static const char *const inherited[] = {
+    "HOME", "LOGNAME", "PATH",     "SHELL",  "TERM", "USER",
+    "LANG", "LC_ALL",  "LC_CTYPE", "TMPDIR", "TZ",
+};
+
+static bool inherits(const char *entry)
+{
+        const char *eq = strchr(entry, '=');
+        size_t kl = eq ? (size_t)(eq - entry) : strlen(entry);
+        for (size_t i = 0; i < ARRAY_SIZE(inherited); i++)
+                if (strlen(inherited[i]) == kl && strncmp(inherited[i], entry, kl) == 0)
+                        return true;
+        return false;
+}
+
 static char **build_env(const struct upstream_spec *spec)
 {
         size_t n = 0, m = 0;
@@ -689,8 +722,9 @@ static char **build_env(const struct upstream_spec *spec)
                 return NULL;
         size_t k = 0;
         for (size_t i = 0; i < n; i++) {
-                const char *eq = strchr(environ[i], '=');
-                size_t kl = eq ? (size_t)(eq - environ[i]) : strlen(environ[i]);
+                if (!inherits(environ[i]))
+                        continue;
+                size_t kl = (size_t)(strchr(environ[i], '=') - environ[i]);
                 bool overridden = false;
                 for (size_t j = 0; j < m && !overridden; j++)
                         overridden =
@@ -744,9 +778,17 @@ _Noreturn static void child(const struct upstream_spec *spec, char **env, int fd
         signal(SIGPIPE, SIG_DFL);
         if (dup2(in_r, 0) < 0 || dup2(out_w, 1) < 0 || dup2(err_w, 2) < 0)
                 goto fail;
-        /* Nothing else of corral's reaches the server. */
-        for (int fd = 3; fd < 4096; fd++)
-                if (fd != rep_w)
+        /* Nothing else of corral's reaches the server (or stays open in the
+         * guardian, which never execs): the report pipe moves to 3 first. */
+        if (rep_w != 3) {
+                if (dup3(rep_w, 3, O_CLOEXEC) < 0)
+                        goto fail;
+                rep_w = 3;
+        }
+#ifdef SYS_close_range
+        if (syscall(SYS_close_range, 4U, ~0U, 0U) < 0)
+#endif
+                for (int fd = 4; fd < 65536; fd++)
                         close(fd);
         server = fork();
         if (server < 0)
@@ -856,6 +898,8 @@ static void u_timer(struct timer *t, void *userdata)
                 u_kill(u, SIGKILL);
                 if (u->pidfd < 0)
                         reap(u);
+                if (u->pid > 0 && u->pidfd < 0)
+                        timer_arm(u->timer, 50); /* not dead yet: look again */
                 return;
         }
         if (u->out_eof && (u->state == U_STARTING || u->state == U_READY)) {
@@ -912,6 +956,7 @@ static void http_post_done(void *userdata, json_int_t id, const struct err *e, b
                 u->list_id = 0;
                 u->relist = false;
                 json_array_clear(u->listing);
+                u->listing_bytes = 0;
                 u->pages = 0;
         }
         struct upstream_call *c = id ? call_with_id(u, id) : NULL;

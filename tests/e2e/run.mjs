@@ -2336,9 +2336,9 @@ rec("flood", res)
   flood.catch(() => {});
   // Once the flood is under way (the audit log grows), a second run in the
   // same daemon must still be served.
-  // (Or 6 s after it was sent: the timestamps below tell whether they overlapped.)
-  const sent = Date.now();
-  await waitFor(() => ({ done: b.readAudit().length >= 50 || Date.now() - sent > 6000 }), { timeoutMs: 60000, intervalMs: 100 });
+  // (The raw-frame checks before it take seconds on a loaded machine; the
+  // timestamps below tell whether the two really overlapped.)
+  await waitFor(() => ({ done: b.readAudit().length >= 50 }), { timeoutMs: 60000, intervalMs: 100 });
   const second = await bridgeRun(t, d, `
 rec("t_start", time.time())
 rec("echo", [mcp_everything.echo(message="second %d" % i).text for i in range(5)])
