@@ -416,8 +416,14 @@ static int on_line(void *userdata, const char *line, size_t len)
         if (!line) {
                 log_warn("upstream %s: dropped a message over %llu bytes", u->spec->name,
                          (unsigned long long)u->lines.max);
-                /* Its id is unknown; a single call waiting must be this one. */
-                if (u->calls && !u->calls->next && u->calls->id)
+                /* Its id is unknown. A tool list being read is the likely
+                 * one (its pages are the largest answers nobody bounds);
+                 * else a single call waiting must be this one. */
+                if (u->list_id) {
+                        json_t *why = json_pack("{s:s}", "message", "a page over the limit");
+                        tools_page(u, NULL, why, 0);
+                        json_decref(why);
+                } else if (u->calls && !u->calls->next && u->calls->id)
                         call_fail(u->calls, UPE_TOO_LARGE,
                                   "server '%s' answered with a message over %llu bytes",
                                   u->spec->name, (unsigned long long)u->lines.max);
