@@ -340,6 +340,18 @@ static json_t *allowed_tools(struct bridge_run *r, struct upstream *u, json_t *t
         return out;
 }
 
+/* Whether `v` fits in one frame to the sandbox with its envelope: an
+ * answer the runtime drops for its size would leave the code waiting. */
+static bool fits_frame(const struct bridge_run *r, json_t *v, size_t *ret_len, size_t *ret_room)
+{
+        char *text = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+        size_t max = r->b->cfg->max_frame;
+        *ret_len = text ? strlen(text) : 0;
+        *ret_room = max > ENVELOPE ? max - ENVELOPE : 0;
+        free(text);
+        return *ret_len > 0 && *ret_len <= *ret_room;
+}
+
 static void list_ready(void *userdata, json_t *tools, const struct err *e)
 {
         struct bcall *c = userdata;
@@ -348,14 +360,9 @@ static void list_ready(void *userdata, json_t *tools, const struct err *e)
         if (!tools) {
                 reply_error(r, c->id, e->code, e->msg);
         } else {
-                /* It must fit in one frame, like a result: an answer the
-                 * runtime drops would leave the code waiting. */
                 json_t *list = allowed_tools(r, c->u, tools);
-                char *text = json_dumps(list, JSON_COMPACT);
-                size_t len = text ? strlen(text) : 0;
-                free(text);
-                size_t room = r->b->cfg->max_frame > ENVELOPE ? r->b->cfg->max_frame - ENVELOPE : 0;
-                if (!len || len > room) {
+                size_t len, room;
+                if (!fits_frame(r, list, &len, &room)) {
                         char msg[300];
                         snprintf(msg, sizeof(msg),
                                  "the tool list of server '%s' is %zu bytes; a frame to the "
@@ -441,11 +448,8 @@ static void called(void *userdata, json_t *result, const struct err *e)
                 return;
         }
         /* The answer must fit in one frame to the sandbox. */
-        char *text = json_dumps(result, JSON_COMPACT);
-        size_t len = text ? strlen(text) : 0;
-        free(text);
-        size_t room = r->b->cfg->max_frame > ENVELOPE ? r->b->cfg->max_frame - ENVELOPE : 0;
-        if (!len || len > room) {
+        size_t len, room;
+        if (!fits_frame(r, result, &len, &room)) {
                 char msg[300];
                 snprintf(msg, sizeof(msg),
                          "the result of %s.%s is %zu bytes; a frame to the sandbox holds at most "
