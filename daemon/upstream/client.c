@@ -289,6 +289,8 @@ static void request_tools(struct upstream *u, const char *cursor)
 
 static void tools_page(struct upstream *u, json_t *result, json_t *error, size_t len)
 {
+        if (u->http && u->list_id)
+                http_conn_forget(u->http, u->list_id);
         u->list_id = 0;
         u->listing_bytes += len;
         if (error) {
@@ -354,6 +356,9 @@ static void list_again(struct upstream *u)
 
 static void initialized(struct upstream *u, json_t *result, json_t *error)
 {
+        /* Over HTTP its POST may stay open (an event stream): end it. */
+        if (u->http && u->init_id)
+                http_conn_forget(u->http, u->init_id);
         u->init_id = 0;
         if (error || !json_is_object(result)) {
                 const char *m = json_string_value(json_object_get(error, "message"));
