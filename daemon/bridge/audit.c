@@ -68,17 +68,7 @@ void audit_close(struct audit *a)
 
 char *audit_default_path(void)
 {
-        const char *state = getenv("XDG_STATE_HOME");
-        const char *home = getenv("HOME");
-        char *p = NULL;
-        if (state && *state == '/') {
-                if (asprintf(&p, "%s/corral/audit.jsonl", state) < 0)
-                        return NULL;
-        } else if (home && *home == '/') {
-                if (asprintf(&p, "%s/.local/state/corral/audit.jsonl", home) < 0)
-                        return NULL;
-        }
-        return p;
+        return xdg_path("XDG_STATE_HOME", ".local/state", "corral/audit.jsonl");
 }
 
 void audit_write(struct audit *a, const struct audit_entry *en)

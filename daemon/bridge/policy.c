@@ -1,6 +1,7 @@
 #include "bridge/policy.h"
 
 #include "core/buf.h"
+#include "upstream/registry.h"
 
 #include <ctype.h>
 #include <fcntl.h>
@@ -15,7 +16,6 @@
 #define MAX_GLOBS    256       /* entries of allow or deny */
 #define MAX_GLOB_LEN 256
 #define MAX_SERVERS  1024 /* server entries, all files together */
-#define MAX_NAME     64   /* as in the registry */
 
 /* The fields of a server entry, as bits of what a file set. */
 enum {
@@ -61,30 +61,6 @@ void policy_free(struct policy *p)
                 rules_free(&p->v[i]);
         free(p->v);
         free(p);
-}
-
-/* A key from a file, fit for a message: printable and not too long. */
-static void printable(const char *s, char *out, size_t size)
-{
-        size_t k = 0, i = 0;
-        for (; s[i] && k + 4 < size; i++)
-                out[k++] = isprint((unsigned char)s[i]) ? s[i] : '?';
-        if (s[i]) {
-                memcpy(out + k, "...", 3);
-                k += 3;
-        }
-        out[k] = '\0';
-}
-
-static bool name_valid(const char *s)
-{
-        size_t n = strlen(s);
-        if (n == 0 || n > MAX_NAME)
-                return false;
-        for (size_t i = 0; i < n; i++)
-                if (!isalnum((unsigned char)s[i]) && !strchr("_.-", s[i]))
-                        return false;
-        return true;
 }
 
 static int get_integer(json_t *v, long long min, long long max, long long *ret, const char *label,
@@ -159,13 +135,13 @@ static int rules_get(struct policy *p, const char *name, struct rules **ret, con
 static int parse_server(struct policy *p, const char *name, json_t *obj, const char *label,
                         struct err *e)
 {
-        if (strcmp(name, "*") != 0 && !name_valid(name)) {
+        if (strcmp(name, "*") != 0 && !registry_name_valid(name)) {
                 char shown[80];
-                printable(name, shown, sizeof(shown));
+                str_printable(name, shown, sizeof(shown));
                 return err_set(e, ERR_CONFIG, EINVAL,
                                "%s: servers.%s: not a server name (1 to %d of A-Z a-z 0-9 _ . -) "
                                "nor \"*\"",
-                               label, shown, MAX_NAME);
+                               label, shown, REGISTRY_MAX_NAME);
         }
         if (!json_is_object(obj))
                 return err_set(e, ERR_CONFIG, EINVAL, "%s: servers.%s: must be an object", label,
@@ -180,7 +156,7 @@ static int parse_server(struct policy *p, const char *name, json_t *obj, const c
         {
                 char shown[80], path[200];
                 long long n;
-                printable(key, shown, sizeof(shown));
+                str_printable(key, shown, sizeof(shown));
                 snprintf(path, sizeof(path), "servers.%s.%s", name, shown);
                 if (strcmp(key, "enabled") == 0) {
                         if (!json_is_boolean(v))
@@ -264,7 +240,7 @@ static int parse_layer(struct policy *p, json_t *root, const char *label, struct
                         }
                 } else {
                         char shown[80];
-                        printable(key, shown, sizeof(shown));
+                        str_printable(key, shown, sizeof(shown));
                         return err_set(e, ERR_CONFIG, EINVAL, "%s: %s: unknown key", label, shown);
                 }
         }

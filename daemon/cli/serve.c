@@ -118,16 +118,9 @@ static int bridge_open(struct serve *s, const struct config *cfg)
                 log_err("%s", e.msg);
                 return -1;
         }
-        _cleanup_free_ char *policy_path = NULL;
-        if (cfg->policy) {
-                policy_path = strdup(cfg->policy);
-        } else {
-                _cleanup_free_ char *conf = config_default_path();
-                char *slash = conf ? strrchr(conf, '/') : NULL;
-                if (slash &&
-                    asprintf(&policy_path, "%.*s/policy.json", (int)(slash - conf), conf) < 0)
-                        policy_path = NULL;
-        }
+        _cleanup_free_ char *policy_path =
+            cfg->policy ? strdup(cfg->policy)
+                        : xdg_path("XDG_CONFIG_HOME", ".config", "corral/policy.json");
         if (policy_load(corral_default_policy, policy_path, cfg->policy != NULL, &s->pol, &e) < 0) {
                 log_err("%s", e.msg);
                 registry_free(&reg);

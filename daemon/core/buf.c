@@ -2,6 +2,7 @@
 
 #include "core/util.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
@@ -193,6 +194,18 @@ int line_reader_feed(struct line_reader *r, const char *p, size_t n, line_cb cb,
                 n -= advance;
         }
         return 0;
+}
+
+void str_printable(const char *s, char *out, size_t size)
+{
+        size_t k = 0, i = 0;
+        for (; s[i] && k + 4 < size; i++)
+                out[k++] = isprint((unsigned char)s[i]) ? s[i] : '?';
+        if (s[i]) {
+                memcpy(out + k, "...", 3);
+                k += 3;
+        }
+        out[k] = '\0';
 }
 
 int buf_read_file(const char *path, size_t max, struct buf *b)

@@ -25,6 +25,9 @@ size_t utf8_cut(const char *p, size_t n);
  * place, so that text cut at a byte limit or taken from outside can always
  * become a JSON string. Returns s. */
 char *utf8_scrub(char *s);
+/* Text from outside made fit for a message: non-printable bytes become '?'
+ * and what does not fit in `size` is cut with "...". */
+void str_printable(const char *s, char *out, size_t size);
 /* Drop the first n bytes. */
 void buf_consume(struct buf *b, size_t n);
 /* The whole of a regular file of at most `max` bytes into `b` (initialised

@@ -277,17 +277,7 @@ int config_check(const struct config *c, struct err *e)
 
 char *config_default_path(void)
 {
-        const char *xdg = getenv("XDG_CONFIG_HOME");
-        const char *home = getenv("HOME");
-        char *p = NULL;
-        if (xdg && *xdg == '/') {
-                if (asprintf(&p, "%s/corral/config.json", xdg) < 0)
-                        return NULL;
-        } else if (home && *home == '/') {
-                if (asprintf(&p, "%s/.config/corral/config.json", home) < 0)
-                        return NULL;
-        }
-        return p;
+        return xdg_path("XDG_CONFIG_HOME", ".config", "corral/config.json");
 }
 
 const char *const *config_key_names(void)

@@ -136,3 +136,18 @@ char **strv_free(char **v)
         free(v);
         return NULL;
 }
+
+char *xdg_path(const char *var, const char *home_dir, const char *rel)
+{
+        const char *base = getenv(var);
+        const char *home = getenv("HOME");
+        char *p = NULL;
+        if (base && *base == '/') {
+                if (asprintf(&p, "%s/%s", base, rel) < 0)
+                        return NULL;
+        } else if (home && *home == '/') {
+                if (asprintf(&p, "%s/%s/%s", home, home_dir, rel) < 0)
+                        return NULL;
+        }
+        return p;
+}

@@ -64,6 +64,11 @@ _printf_(2, 3) void err_prefix(struct err *e, const char *fmt, ...);
 size_t strv_len(char **v);
 char **strv_free(char **v);
 
+/* A file of corral's under an XDG base directory: $`var`/`rel` when that
+ * variable holds an absolute path, else $HOME/`home_dir`/`rel` (caller
+ * frees), or NULL when neither is set. */
+char *xdg_path(const char *var, const char *home_dir, const char *rel);
+
 /* Monotonic clock in milliseconds. */
 long long now_ms(void);
 

@@ -17,7 +17,7 @@
  * make the daemon slow, big or confused. */
 #define MAX_FILE      (64 << 20) /* bytes per file read (~/.claude.json keeps history too) */
 #define MAX_SERVERS   256        /* entries in the registry */
-#define MAX_NAME      64         /* server name length */
+#define MAX_NAME      REGISTRY_MAX_NAME
 #define MAX_STRING    (64 << 10) /* any string, before and after expansion */
 #define MAX_LIST      256        /* args, env and headers entries per server */
 #define MAX_SCAN      1024       /* entries looked at per servers object */
@@ -358,7 +358,7 @@ struct entry {
         struct err *e;
 };
 
-static bool name_valid(const char *s)
+bool registry_name_valid(const char *s)
 {
         size_t n = strlen(s);
         if (n == 0 || n > MAX_NAME)
@@ -367,17 +367,6 @@ static bool name_valid(const char *s)
                 if (!isalnum((unsigned char)s[i]) && !strchr("_.-", s[i]))
                         return false;
         return true;
-}
-
-/* A name that failed name_valid, made fit for a log line. */
-static void name_printable(const char *s, char *out, size_t size)
-{
-        size_t k = 0, i = 0;
-        for (; s[i] && k + 4 < size; i++)
-                out[k++] = isprint((unsigned char)s[i]) ? s[i] : '?';
-        if (s[i])
-                out[k++] = '.', out[k++] = '.', out[k++] = '.';
-        out[k] = '\0';
 }
 
 /* Drop what would run the server, so that an entry with an error can only
@@ -470,7 +459,7 @@ static int check_string_object(struct entry *x, json_t *obj, const char *key,
                                              MAX_STRING >> 10);
                 if (key_ok && !key_ok(k)) {
                         char shown[80];
-                        name_printable(k, shown, sizeof(shown));
+                        str_printable(k, shown, sizeof(shown));
                         return entry_invalid(x, "%s: \"%s\" %s", key, shown, key_rule);
                 }
         }
@@ -790,9 +779,9 @@ static bool name_taken(struct loader *L, const char *name)
 static int add_entry(struct loader *L, const char *name, json_t *entry, const char *source,
                      bool own, struct err *e)
 {
-        if (!name_valid(name)) {
+        if (!registry_name_valid(name)) {
                 char shown[80];
-                name_printable(name, shown, sizeof(shown));
+                str_printable(name, shown, sizeof(shown));
                 if (own)
                         return err_set(e, ERR_CONFIG, EINVAL,
                                        "%s: \"%s\" is not a valid server name (1 to %d of "

@@ -12,6 +12,12 @@
 
 enum upstream_transport { UP_STDIO, UP_HTTP };
 
+#define REGISTRY_MAX_NAME 64
+
+/* A server name: 1 to REGISTRY_MAX_NAME of A-Z a-z 0-9 _ . - (the policy
+ * names servers the same way). */
+bool registry_name_valid(const char *s);
+
 struct upstream_spec {
         char *name;
         char *description; /* "description" in the file, or NULL */
