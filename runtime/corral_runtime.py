@@ -23,6 +23,7 @@ CO_COROUTINE = 0x80                # inspect.CO_COROUTINE, without importing ins
 OOM_FILES = ('/sys/fs/cgroup/memory.events',                # cgroup v2
              '/sys/fs/cgroup/memory/memory.oom_control')    # cgroup v1
 ID_RANGE = 1 << 63                 # integer ids of worker requests: int64
+PREFORK_WAIT = 10.0                # seconds for the forked-ahead worker to set up
 
 
 def log(msg):
@@ -130,12 +131,12 @@ def socket_pair():
 
 # ---------------------------------------------------------------- worker --
 
-def worker(sup, request, pipes, api_fd, go_r=None):
+def worker(sup, request, pipes, api_fd, go_r=None, set_w=None):
     """Runs in the forked child; never returns.  With go_r (forked ahead, at
     start-up) it sets itself up first and then waits for the request there,
     so that a call pays for neither the fork nor the set-up.  api_fd is its
     end of the API socket (close-on-exec: a shell or any program user code
-    execs never holds it)."""
+    execs never holds it).  Closing set_w tells the supervisor it is set up."""
     out_w, err_w, report_w = pipes
     signal.set_wakeup_fd(-1)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
@@ -153,7 +154,7 @@ def worker(sup, request, pipes, api_fd, go_r=None):
     except OSError:
         fds = range(3, 4096)
     for fd in fds:
-        if fd > 2 and fd not in (report_w, go_r, api_fd):
+        if fd > 2 and fd not in (report_w, go_r, api_fd, set_w):
             try:
                 os.close(fd)
             except OSError:
@@ -175,7 +176,10 @@ def worker(sup, request, pipes, api_fd, go_r=None):
             break
         except OSError:
             pass
+    main = prepare_python()    # before the request: a warm call skips it
     if go_r is not None:
+        rehearse(main, api_fd, sup.max_frame)
+        os.close(set_w)
         data = bytearray()
         while True:
             chunk = os.read(go_r, 65536)
@@ -198,12 +202,24 @@ def worker(sup, request, pipes, api_fd, go_r=None):
         except Exception as e:  # OSError, or ValueError for a NUL in code
             report(report_w, {'type': type(e).__name__, 'message': str(e), 'traceback': ''})
         os._exit(127)
-    os._exit(run_python(code, report_w, (api_fd, sup.max_frame, servers)))
+    status = run_python(main, code, report_w, (api_fd, sup.max_frame, servers))
+    # Tell the supervisor we are done before exiting: it answers at once
+    # instead of waiting for the kernel to tear this process down and for
+    # SIGCHLD.  Output first, so that EOF on the pipes is already on its way.
+    for fd in (0, 1, 2):
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    report(report_w, {'exit': status})
+    os._exit(status)
 
 
 def report(fd, record):
+    """One JSON line on the report pipe: an error record ({type, message,
+    traceback}) and, last, {exit: status} when the worker ends by itself."""
     try:
-        write_all(fd, json.dumps(record).encode())
+        write_all(fd, json.dumps(record).encode() + b'\n')
     except Exception:
         pass
 
@@ -233,10 +249,12 @@ def warm_up():
     import ast, asyncio, builtins, linecache, traceback, types  # noqa: F401,E401
 
 
-def run_python(code, report_w, api):
-    import ast
+def prepare_python():
+    """The part of a Python run that does not depend on the code: streams and
+    a fresh __main__ (pickle and multiprocessing look classes up there).  A
+    forked-ahead worker does it while it waits for its request."""
     import builtins
-    import linecache
+    import linecache  # noqa: F401
     import traceback  # noqa: F401  imported now: importing after a MemoryError may fail
     import types
     signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -245,12 +263,36 @@ def run_python(code, report_w, api):
     sys.stdout = sys.__stdout__ = open(1, 'w', encoding='utf-8', buffering=1, closefd=False)
     sys.stderr = sys.__stderr__ = open(2, 'w', encoding='utf-8', errors='backslashreplace',
                                        buffering=1, closefd=False)
-    # A fresh __main__ (pickle and multiprocessing look classes up there),
-    # and the source in linecache so tracebacks show the user's lines.
     main = types.ModuleType('__main__')
     main.__dict__['__builtins__'] = builtins
     sys.modules['__main__'] = main
+    return main
+
+
+def rehearse(main, api_fd, max_frame):
+    """Walk a run's path once with nothing to run, while waiting.  A forked
+    child copies each page it writes, and CPython writes reference counts
+    into every object it touches: doing it now, not after the request came,
+    takes about a millisecond per call off a slow machine."""
+    try:
+        request = json.loads('{"language": "python", "code": "pass", "servers": '
+                             '[{"name": "n", "alias": "a"}]}')
+        scratch = {'__builtins__': main.__dict__['__builtins__']}
+        install_api(scratch, api_fd, max_frame, check_servers(request['servers']))
+        eval(compile(request['code'], FILENAME, 'exec', dont_inherit=True), scratch)
+        json.dumps({'exit': 0})
+        if 'threading' in sys.modules:
+            sys.modules['threading'].enumerate()
+    except Exception:
+        pass
+    sys.modules.pop('corral', None)
+
+
+def run_python(main, code, report_w, api):
+    import ast
+    import linecache
     install_api(main.__dict__, *api)
+    # The source in linecache so tracebacks show the user's lines.
     linecache.cache[FILENAME] = (len(code), None, code.splitlines(True), FILENAME)
     status = 0
     try:
@@ -1135,7 +1177,8 @@ class Job:
         self.rid, self.pid, self.streams, self.relay = rid, pid, streams, relay
         self.report_fd, self.report = report_fd, bytearray()
         self.oom_before = oom_before
-        self.wait_status = None
+        self.wait_status = None    # from waitpid
+        self.exit_code = None      # from the worker's own {exit} record
         self.deadline = None
 
     def read_report(self):
@@ -1148,15 +1191,38 @@ class Job:
             self.report_fd = None
         elif len(self.report) < REPORT_CAP:
             self.report += data
+            if self.exit_code is None and data.endswith(b'\n'):
+                self.check_exit()
+
+    def check_exit(self):
+        """The worker's last line says it is done (it may still be exiting)."""
+        start = self.report.rfind(b'\n', 0, len(self.report) - 1) + 1
+        try:
+            rec = json.loads(self.report[start:].decode('utf-8'))
+        except (ValueError, RecursionError):
+            return
+        code = rec.get('exit') if isinstance(rec, dict) else None
+        if isinstance(code, int) and not isinstance(code, bool) and 0 <= code <= 255:
+            self.exit_code = code
+            self.ended()
+
+    def ended(self):
+        """The worker is done: wait DRAIN_SECONDS at most for the pipes."""
+        if self.deadline is None:
+            self.deadline = time.monotonic() + DRAIN_SECONDS
+            if self.relay is not None:  # late responses are dropped from now on
+                self.relay.close()
 
     def done(self):
-        return self.wait_status is not None and (
+        return self.deadline is not None and (
             time.monotonic() >= self.deadline or all(s.fd is None for s in self.streams.values()))
 
     def error(self, budget):
-        """The worker's report, checked: user code can write anything to that pipe."""
+        """The worker's error record, checked: user code can write anything
+        to that pipe."""
+        line = bytes(self.report).split(b'\n', 1)[0]
         try:
-            rec = json.loads(self.report.decode('utf-8'))
+            rec = json.loads(line.decode('utf-8'))
         except (ValueError, RecursionError):
             return None
         if not isinstance(rec, dict) or not isinstance(rec.get('type'), str):
@@ -1167,22 +1233,27 @@ class Job:
 
     def result(self, budget):
         st = self.wait_status
-        signum = os.WTERMSIG(st) if os.WIFSIGNALED(st) else None
-        code = 128 + signum if signum is not None else os.WEXITSTATUS(st)
-        after = oom_kills()
-        oom_killed = None not in (self.oom_before, after) and after > self.oom_before
+        if st is not None:
+            signum = os.WTERMSIG(st) if os.WIFSIGNALED(st) else None
+            code = 128 + signum if signum is not None else os.WEXITSTATUS(st)
+        else:
+            signum, code = None, self.exit_code
         error = self.error(budget)
         if error is not None and error['type'] == 'MemoryError':
             status = 'oom'
         elif signum is not None:
-            status = 'oom' if oom_killed and signum == signal.SIGKILL else 'killed'
+            status = 'oom' if signum == signal.SIGKILL and self.oom_killed() else 'killed'
         elif code == 0 and error is None:
             status = 'ok'
         else:  # e.g. a shell whose child was OOM-killed exits 137
-            status = 'oom' if oom_killed else 'error'
+            status = 'oom' if self.oom_killed() else 'error'
         return {'status': status, 'exit_code': code, 'signal': signum,
                 'stdout_bytes': self.streams['stdout'].total,
                 'stderr_bytes': self.streams['stderr'].total, 'error': error}
+
+    def oom_killed(self):
+        after = oom_kills()
+        return None not in (self.oom_before, after) and after > self.oom_before
 
 
 class LineReader:
@@ -1493,25 +1564,33 @@ class Supervisor:
         Failure is fine: start() then forks as before."""
         made = []
         try:
-            for _ in range(4):
+            for _ in range(5):
                 made += os.pipe()
             made += socket_pair()
+            oom_before = oom_kills()  # nothing runs until the request: as good as later
             pid = os.fork()
         except OSError as e:
             for fd in made:
                 os.close(fd)
             log('cannot fork the worker ahead: %s' % e)
             return
-        out_r, out_w, err_r, err_w, rep_r, rep_w, go_r, go_w, api_r, api_w = made
+        out_r, out_w, err_r, err_w, rep_r, rep_w, go_r, go_w, set_r, set_w, api_r, api_w = made
         if pid == 0:
             try:
                 os.close(go_w)
-                worker(self, None, (out_w, err_w, rep_w), api_w, go_r)
+                worker(self, None, (out_w, err_w, rep_w), api_w, go_r, set_w)
             finally:
                 os._exit(127)
-        for fd in (out_w, err_w, rep_w, go_r, api_w):
+        for fd in (out_w, err_w, rep_w, go_r, set_w, api_w):
             os.close(fd)
-        self.pre = (pid, out_r, err_r, rep_r, go_w, api_r)
+        # Say ready only once the worker is: a call that came sooner would
+        # wait for its set-up anyway, while the pool believed it ready.
+        try:
+            select.select([set_r], [], [], PREFORK_WAIT)
+        except OSError:
+            pass
+        os.close(set_r)
+        self.pre = (pid, out_r, err_r, rep_r, go_w, api_r, oom_before)
 
     def start(self, rid, params):
         p = params if isinstance(params, dict) else {}
@@ -1528,8 +1607,7 @@ class Supervisor:
         request = {'language': language, 'code': code, 'servers': servers}
         pre, self.pre = self.pre, None
         if pre is not None:
-            pid, out_r, err_r, rep_r, go_w, api_r = pre
-            oom_before = oom_kills()
+            pid, out_r, err_r, rep_r, go_w, api_r, oom_before = pre
             try:
                 write_all(go_w, json.dumps(request).encode())
                 os.close(go_w)
@@ -1591,9 +1669,7 @@ class Supervisor:
             job = self.job
             if job is not None and pid == job.pid:
                 job.wait_status = st
-                job.deadline = time.monotonic() + DRAIN_SECONDS
-                if job.relay is not None:  # late responses are dropped from now on
-                    job.relay.close()
+                job.ended()
 
     def finish(self):
         job = self.job
