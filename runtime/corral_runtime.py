@@ -20,6 +20,7 @@ MESSAGE_CAP = 8 * 1024             # chars
 TRACEBACK_CAP = 64 * 1024          # chars, the last ones are kept
 FILENAME = '<corral>'
 CO_COROUTINE = 0x80                # inspect.CO_COROUTINE, without importing inspect
+TOP_LEVEL_AWAIT = 0x2000           # ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, without importing ast
 OOM_FILES = ('/sys/fs/cgroup/memory.events',                # cgroup v2
              '/sys/fs/cgroup/memory/memory.oom_control')    # cgroup v1
 ID_RANGE = 1 << 63                 # integer ids of worker requests: int64
@@ -124,8 +125,8 @@ def encode(obj):
 def socket_pair():
     """Two connected AF_UNIX stream sockets as raw descriptors, both
     close-on-exec (Python makes every new descriptor non-inheritable)."""
-    import socket  # already loaded by asyncio in warm_up()
-    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    import _socket  # socket.py would cost a cold sandbox ~5 ms
+    a, b = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM)
     return a.detach(), b.detach()
 
 
@@ -244,9 +245,15 @@ def load_site():
 
 
 def warm_up():
-    """Import now what every run needs, before `sandbox/ready`."""
+    """Import now what every run needs, before `sandbox/ready`.  A sandbox
+    made for the warm pool (CORRAL_PRELOAD=1) also imports asyncio, which
+    top-level await and the API's awaitables use: ~70 ms that a pool sandbox
+    pays before any call, and a sandbox made for a call waiting now should
+    pay only if its code needs it."""
     load_site()
-    import ast, asyncio, builtins, linecache, traceback, types  # noqa: F401,E401
+    import builtins, linecache, traceback, types  # noqa: F401,E401
+    if os.environ.pop('CORRAL_PRELOAD', '') == '1':
+        import asyncio  # noqa: F401
 
 
 def prepare_python():
@@ -289,14 +296,13 @@ def rehearse(main, api_fd, max_frame):
 
 
 def run_python(main, code, report_w, api):
-    import ast
     import linecache
     install_api(main.__dict__, *api)
     # The source in linecache so tracebacks show the user's lines.
     linecache.cache[FILENAME] = (len(code), None, code.splitlines(True), FILENAME)
     status = 0
     try:
-        compiled = compile(code, FILENAME, 'exec', flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT,
+        compiled = compile(code, FILENAME, 'exec', flags=TOP_LEVEL_AWAIT,
                            dont_inherit=True)
         result = eval(compiled, main.__dict__)
         if compiled.co_flags & CO_COROUTINE:

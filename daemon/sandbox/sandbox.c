@@ -123,7 +123,8 @@ static const struct identity *host_identity(void)
         return &id;
 }
 
-json_t *sandbox_create_body(const struct config *cfg, const char *instance, const char *runtime_src)
+json_t *sandbox_create_body(const struct config *cfg, const char *instance, const char *runtime_src,
+                            bool preload)
 {
         char tmp_opts[128], ws_opts[128], frame_env[64], pid_label[32];
         snprintf(tmp_opts, sizeof(tmp_opts), "rw,nosuid,nodev,exec,size=%llu,mode=1777",
@@ -141,7 +142,7 @@ json_t *sandbox_create_body(const struct config *cfg, const char *instance, cons
          * an unprivileged user, bounded memory (no swap), pids, CPU, files,
          * and no core dumps. Nothing from the host is mounted. */
         // clang-format off
-        return json_pack(
+        json_t *body = json_pack(
                 "{s:s, s:[s,s,s,s,s,s], s:[s,s,s,s], s:s, s:s, s:b, s:b, s:b, s:b, s:b, s:b,"
                 " s:{s:s, s:s, s:s, s:s, s:s},"
                 " s:{s:s, s:b, s:[s], s:[s], s:I, s:I, s:I, s:I, s:s,"
@@ -176,6 +177,13 @@ json_t *sandbox_create_body(const struct config *cfg, const char *instance, cons
                                 "Name", "nproc", "Soft", 4096, "Hard", 4096,
                                 "Name", "core", "Soft", 0, "Hard", 0);
         // clang-format on
+        /* A pool sandbox has time to import more before its call comes. */
+        if (body && preload &&
+            json_array_append_new(json_object_get(body, "Env"), json_string("CORRAL_PRELOAD=1"))) {
+                json_decref(body);
+                return NULL;
+        }
+        return body;
 }
 
 int sandbox_mgr_new(struct loop *l, const struct config *cfg, struct engine *eng,
@@ -724,7 +732,8 @@ static void sandbox_step(struct sandbox *s)
         switch (s->state) {
         case S_CREATING: {
                 timer_arm(s->timer, (long long)(m->cfg->start_timeout_s * 1000));
-                json_t *body = sandbox_create_body(m->cfg, m->instance, corral_runtime_src);
+                json_t *body = sandbox_create_body(m->cfg, m->instance, corral_runtime_src,
+                                                   s->pooled && !s->cb);
                 if (!body) {
                         fail(s, ST_ERROR, "InternalError", "cannot build the container spec");
                         return;

@@ -80,6 +80,8 @@ int sandbox_run(struct sandbox_mgr *m, const struct sandbox_request *req, sandbo
 /* Kill the sandbox; its callback then reports ST_CANCELLED. */
 void sandbox_cancel(struct sandbox *s);
 
-/* The hardened create body for the engine (exposed for tests). Steals nothing. */
-json_t *sandbox_create_body(const struct config *cfg, const char *instance,
-                            const char *runtime_src);
+/* The hardened create body for the engine (exposed for tests). Steals
+ * nothing. preload: the sandbox is for the warm pool, so the runtime may
+ * import more up front (CORRAL_PRELOAD=1). */
+json_t *sandbox_create_body(const struct config *cfg, const char *instance, const char *runtime_src,
+                            bool preload);

@@ -56,7 +56,7 @@ static void check_tmpfs(json_t *tmpfs, const char *dir, unsigned long long size)
 static void check_body(const struct config *cfg, const char *what)
 {
         static const char runtime[] = "import sys\nprint('runtime')\n";
-        json_t *b = sandbox_create_body(cfg, "0123456789abcdef", runtime);
+        json_t *b = sandbox_create_body(cfg, "0123456789abcdef", runtime, false);
         if (!ok(b != NULL, "%s: the body builds", what))
                 return;
         json_t *hc = json_object_get(b, "HostConfig");
@@ -151,9 +151,21 @@ static void check_body(const struct config *cfg, const char *what)
         }
         is_int(leaked, 0, "%s: Env holds only what the sandbox needs", what);
 
+        ok(!array_has(env, "CORRAL_PRELOAD=1"), "%s: a call's sandbox preloads nothing", what);
+
         char *s = json_dumps(b, JSON_COMPACT);
         ok(s && strlen(s) > 100, "%s: the body encodes", what);
         free(s);
+
+        /* The same body for the pool, plus the preload flag and nothing else. */
+        json_t *p = sandbox_create_body(cfg, "0123456789abcdef", runtime, true);
+        json_t *penv = json_object_get(p, "Env");
+        ok(array_has(penv, "CORRAL_PRELOAD=1"), "%s: a pool sandbox gets CORRAL_PRELOAD=1", what);
+        is_int((long long)json_array_size(penv), (long long)json_array_size(env) + 1,
+               "%s: and no other difference in Env", what);
+        ok(json_equal(json_object_get(p, "HostConfig"), hc),
+           "%s: a pool sandbox has the same HostConfig", what);
+        json_decref(p);
         json_decref(b);
 }
 
@@ -179,7 +191,7 @@ int main(void)
         static const char *const cpus[] = {"2.01", "4.1", "1.001"};
         for (size_t i = 0; i < ARRAY_SIZE(cpus); i++) {
                 config_set(&cfg, "cpus", cpus[i], "test", &e);
-                json_t *b = sandbox_create_body(&cfg, "x", "pass");
+                json_t *b = sandbox_create_body(&cfg, "x", "pass", false);
                 long long nano = num(json_object_get(b, "HostConfig"), "NanoCpus");
                 long long want = (long long)(strtod(cpus[i], NULL) * 1e9 + 0.5);
                 is_int(nano, want, "cpus %s gives NanoCpus %lld", cpus[i], want);
