@@ -179,7 +179,8 @@ def worker(sup, request, pipes, api_fd, go_r=None, set_w=None):
             pass
     main = prepare_python()    # before the request: a warm call skips it
     if go_r is not None:
-        rehearse(main, api_fd, sup.max_frame)
+        if sup.pooled:         # else the request is due now: nothing to win
+            rehearse(main, api_fd, sup.max_frame)
         os.close(set_w)
         data = bytearray()
         while True:
@@ -252,8 +253,10 @@ def warm_up():
     pay only if its code needs it."""
     load_site()
     import builtins, linecache, traceback, types  # noqa: F401,E401
-    if os.environ.pop('CORRAL_PRELOAD', '') == '1':
+    preload = os.environ.pop('CORRAL_PRELOAD', '') == '1'
+    if preload:
         import asyncio  # noqa: F401
+    return preload
 
 
 def prepare_python():
@@ -1388,6 +1391,7 @@ class Supervisor:
         self.lines, self.eof = LineReader(self.max_frame), False
         self.job = None
         self.pre = None
+        self.pooled = False
         # PID 1 only gets signals it has handlers for; SIGINT's Python handler
         # would raise KeyboardInterrupt in here, so ignore it.  SIGCHLD wakes
         # poll() through the wakeup pipe.
@@ -1420,7 +1424,7 @@ class Supervisor:
         self.send({'jsonrpc': '2.0', 'id': rid, 'error': {'code': code, 'message': message}})
 
     def serve(self):
-        warm_up()
+        self.pooled = warm_up()
         self.prefork()
         self.send({'jsonrpc': '2.0', 'method': 'sandbox/ready',
                    'params': {'protocol': PROTOCOL, 'runtime': 'corral-runtime',

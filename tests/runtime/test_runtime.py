@@ -319,6 +319,24 @@ else:
 out, res, rt, _ = run("import asyncio\nawait asyncio.sleep(0)\nprint('x')")
 check(text(out, 'stdout') == 'x\n' and res.get('status') == 'ok', 'top-level await', (out, res))
 
+# --- preload: pool sandboxes import asyncio ahead, call sandboxes do not ---
+PROBE = "import os, sys\nprint('asyncio' in sys.modules, 'CORRAL_PRELOAD' in os.environ)"
+out, res, rt, _ = run(PROBE)
+check(text(out, 'stdout') == 'False False\n' and res.get('status') == 'ok',
+      "no CORRAL_PRELOAD: asyncio is not imported before the code asks", (out, res))
+out, res, rt, _ = run(PROBE, env={'CORRAL_PRELOAD': '1'})
+check(text(out, 'stdout') == 'True False\n' and res.get('status') == 'ok',
+      'CORRAL_PRELOAD=1: asyncio already imported, and the variable is gone', (out, res))
+out, res, rt, _ = run("import asyncio\nawait asyncio.sleep(0)\nprint(__name__, 'corral' in globals())",
+                      env={'CORRAL_PRELOAD': '1'})
+check(text(out, 'stdout') == '__main__ False\n' and res.get('status') == 'ok',
+      'preloaded worker: top-level await, a clean __main__ (the rehearsal left nothing)', (out, res))
+
+# --- the worker's {exit} line, after user code closed its stdout itself --
+out, res, rt, _ = run("import os\nos.write(1, b'a')\nos.close(1)\nraise SystemExit(4)")
+check(res.get('exit_code') == 4 and res.get('status') == 'error' and text(out, 'stdout') == 'a',
+      'exit status taken from the worker\'s {exit} line after it closed its own stdout', (out, res))
+
 # --- shell -----------------------------------------------------------------
 out, res, rt, _ = run("echo hi; echo err >&2; exit 4", language='shell')
 check(text(out, 'stdout') == 'hi\n' and text(out, 'stderr') == 'err\n' and res.get('status') == 'error'
