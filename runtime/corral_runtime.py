@@ -25,6 +25,8 @@ OOM_FILES = ('/sys/fs/cgroup/memory.events',                # cgroup v2
              '/sys/fs/cgroup/memory/memory.oom_control')    # cgroup v1
 ID_RANGE = 1 << 63                 # integer ids of worker requests: int64
 PREFORK_WAIT = 10.0                # seconds for the forked-ahead worker to set up
+PROGRESS_INTERVAL = 0.02           # seconds between corral.progress() frames
+PROGRESS_MESSAGE_CAP = 1000        # chars
 
 
 def log(msg):
@@ -1116,6 +1118,36 @@ def _raw_request(obj, timeout=10.0):
     return None
 
 
+_progress_sent = [0.0]
+
+
+def progress(done, total=None, message=None):
+    """Report this run's progress to the MCP host (as notifications/progress,
+    when the host asked for them with a progressToken; otherwise dropped).
+    done and total are numbers (total optional), message a short text.
+    Reports closer than 20 ms to the previous one are dropped, except one
+    with done >= total.  Never raises for a lost report."""
+    for v in (done, total):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))
+                              or v != v or v in (float('inf'), float('-inf'))):
+            raise TypeError('corral.progress(): done and total must be finite numbers')
+    now = time.monotonic()
+    final = total is not None and done >= total
+    if not final and now - _progress_sent[0] < PROGRESS_INTERVAL:
+        return
+    _progress_sent[0] = now
+    params = {'progress': done}
+    if total is not None:
+        params['total'] = total
+    if message is not None:
+        params['message'] = str(message)[:PROGRESS_MESSAGE_CAP]
+    try:
+        channel().send(encode({'jsonrpc': '2.0', 'method': 'corral/progress', 'params': params}))
+    except (OSError, McpError, ValueError):
+        pass
+
+
+progress.__module__ = 'corral'
 API_FUNCTIONS = (call_tool, list_servers, list_tools, search_tools, tool_docs)
 API_CLASSES = (ToolResult, TextContent, ImageContent, AudioContent, BinaryContent, PendingCall,
                McpError, ToolError, PolicyDenied, ServerUnavailable, ToolTimeout, TooLarge,
@@ -1133,7 +1165,7 @@ def install_api(main, fd, max_frame, servers):
     api = Channel(fd, max_frame, servers)
     mod = types.ModuleType('corral', 'MCP tools of this corral run: call_tool(), mcp_<alias>.<tool>(), '
                            'list_servers(), list_tools(), search_tools(), tool_docs().')
-    for obj in API_FUNCTIONS + API_CLASSES + (_raw_send, _raw_request):
+    for obj in API_FUNCTIONS + API_CLASSES + (progress, _raw_send, _raw_request):
         setattr(mod, obj.__name__, obj)
     for name, alias in servers:
         setattr(mod, 'mcp_' + alias, McpServer(name, alias))
@@ -1548,7 +1580,7 @@ class Supervisor:
         if msg.get('jsonrpc') != '2.0' or not isinstance(method, str) or ('id' in msg and not id_ok):
             return relay.error(rid if id_ok else None, -32600, 'invalid request')
         if 'id' not in msg:
-            if method != 'notifications/cancelled':
+            if method not in ('notifications/cancelled', 'corral/progress'):
                 return  # notifications are never answered
         elif method.startswith('sandbox/'):
             return relay.error(rid, -32600, 'method not allowed: %s' % method[:100])

@@ -4,9 +4,12 @@
 #include "core/buf.h"
 #include "core/jsonrpc.h"
 #include "core/log.h"
+#include "core/loop.h"
+#include "core/util.h"
 #include "mcp/tools.h"
 
 #include <fcntl.h>
+#include <math.h>
 #include <poll.h>
 #include <stdio.h>
 #include <string.h>
@@ -23,12 +26,34 @@ static const char *const protocol_versions[] = {
     "2024-11-05",
 };
 
+/* notifications/progress for a call whose host sent a progressToken. */
+#define PROGRESS_MIN_MS       200  /* at most five a second */
+#define PROGRESS_HEARTBEAT_MS 5000 /* and one at least this often */
+#define PROGRESS_TAIL         4096 /* bytes of newest output kept */
+#define PROGRESS_LINES        5    /* lines of it in a message */
+#define PROGRESS_MESSAGE_MAX  1000 /* bytes */
+
+struct progress {
+        json_t *token;
+        struct timer *timer;
+        long long last_ms; /* when we last sent */
+        double last;       /* the last progress value sent */
+        double done;       /* the code's last report, if above last */
+        double total;      /* the code's, < 0 when it gave none */
+        char *message;     /* the code's last message, or NULL */
+        bool pending;      /* something new since the last one */
+        bool reported;     /* the code reported progress itself */
+        char tail[PROGRESS_TAIL];
+        size_t tail_len;
+};
+
 struct call {
         struct mcp_server *srv;
         struct call *prev, *next;
         json_t *id;
         struct sandbox *sb;
-        bool cancelled; /* the host withdrew it: no response is sent */
+        struct progress *progress; /* NULL: the host asked for none */
+        bool cancelled;            /* the host withdrew it: no response is sent */
 };
 
 /* A search_tools call waiting for servers to start. */
@@ -122,9 +147,144 @@ static void flush_out(struct mcp_server *s)
 
 /* ---- tools/call */
 
+static void progress_free(struct progress *p)
+{
+        if (!p)
+                return;
+        timer_remove(p->timer);
+        json_decref(p->token);
+        free(p->message);
+        free(p);
+}
+
+/* The newest lines of output, at most PROGRESS_MESSAGE_MAX bytes. */
+static char *progress_lines(const struct progress *p)
+{
+        size_t end = p->tail_len;
+        while (end > 0 && (p->tail[end - 1] == '\n' || p->tail[end - 1] == '\r'))
+                end--;
+        size_t start = end;
+        for (int lines = 0; start > 0; start--)
+                if (p->tail[start - 1] == '\n' && ++lines == PROGRESS_LINES)
+                        break;
+        if (end - start > PROGRESS_MESSAGE_MAX)
+                start = end - PROGRESS_MESSAGE_MAX;
+        /* Never start inside a UTF-8 sequence. */
+        while (start < end && ((unsigned char)p->tail[start] & 0xC0) == 0x80)
+                start++;
+        return strndup(p->tail + start, end - start);
+}
+
+static void progress_send(struct call *c)
+{
+        struct progress *p = c->progress;
+        /* The value must grow with every notification: the code's own
+         * report counts when it does; otherwise a small step above the last
+         * (small, so that output between the code's reports does not run
+         * ahead of them). Rounded to the step so it prints short. */
+        double value = p->done > p->last ? p->done : round((p->last + 0.001) * 1000) / 1000;
+        char *lines = progress_lines(p);
+        const char *msg = p->message ? p->message : lines;
+        json_t *params = json_pack("{s:O, s:f}", "progressToken", p->token, "progress", value);
+        if (params && p->reported && p->total >= 0)
+                json_object_set_new(params, "total", json_real(p->total));
+        if (params && msg && *msg)
+                json_object_set_new(params, "message", json_string(msg));
+        free(lines);
+        if (params)
+                send_msg(c->srv, jrpc_notification("notifications/progress", params));
+        p->last = value;
+        p->last_ms = now_ms();
+        p->pending = false;
+        timer_arm(p->timer, PROGRESS_HEARTBEAT_MS);
+}
+
+static void progress_tick(struct timer *t, void *userdata)
+{
+        struct call *c = userdata;
+        (void)t;
+        if (!c->cancelled)
+                progress_send(c);
+}
+
+/* Send now, or when PROGRESS_MIN_MS has passed since the last one. */
+static void progress_soon(struct call *c)
+{
+        struct progress *p = c->progress;
+        long long wait = p->last_ms + PROGRESS_MIN_MS - now_ms();
+        if (p->last_ms == 0 || wait <= 0)
+                progress_send(c);
+        else if (!p->pending) {
+                p->pending = true;
+                timer_arm(p->timer, wait);
+        }
+}
+
+static void call_output(void *userdata, bool is_stderr, const char *data, size_t n)
+{
+        struct call *c = userdata;
+        struct progress *p = c->progress;
+        (void)is_stderr;
+        if (!p || n == 0 || c->cancelled)
+                return;
+        if (n >= PROGRESS_TAIL) {
+                memcpy(p->tail, data + n - PROGRESS_TAIL, PROGRESS_TAIL);
+                p->tail_len = PROGRESS_TAIL;
+        } else {
+                if (p->tail_len + n > PROGRESS_TAIL) {
+                        size_t drop = p->tail_len + n - PROGRESS_TAIL;
+                        memmove(p->tail, p->tail + drop, p->tail_len - drop);
+                        p->tail_len -= drop;
+                }
+                memcpy(p->tail + p->tail_len, data, n);
+                p->tail_len += n;
+        }
+        /* The code's own message stays until it reports again. */
+        progress_soon(c);
+}
+
+static void call_progress(void *userdata, double done, double total, const char *message)
+{
+        struct call *c = userdata;
+        struct progress *p = c->progress;
+        if (!p || c->cancelled)
+                return;
+        free(p->message);
+        p->message = NULL;
+        if (message) {
+                size_t n = strlen(message);
+                if (n > PROGRESS_MESSAGE_MAX)
+                        n = utf8_cut(message, PROGRESS_MESSAGE_MAX);
+                p->message = strndup(message, n);
+        }
+        p->total = total;
+        p->done = done;
+        p->reported = true;
+        progress_soon(c);
+}
+
+/* A progressToken in tools/call's _meta: a string or an integer. */
+static struct progress *progress_new(struct mcp_server *s, json_t *params, struct call *c)
+{
+        json_t *tok = json_object_get(json_object_get(params, "_meta"), "progressToken");
+        if (!json_is_string(tok) && !json_is_integer(tok))
+                return NULL;
+        struct progress *p = calloc(1, sizeof(*p));
+        if (!p || timer_add(s->loop, progress_tick, c, &p->timer) < 0) {
+                free(p);
+                log_warn("cannot follow a call's progress: out of memory");
+                return NULL;
+        }
+        p->token = json_incref(tok);
+        p->total = -1;
+        timer_arm(p->timer, PROGRESS_HEARTBEAT_MS);
+        return p;
+}
+
 static void call_free(struct call *c)
 {
         struct mcp_server *s = c->srv;
+        progress_free(c->progress);
         if (c->prev)
                 c->prev->next = c->next;
         else
@@ -453,7 +613,7 @@ static void tools_call(struct mcp_server *s, json_t *id, json_t *params)
         const char *name = json_string_value(json_object_get(params, "name"));
         json_t *args = json_object_get(params, "arguments");
         char msg[512];
-        struct sandbox_request req;
+        struct sandbox_request req = {0};
         if (!name) {
                 send_error(s, id, JRPC_INVALID_PARAMS, "tools/call needs a \"name\" string");
                 return;
@@ -507,6 +667,9 @@ static void tools_call(struct mcp_server *s, json_t *id, json_t *params)
         if (s->calls)
                 s->calls->prev = c;
         s->calls = c;
+        c->progress = progress_new(s, params, c);
+        req.on_output = call_output;
+        req.on_progress = call_progress;
         r = sandbox_run(s->mgr, &req, call_done, c, &c->sb);
         if (r == -EBUSY) {
                 snprintf(msg, sizeof(msg),

@@ -54,6 +54,8 @@ struct sandbox {
         int remove_tries;
         sandbox_done_cb cb;
         void *userdata;
+        void (*on_output)(void *userdata, bool is_stderr, const char *data, size_t n);
+        void (*on_progress)(void *userdata, double done, double total, const char *message);
         struct bridge_run *bridge; /* the MCP servers its code may call, if any */
         struct sandbox_result res;
 };
@@ -506,7 +508,23 @@ static int on_frame(void *userdata, const char *line, size_t len)
                                 buf_append(&o->data, p, utf8_cut(p, room));
                                 o->truncated = true;
                         }
+                        if (s->on_output && s->state == S_BUSY)
+                                s->on_output(s->userdata, o == &s->res.err, p, n);
                 }
+        } else if (m.kind == JRPC_NOTIFICATION && strcmp(m.method, "corral/progress") == 0) {
+                /* The code's own report, relayed by the runtime: untrusted. */
+                json_t *done = json_object_get(m.params, "progress");
+                json_t *total = json_object_get(m.params, "total");
+                json_t *msg = json_object_get(m.params, "message");
+                bool valid = json_is_number(done) && isfinite(json_number_value(done)) &&
+                             (!total || json_is_null(total) ||
+                              (json_is_number(total) && isfinite(json_number_value(total)) &&
+                               json_number_value(total) >= 0)) &&
+                             (!msg || json_is_null(msg) || json_is_string(msg));
+                if (valid && s->on_progress && s->state == S_BUSY)
+                        s->on_progress(s->userdata, json_number_value(done),
+                                       json_is_number(total) ? json_number_value(total) : -1,
+                                       json_string_value(msg));
         } else if (m.kind == JRPC_NOTIFICATION && strcmp(m.method, "sandbox/ready") == 0) {
                 if (s->state == S_STARTED || s->state == S_STARTING) {
                         if (!s->cb) {
@@ -905,6 +923,8 @@ static int assign(struct sandbox *s, const struct sandbox_request *req, sandbox_
         s->timeout_s = req->timeout_s;
         s->cb = cb;
         s->userdata = userdata;
+        s->on_output = req->on_output;
+        s->on_progress = req->on_progress;
         s->t_start = now_ms();
         return 0;
 }

@@ -29,6 +29,13 @@ struct sandbox_request {
         const char *code;
         double timeout_s;
         json_t *servers; /* borrowed: MCP servers the code may call (checked), or NULL */
+        /* Optional, called while the code runs (with sandbox_run's userdata):
+         * each piece of output as it arrives (valid UTF-8, not NUL-ended),
+         * and each progress report of the code's own (corral.progress();
+         * done and total finite, total < 0 when not given, message may be
+         * NULL). Neither is called after the done callback. */
+        void (*on_output)(void *userdata, bool is_stderr, const char *data, size_t n);
+        void (*on_progress)(void *userdata, double done, double total, const char *message);
 };
 
 struct sandbox_output {

@@ -953,6 +953,58 @@ test('run_python: top-level await works', async (t) => {
   assert.equal(r.structuredContent.stdout, '42\n[2, 4]\n');
 });
 
+test('live output: a progressToken gets notifications/progress with output lines and corral.progress() before the result', async (t) => {
+  const d = await t.main();
+  const events = [];
+  const code = [
+    'import time, corral',
+    'for i in range(4):',
+    '    print("step", i, flush=True)',
+    '    time.sleep(0.4)',
+    'corral.progress(3, 10, "three of ten")',
+    'time.sleep(0.4)',
+    'print("done")',
+  ].join('\n');
+  const t0 = Date.now();
+  const r = await d.client.callTool({ name: 'run_python', arguments: { code } }, CallToolResultSchema,
+    { timeout: 60000, onprogress: (p) => events.push({ ms: Date.now() - t0, ...p }) });
+  const resultMs = Date.now() - t0;
+  checkResult(r);
+  t.note('progress', events);
+  assert.equal(r.structuredContent.status, 'ok');
+  assert.ok(events.length >= 3, `several notifications while the code ran (got ${events.length})`);
+  assert.ok(events.every((e) => e.ms <= resultMs), 'every notification came before the result');
+  assert.ok(events.some((e) => e.ms < resultMs - 1000), 'the first ones well before the end (live, not at the end)');
+  for (let i = 1; i < events.length; i++)
+    assert.ok(events[i].progress > events[i - 1].progress, `progress grows: ${events[i - 1].progress} -> ${events[i].progress}`);
+  assert.ok(events.some((e) => /step 0/.test(e.message ?? '')), 'a message carries the first output line');
+  assert.ok(events.some((e) => /step 2\nstep 3$/.test(e.message ?? '')), 'messages carry the newest lines, in order');
+  const own = events.find((e) => e.message === 'three of ten');
+  assert.ok(own, 'the code\'s own corral.progress() report arrives');
+  assert.equal(own.progress, 3);
+  assert.equal(own.total, 10);
+  // Without a token, nothing: the SDK would report a notification for an
+  // unknown token as an error.
+  const before = d.errors.length;
+  const plain = await d.call(t, 'run_python', { code: 'import corral\nprint("x")\ncorral.progress(1, 2)' });
+  assert.equal(plain.structuredContent.status, 'ok');
+  await sleep(300);
+  assert.deepEqual(d.errors.slice(before).map((e) => String(e?.message)), [], 'no notification without a progressToken');
+});
+
+test('live output: a silent 7 s run outlives a 5.5 s request timeout that progress resets', async (t) => {
+  // The heartbeat (every 5 s) keeps a host's per-request timer from expiring
+  // when it resets on progress (the SDK's resetTimeoutOnProgress).
+  const d = await t.main();
+  const events = [];
+  const r = await d.client.callTool({ name: 'run_python', arguments: { code: 'import time\ntime.sleep(7)\nprint("awake")' } },
+    CallToolResultSchema, { timeout: 5500, resetTimeoutOnProgress: true, maxTotalTimeout: 60000, onprogress: (p) => events.push(p) });
+  checkResult(r);
+  t.note('progress', events);
+  assert.equal(r.structuredContent.stdout, 'awake\n');
+  assert.ok(events.length >= 1, 'at least one heartbeat during the silent run');
+});
+
 test('tools/call argument errors: unknown tool -32602, bad arguments invalid_arguments', async (t) => {
   const d = await t.main();
   await assert.rejects(d.client.callTool({ name: 'no_such_tool', arguments: {} }),

@@ -854,6 +854,28 @@ check(text(out, 'stdout') == 'wait_for timed out\nToolTimeout True False\nTrue T
       and all('id' not in r for r in reqs if r.get('method') == 'notifications/cancelled'),
       'bridge: cancelled calls send notifications/cancelled with their id', (out, reqs))
 
+# corral.progress(): relayed as corral/progress notifications, throttled
+code = '''import corral, time
+corral.progress(1, 10, 'one')
+corral.progress(2, 10, 'dropped: within 20 ms')
+corral.progress(10, 10, 'final: always sent')
+time.sleep(0.05)
+corral.progress(11, message='x' * 5000)
+try:
+    corral.progress(float('nan'))
+except TypeError as e:
+    print('TypeError')
+'''
+out, res, reqs, rt = bridge(code)
+prog = [r for r in reqs if r.get('method') == 'corral/progress']
+check(text(out, 'stdout') == 'TypeError\n' and res.get('status') == 'ok'
+      and [r['params'] for r in prog[:3]] == [{'progress': 1, 'total': 10, 'message': 'one'},
+                                              {'progress': 10, 'total': 10, 'message': 'final: always sent'},
+                                              {'progress': 11, 'message': 'x' * 1000}]
+      and len(prog) == 3 and all('id' not in r for r in prog),
+      'corral.progress(): notifications to the daemon, throttled, message capped, NaN refused',
+      (out, res, prog))
+
 # responses nobody waits for: before the exec, and after the worker ended
 # (a background sleep holds its pipes, so the runtime is still draining)
 late = json.dumps({'jsonrpc': '2.0', 'id': 'late', 'method': 'tools/call',
