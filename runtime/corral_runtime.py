@@ -215,13 +215,15 @@ def worker(sup, request, pipes, api_fd, go_r=None, set_w=None):
             os.close(fd)
         except OSError:
             pass
-    report(report_w, {'exit': status})
+    # With its pid: a child that user code forked without exec and that
+    # returns through here has the same pipe, but it is not the worker.
+    report(report_w, {'exit': status, 'pid': os.getpid()})
     os._exit(status)
 
 
 def report(fd, record):
     """One JSON line on the report pipe: an error record ({type, message,
-    traceback}) and, last, {exit: status} when the worker ends by itself."""
+    traceback}) and, last, {exit: status, pid} when the worker ends by itself."""
     try:
         write_all(fd, json.dumps(record).encode() + b'\n')
     except Exception:
@@ -1243,7 +1245,8 @@ class Job:
         except (ValueError, RecursionError):
             return
         code = rec.get('exit') if isinstance(rec, dict) else None
-        if isinstance(code, int) and not isinstance(code, bool) and 0 <= code <= 255:
+        if isinstance(code, int) and not isinstance(code, bool) and 0 <= code <= 255 \
+                and rec.get('pid') == self.pid:
             self.exit_code = code
             self.ended()
 

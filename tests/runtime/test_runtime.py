@@ -332,6 +332,12 @@ out, res, rt, _ = run("import asyncio\nawait asyncio.sleep(0)\nprint(__name__, '
 check(text(out, 'stdout') == '__main__ False\n' and res.get('status') == 'ok',
       'preloaded worker: top-level await, a clean __main__ (the rehearsal left nothing)', (out, res))
 
+# --- a child forked without exec ends first: the run goes on -------------
+out, res, rt, _ = run("import os, time\npid = os.fork()\nif pid == 0:\n    print('child', flush=True)\n"
+                      "else:\n    os.waitpid(pid, 0)\n    time.sleep(0.3)\n    print('parent')\n    raise SystemExit(5)")
+check(text(out, 'stdout') == 'child\nparent\n' and res.get('exit_code') == 5,
+      "a forked child's own end of run does not end the worker's run", (out, res))
+
 # --- the worker's {exit} line, after user code closed its stdout itself --
 out, res, rt, _ = run("import os\nos.write(1, b'a')\nos.close(1)\nraise SystemExit(4)")
 check(res.get('exit_code') == 4 and res.get('status') == 'error' and text(out, 'stdout') == 'a',
