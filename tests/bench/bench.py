@@ -159,12 +159,15 @@ class Corral:
         msg, _ = self.request('tools/call', {'name': 'sandbox_status', 'arguments': {}})
         return (msg.get('result') or {}).get('structuredContent')
 
-    def wait_ready(self, poll_s=0.005):
-        """Waits until pool.ready >= pool.min; returns the status (None: no sandbox_status)."""
+    def wait_ready(self, poll_s=0.005, quiet=False):
+        """Waits until pool.ready >= pool.min (and, quiet, until every container
+        corral holds is a ready one: nothing starting, running or being
+        removed); returns the status (None: no sandbox_status)."""
         deadline = time.monotonic() + READY_TIMEOUT
         while True:
             st = self.status()
-            if st is None or st['pool']['ready'] >= max(st['pool']['min'], 1):
+            if st is None or (st['pool']['ready'] >= max(st['pool']['min'], 1) and
+                              (not quiet or st['pool']['containers'] == st['pool']['ready'])):
                 return st
             if time.monotonic() > deadline:
                 raise Broken('pool never reached ready >= min: %s' % json.dumps(st['pool']))
@@ -292,7 +295,7 @@ def measure_warm(c, n, R, cold_p50_ms):
         if st is None:
             time.sleep(2 * cold_p50_ms / 1000)
         else:
-            c.wait_ready()
+            c.wait_ready(quiet=True)
         lat.append(c.run_python())
     R['pool_hits'] = {'paced': hits_since(st)}
     R['rss_kb']['pool_full_after_paced'] = proc_stats(c.pid)[0]
