@@ -34,6 +34,8 @@ static const struct config_key {
     {"pool_max", K_LONG, offsetof(struct config, pool_max), 0, 4096},
     {"pool_max_starting", K_LONG, offsetof(struct config, pool_max_starting), 1, 256},
     {"pool_idle_s", K_DOUBLE, offsetof(struct config, pool_idle_s), 1, 86400},
+    {"sync_wait_s", K_DOUBLE, offsetof(struct config, sync_wait_s), 0, 86400},
+    {"job_retention_s", K_DOUBLE, offsetof(struct config, job_retention_s), 1, 7 * 86400},
     {"log_level", K_LEVEL, offsetof(struct config, log_level), 0, 0},
     {"host_servers", K_BOOL, offsetof(struct config, host_servers), 0, 0},
     {"policy", K_STRING, offsetof(struct config, policy), 0, 0},
@@ -61,6 +63,8 @@ void config_defaults(struct config *c)
             .pool_max = 4,
             .pool_max_starting = 2,
             .pool_idle_s = 120,
+            .sync_wait_s = 25,
+            .job_retention_s = 600,
             .log_level = LOG_INFO,
             .host_servers = true,
         };

@@ -31,6 +31,8 @@ struct config {
                                             * and pool_min at most that. */
         long pool_max_starting;            /* pool sandboxes starting at once */
         double pool_idle_s;                /* idle time before shrinking to pool_min */
+        double sync_wait_s;                /* a call still running then becomes a job */
+        double job_retention_s;            /* a finished job's result is kept this long */
         enum log_level log_level;
         /* The bridge to upstream MCP servers. */
         json_t *servers;   /* "servers" of the config file (mcpServers format), or NULL */

@@ -47,13 +47,36 @@ struct progress {
         size_t tail_len;
 };
 
+/* A call still running after its sync_wait_s is answered "running" and
+ * goes on as a job, followed with job_status / job_result / job_cancel. */
+#define JOB_KEEP_MAX 64   /* finished jobs kept at most; the oldest go first */
+#define JOB_TAIL     2000 /* bytes of newest output in job_status */
+
+struct call;
+
+/* A job_result waiting for its job to end. */
+struct job_wait {
+        struct job_wait *next;
+        struct call *job;
+        json_t *id;
+        struct timer *timer;
+};
+
 struct call {
         struct mcp_server *srv;
         struct call *prev, *next;
         json_t *id;
-        struct sandbox *sb;
+        struct sandbox *sb;        /* NULL once it has ended */
         struct progress *progress; /* NULL: the host asked for none */
         bool cancelled;            /* the host withdrew it: no response is sent */
+        const char *tool;          /* run_python or run_shell */
+        char *code_line;           /* the start of its code, for job_list */
+        long long t_start, t_end;
+        struct timer *sync_timer; /* sync_wait_s */
+        char job_id[24];          /* "" until it becomes a job */
+        json_t *result;           /* a finished job's result */
+        struct timer *expire;     /* job_retention_s after it ended */
+        struct job_wait *waits;
 };
 
 /* A search_tools call waiting for servers to start. */
@@ -88,6 +111,7 @@ struct mcp_server {
         struct line_reader lines;
         struct buf out;
         struct call *calls;
+        unsigned job_seq;
         bool stopped;
         void (*on_eof)(void *);
         void *userdata;
@@ -281,10 +305,29 @@ static struct progress *progress_new(struct mcp_server *s, json_t *params, struc
         return p;
 }
 
+static void job_wait_free(struct job_wait *w)
+{
+        struct call *c = w->job;
+        for (struct job_wait **p = &c->waits; *p; p = &(*p)->next)
+                if (*p == w) {
+                        *p = w->next;
+                        break;
+                }
+        timer_remove(w->timer);
+        json_decref(w->id);
+        free(w);
+}
+
 static void call_free(struct call *c)
 {
         struct mcp_server *s = c->srv;
         progress_free(c->progress);
+        while (c->waits)
+                job_wait_free(c->waits);
+        timer_remove(c->sync_timer);
+        timer_remove(c->expire);
+        json_decref(c->result);
+        free(c->code_line);
         if (c->prev)
                 c->prev->next = c->next;
         else
@@ -295,9 +338,92 @@ static void call_free(struct call *c)
         free(c);
 }
 
+static json_t *job_running_result(struct call *c)
+{
+        return tools_running_result(sandbox_partial(c->sb), c->job_id, now_ms() - c->t_start);
+}
+
+static void job_expire(struct timer *t, void *userdata)
+{
+        struct call *c = userdata;
+        (void)t;
+        log_info("job %s: result dropped after job_retention_s", c->job_id);
+        call_free(c);
+}
+
+/* Keep at most JOB_KEEP_MAX finished jobs: drop the oldest. */
+static void jobs_prune(struct mcp_server *s)
+{
+        for (;;) {
+                size_t n = 0;
+                struct call *oldest = NULL;
+                for (struct call *c = s->calls; c; c = c->next)
+                        if (c->job_id[0] && !c->sb) {
+                                n++;
+                                if (!oldest || c->t_end < oldest->t_end)
+                                        oldest = c;
+                        }
+                if (n <= JOB_KEEP_MAX)
+                        return;
+                log_info("job %s: result dropped (more than %d finished jobs)", oldest->job_id,
+                         JOB_KEEP_MAX);
+                call_free(oldest);
+        }
+}
+
+static void job_finished(struct call *c, const struct sandbox_result *res)
+{
+        struct mcp_server *s = c->srv;
+        c->t_end = now_ms();
+        c->result = tools_result(res);
+        if (c->result)
+                json_object_set_new(json_object_get(c->result, "structuredContent"), "job_id",
+                                    json_string(c->job_id));
+        log_info("job %s: %s after %lld ms", c->job_id, sandbox_status_name(res->status),
+                 c->t_end - c->t_start);
+        while (c->waits) {
+                struct job_wait *w = c->waits;
+                if (c->result)
+                        send_msg(s, jrpc_result(w->id, json_deep_copy(c->result)));
+                else
+                        send_error(s, w->id, JRPC_INTERNAL_ERROR, "cannot encode the result");
+                job_wait_free(w);
+        }
+        if (timer_add(s->loop, job_expire, c, &c->expire) == 0)
+                timer_arm(c->expire, (long long)(s->cfg->job_retention_s * 1000));
+        jobs_prune(s);
+}
+
+/* sync_wait_s passed: answer "running", and let the sandbox go on. */
+static void call_detach(struct timer *t, void *userdata)
+{
+        struct call *c = userdata;
+        struct mcp_server *s = c->srv;
+        (void)t;
+        if (c->cancelled || !c->sb || c->job_id[0])
+                return;
+        snprintf(c->job_id, sizeof(c->job_id), "job-%u", ++s->job_seq);
+        /* The request is answered: progress for it would now be wrong. */
+        progress_free(c->progress);
+        c->progress = NULL;
+        log_info("%s goes on as %s", c->tool, c->job_id);
+        json_t *result = job_running_result(c);
+        if (result)
+                send_msg(s, jrpc_result(c->id, result));
+        else
+                send_error(s, c->id, JRPC_INTERNAL_ERROR, "cannot encode the result");
+}
+
 static void call_done(void *userdata, const struct sandbox_result *res)
 {
         struct call *c = userdata;
+        c->sb = NULL;
+        timer_remove(c->sync_timer);
+        c->sync_timer = NULL;
+        if (c->job_id[0]) {
+                job_finished(c, res);
+                return;
+        }
         /* A withdrawn call gets no response (MCP cancellation rules). */
         if (!c->cancelled) {
                 json_t *result = tools_result(res);
@@ -608,6 +734,186 @@ static void search_tools(struct mcp_server *s, json_t *id, json_t *args)
                 search_answer(q);
 }
 
+/* ---- jobs */
+
+static json_t *job_text_result(json_t *structured, const char *text)
+{
+        return json_pack("{s:[{s:s, s:s}], s:o, s:b}", "content", "type", "text", "text", text,
+                         "structuredContent", structured, "isError", 0);
+}
+
+/* The job named by args.job_id, or an answer saying why not (then NULL). */
+static struct call *job_find(struct mcp_server *s, json_t *id, json_t *args, const char *tool,
+                             const char *extra)
+{
+        char msg[512];
+        const char *key;
+        json_t *v;
+        json_object_foreach(args, key, v)
+        {
+                if (strcmp(key, "job_id") != 0 && (!extra || strcmp(key, extra) != 0)) {
+                        snprintf(msg, sizeof(msg),
+                                 "unknown argument \"%.100s\" (%s takes job_id%s%s)", key, tool,
+                                 extra ? " and " : "", extra ? extra : "");
+                        utf8_scrub(msg);
+                        send_msg(s, jrpc_result(id, tool_error(msg)));
+                        return NULL;
+                }
+        }
+        const char *job = json_string_value(json_object_get(args, "job_id"));
+        if (!job) {
+                snprintf(msg, sizeof(msg), "%s needs \"job_id\", a string", tool);
+                send_msg(s, jrpc_result(id, tool_error(msg)));
+                return NULL;
+        }
+        for (struct call *c = s->calls; c; c = c->next)
+                if (c->job_id[0] && strcmp(c->job_id, job) == 0)
+                        return c;
+        snprintf(msg, sizeof(msg),
+                 "no job \"%.64s\": job_list shows the running ones and the finished ones "
+                 "still kept (%.0f s after they end)",
+                 job, s->cfg->job_retention_s);
+        utf8_scrub(msg);
+        send_msg(s, jrpc_result(id, tool_error(msg)));
+        return NULL;
+}
+
+static const char *job_status_name(const struct call *c)
+{
+        if (c->sb)
+                return "running";
+        const char *st = json_string_value(
+            json_object_get(json_object_get(c->result, "structuredContent"), "status"));
+        return st ? st : "error";
+}
+
+static json_t *job_summary(const struct call *c)
+{
+        return json_pack("{s:s, s:s, s:s, s:b, s:I, s:s}", "job_id", c->job_id, "tool", c->tool,
+                         "status", job_status_name(c), "running", c->sb != NULL, "duration_ms",
+                         (json_int_t)((c->sb ? now_ms() : c->t_end) - c->t_start), "code",
+                         c->code_line ? c->code_line : "");
+}
+
+static void job_status(struct mcp_server *s, json_t *id, json_t *args)
+{
+        struct call *c = job_find(s, id, args, "job_status", NULL);
+        if (!c)
+                return;
+        json_t *st = job_summary(c);
+        const struct sandbox_result *r = c->sb ? sandbox_partial(c->sb) : NULL;
+        if (r) {
+                /* The newest output: stdout's kept text, its end. */
+                size_t n = r->out.data.len, from = n > JOB_TAIL ? n - JOB_TAIL : 0;
+                while (from < n && ((unsigned char)r->out.data.data[from] & 0xC0) == 0x80)
+                        from++;
+                json_object_set_new(st, "stdout_bytes", json_integer((json_int_t)r->out.total));
+                json_object_set_new(st, "stderr_bytes", json_integer((json_int_t)r->err.total));
+                json_object_set_new(st, "stdout_tail",
+                                    json_stringn(n ? r->out.data.data + from : "", n - from));
+        } else {
+                json_t *sc = json_object_get(c->result, "structuredContent");
+                json_object_set(st, "exit_code", json_object_get(sc, "exit_code"));
+        }
+        char text[256];
+        snprintf(
+            text, sizeof(text), "%s (%s): %s, %lld ms%s", c->job_id, c->tool, job_status_name(c),
+            (long long)json_integer_value(json_object_get(st, "duration_ms")),
+            c->sb ? "; job_result with wait_s waits for the end" : "; job_result gives the result");
+        send_msg(s, jrpc_result(id, job_text_result(st, text)));
+}
+
+static void job_wait_tick(struct timer *t, void *userdata)
+{
+        struct job_wait *w = userdata;
+        struct call *c = w->job;
+        (void)t;
+        json_t *result = job_running_result(c);
+        if (result)
+                send_msg(c->srv, jrpc_result(w->id, result));
+        else
+                send_error(c->srv, w->id, JRPC_INTERNAL_ERROR, "cannot encode the result");
+        job_wait_free(w);
+}
+
+static void job_result(struct mcp_server *s, json_t *id, json_t *args)
+{
+        struct call *c = job_find(s, id, args, "job_result", "wait_s");
+        if (!c)
+                return;
+        json_t *w = json_object_get(args, "wait_s");
+        double wait = w ? json_number_value(w) : 0;
+        if (w && (!json_is_number(w) || !isfinite(wait) || wait < 0 || wait > JOB_WAIT_MAX_S)) {
+                char msg[128];
+                snprintf(msg, sizeof(msg), "argument \"wait_s\" must be a number from 0 to %.0f",
+                         JOB_WAIT_MAX_S);
+                send_msg(s, jrpc_result(id, tool_error(msg)));
+                return;
+        }
+        if (!c->sb) {
+                send_msg(s, jrpc_result(id, json_deep_copy(c->result)));
+                return;
+        }
+        if (wait <= 0) {
+                send_msg(s, jrpc_result(id, job_running_result(c)));
+                return;
+        }
+        struct job_wait *jw = calloc(1, sizeof(*jw));
+        if (!jw || timer_add(s->loop, job_wait_tick, jw, &jw->timer) < 0) {
+                free(jw);
+                send_error(s, id, JRPC_INTERNAL_ERROR, "out of memory");
+                return;
+        }
+        jw->job = c;
+        jw->id = json_incref(id);
+        jw->next = c->waits;
+        c->waits = jw;
+        timer_arm(jw->timer, (long long)ceil(wait * 1000));
+}
+
+static void job_cancel(struct mcp_server *s, json_t *id, json_t *args)
+{
+        struct call *c = job_find(s, id, args, "job_cancel", NULL);
+        if (!c)
+                return;
+        char text[160];
+        if (!c->sb) {
+                json_t *st = job_summary(c);
+                json_object_set_new(st, "cancelled", json_false());
+                snprintf(text, sizeof(text), "%s had already ended (%s): nothing to cancel",
+                         c->job_id, job_status_name(c));
+                send_msg(s, jrpc_result(id, job_text_result(st, text)));
+                return;
+        }
+        log_info("host cancelled %s", c->job_id);
+        snprintf(text, sizeof(text),
+                 "%s cancelled: its sandbox is being removed; job_result gives "
+                 "status \"cancelled\"",
+                 c->job_id);
+        json_t *st = json_pack("{s:s, s:b}", "job_id", c->job_id, "cancelled", 1);
+        /* May finish the job at once (then c holds its result). */
+        sandbox_cancel(c->sb);
+        send_msg(s, jrpc_result(id, job_text_result(st, text)));
+}
+
+static void job_list(struct mcp_server *s, json_t *id, json_t *args)
+{
+        if (args && (!json_is_object(args) || json_object_size(args) > 0)) {
+                send_msg(s, jrpc_result(id, tool_error("job_list takes no arguments")));
+                return;
+        }
+        json_t *jobs = json_array();
+        size_t running = 0;
+        for (struct call *c = s->calls; c; c = c->next)
+                if (c->job_id[0]) {
+                        json_array_append_new(jobs, job_summary(c));
+                        running += c->sb != NULL;
+                }
+        char text[128];
+        snprintf(text, sizeof(text), "%zu job(s), %zu running", json_array_size(jobs), running);
+        send_msg(s, jrpc_result(id, job_text_result(json_pack("{s:o}", "jobs", jobs), text)));
+}
+
 static void tools_call(struct mcp_server *s, json_t *id, json_t *params)
 {
         const char *name = json_string_value(json_object_get(params, "name"));
@@ -636,6 +942,23 @@ static void tools_call(struct mcp_server *s, json_t *id, json_t *params)
                 search_tools(s, id, args);
                 return;
         }
+        static const struct {
+                const char *name;
+                void (*fn)(struct mcp_server *, json_t *, json_t *);
+        } jobs[] = {{"job_status", job_status},
+                    {"job_result", job_result},
+                    {"job_cancel", job_cancel},
+                    {"job_list", job_list}};
+        for (size_t i = 0; i < ARRAY_SIZE(jobs); i++)
+                if (strcmp(name, jobs[i].name) == 0) {
+                        if (args && !json_is_object(args)) {
+                                send_msg(
+                                    s, jrpc_result(id, tool_error("arguments must be an object")));
+                                return;
+                        }
+                        jobs[i].fn(s, id, args);
+                        return;
+                }
         int r = tools_parse_call(name, args, s->cfg, &req, msg, sizeof(msg));
         if (r == 0 && req.servers && json_array_size(req.servers) > 0) {
                 if (!s->bridge) {
@@ -668,9 +991,19 @@ static void tools_call(struct mcp_server *s, json_t *id, json_t *params)
                 s->calls->prev = c;
         s->calls = c;
         c->progress = progress_new(s, params, c);
+        c->tool = req.lang == LANG_PYTHON ? "run_python" : "run_shell";
+        c->code_line =
+            strndup(req.code, strcspn(req.code, "\n") < 80 ? strcspn(req.code, "\n") : 80);
+        if (c->code_line)
+                utf8_scrub(c->code_line);
+        c->t_start = now_ms();
         req.on_output = call_output;
         req.on_progress = call_progress;
         r = sandbox_run(s->mgr, &req, call_done, c, &c->sb);
+        if (r == 0 && c->sb && timer_add(s->loop, call_detach, c, &c->sync_timer) == 0) {
+                long long ms = (long long)ceil(req.sync_wait_s * 1000);
+                timer_arm(c->sync_timer, ms > 0 ? ms : 1);
+        }
         if (r == -EBUSY) {
                 snprintf(msg, sizeof(msg),
                          "every sandbox slot is in use (%ld) and %ld calls are already waiting: "
@@ -691,8 +1024,16 @@ static void cancel_request(struct mcp_server *s, json_t *params)
         json_t *rid = json_object_get(params, "requestId");
         if (!rid)
                 return;
+        for (struct call *c = s->calls; c; c = c->next) {
+                /* A job_result waiting: it ends without an answer. */
+                for (struct job_wait *w = c->waits; w; w = w->next)
+                        if (json_equal(w->id, rid)) {
+                                job_wait_free(w);
+                                return;
+                        }
+        }
         for (struct call *c = s->calls; c; c = c->next)
-                if (json_equal(c->id, rid) && !c->cancelled) {
+                if (json_equal(c->id, rid) && !c->cancelled && !c->job_id[0]) {
                         const char *why = json_string_value(json_object_get(params, "reason"));
                         log_info("host cancelled a call%s%s", why ? ": " : "", why ? why : "");
                         c->cancelled = true;

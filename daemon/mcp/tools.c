@@ -14,22 +14,22 @@
 
 static json_t *output_schema(void)
 {
-        return json_pack("{s:s, s:{"
-                         "s:{s:s, s:[s,s,s,s,s,s,s,s]},"
-                         "s:{s:[s,s]}, s:{s:s}, s:{s:s}, s:{s:s}, s:{s:s}, s:{s:s}, s:{s:s},"
-                         "s:{s:s}, s:{s:[s,s]},"
-                         "s:{s:[s,s], s:{s:{s:s}, s:{s:s}, s:{s:[s,s]}}}"
-                         "}, s:[s,s,s,s,s]}",
-                         "type", "object", "properties", "status", "type", "string", "enum", "ok",
-                         "error", "timeout", "oom", "cancelled", "engine_error", "busy",
-                         "invalid_arguments", "exit_code", "type", "integer", "null", "stdout",
-                         "type", "string", "stderr", "type", "string", "stdout_bytes", "type",
-                         "integer", "stderr_bytes", "type", "integer", "stdout_truncated", "type",
-                         "boolean", "stderr_truncated", "type", "boolean", "duration_ms", "type",
-                         "integer", "container", "type", "string", "null", "error", "type",
-                         "object", "null", "properties", "type", "type", "string", "message",
-                         "type", "string", "traceback", "type", "string", "null", "required",
-                         "status", "exit_code", "stdout", "stderr", "duration_ms");
+        return json_pack(
+            "{s:s, s:{"
+            "s:{s:s, s:[s,s,s,s,s,s,s,s,s]},"
+            "s:{s:[s,s]}, s:{s:s}, s:{s:s}, s:{s:s}, s:{s:s}, s:{s:s}, s:{s:s},"
+            "s:{s:s}, s:{s:[s,s]},"
+            "s:{s:[s,s], s:{s:{s:s}, s:{s:s}, s:{s:[s,s]}}}, s:{s:s}"
+            "}, s:[s,s,s,s,s]}",
+            "type", "object", "properties", "status", "type", "string", "enum", "ok", "error",
+            "timeout", "oom", "cancelled", "engine_error", "busy", "invalid_arguments", "running",
+            "exit_code", "type", "integer", "null", "stdout", "type", "string", "stderr", "type",
+            "string", "stdout_bytes", "type", "integer", "stderr_bytes", "type", "integer",
+            "stdout_truncated", "type", "boolean", "stderr_truncated", "type", "boolean",
+            "duration_ms", "type", "integer", "container", "type", "string", "null", "error",
+            "type", "object", "null", "properties", "type", "type", "string", "message", "type",
+            "string", "traceback", "type", "string", "null", "job_id", "type", "string", "required",
+            "status", "exit_code", "stdout", "stderr", "duration_ms");
 }
 
 static json_t *tool(const char *name, const char *title, const char *desc, const char *arg,
@@ -47,6 +47,62 @@ static json_t *tool(const char *name, const char *title, const char *desc, const
             "required", arg, "additionalProperties", 0, "outputSchema", output_schema(),
             "annotations", "readOnlyHint", 0, "destructiveHint", 0, "idempotentHint", 0,
             "openWorldHint", 0);
+}
+
+/* run_python and run_shell: a call that outlives sync_wait_s becomes a job. */
+static json_t *with_sync_wait(json_t *t)
+{
+        json_t *props = json_object_get(json_object_get(t, "inputSchema"), "properties");
+        json_object_set_new(
+            props, "sync_wait_s",
+            json_pack("{s:s, s:f, s:s}", "type", "number", "minimum", 0.0, "description",
+                      "Seconds to wait for the result (default 25). A run still going then "
+                      "keeps running as a job: the call returns status \"running\" and a "
+                      "job_id for job_status, job_result and job_cancel. Give timeout_s too "
+                      "for runs longer than 30 s."));
+        return t;
+}
+
+static json_t *job_tool(const char *name, const char *title, const char *desc, bool args,
+                        bool readonly)
+{
+        json_t *props = args ? json_pack("{s:{s:s, s:s}}", "job_id", "type", "string",
+                                         "description", "The job_id a run returned.")
+                             : json_object();
+        return json_pack("{s:s, s:s, s:s, s:{s:s, s:o, s:o, s:b}, s:{s:s},"
+                         " s:{s:b, s:b, s:b, s:b}}",
+                         "name", name, "title", title, "description", desc, "inputSchema", "type",
+                         "object", "properties", props, "required",
+                         args ? json_pack("[s]", "job_id") : json_array(), "additionalProperties",
+                         0, "outputSchema", "type", "object", "annotations", "readOnlyHint",
+                         readonly, "destructiveHint", !readonly, "idempotentHint", 1,
+                         "openWorldHint", 0);
+}
+
+static json_t *job_tools(void)
+{
+        json_t *result = job_tool("job_result", "Result of a sandbox job",
+                                  "The result of a run that outlived sync_wait_s, the same as "
+                                  "run_python's once it has ended; with wait_s, waits up to that "
+                                  "many seconds for the end (else status \"running\"). Finished "
+                                  "jobs are kept for job_retention_s (600 s).",
+                                  true, true);
+        json_object_set_new(
+            json_object_get(json_object_get(result, "inputSchema"), "properties"), "wait_s",
+            json_pack("{s:s, s:f, s:f, s:s}", "type", "number", "minimum", 0.0, "maximum",
+                      JOB_WAIT_MAX_S, "description",
+                      "Seconds to wait for the job to end (default 0: answer at once)."));
+        return json_pack(
+            "[o,o,o,o]",
+            job_tool("job_status", "Status of a sandbox job",
+                     "Whether a job still runs, for how long, and its newest output.", true, true),
+            result,
+            job_tool("job_cancel", "Cancel a sandbox job",
+                     "Kill a running job's sandbox; its result then has status \"cancelled\".",
+                     true, false),
+            job_tool("job_list", "List sandbox jobs",
+                     "Every job of this session: running ones and finished ones still kept.", false,
+                     true));
 }
 
 static json_t *status_tool(void)
@@ -101,12 +157,12 @@ static json_t *run_python_tool(const char *servers)
 
 json_t *tools_list(const char *servers)
 {
-        return json_pack(
-            "[o,o,o,o,o]", run_python_tool(servers),
-            tool("run_shell", "Run a shell command in a sandbox",
-                 "Run a command with /bin/sh -c in an isolated sandbox (Debian userland with "
-                 "python3). " SANDBOX_RULES,
-                 "command", "Shell command line, run with /bin/sh -c."),
+        json_t *list = json_pack(
+            "[o,o,o,o,o]", with_sync_wait(run_python_tool(servers)),
+            with_sync_wait(tool("run_shell", "Run a shell command in a sandbox",
+                                "Run a command with /bin/sh -c in an isolated sandbox (Debian "
+                                "userland with python3). " SANDBOX_RULES,
+                                "command", "Shell command line, run with /bin/sh -c.")),
             status_tool(),
             object_tool("list_servers", "List MCP servers for sandboxed code",
                         "The MCP servers that code in run_python may call (pass their names in "
@@ -127,6 +183,13 @@ json_t *tools_list(const char *servers)
                                   "minimum", 1, "maximum", 200, "description",
                                   "At most this many matches (default 20)."),
                         json_pack("[s]", "query")));
+        json_t *jobs = job_tools();
+        if (!list || !jobs || json_array_extend(list, jobs) < 0) {
+                json_decref(list);
+                list = NULL;
+        }
+        json_decref(jobs);
+        return list;
 }
 
 json_t *tools_status_result(json_t *status)
@@ -165,7 +228,8 @@ static int parse_call(const char *name, json_t *args, const struct config *cfg,
         } else {
                 snprintf(msg, msg_size,
                          "unknown tool \"%.100s\" (corral offers run_python, run_shell, "
-                         "sandbox_status, list_servers and search_tools)",
+                         "sandbox_status, list_servers, search_tools, job_status, job_result, "
+                         "job_cancel and job_list)",
                          name);
                 return -ENOENT;
         }
@@ -178,10 +242,12 @@ static int parse_call(const char *name, json_t *args, const struct config *cfg,
         json_object_foreach(args, key, v)
         {
                 if (strcmp(key, code_key) != 0 && strcmp(key, "timeout_s") != 0 &&
+                    strcmp(key, "sync_wait_s") != 0 &&
                     (strcmp(key, "servers") != 0 || req->lang != LANG_PYTHON)) {
                         snprintf(msg, msg_size,
-                                 "unknown argument \"%.100s\" (%s takes %s, timeout_s%s)", key,
-                                 name, code_key, req->lang == LANG_PYTHON ? " and servers" : "");
+                                 "unknown argument \"%.100s\" (%s takes %s, timeout_s, "
+                                 "sync_wait_s%s)",
+                                 key, name, code_key, req->lang == LANG_PYTHON ? ", servers" : "");
                         return -EINVAL;
                 }
         }
@@ -222,6 +288,17 @@ static int parse_call(const char *name, json_t *args, const struct config *cfg,
                 }
                 req->timeout_s = d < cfg->max_timeout_s ? d : cfg->max_timeout_s;
         }
+        req->sync_wait_s = cfg->sync_wait_s;
+        json_t *w = json_object_get(args, "sync_wait_s");
+        if (w) {
+                double d = json_number_value(w);
+                if (!json_is_number(w) || !isfinite(d) || d < 0) {
+                        snprintf(msg, msg_size,
+                                 "argument \"sync_wait_s\" must be a number >= 0 (seconds)");
+                        return -EINVAL;
+                }
+                req->sync_wait_s = d;
+        }
         return 0;
 }
 
@@ -238,9 +315,38 @@ static void append_text(struct buf *t, const char *s)
         buf_append_some(t, s, strlen(s));
 }
 
+static json_t *result_json(const struct sandbox_result *res, const char *status);
+
 json_t *tools_result(const struct sandbox_result *res)
 {
-        const char *status = sandbox_status_name(res->status);
+        return result_json(res, sandbox_status_name(res->status));
+}
+
+json_t *tools_running_result(const struct sandbox_result *partial, const char *job_id,
+                             long long elapsed_ms)
+{
+        struct sandbox_result r = *partial;
+        r.has_exit_code = false;
+        r.duration_ms = elapsed_ms;
+        r.error_type = r.error_message = r.error_traceback = NULL;
+        json_t *result = result_json(&r, "running");
+        if (!result)
+                return NULL;
+        json_object_set_new(json_object_get(result, "structuredContent"), "job_id",
+                            json_string(job_id));
+        json_object_set_new(result, "isError", json_false());
+        char hint[256];
+        snprintf(hint, sizeof(hint),
+                 "Still running after %lld ms as job %s: it goes on in its sandbox. "
+                 "job_result with wait_s waits for its result; job_status, job_cancel.",
+                 elapsed_ms, job_id);
+        json_array_append_new(json_object_get(result, "content"),
+                              json_pack("{s:s, s:s}", "type", "text", "text", hint));
+        return result;
+}
+
+static json_t *result_json(const struct sandbox_result *res, const char *status)
+{
         struct buf text;
         buf_init(&text, (size_t)-1 / 2);
         char line[512];
@@ -298,7 +404,7 @@ json_t *tools_result(const struct sandbox_result *res)
             error_object(res->error_type, res->error_message, res->error_traceback));
         json_t *result = json_pack("{s:[{s:s, s:s%}], s:o, s:b}", "content", "type", "text", "text",
                                    text.data ? text.data : "", text.len, "structuredContent",
-                                   structured, "isError", res->status != ST_OK);
+                                   structured, "isError", strcmp(status, "ok") != 0);
         buf_free(&text);
         return result;
 }

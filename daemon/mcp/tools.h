@@ -7,6 +7,9 @@
 
 #include <jansson.h>
 
+/* job_result's wait_s may not exceed this. */
+#define JOB_WAIT_MAX_S 300.0
+
 /* The `tools` array for tools/list (new reference). `servers` names the
  * MCP servers sandboxed code may call, for run_python's description. */
 json_t *tools_list(const char *servers);
@@ -19,6 +22,10 @@ int tools_parse_call(const char *name, json_t *args, const struct config *cfg,
 
 /* A CallToolResult for a sandbox result (new reference). */
 json_t *tools_result(const struct sandbox_result *res);
+/* The result of a call that goes on as job `job_id`: status "running",
+ * the output so far (`partial`), isError false (new reference). */
+json_t *tools_running_result(const struct sandbox_result *partial, const char *job_id,
+                             long long elapsed_ms);
 /* The result of sandbox_status for these figures (stolen). */
 json_t *tools_status_result(json_t *status);
 /* A CallToolResult for a failure before any sandbox ran. */

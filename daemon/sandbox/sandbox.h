@@ -28,7 +28,8 @@ struct sandbox_request {
         enum sandbox_lang lang;
         const char *code;
         double timeout_s;
-        json_t *servers; /* borrowed: MCP servers the code may call (checked), or NULL */
+        json_t *servers;    /* borrowed: MCP servers the code may call (checked), or NULL */
+        double sync_wait_s; /* MCP layer only: when the call becomes a job (sandbox.c ignores it) */
         /* Optional, called while the code runs (with sandbox_run's userdata):
          * each piece of output as it arrives (valid UTF-8, not NUL-ended),
          * and each progress report of the code's own (corral.progress();
@@ -86,6 +87,9 @@ int sandbox_run(struct sandbox_mgr *m, const struct sandbox_request *req, sandbo
                 void *userdata, struct sandbox **ret);
 /* Kill the sandbox; its callback then reports ST_CANCELLED. */
 void sandbox_cancel(struct sandbox *s);
+/* What a running sandbox has so far: its output (status and timing not
+ * final). Valid until its done callback. */
+const struct sandbox_result *sandbox_partial(const struct sandbox *s);
 
 /* The hardened create body for the engine (exposed for tests). Steals
  * nothing. preload: the sandbox is for the warm pool, so the runtime may

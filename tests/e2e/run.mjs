@@ -42,9 +42,10 @@ const VERBOSE = process.env.E2E_VERBOSE === '1';
 const SUITE_LIMIT_MS = 10 * 60 * 1000;
 
 // corral's tools, sorted.
-const CORRAL_TOOLS = ['list_servers', 'run_python', 'run_shell', 'sandbox_status', 'search_tools'];
+const CORRAL_TOOLS = ['job_cancel', 'job_list', 'job_result', 'job_status', 'list_servers', 'run_python',
+  'run_shell', 'sandbox_status', 'search_tools'];
 const STATUSES = ['ok', 'error', 'timeout', 'oom', 'cancelled', 'engine_error', 'busy',
-  'invalid_arguments'];
+  'invalid_arguments', 'running'];
 const MiB = 1024 * 1024;
 
 // ---------------------------------------------------------------- TAP output
@@ -275,7 +276,10 @@ function checkResult(r) {
   const sc = r.structuredContent;
   assert.ok(sc && typeof sc === 'object', 'result has structuredContent');
   assert.ok(STATUSES.includes(sc.status), `status ${JSON.stringify(sc.status)} is one of ${STATUSES}`);
-  assert.equal(r.isError, sc.status !== 'ok', `isError is ${sc.status !== 'ok'} for status ${sc.status}`);
+  const fine = sc.status === 'ok' || sc.status === 'running';
+  assert.equal(r.isError, !fine, `isError is ${!fine} for status ${sc.status}`);
+  if (sc.status === 'running' || sc.job_id !== undefined)
+    assert.match(sc.job_id ?? '', /^job-\d+$/, 'a job\'s result names its job_id');
   assert.ok(sc.exit_code === null || isInt(sc.exit_code), 'exit_code is an integer or null');
   assert.equal(typeof sc.stdout, 'string', 'stdout is a string');
   assert.equal(typeof sc.stderr, 'string', 'stderr is a string');
@@ -294,7 +298,7 @@ function checkResult(r) {
     assert.equal(typeof sc.error.type, 'string', 'error.type is a string');
     assert.equal(typeof sc.error.message, 'string', 'error.message is a string');
   }
-  if (sc.status === 'ok') assert.equal(sc.error, null, 'a successful call has error null');
+  if (fine) assert.equal(sc.error, null, `a call with status ${sc.status} has error null`);
   else if (sc.status === 'error' && sc.error === null)
     assert.ok(isInt(sc.exit_code) && sc.exit_code !== 0, 'status error without an error object has a non-zero exit_code');
   else assert.notEqual(sc.error, null, `a call with status ${sc.status} explains itself in error`);
@@ -952,6 +956,72 @@ test('run_python: top-level await works', async (t) => {
   assert.equal(r.structuredContent.status, 'ok');
   assert.equal(r.structuredContent.stdout, '42\n[2, 4]\n');
 });
+
+// A job tool through the SDK: a result with text and structuredContent.
+async function jobCall(t, d, name, args, timeoutMs = 30000) {
+  const r = await d.client.callTool({ name, arguments: args }, CallToolResultSchema, { timeout: timeoutMs });
+  t.note(`${name}_${args.job_id ?? ''}`, r.structuredContent ?? r);
+  assert.equal(r.content?.[0]?.type, 'text', `${name} has text content`);
+  return r;
+}
+
+test('jobs: a 60 s run with sync_wait_s 2 becomes a job at ~2 s; job_status, job_result; job_cancel kills another', async (t) => {
+  const d = await t.main();
+  const code = 'import time\nfor i in range(6):\n    print("tick", i, flush=True)\n    time.sleep(10)\nprint("finished")';
+  const first = await d.call(t, 'run_python', { code, sync_wait_s: 2, timeout_s: 90 });
+  const sc = first.structuredContent;
+  t.note('first', { ms: first.ms, sc });
+  assert.equal(sc.status, 'running', 'the call answers "running"');
+  assert.ok(first.ms >= 1900 && first.ms < 8000, `...after about 2 s (${first.ms} ms)`);
+  assert.equal(first.isError, false, 'a running job is not an error');
+  assert.match(sc.stdout, /^tick 0\n/, 'with the output so far');
+  assert.match(first.content.map((c) => c.text).join('\n'), new RegExp(sc.job_id), 'the text names the job');
+  const job = sc.job_id;
+
+  const st = await jobCall(t, d, 'job_status', { job_id: job });
+  assert.equal(st.structuredContent.status, 'running', 'job_status: running');
+  assert.equal(st.structuredContent.running, true);
+  assert.match(st.structuredContent.stdout_tail, /tick 0/, 'job_status shows the newest output');
+
+  // Another job, cancelled: its container goes.
+  const other = await d.call(t, 'run_python', { code: 'import time\ntime.sleep(300)', sync_wait_s: 1, timeout_s: 400 });
+  assert.equal(other.structuredContent.status, 'running');
+  const otherId = other.structuredContent.job_id;
+  const container = other.structuredContent.container;
+  assert.match(container ?? '', /^[0-9a-f]{12}$/, 'the running result names its container');
+  assert.notEqual(otherId, job, 'each job has its own id');
+  const list = await jobCall(t, d, 'job_list', {});
+  assert.deepEqual(list.structuredContent.jobs.map((j) => j.job_id).sort(), [job, otherId].sort(), 'job_list lists both');
+  const cancel = await jobCall(t, d, 'job_cancel', { job_id: otherId });
+  assert.equal(cancel.structuredContent.cancelled, true, 'job_cancel: cancelled');
+  const gone = await waitFor(async () => {
+    const cs = await corralContainers(`io.corral.pid=${d.pid}`);
+    return { done: !cs.some((c) => c.id.startsWith(container)), left: cs.map((c) => c.id.slice(0, 12)) };
+  }, { timeoutMs: 15000 });
+  assert.ok(gone.done, `the cancelled job's container ${container} is removed`);
+  const cancelled = await jobCall(t, d, 'job_result', { job_id: otherId });
+  assert.equal(cancelled.structuredContent.status, 'cancelled', 'its result says cancelled');
+  const again = await jobCall(t, d, 'job_cancel', { job_id: otherId });
+  assert.equal(again.structuredContent.cancelled, false, 'cancelling an ended job does nothing');
+
+  // The first job still runs, then its result arrives through job_result.
+  const still = await jobCall(t, d, 'job_result', { job_id: job });
+  assert.equal(still.structuredContent.status, 'running', 'job_result without wait_s: still running');
+  const done = await jobCall(t, d, 'job_result', { job_id: job, wait_s: 90 }, 120000);
+  checkResult(done);
+  assert.equal(done.structuredContent.status, 'ok', 'job_result with wait_s: the final result');
+  assert.equal(done.structuredContent.stdout, 'tick 0\ntick 1\ntick 2\ntick 3\ntick 4\ntick 5\nfinished\n');
+  assert.ok(done.structuredContent.duration_ms >= 59000, 'the job ran its full minute');
+  const kept = await jobCall(t, d, 'job_result', { job_id: job });
+  assert.equal(kept.structuredContent.stdout, done.structuredContent.stdout, 'the result is kept for later asks');
+  const unknown = await jobCall(t, d, 'job_result', { job_id: 'job-999' });
+  assert.equal(unknown.structuredContent.status, 'invalid_arguments', 'an unknown job_id is invalid_arguments');
+  assert.match(unknown.content[0].text, /no job "job-999"/);
+  // A quick call does not become a job.
+  const quick = await d.call(t, 'run_python', { code: 'print(1)', sync_wait_s: 5 });
+  assert.equal(quick.structuredContent.status, 'ok');
+  assert.equal(quick.structuredContent.job_id, undefined, 'a call that ends in time has no job_id');
+}, { timeoutMs: 180000 });
 
 test('live output: a progressToken gets notifications/progress with output lines and corral.progress() before the result', async (t) => {
   const d = await t.main();
@@ -1664,7 +1734,7 @@ test('cli: `corral run -c` prints output and returns the exit code', async (t) =
   assert.equal(doc.code, 0, 'corral doctor passes against the live engine');
 }, { timeoutMs: 120000 });
 
-test('MCP Inspector CLI: tools/list shows the five tools and tools/call returns 42', async (t) => {
+test('MCP Inspector CLI: tools/list shows the nine tools and tools/call returns 42', async (t) => {
   const pkg = JSON.parse(readFileSync(path.join(HERE, 'node_modules/@modelcontextprotocol/inspector/package.json'), 'utf8'));
   const entry = path.join(HERE, 'node_modules/@modelcontextprotocol/inspector',
     typeof pkg.bin === 'string' ? pkg.bin : pkg.bin['mcp-inspector']);

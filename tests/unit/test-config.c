@@ -41,7 +41,7 @@ static void test_defaults(void)
         size_t n = 0;
         while (names[n])
                 n++;
-        is_int(n, 22, "config_key_names lists 22 keys, NULL-terminated");
+        is_int(n, 24, "config_key_names lists 24 keys, NULL-terminated");
         is_str(names[0], "engine", "... starting with engine");
 }
 

@@ -18,8 +18,32 @@ static bool valid_utf8(const char *s)
 static void test_list(void)
 {
         json_t *list = tools_list("everything, fs");
-        if (!ok(json_is_array(list) && json_array_size(list) == 5, "tools_list has five tools"))
+        if (!ok(json_is_array(list) && json_array_size(list) == 9, "tools_list has nine tools"))
                 return;
+        /* The job tools: job_status, job_result, job_cancel, job_list. */
+        static const struct {
+                const char *name;
+                bool readonly;
+                size_t args;
+        } jobs[] = {{"job_status", true, 1},
+                    {"job_result", true, 2},
+                    {"job_cancel", false, 1},
+                    {"job_list", true, 0}};
+        for (size_t i = 0; i < ARRAY_SIZE(jobs); i++) {
+                json_t *t = json_array_get(list, 5 + i);
+                is_str(json_string_value(json_object_get(t, "name")), jobs[i].name, "tool %zu name",
+                       5 + i);
+                ok(json_is_boolean(
+                       json_object_get(json_object_get(t, "annotations"), "readOnlyHint")) &&
+                       json_is_true(json_object_get(json_object_get(t, "annotations"),
+                                                    "readOnlyHint")) == jobs[i].readonly,
+                   "%s: readOnlyHint %d", jobs[i].name, jobs[i].readonly);
+                json_t *in = json_object_get(t, "inputSchema");
+                is_int(json_object_size(json_object_get(in, "properties")), jobs[i].args,
+                       "%s: %zu argument(s)", jobs[i].name, jobs[i].args);
+                is_int(json_array_size(json_object_get(in, "required")), jobs[i].args ? 1 : 0,
+                       "%s: job_id required when it takes one", jobs[i].name);
+        }
         /* run_python names the servers and takes their names. */
         json_t *py = json_array_get(list, 0);
         like(json_string_value(json_object_get(py, "description")), "Servers: everything, fs",
@@ -63,8 +87,12 @@ static void test_list(void)
                 is_str(json_string_value(json_object_get(in, "type")), "object",
                        "%s: inputSchema is an object", want[i].name);
                 json_t *props = json_object_get(in, "properties");
-                is_int(json_object_size(props), i == 0 ? 3 : 2, "%s: %d arguments", want[i].name,
-                       i == 0 ? 3 : 2);
+                is_int(json_object_size(props), i == 0 ? 4 : 3, "%s: %d arguments", want[i].name,
+                       i == 0 ? 4 : 3);
+                json_t *sw = json_object_get(props, "sync_wait_s");
+                ok(json_is_number(json_object_get(sw, "minimum")) &&
+                       json_number_value(json_object_get(sw, "minimum")) == 0,
+                   "%s: sync_wait_s, a number >= 0", want[i].name);
                 is_str(
                     json_string_value(json_object_get(json_object_get(props, want[i].arg), "type")),
                     "string", "%s: %s is a string", want[i].name, want[i].arg);
@@ -106,7 +134,10 @@ static void test_list(void)
                         }
                 is_int(missing, 0, "%s: outputSchema has every result field", want[i].name);
                 json_t *status_enum = json_object_get(json_object_get(oprops, "status"), "enum");
-                is_int(json_array_size(status_enum), 8, "%s: eight statuses", want[i].name);
+                is_int(json_array_size(status_enum), 9, "%s: nine statuses (running too)",
+                       want[i].name);
+                ok(json_object_get(oprops, "job_id") != NULL, "%s: job_id in the output schema",
+                   want[i].name);
                 json_t *oreq = json_object_get(out, "required");
                 bool has_status = false;
                 for (size_t k = 0; k < json_array_size(oreq); k++)
@@ -207,6 +238,34 @@ static void test_parse_call(void)
                         like(msg, tc->msg, "... message");
                 }
                 json_decref(args);
+        }
+
+        /* sync_wait_s: the configured default, or the caller's (>= 0). */
+        static const struct {
+                const char *args;
+                int rc;
+                double want;
+        } waits[] = {
+            {"{\"code\":\"x\"}", 0, 25},
+            {"{\"code\":\"x\",\"sync_wait_s\":2}", 0, 2},
+            {"{\"code\":\"x\",\"sync_wait_s\":0}", 0, 0},
+            {"{\"code\":\"x\",\"sync_wait_s\":1e9}", 0, 1e9},
+            {"{\"code\":\"x\",\"sync_wait_s\":-1}", -EINVAL, 0},
+            {"{\"code\":\"x\",\"sync_wait_s\":\"2\"}", -EINVAL, 0},
+            {"{\"code\":\"x\",\"sync_wait_s\":null}", -EINVAL, 0},
+        };
+        for (size_t i = 0; i < ARRAY_SIZE(waits); i++) {
+                json_t *a = json_loads(waits[i].args, 0, NULL);
+                struct sandbox_request r = {0};
+                char m[512] = "";
+                int rc = tools_parse_call("run_python", a, &cfg, &r, m, sizeof(m));
+                is_int(rc, waits[i].rc, "%s: returns %d", waits[i].args, waits[i].rc);
+                if (rc == 0)
+                        ok(r.sync_wait_s == waits[i].want, "... sync_wait_s %g (got %g)",
+                           waits[i].want, r.sync_wait_s);
+                else
+                        like(m, "sync_wait_s", "... naming sync_wait_s");
+                json_decref(a);
         }
 
         /* JSON has no NaN or Infinity, and jansson cannot make them. */
@@ -490,8 +549,34 @@ static void test_error_result(void)
                 }
         }
         is_int(extra, 0, "error result fields are all in the output schema");
-        is_int(json_object_size(sc), json_object_size(props), "... and all of them are there");
+        is_int(json_object_size(sc) + 1, json_object_size(props),
+               "... and all of them are there (but job_id, only in a job's results)");
         json_decref(r);
+
+        /* A call gone on as a job: status running, the output so far. */
+        struct sandbox_result part = {.status = ST_OK, .has_exit_code = true, .exit_code = 0};
+        buf_init(&part.out.data, 100);
+        buf_append(&part.out.data, "step 1\n", 7);
+        part.out.total = 7;
+        buf_init(&part.err.data, 100);
+        r = tools_running_result(&part, "job-7", 2001);
+        sc = json_object_get(r, "structuredContent");
+        is_str(json_string_value(json_object_get(sc, "status")), "running", "running: status");
+        is_str(json_string_value(json_object_get(sc, "job_id")), "job-7", "running: job_id");
+        ok(json_is_null(json_object_get(sc, "exit_code")), "running: no exit code yet");
+        is_str(json_string_value(json_object_get(sc, "stdout")), "step 1\n",
+               "running: the output so far");
+        is_int(json_integer_value(json_object_get(sc, "duration_ms")), 2001, "running: elapsed");
+        ok(json_is_false(json_object_get(r, "isError")), "running: not an error");
+        extra = 0;
+        json_object_foreach(sc, key, v) if (!json_object_get(props, key)) extra++;
+        is_int(extra, 0, "running: every field is in the output schema");
+        like(json_string_value(
+                 json_object_get(json_array_get(json_object_get(r, "content"), 1), "text")),
+             "job-7", "running: the text says which job and what to call");
+        json_decref(r);
+        buf_free(&part.out.data);
+        buf_free(&part.err.data);
         json_decref(list);
 }
 
