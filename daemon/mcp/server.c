@@ -999,11 +999,13 @@ static void tools_call(struct mcp_server *s, json_t *id, json_t *params)
         c->t_start = now_ms();
         req.on_output = call_output;
         req.on_progress = call_progress;
-        r = sandbox_run(s->mgr, &req, call_done, c, &c->sb);
-        if (r == 0 && c->sb && timer_add(s->loop, call_detach, c, &c->sync_timer) == 0) {
+        /* Armed first: sandbox_run may finish (and free) the call at once
+         * when it fails early; call_free removes the timer then. */
+        if (timer_add(s->loop, call_detach, c, &c->sync_timer) == 0) {
                 long long ms = (long long)ceil(req.sync_wait_s * 1000);
                 timer_arm(c->sync_timer, ms > 0 ? ms : 1);
         }
+        r = sandbox_run(s->mgr, &req, call_done, c, &c->sb);
         if (r == -EBUSY) {
                 snprintf(msg, sizeof(msg),
                          "every sandbox slot is in use (%ld) and %ld calls are already waiting: "
