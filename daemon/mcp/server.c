@@ -42,7 +42,6 @@ struct progress {
         double total;      /* the code's, < 0 when it gave none */
         char *message;     /* the code's last message, or NULL */
         bool pending;      /* something new since the last one */
-        bool reported;     /* the code reported progress itself */
         char tail[PROGRESS_TAIL];
         size_t tail_len;
 };
@@ -138,6 +137,15 @@ static void send_error(struct mcp_server *s, json_t *id, int code, const char *m
         send_msg(s, jrpc_error(id, code, message, NULL));
 }
 
+/* A tool's result, stolen; NULL (it could not be built) is an internal error. */
+static void send_tool_result(struct mcp_server *s, json_t *id, json_t *result)
+{
+        if (result)
+                send_msg(s, jrpc_result(id, result));
+        else
+                send_error(s, id, JRPC_INTERNAL_ERROR, "cannot encode the result");
+}
+
 static void out_ready(struct watch *w, uint32_t events, void *userdata)
 {
         (void)w;
@@ -210,7 +218,7 @@ static void progress_send(struct call *c)
         char *lines = progress_lines(p);
         const char *msg = p->message ? p->message : lines;
         json_t *params = json_pack("{s:O, s:f}", "progressToken", p->token, "progress", value);
-        if (params && p->reported && p->total >= 0)
+        if (params && p->total >= 0)
                 json_object_set_new(params, "total", json_real(p->total));
         if (params && msg && *msg)
                 json_object_set_new(params, "message", json_string(msg));
@@ -283,7 +291,6 @@ static void call_progress(void *userdata, double done, double total, const char 
         }
         p->total = total;
         p->done = done;
-        p->reported = true;
         progress_soon(c);
 }
 
@@ -383,10 +390,7 @@ static void job_finished(struct call *c, const struct sandbox_result *res)
                  c->t_end - c->t_start);
         while (c->waits) {
                 struct job_wait *w = c->waits;
-                if (c->result)
-                        send_msg(s, jrpc_result(w->id, json_deep_copy(c->result)));
-                else
-                        send_error(s, w->id, JRPC_INTERNAL_ERROR, "cannot encode the result");
+                send_tool_result(s, w->id, json_deep_copy(c->result));
                 job_wait_free(w);
         }
         if (timer_add(s->loop, job_expire, c, &c->expire) == 0)
@@ -407,11 +411,7 @@ static void call_detach(struct timer *t, void *userdata)
         progress_free(c->progress);
         c->progress = NULL;
         log_info("%s goes on as %s", c->tool, c->job_id);
-        json_t *result = job_running_result(c);
-        if (result)
-                send_msg(s, jrpc_result(c->id, result));
-        else
-                send_error(s, c->id, JRPC_INTERNAL_ERROR, "cannot encode the result");
+        send_tool_result(s, c->id, job_running_result(c));
 }
 
 static void call_done(void *userdata, const struct sandbox_result *res)
@@ -425,13 +425,8 @@ static void call_done(void *userdata, const struct sandbox_result *res)
                 return;
         }
         /* A withdrawn call gets no response (MCP cancellation rules). */
-        if (!c->cancelled) {
-                json_t *result = tools_result(res);
-                if (result)
-                        send_msg(c->srv, jrpc_result(c->id, result));
-                else
-                        send_error(c->srv, c->id, JRPC_INTERNAL_ERROR, "cannot encode the result");
-        }
+        if (!c->cancelled)
+                send_tool_result(c->srv, c->id, tools_result(res));
         call_free(c);
 }
 
@@ -828,11 +823,7 @@ static void job_wait_tick(struct timer *t, void *userdata)
         struct job_wait *w = userdata;
         struct call *c = w->job;
         (void)t;
-        json_t *result = job_running_result(c);
-        if (result)
-                send_msg(c->srv, jrpc_result(w->id, result));
-        else
-                send_error(c->srv, w->id, JRPC_INTERNAL_ERROR, "cannot encode the result");
+        send_tool_result(c->srv, w->id, job_running_result(c));
         job_wait_free(w);
 }
 
@@ -851,11 +842,11 @@ static void job_result(struct mcp_server *s, json_t *id, json_t *args)
                 return;
         }
         if (!c->sb) {
-                send_msg(s, jrpc_result(id, json_deep_copy(c->result)));
+                send_tool_result(s, id, json_deep_copy(c->result));
                 return;
         }
         if (wait <= 0) {
-                send_msg(s, jrpc_result(id, job_running_result(c)));
+                send_tool_result(s, id, job_running_result(c));
                 return;
         }
         struct job_wait *jw = calloc(1, sizeof(*jw));
