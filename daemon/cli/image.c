@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #ifndef CORRAL_IMAGES_DIR
 #define CORRAL_IMAGES_DIR "/usr/local/share/corral/images"
@@ -24,6 +25,11 @@ static int build_rootfs(const char *out)
         if (pid == 0) {
                 /* Keep stdout clean: the recipe's chatter goes to stderr. */
                 dup2(STDERR_FILENO, STDOUT_FILENO);
+                /* libcurl's sockets (the engine check above) are not
+                 * close-on-exec. Leaked into the recipe they also push
+                 * mmdebstrap's status pipe to fd 10, which dash cannot
+                 * redirect ("Bad fd number"), and the build fails. */
+                close_range(3, ~0U, 0);
                 execl("/bin/bash", "bash", script, out, (char *)NULL);
                 _exit(127);
         }
