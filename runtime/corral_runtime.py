@@ -23,6 +23,16 @@ CO_COROUTINE = 0x80                # inspect.CO_COROUTINE, without importing ins
 TOP_LEVEL_AWAIT = 0x2000           # ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, without importing ast
 OOM_FILES = ('/sys/fs/cgroup/memory.events',                # cgroup v2
              '/sys/fs/cgroup/memory/memory.oom_control')    # cgroup v1
+MEMORY_FILES = ('/sys/fs/cgroup/memory.current',             # cgroup v2
+                '/sys/fs/cgroup/memory/memory.usage_in_bytes')  # cgroup v1
+WORKSPACE = os.environ.get('CORRAL_WORKSPACE') or '/workspace'  # tests set another
+OUT_DIR = WORKSPACE + '/out'       # files the code writes here come back with the result
+OUT_FILES_MAX = 64                 # files reported per run
+OUT_SCAN_MAX = 4096                # entries looked at, at most
+OUT_DEPTH_MAX = 8
+LIST_MAX = 10000                   # entries of one sandbox/list
+LIST_DEPTH_MAX = 32
+INTERRUPT_GRACE = 1.0              # seconds a session's run has to stop after SIGINT
 ID_RANGE = 1 << 63                 # integer ids of worker requests: int64
 PREFORK_WAIT = 10.0                # seconds for the forked-ahead worker to set up
 PROGRESS_INTERVAL = 0.02           # seconds between corral.progress() frames
@@ -134,12 +144,14 @@ def socket_pair():
 
 # ---------------------------------------------------------------- worker --
 
-def worker(sup, request, pipes, api_fd, go_r=None, set_w=None):
-    """Runs in the forked child; never returns.  With go_r (forked ahead, at
-    start-up) it sets itself up first and then waits for the request there,
-    so that a call pays for neither the fork nor the set-up.  api_fd is its
-    end of the API socket (close-on-exec: a shell or any program user code
-    execs never holds it).  Closing set_w tells the supervisor it is set up."""
+def worker(sup, pipes, api_fd, go_r, set_w=None):
+    """Runs in the forked child; never returns.  It sets itself up, then
+    reads its requests, one JSON line each, on go_r: forked ahead (at
+    start-up, set_w given) a call pays for neither the fork nor the set-up.
+    api_fd is its end of the API socket (close-on-exec: a shell or any
+    program user code execs never holds it).  Closing set_w tells the
+    supervisor it is set up.  A request with "keep" (a session) leaves the
+    worker waiting for the next one, its Python globals intact."""
     out_w, err_w, report_w = pipes
     signal.set_wakeup_fd(-1)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
@@ -173,52 +185,130 @@ def worker(sup, request, pipes, api_fd, go_r=None, set_w=None):
         pass
     # The daemon cannot set WorkingDir (Docker would make /workspace 0755
     # root-owned under the tmpfs), so the worker starts there itself.
-    for d in ('/workspace', '/tmp'):
+    for d in (WORKSPACE, '/tmp'):
         try:
             os.chdir(d)
             break
         except OSError:
             pass
     main = prepare_python()    # before the request: a warm call skips it
-    if go_r is not None:
+    if set_w is not None:
         if sup.pooled:         # else the request is due now: nothing to win
             rehearse(main, api_fd, sup.max_frame)
         os.close(set_w)
-        data = bytearray()
-        while True:
-            chunk = os.read(go_r, 65536)
-            if not chunk:
+    pending = bytearray()
+    while True:
+        request = next_request(go_r, pending)
+        if request is None:    # the supervisor went away or changed its mind
+            os._exit(0)
+        language, code, servers = request['language'], request['code'], request['servers']
+        keep = request.get('keep') is True
+        signum = None
+        if not keep:           # the last request: user code gets no handle on the pipe
+            os.close(go_r)
+        if language == 'shell' and not keep:
+            os.close(api_fd)   # exec would close it anyway: no API for shells
+            exec_shell(code, report_w)
+        elif language == 'shell':
+            status, signum = run_shell(code, report_w)
+        else:
+            status = run_python(main, code, report_w, (api_fd, sup.max_frame, servers), keep)
+        if keep:
+            # The session goes on: say so with the status, fds 0-2 stay.
+            report(report_w, {'end': status, 'signal': signum, 'pid': os.getpid()})
+            continue
+        # Tell the supervisor we are done before exiting: it answers at once
+        # instead of waiting for the kernel to tear this process down and for
+        # SIGCHLD.  Output first, so that EOF on the pipes is already on its way.
+        for fd in (0, 1, 2):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        # With its pid: a child that user code forked without exec and that
+        # returns through here has the same pipe, but it is not the worker.
+        report(report_w, {'exit': status, 'pid': os.getpid()})
+        os._exit(status)
+
+
+def next_request(fd, pending):
+    """The next request line on the go pipe, parsed; None at EOF or on a
+    line that is not one (only the supervisor writes there).  `pending`
+    (a bytearray) keeps what was read past that line."""
+    start = 0
+    while True:
+        i = pending.find(b'\n', start)  # only new bytes: a request may be megabytes
+        if i >= 0:
+            break
+        start = len(pending)
+        try:
+            chunk = os.read(fd, 1 << 20)
+        except InterruptedError:
+            continue
+        if not chunk:
+            return None
+        pending += chunk
+    line = bytes(pending[:i])
+    del pending[:i + 1]
+    try:
+        request = json.loads(line.decode('utf-8'))
+        return request if isinstance(request, dict) else None
+    except ValueError:
+        return None
+
+
+def exec_shell(code, report_w):
+    """A one-shot shell: the worker becomes /bin/sh -c code."""
+    # exec keeps ignored signals ignored: give sh the defaults Python took away
+    for sig in (signal.SIGINT, signal.SIGPIPE, signal.SIGXFSZ):
+        signal.signal(sig, signal.SIG_DFL)
+    try:
+        os.execv('/bin/sh', ['/bin/sh', '-c', code])
+    except Exception as e:  # OSError, or ValueError for a NUL in code
+        report(report_w, {'type': type(e).__name__, 'message': str(e), 'traceback': ''})
+    os._exit(127)
+
+
+def run_shell(code, report_w):
+    """A shell in a session: /bin/sh -c code as a child in a process group of
+    its own, so that an interrupt (SIGINT to the worker) kills all of it and
+    leaves the worker, and the session's Python state, alone.  Returns
+    (exit status, signal or None)."""
+    try:
+        pid = os.fork()
+    except OSError as e:
+        report(report_w, {'type': 'OSError', 'message': str(e), 'traceback': ''})
+        return 127, None
+    if pid == 0:
+        try:
+            os.setpgid(0, 0)
+            exec_shell(code, report_w)
+        finally:
+            os._exit(127)
+    try:
+        os.setpgid(pid, pid)   # either side may win the race; both set the same
+    except OSError:
+        pass
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    st = None
+    try:
+        while st is None:
+            try:
+                st = os.waitpid(pid, 0)[1]
+            except KeyboardInterrupt:  # interrupted: the whole group goes
+                try:
+                    os.killpg(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            except ChildProcessError:
                 break
-            data += chunk
-        os.close(go_r)
-        try:
-            request = json.loads(data.decode('utf-8'))
-        except Exception:
-            os._exit(0)            # the supervisor went away or changed its mind
-    language, code, servers = request['language'], request['code'], request['servers']
-    if language == 'shell':
-        os.close(api_fd)       # exec would close it anyway: no API for shells
-        # exec keeps ignored signals ignored: give sh the defaults Python took away
-        for sig in (signal.SIGINT, signal.SIGPIPE, signal.SIGXFSZ):
-            signal.signal(sig, signal.SIG_DFL)
-        try:
-            os.execv('/bin/sh', ['/bin/sh', '-c', code])
-        except Exception as e:  # OSError, or ValueError for a NUL in code
-            report(report_w, {'type': type(e).__name__, 'message': str(e), 'traceback': ''})
-        os._exit(127)
-    status = run_python(main, code, report_w, (api_fd, sup.max_frame, servers))
-    # Tell the supervisor we are done before exiting: it answers at once
-    # instead of waiting for the kernel to tear this process down and for
-    # SIGCHLD.  Output first, so that EOF on the pipes is already on its way.
-    for fd in (0, 1, 2):
-        try:
-            os.close(fd)
-        except OSError:
-            pass
-    # With its pid: a child that user code forked without exec and that
-    # returns through here has the same pipe, but it is not the worker.
-    report(report_w, {'exit': status, 'pid': os.getpid()})
-    os._exit(status)
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if st is None:
+        return 127, None
+    if os.WIFSIGNALED(st):
+        return 128 + os.WTERMSIG(st), os.WTERMSIG(st)
+    return os.WEXITSTATUS(st), None
 
 
 def report(fd, record):
@@ -302,12 +392,15 @@ def rehearse(main, api_fd, max_frame):
     sys.modules.pop('corral', None)
 
 
-def run_python(main, code, report_w, api):
+def run_python(main, code, report_w, api, keep=False):
+    """Runs code as __main__; returns the exit status.  keep (a session):
+    main's globals, threads and atexit handlers stay for the next run."""
     import linecache
     install_api(main.__dict__, *api)
     # The source in linecache so tracebacks show the user's lines.
     linecache.cache[FILENAME] = (len(code), None, code.splitlines(True), FILENAME)
     status = 0
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # an interrupt ends the run
     try:
         compiled = compile(code, FILENAME, 'exec', flags=TOP_LEVEL_AWAIT,
                            dont_inherit=True)
@@ -324,15 +417,23 @@ def run_python(main, code, report_w, api):
         except BaseException:  # e.g. MemoryError again while formatting
             record = {'type': type(e).__name__, 'message': '', 'traceback': ''}
         report(report_w, record)
-    # What interpreter shutdown would do: wait for non-daemon threads, run
-    # atexit handlers, flush.  os._exit so we never return into the supervisor.
-    try:
-        if 'threading' in sys.modules:
-            sys.modules['threading']._shutdown()
-        import atexit
-        atexit._run_exitfuncs()
-    except BaseException:
-        pass
+    if keep:
+        # Between runs an interrupt meant for a run that just ended must
+        # not kill the session's interpreter.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        if api_channel is not None:  # the daemon forgets this run's calls
+            api_channel.fail_pending('the run that made this MCP call has ended')
+    else:
+        # What interpreter shutdown would do: wait for non-daemon threads,
+        # run atexit handlers, flush.  os._exit so we never return into the
+        # supervisor.
+        try:
+            if 'threading' in sys.modules:
+                sys.modules['threading']._shutdown()
+            import atexit
+            atexit._run_exitfuncs()
+        except BaseException:
+            pass
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
@@ -765,9 +866,18 @@ class Channel:
         with self.lock:
             if self.closed is None:
                 self.closed = reason
+        self.fail_pending(reason)
+
+    def fail_pending(self, reason):
+        """Every call still waiting fails (a late response is dropped)."""
+        with self.lock:
             pending, self.pending = self.pending, {}
         for w in pending.values():
             w.finish({'error': {'code': None, 'message': reason, 'data': {'type': 'ProtocolError'}}})
+
+    def new_run(self, servers):
+        """A session's next run: its own servers, nothing cached."""
+        self.servers, self.tools, self.skipped = servers, {}, set()
 
     def send(self, data):
         with self.wlock:
@@ -840,13 +950,13 @@ class Channel:
         return self.tools[server]
 
 
-api = None  # the worker's Channel
+api_channel = None  # the worker's Channel
 
 
 def channel():
-    if api is None:
+    if api_channel is None:
         raise McpError('the MCP bridge is only available in Python runs of corral')
-    return api
+    return api_channel
 
 
 def running_loop():
@@ -1162,9 +1272,12 @@ del _f
 def install_api(main, fd, max_frame, servers):
     """Module `corral` and the globals of the user's __main__: the functions
     and mcp_<alias> per server.  Cheap: no thread, no import."""
-    global api
+    global api_channel
     import types
-    api = Channel(fd, max_frame, servers)
+    if api_channel is not None and api_channel.fd == fd and api_channel.pid == os.getpid():
+        api_channel.new_run(servers)  # a session: one reader thread per socket
+    else:
+        api_channel = Channel(fd, max_frame, servers)
     mod = types.ModuleType('corral', 'MCP tools of this corral run: call_tool(), mcp_<alias>.<tool>(), '
                            'list_servers(), list_tools(), search_tools(), tool_docs().')
     for obj in API_FUNCTIONS + API_CLASSES + (progress, _raw_send, _raw_request):
@@ -1172,20 +1285,32 @@ def install_api(main, fd, max_frame, servers):
     for name, alias in servers:
         setattr(mod, 'mcp_' + alias, McpServer(name, alias))
     sys.modules['corral'] = mod
+    # A session's globals may still hold the proxies of an earlier run's
+    # servers: those go, unless user code rebound the name.
+    for key, obj in _api_globals.items():
+        if main.get(key) is obj:
+            del main[key]
+    _api_globals.clear()
     for f in API_FUNCTIONS:
-        main[f.__name__] = f
+        _api_globals[f.__name__] = main[f.__name__] = f
     for name, alias in servers:
-        main['mcp_' + alias] = getattr(mod, 'mcp_' + alias)
+        _api_globals['mcp_' + alias] = main['mcp_' + alias] = getattr(mod, 'mcp_' + alias)
+
+
+_api_globals = {}  # what install_api put in __main__, by name
 
 
 # ------------------------------------------------------------ supervisor --
 
 class Stream:
-    """One of the worker's output pipes."""
+    """One of the worker's output streams as one run sees it: what it
+    forwarded and counted.  The pipe itself is the Worker's (in a session it
+    outlives the run)."""
 
-    def __init__(self, sup, name, fd, limit):
-        self.sup, self.name, self.fd, self.limit = sup, name, fd, limit
+    def __init__(self, sup, name, limit):
+        self.sup, self.name, self.limit = sup, name, limit
         self.total = self.sent = 0
+        self.ended = False
         # per stream, so a character split across reads is decoded whole
         self.decoder = codecs.getincrementaldecoder('utf-8')(errors='replace')
 
@@ -1197,10 +1322,9 @@ class Stream:
             self.sent += len(part)
             self.emit(self.decoder.decode(part))
 
-    def close(self):
-        if self.fd is not None:
-            os.close(self.fd)
-            self.fd = None
+    def end(self):
+        if not self.ended:
+            self.ended = True
             if self.sent < self.limit:  # past the limit a cut character is just dropped
                 self.emit(self.decoder.decode(b'', True))
 
@@ -1215,51 +1339,152 @@ class Stream:
             raw = raw[n:]
 
 
-class Job:
-    def __init__(self, rid, pid, streams, report_fd, oom_before, relay):
-        self.rid, self.pid, self.streams, self.relay = rid, pid, streams, relay
-        self.report_fd, self.report = report_fd, bytearray()
-        self.oom_before = oom_before
-        self.wait_status = None    # from waitpid
-        self.exit_code = None      # from the worker's own {exit} record
-        self.deadline = None
+class Worker:
+    """A forked worker and the supervisor's ends of its pipes: stdout,
+    stderr, the report pipe (non-blocking), the go pipe its requests go down
+    (blocking: a request is written whole), and the API socket's relay.  In
+    a session it serves one run after another."""
 
-    def read_report(self):
+    def __init__(self, sup, pid, out_r, err_r, rep_r, go_w, api_r, oom_before):
+        self.pid = pid
+        self.fds = {'stdout': out_r, 'stderr': err_r, 'report': rep_r}
+        for fd in self.fds.values():
+            os.set_blocking(fd, False)
+        self.go = go_w
+        os.set_blocking(api_r, False)
+        self.relay = Relay(sup, api_r)
+        self.oom_before = oom_before   # taken at fork time, for its first run
+        self.wait_status = None        # from waitpid: it is gone
+        self.runs = 0
+
+    def open_fds(self):
+        return [fd for fd in self.fds.values() if fd is not None]
+
+    def name_of(self, fd):
+        for name, f in self.fds.items():
+            if f == fd:
+                return name
+        return None
+
+    def read(self, name):
+        """A chunk from one of its pipes: bytes, b'' at EOF (the pipe is then
+        closed), None when nothing is there now."""
+        fd = self.fds[name]
+        if fd is None:
+            return b''
         try:
-            data = os.read(self.report_fd, CHUNK)
+            data = os.read(fd, CHUNK)
         except BlockingIOError:
-            return
+            return None
+        except OSError:
+            data = b''
         if not data:
-            os.close(self.report_fd)
-            self.report_fd = None
-        elif len(self.report) < REPORT_CAP:
+            os.close(fd)
+            self.fds[name] = None
+        return data
+
+    def send(self, request):
+        """Hands it a request; False when it is gone."""
+        try:
+            write_all(self.go, json.dumps(request).encode() + b'\n')
+            return True
+        except OSError:
+            return False
+
+    def alive(self):
+        return self.wait_status is None
+
+    def close(self):
+        for name, fd in self.fds.items():
+            if fd is not None:
+                os.close(fd)
+                self.fds[name] = None
+        if self.go is not None:
+            os.close(self.go)
+            self.go = None
+        self.relay.close()
+
+
+class Job:
+    """One sandbox/exec: its request id, the worker running it, what it
+    printed and reported."""
+
+    def __init__(self, sup, rid, worker, language, limit, oom_before, keep, restarted, out_before):
+        self.sup, self.rid, self.worker = sup, rid, worker
+        self.language, self.keep, self.restarted = language, keep, restarted
+        self.streams = {'stdout': Stream(sup, 'stdout', limit), 'stderr': Stream(sup, 'stderr', limit)}
+        self.report = bytearray()
+        self.oom_before = oom_before
+        self.exit_code = None      # from the worker's own {exit} or {end} record
+        self.signal = None         # from {end}: a session's shell killed by it
+        self.deadline = None
+        self.kill_at = None        # an interrupt not heeded by then: kill
+        self.interrupted = False
+        self.out_before = out_before  # /workspace/out before: what differs after is its own
+
+    @property
+    def pid(self):
+        return self.worker.pid
+
+    @property
+    def relay(self):
+        return self.worker.relay
+
+    def feed_report(self, data):
+        if len(self.report) < REPORT_CAP:
             self.report += data
             if self.exit_code is None and data.endswith(b'\n'):
                 self.check_exit()
 
     def check_exit(self):
-        """The worker's last line says it is done (it may still be exiting)."""
+        """The worker's last line says it is done (one-shot: it may still be
+        exiting; a session: it waits for the next request)."""
         start = self.report.rfind(b'\n', 0, len(self.report) - 1) + 1
         try:
             rec = json.loads(self.report[start:].decode('utf-8'))
         except (ValueError, RecursionError):
             return
-        code = rec.get('exit') if isinstance(rec, dict) else None
-        if isinstance(code, int) and not isinstance(code, bool) and 0 <= code <= 255 \
-                and rec.get('pid') == self.pid:
+        if not isinstance(rec, dict) or rec.get('pid') != self.pid:
+            return
+        code = rec.get('end' if self.keep else 'exit')
+        if isinstance(code, int) and not isinstance(code, bool) and 0 <= code <= 255:
+            sig = rec.get('signal')
+            if self.keep and isinstance(sig, int) and not isinstance(sig, bool) and 0 < sig < 65:
+                self.signal = sig
             self.exit_code = code
             self.ended()
 
     def ended(self):
-        """The worker is done: wait DRAIN_SECONDS at most for the pipes."""
-        if self.deadline is None:
+        """The worker is done (or gone).  One-shot: wait DRAIN_SECONDS at
+        most for its pipes to close.  A session's worker keeps them open:
+        what it wrote before its {end} line is in them already, so drain them
+        now and be done."""
+        if self.deadline is not None:
+            return
+        if self.keep and self.worker.alive():
+            self.drain()
+            self.deadline = time.monotonic()
+        else:
             self.deadline = time.monotonic() + DRAIN_SECONDS
-            if self.relay is not None:  # late responses are dropped from now on
-                self.relay.close()
+        if self.relay is not None and not self.keep:  # late responses are dropped from now on
+            self.relay.close()
+
+    def drain(self):
+        """Reads what the output pipes hold now (bounded: a background process
+        may keep writing)."""
+        for name in ('stdout', 'stderr'):
+            for _ in range(64):
+                data = self.worker.read(name)
+                if not data:
+                    break
+                self.streams[name].feed(data)
 
     def done(self):
-        return self.deadline is not None and (
-            time.monotonic() >= self.deadline or all(s.fd is None for s in self.streams.values()))
+        if self.deadline is None:
+            return False
+        w = self.worker
+        return time.monotonic() >= self.deadline or (
+            w.fds['stdout'] is None and w.fds['stderr'] is None)
 
     def error(self, budget):
         """The worker's error record, checked: user code can write anything
@@ -1276,12 +1501,14 @@ class Job:
                 'traceback': tail(text(rec.get('traceback')), budget)}
 
     def result(self, budget):
-        st = self.wait_status
+        st = self.worker.wait_status if self.exit_code is None else None
         if st is not None:
             signum = os.WTERMSIG(st) if os.WIFSIGNALED(st) else None
             code = 128 + signum if signum is not None else os.WEXITSTATUS(st)
         else:
-            signum, code = None, self.exit_code
+            signum, code = self.signal, self.exit_code
+        if code is None:  # neither a record nor a wait status: it vanished
+            code = 1
         error = self.error(budget)
         if error is not None and error['type'] == 'MemoryError':
             status = 'oom'
@@ -1298,6 +1525,111 @@ class Job:
     def oom_killed(self):
         after = oom_kills()
         return None not in (self.oom_before, after) and after > self.oom_before
+
+
+def memory_bytes():
+    """The container's memory use (its cgroup's), or None outside one."""
+    for path in MEMORY_FILES:
+        try:
+            with open(path) as f:
+                return int(f.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            pass
+    return None
+
+
+def out_scan():
+    """Regular files under /workspace/out: {path: (mtime_ns, size, inode)},
+    paths relative to /workspace.  Bounded, symlinks not followed, names
+    that are not UTF-8 skipped."""
+    found, stack, seen = {}, [(OUT_DIR, 0)], 0
+    while stack and seen < OUT_SCAN_MAX:
+        path, depth = stack.pop()
+        try:
+            entries = list(os.scandir(path))
+        except OSError:
+            continue
+        for e in entries:
+            seen += 1
+            try:
+                name = e.path.encode('utf-8').decode('utf-8')
+                st = e.stat(follow_symlinks=False)
+            except (UnicodeError, OSError):
+                continue
+            if e.is_dir(follow_symlinks=False):
+                if depth < OUT_DEPTH_MAX:
+                    stack.append((e.path, depth + 1))
+            elif e.is_file(follow_symlinks=False):
+                found[name[len(WORKSPACE) + 1:]] = (st.st_mtime_ns, st.st_size, st.st_ino)
+    return found
+
+
+def out_files(before):
+    """The files under /workspace/out that are new or changed since the scan
+    `before` (a run's own: compared by content stamps, not clocks), for the
+    daemon to fetch: [{path, size}], at most OUT_FILES_MAX."""
+    if not os.path.isdir(OUT_DIR):
+        return []
+    now = out_scan()
+    changed = sorted(p for p, stamp in now.items() if before.get(p) != stamp)
+    return [{'path': p, 'size': now[p][1]} for p in changed[:OUT_FILES_MAX]]
+
+
+def list_dir(params):
+    """sandbox/list: the entries of a directory under /workspace (lstat: a
+    symlink is listed, not followed).  Returns (result, None) or (None,
+    message)."""
+    p = params if isinstance(params, dict) else {}
+    path, recursive, limit = p.get('path', WORKSPACE), p.get('recursive', False), p.get('limit', 1000)
+    if not isinstance(path, str) or not isinstance(recursive, bool) or not isinstance(limit, int) \
+            or isinstance(limit, bool) or not 1 <= limit <= LIST_MAX:
+        return None, 'invalid params: want path string, recursive boolean, limit 1..%d' % LIST_MAX
+    real = os.path.realpath(path)
+    if real != WORKSPACE and not real.startswith(WORKSPACE + '/'):
+        return None, '%s resolves to %s, outside %s' % (path, real, WORKSPACE)
+    try:
+        st = os.stat(real)
+    except OSError as e:
+        return None, '%s: %s' % (path, e.strerror)
+    if not os.path.isdir(real):
+        return {'path': real, 'entries': [entry(real, st, os.path.basename(real))],
+                'truncated': False}, None
+    entries, stack, truncated = [], [(real, 0)], False
+    while stack and not truncated:
+        d, depth = stack.pop()
+        try:
+            items = sorted(os.scandir(d), key=lambda e: e.name)
+        except OSError:
+            continue
+        subdirs = []
+        for e in items:
+            try:
+                rel = e.path[len(real) + 1:].encode('utf-8').decode('utf-8')
+                est = e.stat(follow_symlinks=False)
+            except (UnicodeError, OSError):
+                continue
+            if len(entries) >= limit:
+                truncated = True
+                break
+            entries.append(entry(e.path, est, rel))
+            if recursive and e.is_dir(follow_symlinks=False) and depth < LIST_DEPTH_MAX:
+                subdirs.append((e.path, depth + 1))
+        stack += reversed(subdirs)
+    return {'path': real, 'entries': entries, 'truncated': truncated}, None
+
+
+def entry(path, st, rel):
+    import stat as s
+    kind = 'dir' if s.S_ISDIR(st.st_mode) else 'file' if s.S_ISREG(st.st_mode) \
+        else 'symlink' if s.S_ISLNK(st.st_mode) else 'other'
+    e = {'path': rel, 'type': kind, 'size': st.st_size, 'mode': '%04o' % s.S_IMODE(st.st_mode),
+         'mtime': int(st.st_mtime)}
+    if kind == 'symlink':
+        try:
+            e['target'] = os.readlink(path)
+        except OSError:
+            pass
+    return e
 
 
 class LineReader:
@@ -1425,7 +1757,9 @@ class Supervisor:
         self.text_budget = min(TRACEBACK_CAP, self.max_frame // 16)
         self.lines, self.eof = LineReader(self.max_frame), False
         self.job = None
-        self.pre = None
+        self.pre = None       # the worker forked ahead, waiting for its first request
+        self.worker = None    # a session's worker, kept between runs
+        self.lost = False     # a session's worker ended: its next run starts afresh
         self.pooled = False
         # PID 1 only gets signals it has handlers for; SIGINT's Python handler
         # would raise KeyboardInterrupt in here, so ignore it.  SIGCHLD wakes
@@ -1467,33 +1801,40 @@ class Supervisor:
         while True:
             self.reap()
             job = self.job
+            if job is not None and job.kill_at is not None and job.deadline is None \
+                    and time.monotonic() >= job.kill_at:
+                self.kill_worker(job.worker)
+                job.kill_at = None
             if job is not None and job.done():
-                return self.finish()
+                if self.finish():
+                    return 0
+                continue
             if job is None and self.eof:
+                self.kill_leftovers()
                 return 0
             poller = select.poll()
             fds = [self.wake_r] + ([] if self.eof else [self.frame_in])
-            if job is not None:
-                fds += [s.fd for s in job.streams.values() if s.fd is not None]
-                if job.report_fd is not None:
-                    fds.append(job.report_fd)
-                relay = job.relay
-                if relay is not None and relay.fd is not None:
+            # the running worker's pipes, or between a session's runs the
+            # kept worker's (drained: a background thread may still print)
+            w = job.worker if job is not None else self.worker
+            if w is not None:
+                fds += w.open_fds()
+                relay = w.relay
+                if relay.fd is not None:
                     poller.register(relay.fd, select.POLLIN | (select.POLLOUT if relay.out else 0))
             for fd in fds:
                 poller.register(fd, select.POLLIN)
-            if job is None:
-                timeout = None
-            elif job.deadline is None:
-                timeout = 1000  # reap() fallback should a SIGCHLD wakeup get lost
-            else:
-                timeout = max(0, int((job.deadline - time.monotonic()) * 1000) + 1)
+            timeout = None
+            if job is not None:
+                end = job.deadline if job.deadline is not None else job.kill_at
+                # 1 s: reap() fallback should a SIGCHLD wakeup get lost
+                timeout = 1000 if end is None else max(0, int((end - time.monotonic()) * 1000) + 1)
             for fd, events in poller.poll(timeout):
                 self.ready(fd, events)
 
     def ready(self, fd, events):
         job = self.job
-        relay = job.relay if job is not None else None
+        w = job.worker if job is not None else self.worker
         if fd == self.wake_r:
             try:
                 while os.read(fd, 512):
@@ -1509,24 +1850,20 @@ class Supervisor:
                 self.eof = True  # a running exec still completes and answers
             for line in self.lines.feed(data):
                 self.handle(line)
-        elif relay is not None and fd == relay.fd:
+        elif w is not None and fd == w.relay.fd:
             if events & select.POLLOUT:
-                relay.flush()
-            if relay.fd is not None and events & ~select.POLLOUT:
-                relay.read()
-        elif job is not None and fd == job.report_fd:
-            job.read_report()
-        elif job is not None:
-            for s in job.streams.values():
-                if s.fd == fd:
-                    try:
-                        data = os.read(fd, CHUNK)
-                    except BlockingIOError:
-                        return
-                    if data:
-                        s.feed(data)
-                    else:
-                        s.close()
+                w.relay.flush()
+            if w.relay.fd is not None and events & ~select.POLLOUT:
+                w.relay.read()
+        elif w is not None and w.name_of(fd) is not None:
+            name = w.name_of(fd)
+            data = w.read(name)
+            if not data or job is None:
+                return  # between a session's runs output has no run to go to
+            if name == 'report':
+                job.feed_report(data)
+            else:
+                job.streams[name].feed(data)
 
     def handle(self, line):
         if line is None:
@@ -1549,7 +1886,17 @@ class Supervisor:
             return self.reply_error(rid if id_ok else None, -32600, 'invalid request')
         method = msg['method']
         if 'id' not in msg:  # a notification: never answered
-            log('ignored notification %r' % method[:100])
+            if method == 'notifications/cancelled':
+                params = msg.get('params')
+                self.interrupt(params.get('requestId') if isinstance(params, dict) else None)
+            else:
+                log('ignored notification %r' % method[:100])
+        elif method == 'sandbox/list':
+            result, problem = list_dir(msg.get('params'))
+            if problem is not None:
+                self.reply_error(rid, -32602, problem)
+            else:
+                self.send({'jsonrpc': '2.0', 'id': rid, 'result': result})
         elif method != 'sandbox/exec':
             self.reply_error(rid, -32601, 'method not found: %s' % method[:100])
         elif self.job is not None:
@@ -1557,12 +1904,41 @@ class Supervisor:
         else:
             self.start(rid, msg.get('params'))
 
+    def interrupt(self, rid):
+        """notifications/cancelled for the running exec (a session's time
+        limit or cancellation): SIGINT to the worker, which ends the run
+        with KeyboardInterrupt (a shell: its process group is killed) and
+        keeps the session's state; if the run has not ended INTERRUPT_GRACE
+        later, the worker is killed."""
+        job = self.job
+        if job is None or rid is None or isinstance(rid, bool) or rid != job.rid \
+                or job.interrupted or job.deadline is not None:
+            return
+        job.interrupted = True
+        job.kill_at = time.monotonic() + INTERRUPT_GRACE
+        try:
+            os.kill(job.pid, signal.SIGINT)
+        except OSError:
+            pass
+
+    def kill_worker(self, w):
+        # As PID 1 every other process of the container goes (a session's
+        # shell runs in a process group of its own); elsewhere (tests) the
+        # worker's group.
+        try:
+            if os.getpid() == 1:
+                os.kill(-1, signal.SIGKILL)
+            else:
+                os.killpg(w.pid, signal.SIGKILL)
+        except OSError:
+            pass
+
     def to_worker(self, line):
         """A daemon response to a request of the worker's: passed on as it
         came while the worker runs, dropped otherwise (it ended, or a shell)."""
-        relay = self.job.relay if self.job is not None else None
-        if relay is not None:
-            relay.queue(line + b'\n')
+        job = self.job
+        if job is not None and job.deadline is None and job.language == 'python':
+            job.relay.queue(line + b'\n')
 
     def from_worker(self, relay, line):
         """A line from user code: requests other than sandbox/* and
@@ -1607,103 +1983,98 @@ class Supervisor:
         """Fork the worker now, before `sandbox/ready`: it sets itself up and
         waits for its request, so a call from the warm pool skips the fork.
         Failure is fine: start() then forks as before."""
-        made = []
-        try:
-            for _ in range(5):
-                made += os.pipe()
-            made += socket_pair()
-            oom_before = oom_kills()  # nothing runs until the request: as good as later
-            pid = os.fork()
-        except OSError as e:
-            for fd in made:
-                os.close(fd)
-            log('cannot fork the worker ahead: %s' % e)
+        w = self.fork_worker(ahead=True)
+        if w is None:
             return
-        out_r, out_w, err_r, err_w, rep_r, rep_w, go_r, go_w, set_r, set_w, api_r, api_w = made
-        if pid == 0:
-            try:
-                os.close(go_w)
-                worker(self, None, (out_w, err_w, rep_w), api_w, go_r, set_w)
-            finally:
-                os._exit(127)
-        for fd in (out_w, err_w, rep_w, go_r, set_w, api_w):
-            os.close(fd)
         # Say ready only once the worker is: a call that came sooner would
         # wait for its set-up anyway, while the pool believed it ready.
+        set_r = w.set_r
         try:
             select.select([set_r], [], [], PREFORK_WAIT)
         except OSError:
             pass
         os.close(set_r)
-        self.pre = (pid, out_r, err_r, rep_r, go_w, api_r, oom_before)
+        self.pre = w
+
+    def fork_worker(self, ahead=False):
+        """A new worker (a Worker), or None when the fork failed (logged)."""
+        made = []
+        try:
+            for _ in range(5 if ahead else 4):
+                made += os.pipe()
+            made += socket_pair()
+            oom_before = oom_kills()  # nothing runs until the request: as good as later
+            # The only fork the supervisor makes per worker: a fork bomb in
+            # user code exhausting pids cannot starve it later.
+            pid = os.fork()
+        except OSError as e:
+            for fd in made:
+                os.close(fd)
+            log('cannot fork the worker%s: %s' % (' ahead' if ahead else '', e))
+            return None
+        out_r, out_w, err_r, err_w, rep_r, rep_w, go_r, go_w = made[:8]
+        set_r, set_w = made[8:10] if ahead else (None, None)
+        api_r, api_w = made[-2:]
+        if pid == 0:
+            try:
+                os.close(go_w)
+                worker(self, (out_w, err_w, rep_w), api_w, go_r, set_w)
+            finally:
+                os._exit(127)
+        for fd in (out_w, err_w, rep_w, go_r, api_w) + ((set_w,) if ahead else ()):
+            os.close(fd)
+        w = Worker(self, pid, out_r, err_r, rep_r, go_w, api_r, oom_before)
+        w.set_r = set_r
+        return w
 
     def start(self, rid, params):
         p = params if isinstance(params, dict) else {}
         language, code = p.get('language'), p.get('code')
         limit = p.get('output_limit', DEFAULT_OUTPUT_LIMIT)
+        keep = p.get('keep', False)
         if language not in ('python', 'shell') or not isinstance(code, str) \
-                or not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
+                or not isinstance(limit, int) or isinstance(limit, bool) or limit < 0 \
+                or not isinstance(keep, bool):
             return self.reply_error(rid, -32602, 'invalid params: want language "python"|"shell", '
-                                    'code string, output_limit >= 0')
+                                    'code string, output_limit >= 0, keep boolean')
         servers = check_servers(p.get('servers'))
         if servers is None:
             return self.reply_error(rid, -32602, 'invalid params: want servers a list of '
                                     '{"name": string, "alias": Python identifier}, names and aliases unique')
-        request = {'language': language, 'code': code, 'servers': servers}
-        pre, self.pre = self.pre, None
-        if pre is not None:
-            pid, out_r, err_r, rep_r, go_w, api_r, oom_before = pre
-            try:
-                write_all(go_w, json.dumps(request).encode())
-                os.close(go_w)
-            except OSError as e:       # it died waiting: fork afresh below
-                log('the forked-ahead worker is gone (%s); forking again' % e)
-                for fd in (out_r, err_r, rep_r, go_w, api_r):
-                    try:
-                        os.close(fd)
-                    except OSError:
-                        pass
+        request = {'language': language, 'code': code, 'servers': servers, 'keep': keep}
+        # taken before the worker has the request: it may be done at once
+        out_before = out_scan() if os.path.isdir(OUT_DIR) else {}
+        # A session's worker, else the one forked ahead, else a new one.
+        for w in (self.worker, self.pre):
+            if w is None:
+                continue
+            if w is self.worker:
+                self.worker = None
             else:
-                return self.started(rid, pid, language, (out_r, err_r, rep_r, api_r), limit, oom_before)
-        made = []
-        try:
-            for _ in range(3):
-                made += os.pipe()
-            made += socket_pair()
-            oom_before = oom_kills()
-            # The only fork the supervisor ever makes: a fork bomb in user code
-            # exhausting pids cannot starve it later.
-            pid = os.fork()
-        except OSError as e:
-            for fd in made:
-                os.close(fd)
-            log('cannot start worker: %s' % e)
-            return self.reply_error(rid, -32603, 'cannot start worker: %s' % e)
-        out_r, out_w, err_r, err_w, rep_r, rep_w, api_r, api_w = made
-        if pid == 0:
-            try:
-                worker(self, request, (out_w, err_w, rep_w), api_w)
-            finally:
-                os._exit(127)
-        for fd in (out_w, err_w, rep_w, api_w):
-            os.close(fd)
-        self.started(rid, pid, language, (out_r, err_r, rep_r, api_r), limit, oom_before)
+                self.pre = None
+            if w.alive() and w.send(request):
+                oom_before = oom_kills() if w.runs else w.oom_before
+                return self.started(rid, w, language, limit, oom_before, keep, out_before)
+            # it died waiting: fork afresh below (a session's state is gone)
+            log('the waiting worker is gone; forking again')
+            self.lost = self.lost or w.runs > 0
+            if w.alive():
+                self.kill_worker(w)
+            w.close()
+        w = self.fork_worker()
+        if w is None or not w.send(request):
+            if w is not None:
+                w.close()
+            return self.reply_error(rid, -32603, 'cannot start worker')
+        self.started(rid, w, language, limit, w.oom_before, keep, out_before)
 
-    def started(self, rid, pid, language, fds, limit, oom_before):
-        out_r, err_r, rep_r, api_r = fds
-        for fd in fds:
-            os.set_blocking(fd, False)
-        if language == 'shell':  # it closed its end: nothing to relay
-            os.close(api_r)
-            relay = None
-        else:
-            relay = Relay(self, api_r)
-        self.job = Job(rid, pid, {'stdout': Stream(self, 'stdout', out_r, limit),
-                                  'stderr': Stream(self, 'stderr', err_r, limit)},
-                       rep_r, oom_before, relay)
+    def started(self, rid, w, language, limit, oom_before, keep, out_before):
+        restarted, self.lost = self.lost, False
+        w.runs += 1
+        self.job = Job(self, rid, w, language, limit, oom_before, keep, restarted, out_before)
 
     def reap(self):
-        # PID 1 inherits every orphan: reap them all, remember the worker.
+        # PID 1 inherits every orphan: reap them all, note the workers'.
         while True:
             try:
                 pid, st = os.waitpid(-1, os.WNOHANG)
@@ -1712,34 +2083,61 @@ class Supervisor:
             if pid == 0:
                 return
             job = self.job
+            for w in (job.worker if job is not None else None, self.worker, self.pre):
+                if w is not None and w.pid == pid:
+                    w.wait_status = st
             if job is not None and pid == job.pid:
-                job.wait_status = st
                 job.ended()
+            elif self.worker is not None and pid == self.worker.pid:
+                # a session's worker died between runs (OOM killer, a thread
+                # calling os._exit): its state is gone; the next run says so
+                log('the session worker ended between runs')
+                self.worker.close()
+                self.worker = None
+                self.lost = True
 
     def finish(self):
-        job = self.job
-        while job.report_fd is not None:  # written before the worker exited
-            before = len(job.report)
-            job.read_report()
-            if job.report_fd is not None and len(job.report) == before:
-                os.close(job.report_fd)  # a user process still holds it: stop here
-                job.report_fd = None
-        for s in job.streams.values():
-            s.close()
-        if job.relay is not None:
-            job.relay.close()
-        self.send({'jsonrpc': '2.0', 'id': job.rid, 'result': job.result(self.text_budget)})
-        self.kill_leftovers()
-        return 0
+        """Answers the exec.  True when the runtime is done (single-use)."""
+        job, self.job = self.job, None
+        w = job.worker
+        while w.fds['report'] is not None:  # written before the worker ended
+            data = w.read('report')
+            if data is None:
+                if job.keep and w.alive():
+                    break
+                os.close(w.fds['report'])  # a user process still holds it: stop here
+                w.fds['report'] = None
+            elif data:
+                job.feed_report(data)
+        for st in job.streams.values():
+            st.end()
+        result = job.result(self.text_budget)
+        result['memory_bytes'] = memory_bytes()
+        result['out_files'] = out_files(job.out_before)
+        keep = job.keep and w.alive()
+        if job.keep:
+            result['state'] = 'kept' if keep else 'lost'
+            result['restarted'] = job.restarted
+        if keep:
+            self.worker = w
+        else:
+            w.close()
+            self.lost = job.keep
+        self.send({'jsonrpc': '2.0', 'id': job.rid, 'result': result})
+        if keep or job.keep:
+            return False  # a session: wait for the next exec
+        self.kill_leftovers(w)
+        return True
 
-    def kill_leftovers(self):
+    def kill_leftovers(self, w=None):
         # As PID 1 our exit kills the whole namespace; elsewhere (tests,
-        # --init) kill the worker's process group so `sleep 100 &` goes too.
-        if self.job is not None:
-            try:
-                os.killpg(self.job.pid, signal.SIGKILL)
-            except OSError:
-                pass
+        # --init) kill the workers' process groups so `sleep 100 &` goes too.
+        for x in (w, self.worker, self.job.worker if self.job is not None else None):
+            if x is not None:
+                try:
+                    os.killpg(x.pid, signal.SIGKILL)
+                except OSError:
+                    pass
 
 
 if __name__ == '__main__':

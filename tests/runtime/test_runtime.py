@@ -195,8 +195,10 @@ check(rc == 0, 'stdin EOF with no exec: exits 0', (rc, err))
 # --- print ---------------------------------------------------------------
 out, res, rt, _ = run("print('hello')")
 check(text(out, 'stdout') == 'hello\n' and text(out, 'stderr') == '', 'print output forwarded', out)
+mem = res.pop('memory_bytes', 'missing')
 check(res == {'status': 'ok', 'exit_code': 0, 'signal': None, 'stdout_bytes': 6,
-              'stderr_bytes': 0, 'error': None}, 'ok result fields', res)
+              'stderr_bytes': 0, 'error': None, 'out_files': []}, 'ok result fields', res)
+check(mem is None or (isinstance(mem, int) and mem > 0), 'memory_bytes: the cgroup\'s figure or null', mem)
 check(clean(rt), 'runtime exits 0 after the response', (rt.rc, rt.err, rt.bad))
 check(all(o['stream'] in ('stdout', 'stderr') and isinstance(o['data'], str) for o in out),
       'output notifications well formed', out)
@@ -983,6 +985,183 @@ rt.close()
 check(all(f and f.get('id') == i and f.get('error', {}).get('code') == -32602 for i, f in enumerate(got))
       and text(out, 'stdout') == '<MCP server 9x: mcp__9x.<tool>(**arguments)>\n',
       'bridge: malformed servers params -> -32602', (got, out))
+
+
+# --- sessions: "keep" leaves the worker waiting with its globals -----------
+WS = tempfile.mkdtemp(prefix='corral-ws-')
+os.chmod(WS, 0o1777)
+
+
+class Session:
+    """One runtime serving several execs with keep (as a session sandbox)."""
+
+    def __init__(self, env=None):
+        self.rt = Runtime(dict({'CORRAL_WORKSPACE': WS}, **(env or {})))
+        self.rt.ready()
+        self.rid = 0
+
+    def send_exec(self, code, language='python', keep=True, servers=None):
+        self.rid += 1
+        params = {'language': language, 'code': code, 'keep': keep}
+        if servers is not None:
+            params['servers'] = servers
+        self.rt.send({'jsonrpc': '2.0', 'id': self.rid, 'method': 'sandbox/exec', 'params': params})
+        return self.rid
+
+    def run(self, code, language='python', timeout=10.0, **kw):
+        """(stdout, stderr, result, seconds)"""
+        t0 = time.monotonic()
+        rid = self.send_exec(code, language, **kw)
+        out, resp = self.rt.response(rid, timeout)
+        return text(out, 'stdout'), text(out, 'stderr'), (resp or {}).get('result') or {}, time.monotonic() - t0
+
+    def cancel(self, rid):
+        self.rt.send({'jsonrpc': '2.0', 'method': 'notifications/cancelled', 'params': {'requestId': rid}})
+
+    def request(self, method, params, rid='r'):
+        self.rt.send({'jsonrpc': '2.0', 'id': rid, 'method': method, 'params': params})
+        return self.rt.response(rid)[1]
+
+    def close(self):
+        return self.rt.close()
+
+
+ses = Session()
+o1, _, r1, _ = ses.run("x = 41\nimport json\nprint('one')")
+o2, _, r2, _ = ses.run("print(x + 1, 'json' in globals())")
+check(o1 == 'one\n' and r1.get('status') == 'ok' and r1.get('state') == 'kept' and r1.get('restarted') is False
+      and o2 == '42 True\n' and r2.get('status') == 'ok' and r2.get('state') == 'kept',
+      'session: globals and imports of one run are there in the next', (o1, r1, o2, r2))
+o3, e3, r3, _ = ses.run("echo shell $x; echo err >&2; exit 3", language='shell')
+o4, _, r4, _ = ses.run("print(x)")
+check(o3 == 'shell\n' and e3 == 'err\n' and r3.get('status') == 'error' and r3.get('exit_code') == 3
+      and r3.get('state') == 'kept' and o4 == '41\n',
+      'session: a shell run between Python runs leaves the globals alone', (o3, e3, r3, o4))
+o5, e5, r5, _ = ses.run("1/0")
+o6, _, r6, _ = ses.run("print(x)")
+check(r5.get('status') == 'error' and (r5.get('error') or {}).get('type') == 'ZeroDivisionError'
+      and r5.get('state') == 'kept' and o6 == '41\n', 'session: an exception ends the run, not the session',
+      (r5, o6))
+o7, _, r7, _ = ses.run("raise SystemExit(4)")
+o8, _, r8, _ = ses.run("print(x)")
+check(r7.get('exit_code') == 4 and r7.get('state') == 'kept' and o8 == '41\n',
+      'session: SystemExit ends the run with its status, the interpreter stays', (r7, o8))
+
+# output of a background thread between runs goes nowhere; the next run's is its own
+o9, _, r9, _ = ses.run("import threading, time\n"
+                       "threading.Thread(target=lambda: (time.sleep(0.3), print('late', flush=True)), daemon=True).start()\n"
+                       "print('now')")
+time.sleep(0.8)
+o10, _, r10, _ = ses.run("print('next')")
+check(o9 == 'now\n' and r9.get('status') == 'ok' and o10 == 'next\n',
+      'session: a run returns without waiting for its threads; their output between runs is dropped', (o9, o10))
+
+# interrupt: SIGINT ends the run, the state stays
+rid = ses.send_exec("import time\ny = 1\ntime.sleep(30)")
+time.sleep(0.5)
+t0 = time.monotonic()
+ses.cancel(rid + 100)  # not the running exec: ignored
+ses.cancel(rid)
+out, resp = ses.rt.response(rid, 10)
+took = time.monotonic() - t0
+res = (resp or {}).get('result') or {}
+o11, _, r11, _ = ses.run("print(x, y)")
+check(res.get('status') == 'error' and (res.get('error') or {}).get('type') == 'KeyboardInterrupt'
+      and res.get('state') == 'kept' and took < 1.0 and o11 == '41 1\n',
+      'session: notifications/cancelled interrupts the run in %.2fs and keeps the state' % took, (res, o11))
+
+# a run that ignores SIGINT is killed after the grace: the state is lost
+rid = ses.send_exec("import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\ntime.sleep(30)")
+time.sleep(0.5)
+t0 = time.monotonic()
+ses.cancel(rid)
+out, resp = ses.rt.response(rid, 10)
+took = time.monotonic() - t0
+res = (resp or {}).get('result') or {}
+o12, e12, r12, _ = ses.run("print('x' in globals())")
+check(res.get('status') == 'killed' and res.get('signal') == 9 and res.get('state') == 'lost'
+      and 0.8 < took < 3 and o12 == 'False\n' and r12.get('restarted') is True and r12.get('state') == 'kept',
+      'session: a run that ignores the interrupt is killed after %.2fs; the next starts afresh' % took,
+      (res, o12, r12))
+
+# a session shell interrupted: its process group is killed, the worker stays
+ses.run("z = 5")
+rid = ses.send_exec("echo $$; sleep 30; echo never", language='shell')
+time.sleep(0.5)
+t0 = time.monotonic()
+ses.cancel(rid)
+out, resp = ses.rt.response(rid, 10)
+took = time.monotonic() - t0
+res = (resp or {}).get('result') or {}
+sh_pid = first_int(text(out, 'stdout'))
+o13, _, _, _ = ses.run("print(z)")
+check(res.get('status') == 'killed' and res.get('signal') == 9 and res.get('state') == 'kept'
+      and took < 1.0 and o13 == '5\n' and 'never' not in text(out, 'stdout') and sh_pid > 0 and group_gone(sh_pid),
+      'session: an interrupted shell is killed with its group in %.2fs; Python state kept' % took,
+      (res, text(out, 'stdout'), o13))
+
+# the worker dies by its own hand: that run says lost, the next restarted
+o14, _, r14, _ = ses.run("import os\nprint('bye', flush=True)\nos._exit(5)")
+o15, _, r15, _ = ses.run("print('z' in globals())")
+check(o14 == 'bye\n' and r14.get('exit_code') == 5 and r14.get('state') == 'lost'
+      and o15 == 'False\n' and r15.get('restarted') is True,
+      'session: os._exit() ends the interpreter; the next run starts afresh and says so', (r14, o15, r15))
+
+# ... or dies between runs
+ses.run("import os, threading, time\nw = 1\n"
+        "threading.Thread(target=lambda: (time.sleep(0.3), os._exit(7)), daemon=True).start()")
+time.sleep(1.0)
+o16, _, r16, _ = ses.run("print('w' in globals())")
+check(o16 == 'False\n' and r16.get('restarted') is True and r16.get('state') == 'kept',
+      'session: a worker that died between runs is replaced; the run says restarted', (o16, r16))
+
+# servers of an earlier run do not linger as globals
+S1 = [{'name': 'everything', 'alias': 'everything'}]
+o17, _, _, _ = ses.run("print('mcp_everything' in globals(), 'call_tool' in globals())", servers=S1)
+o18, _, _, _ = ses.run("print('mcp_everything' in globals(), 'call_tool' in globals())")
+check(o17 == 'True True\n' and o18 == 'False True\n', "session: an earlier run's mcp_* proxies are gone", (o17, o18))
+
+# files written under /workspace/out during a run come back listed; earlier ones do not
+o19, _, r19, _ = ses.run("import os\nos.makedirs('out/sub', exist_ok=True)\n"
+                         "open('out/a.png', 'wb').write(b'x' * 10)\nopen('out/sub/b.txt', 'w').write('hi')\n"
+                         "os.symlink('/etc/passwd', 'out/link')\nopen('notout.txt', 'w').write('n')")
+o20, _, r20, _ = ses.run("open('out/c.txt', 'w').write('c')")
+check(r19.get('out_files') == [{'path': 'out/a.png', 'size': 10}, {'path': 'out/sub/b.txt', 'size': 2}]
+      and r20.get('out_files') == [{'path': 'out/c.txt', 'size': 1}],
+      'out_files: regular files under out/ written by this run, symlinks skipped', (r19, r20))
+
+# sandbox/list: entries by lstat, confined to the workspace
+os.symlink('/etc', os.path.join(WS, 'etc-link'))
+lst = ses.request('sandbox/list', {'path': WS})
+res = (lst or {}).get('result') or {}
+names = {e['path']: e for e in res.get('entries', [])}
+check(res.get('path') == os.path.realpath(WS) and names.get('out', {}).get('type') == 'dir'
+      and names.get('notout.txt', {}).get('type') == 'file' and names['notout.txt'].get('size') == 1
+      and names.get('etc-link', {}).get('type') == 'symlink' and names['etc-link'].get('target') == '/etc'
+      and 'out/a.png' not in names and res.get('truncated') is False,
+      'sandbox/list: one level, lstat types, symlink targets', res)
+lst = ses.request('sandbox/list', {'path': WS + '/out', 'recursive': True, 'limit': 2}, rid='r2')
+res = (lst or {}).get('result') or {}
+check([e['path'] for e in res.get('entries', [])] == ['a.png', 'c.txt'] and res.get('truncated') is True,
+      'sandbox/list: recursive, bounded by limit', res)
+bad = [ses.request('sandbox/list', p, rid='b%d' % i) for i, p in enumerate([
+    {'path': WS + '/etc-link'}, {'path': '/etc'}, {'path': WS + '/out/link'}, {'path': WS, 'limit': 0},
+    {'path': 1}])]
+check(all(b and b.get('error', {}).get('code') == -32602 for b in bad)
+      and 'outside' in bad[0]['error']['message'],
+      'sandbox/list: symlink escapes, paths outside and bad params refused', bad)
+lst = ses.request('sandbox/list', {'path': WS + '/nope'}, rid='r3')
+check(lst and lst.get('error', {}).get('code') == -32602 and 'No such file' in lst['error']['message'],
+      'sandbox/list: a missing path is an error naming it', lst)
+
+rc, err = ses.close()
+check(rc == 0 and not ses.rt.bad, 'session: stdin EOF while idle ends the runtime with 0', (rc, err[-800:]))
+
+# a one-shot exec (no keep) after nothing: the runtime still ends after it
+s2 = Session()
+o, _, r, _ = s2.run("print(1)", keep=False)
+rc, err = s2.close()
+check(o == '1\n' and 'state' not in r and rc == 0, 'no keep: one run, no session fields, then exit', (r, rc, err))
 
 print('1..%d' % len(results))
 sys.exit(0 if all(results) else 1)
