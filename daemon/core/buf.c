@@ -239,3 +239,88 @@ int buf_read_file(const char *path, size_t max, struct buf *b)
                 }
         }
 }
+
+static const char b64_chars[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+int base64_encode(struct buf *b, const void *p, size_t n)
+{
+        const unsigned char *in = p;
+        if (n > (b->max - b->len) / 4 * 3)
+                return -ENOBUFS;
+        size_t out_len = (n + 2) / 3 * 4;
+        if (out_len > b->max - b->len)
+                return -ENOBUFS;
+        int r = buf_reserve(b, b->len + out_len);
+        if (r < 0)
+                return r;
+        char *o = b->data + b->len;
+        for (size_t i = 0; i < n; i += 3) {
+                unsigned v = (unsigned)in[i] << 16;
+                if (i + 1 < n)
+                        v |= (unsigned)in[i + 1] << 8;
+                if (i + 2 < n)
+                        v |= in[i + 2];
+                *o++ = b64_chars[v >> 18 & 63];
+                *o++ = b64_chars[v >> 12 & 63];
+                *o++ = i + 1 < n ? b64_chars[v >> 6 & 63] : '=';
+                *o++ = i + 2 < n ? b64_chars[v & 63] : '=';
+        }
+        b->len += out_len;
+        b->data[b->len] = '\0';
+        return 0;
+}
+
+static int b64_value(char c)
+{
+        if (c >= 'A' && c <= 'Z')
+                return c - 'A';
+        if (c >= 'a' && c <= 'z')
+                return c - 'a' + 26;
+        if (c >= '0' && c <= '9')
+                return c - '0' + 52;
+        if (c == '+' || c == '-')
+                return 62;
+        if (c == '/' || c == '_')
+                return 63;
+        return -1;
+}
+
+int base64_decode(struct buf *b, const char *s, size_t n)
+{
+        /* At most 3 bytes for every 4 characters. */
+        size_t most = n / 4 * 3 + 3;
+        if (most > b->max - b->len)
+                most = b->max - b->len;
+        int r = buf_reserve(b, b->len + most);
+        if (r < 0)
+                return r;
+        unsigned v = 0;
+        int bits = 0, pad = 0;
+        size_t chars = 0;
+        for (size_t i = 0; i < n; i++) {
+                char c = s[i];
+                if (c == ' ' || c == '\n' || c == '\r' || c == '\t')
+                        continue;
+                if (c == '=') {
+                        pad++;
+                        continue;
+                }
+                int x = b64_value(c);
+                if (x < 0 || pad)
+                        return -EINVAL; /* not base64, or data after the padding */
+                v = v << 6 | (unsigned)x;
+                bits += 6;
+                chars++;
+                if (bits >= 8) {
+                        bits -= 8;
+                        if (b->len >= b->max)
+                                return -ENOBUFS;
+                        b->data[b->len++] = (char)(v >> bits & 0xFF);
+                }
+        }
+        b->data[b->len] = '\0';
+        /* One character of a group holds no whole byte. */
+        if (chars % 4 == 1 || pad > 2)
+                return -EINVAL;
+        return 0;
+}

@@ -38,6 +38,14 @@ int buf_read_file(const char *path, size_t max, struct buf *b);
 /* NUL-terminated view of the contents (the NUL is not counted in len). */
 const char *buf_str(struct buf *b);
 
+/* Base64 (RFC 4648, with padding) of p[0..n) appended to b; -ENOBUFS when
+ * it does not fit (nothing appended). */
+int base64_encode(struct buf *b, const void *p, size_t n);
+/* The bytes of base64 text appended to b. Whitespace is skipped; padding is
+ * optional; -EINVAL for any other character or a cut group, -ENOBUFS when
+ * it does not fit (b may then hold part of it). */
+int base64_decode(struct buf *b, const char *s, size_t n);
+
 /* Splits a byte stream into newline-terminated lines of at most `max` bytes
  * (newline not counted). A longer line is reported once as too long and then
  * skipped up to its newline, so the stream stays in step. */

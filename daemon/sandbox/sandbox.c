@@ -126,12 +126,14 @@ static const struct identity *host_identity(void)
 }
 
 json_t *sandbox_create_body(const struct config *cfg, const char *instance, const char *runtime_src,
-                            bool preload)
+                            bool preload, enum engine_kind kind)
 {
-        char tmp_opts[128], ws_opts[128], frame_env[64], pid_label[32];
+        char tmp_opts[128], ws_opts[128], vol_opts[128], frame_env[64], pid_label[32];
         snprintf(tmp_opts, sizeof(tmp_opts), "rw,nosuid,nodev,exec,size=%llu,mode=1777",
                  cfg->tmp_size);
         snprintf(ws_opts, sizeof(ws_opts), "rw,nosuid,nodev,exec,size=%llu,mode=1777",
+                 cfg->workspace_size);
+        snprintf(vol_opts, sizeof(vol_opts), "size=%llu,mode=1777,nosuid,nodev",
                  cfg->workspace_size);
         snprintf(frame_env, sizeof(frame_env), "CORRAL_MAX_FRAME=%llu", cfg->max_frame);
         snprintf(pid_label, sizeof(pid_label), "%d", (int)getpid());
@@ -179,6 +181,25 @@ json_t *sandbox_create_body(const struct config *cfg, const char *instance, cons
                                 "Name", "nproc", "Soft", 4096, "Hard", 4096,
                                 "Name", "core", "Soft", 0, "Hard", 0);
         // clang-format on
+        /* Docker's archive endpoints (files in and out) do not see a tmpfs
+         * mounted with Tmpfs, only the directory under it, and refuse to
+         * write to a read-only root. An anonymous volume of the local
+         * driver backed by tmpfs is the same memory-backed, size-capped,
+         * nosuid,nodev space that they do see; it is created empty and
+         * removed with the container (DELETE ...?v=1). Podman's archive
+         * endpoints enter the container's mounts and see a Tmpfs. */
+        if (body && kind == ENGINE_DOCKER) {
+                json_t *hc = json_object_get(body, "HostConfig");
+                json_object_del(json_object_get(hc, "Tmpfs"), "/workspace");
+                json_t *mounts = json_pack(
+                    "[{s:s, s:s, s:{s:b, s:{s:s, s:{s:s, s:s, s:s}}}}]", "Type", "volume", "Target",
+                    "/workspace", "VolumeOptions", "NoCopy", 1, "DriverConfig", "Name", "local",
+                    "Options", "type", "tmpfs", "device", "tmpfs", "o", vol_opts);
+                if (!mounts || json_object_set_new(hc, "Mounts", mounts) < 0) {
+                        json_decref(body);
+                        return NULL;
+                }
+        }
         /* A pool sandbox has time to import more before its call comes. */
         if (body && preload &&
             json_array_append_new(json_object_get(body, "Env"), json_string("CORRAL_PRELOAD=1"))) {
@@ -701,6 +722,21 @@ static void created(void *userdata, long status, json_t *body, const struct err 
         sandbox_step(s);
 }
 
+static void probed(void *userdata, long status, json_t *body, const struct err *e)
+{
+        struct sandbox *s = userdata;
+        s->req = NULL;
+        if (s->killing) {
+                start_remove(s);
+                return;
+        }
+        if (status != 200) {
+                engine_failed(s, "asking the engine for its version failed", status, body, e);
+                return;
+        }
+        sandbox_step(s); /* creating, now that the engine's kind is known */
+}
+
 static void started(void *userdata, long status, json_t *body, const struct err *e)
 {
         struct sandbox *s = userdata;
@@ -750,8 +786,16 @@ static void sandbox_step(struct sandbox *s)
         switch (s->state) {
         case S_CREATING: {
                 timer_arm(s->timer, (long long)(m->cfg->start_timeout_s * 1000));
+                if (engine_kind(m->eng) == ENGINE_UNKNOWN) {
+                        /* Once per engine: the create body depends on it. */
+                        r = engine_probe(m->eng, probed, s, &s->req);
+                        if (r < 0)
+                                fail(s, ST_ENGINE_ERROR, "EngineError",
+                                     "cannot start an engine request");
+                        return;
+                }
                 json_t *body = sandbox_create_body(m->cfg, m->instance, corral_runtime_src,
-                                                   s->pooled && !s->cb);
+                                                   s->pooled && !s->cb, engine_kind(m->eng));
                 if (!body) {
                         fail(s, ST_ERROR, "InternalError", "cannot build the container spec");
                         return;

@@ -93,6 +93,8 @@ const struct sandbox_result *sandbox_partial(const struct sandbox *s);
 
 /* The hardened create body for the engine (exposed for tests). Steals
  * nothing. preload: the sandbox is for the warm pool, so the runtime may
- * import more up front (CORRAL_PRELOAD=1). */
+ * import more up front (CORRAL_PRELOAD=1). kind: on Docker /workspace is a
+ * tmpfs-backed volume, elsewhere a Tmpfs mount (the archive endpoints must
+ * see it). */
 json_t *sandbox_create_body(const struct config *cfg, const char *instance, const char *runtime_src,
-                            bool preload);
+                            bool preload, enum engine_kind kind);

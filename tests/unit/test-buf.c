@@ -340,8 +340,66 @@ static void test_utf8_cut(void)
         is_int(bad, 0, "utf8_cut on random bytes stays within [n-3, n]");
 }
 
+/* RFC 4648 test vectors, both ways; malformed input and the bound. */
+static void test_base64(void)
+{
+        static const struct {
+                const char *plain, *coded;
+        } v[] = {{"", ""},          {"f", "Zg=="},         {"fo", "Zm8="},        {"foo", "Zm9v"},
+                 {"foob", "Zm9vYg=="}, {"fooba", "Zm9vYmE="}, {"foobar", "Zm9vYmFy"}};
+        for (size_t i = 0; i < ARRAY_SIZE(v); i++) {
+                struct buf b;
+                buf_init(&b, 64);
+                is_int(base64_encode(&b, v[i].plain, strlen(v[i].plain)), 0, "encode \"%s\"",
+                       v[i].plain);
+                is_mem(b.data ? b.data : "", b.len, v[i].coded, strlen(v[i].coded), "encode \"%s\"",
+                       v[i].plain);
+                buf_free(&b);
+                buf_init(&b, 64);
+                is_int(base64_decode(&b, v[i].coded, strlen(v[i].coded)), 0, "decode \"%s\"",
+                       v[i].coded);
+                is_mem(b.data ? b.data : "", b.len, v[i].plain, strlen(v[i].plain), "decode \"%s\"",
+                       v[i].coded);
+                buf_free(&b);
+        }
+        unsigned char all[256];
+        for (int i = 0; i < 256; i++)
+                all[i] = (unsigned char)i;
+        struct buf c, d;
+        buf_init(&c, 1024);
+        buf_init(&d, 1024);
+        ok(base64_encode(&c, all, sizeof(all)) == 0 && base64_decode(&d, c.data, c.len) == 0,
+           "every byte value round-trips");
+        is_mem(d.data, d.len, (const char *)all, sizeof(all), "the bytes come back");
+        buf_free(&d);
+        buf_init(&d, 1024);
+        is_int(base64_decode(&d, "Zm9v\nYmFy \r\n", 12), 0, "whitespace is skipped");
+        is_mem(d.data, d.len, "foobar", 6, "...and the bytes are right");
+        buf_free(&d);
+        buf_init(&d, 1024);
+        is_int(base64_decode(&d, "Zm9vYg", 6), 0, "padding is optional");
+        is_mem(d.data, d.len, "foob", 4, "...unpadded decodes");
+        static const char *const bad[] = {"Zm9v!", "Zg==Zg==", "Z", "Zm9vY", "Zg==="};
+        for (size_t i = 0; i < ARRAY_SIZE(bad); i++) {
+                buf_free(&d);
+                buf_init(&d, 1024);
+                is_int(base64_decode(&d, bad[i], strlen(bad[i])), -EINVAL, "\"%s\" is refused",
+                       bad[i]);
+        }
+        buf_free(&d);
+        buf_init(&d, 3);
+        is_int(base64_decode(&d, "Zm9vYmFy", 8), -ENOBUFS, "decoding past the bound: -ENOBUFS");
+        buf_free(&d);
+        buf_init(&d, 7);
+        is_int(base64_encode(&d, "foobar", 6), -ENOBUFS, "encoding past the bound: -ENOBUFS");
+        is_int((long long)d.len, 0, "...and nothing appended");
+        buf_free(&d);
+        buf_free(&c);
+}
+
 int main(void)
 {
+        test_base64();
         test_append_bound();
         test_append_some_consume();
         test_line_reader_table();

@@ -192,8 +192,28 @@ static void test_discover(void)
         rmdir(xdg);
 }
 
+static void test_kind(void)
+{
+        json_t *podman = json_loads("{\"Platform\":{\"Name\":\"linux/amd64/debian-12\"},"
+                                    "\"Components\":[{\"Name\":\"Podman Engine\"},"
+                                    "{\"Name\":\"Conmon\"}],\"Version\":\"4.3.1\"}",
+                                    0, NULL);
+        json_t *docker = json_loads("{\"Platform\":{\"Name\":\"\"},\"Components\":"
+                                    "[{\"Name\":\"Engine\"},{\"Name\":\"containerd\"}]}",
+                                    0, NULL);
+        json_t *bare = json_loads("{\"Version\":\"1.0\"}", 0, NULL);
+        is_int(engine_kind_of_version(podman), ENGINE_PODMAN, "a Podman Engine component: Podman");
+        is_int(engine_kind_of_version(docker), ENGINE_DOCKER, "Docker's components: Docker");
+        is_int(engine_kind_of_version(bare), ENGINE_DOCKER, "no components: taken for Docker");
+        is_int(engine_kind_of_version(NULL), ENGINE_UNKNOWN, "no answer: unknown");
+        json_decref(podman);
+        json_decref(docker);
+        json_decref(bare);
+}
+
 int main(void)
 {
+        test_kind();
         snprintf(tmpdir, sizeof(tmpdir), "/tmp/corral-test-XXXXXX");
         if (!mkdtemp(tmpdir)) {
                 perror("mkdtemp");

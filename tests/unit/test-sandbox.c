@@ -53,10 +53,68 @@ static void check_tmpfs(json_t *tmpfs, const char *dir, unsigned long long size)
         ok(rw, "Tmpfs %s: rw", dir);
 }
 
+/* Docker: /workspace is an anonymous volume of the local driver on tmpfs
+ * (its archive endpoints see those), with the Tmpfs mount's options. */
+static void check_volume(json_t *mounts, const struct config *cfg, const char *what)
+{
+        if (!ok(json_array_size(mounts) == 1, "%s: one mount", what))
+                return;
+        json_t *m = json_array_get(mounts, 0);
+        is_str(str(m, "Type"), "volume", "%s: the mount is a volume", what);
+        is_str(str(m, "Target"), "/workspace", "%s: at /workspace", what);
+        ok(!json_object_get(m, "Source"), "%s: anonymous (no Source, nothing from the host)", what);
+        json_t *vo = json_object_get(m, "VolumeOptions");
+        ok(json_is_true(json_object_get(vo, "NoCopy")), "%s: NoCopy (starts empty)", what);
+        json_t *dc = json_object_get(vo, "DriverConfig");
+        is_str(str(dc, "Name"), "local", "%s: driver local", what);
+        json_t *o = json_object_get(dc, "Options");
+        is_str(str(o, "type"), "tmpfs", "%s: type tmpfs", what);
+        is_str(str(o, "device"), "tmpfs", "%s: device tmpfs", what);
+        char want[64], copy[256];
+        snprintf(want, sizeof(want), "size=%llu", cfg->workspace_size);
+        snprintf(copy, sizeof(copy), "%s", str(o, "o") ? str(o, "o") : "");
+        bool nosuid = false, nodev = false, has_size = false;
+        for (char *save, *x = strtok_r(copy, ",", &save); x; x = strtok_r(NULL, ",", &save)) {
+                nosuid |= strcmp(x, "nosuid") == 0;
+                nodev |= strcmp(x, "nodev") == 0;
+                has_size |= strcmp(x, want) == 0;
+                ok(strcmp(x, "suid") != 0 && strcmp(x, "dev") != 0, "%s: volume: no %s", what, x);
+        }
+        ok(nosuid && nodev && has_size, "%s: volume options nosuid, nodev, %s (%s)", what, want,
+           str(o, "o"));
+}
+
+static void check_body_docker(const struct config *cfg, const char *what)
+{
+        json_t *b = sandbox_create_body(cfg, "0123456789abcdef", "pass", false, ENGINE_DOCKER);
+        json_t *p = sandbox_create_body(cfg, "0123456789abcdef", "pass", false, ENGINE_PODMAN);
+        if (!ok(b && p, "%s (Docker): the body builds", what))
+                goto out;
+        json_t *hc = json_object_get(b, "HostConfig");
+        json_t *tmpfs = json_object_get(hc, "Tmpfs");
+        is_int(json_object_size(tmpfs), 1, "%s (Docker): one tmpfs mount", what);
+        check_tmpfs(tmpfs, "/tmp", cfg->tmp_size);
+        check_volume(json_object_get(hc, "Mounts"), cfg, what);
+        /* Otherwise the very same body as for Podman. */
+        json_t *php = json_deep_copy(json_object_get(p, "HostConfig"));
+        json_t *dhc = json_deep_copy(hc);
+        json_object_del(json_object_get(php, "Tmpfs"), "/workspace");
+        json_object_del(dhc, "Mounts");
+        ok(json_equal(php, dhc), "%s (Docker): no other difference in HostConfig", what);
+        json_decref(php);
+        json_decref(dhc);
+        json_object_del(b, "HostConfig");
+        json_object_del(p, "HostConfig");
+        ok(json_equal(b, p), "%s (Docker): nor elsewhere", what);
+out:
+        json_decref(b);
+        json_decref(p);
+}
+
 static void check_body(const struct config *cfg, const char *what)
 {
         static const char runtime[] = "import sys\nprint('runtime')\n";
-        json_t *b = sandbox_create_body(cfg, "0123456789abcdef", runtime, false);
+        json_t *b = sandbox_create_body(cfg, "0123456789abcdef", runtime, false, ENGINE_PODMAN);
         if (!ok(b != NULL, "%s: the body builds", what))
                 return;
         json_t *hc = json_object_get(b, "HostConfig");
@@ -158,7 +216,7 @@ static void check_body(const struct config *cfg, const char *what)
         free(s);
 
         /* The same body for the pool, plus the preload flag and nothing else. */
-        json_t *p = sandbox_create_body(cfg, "0123456789abcdef", runtime, true);
+        json_t *p = sandbox_create_body(cfg, "0123456789abcdef", runtime, true, ENGINE_PODMAN);
         json_t *penv = json_object_get(p, "Env");
         ok(array_has(penv, "CORRAL_PRELOAD=1"), "%s: a pool sandbox gets CORRAL_PRELOAD=1", what);
         is_int((long long)json_array_size(penv), (long long)json_array_size(env) + 1,
@@ -167,6 +225,7 @@ static void check_body(const struct config *cfg, const char *what)
            "%s: a pool sandbox has the same HostConfig", what);
         json_decref(p);
         json_decref(b);
+        check_body_docker(cfg, what);
 }
 
 int main(void)
@@ -191,7 +250,7 @@ int main(void)
         static const char *const cpus[] = {"2.01", "4.1", "1.001"};
         for (size_t i = 0; i < ARRAY_SIZE(cpus); i++) {
                 config_set(&cfg, "cpus", cpus[i], "test", &e);
-                json_t *b = sandbox_create_body(&cfg, "x", "pass", false);
+                json_t *b = sandbox_create_body(&cfg, "x", "pass", false, ENGINE_PODMAN);
                 long long nano = num(json_object_get(b, "HostConfig"), "NanoCpus");
                 long long want = (long long)(strtod(cpus[i], NULL) * 1e9 + 0.5);
                 is_int(nano, want, "cpus %s gives NanoCpus %lld", cpus[i], want);
