@@ -820,6 +820,8 @@ test('filesystem: / is read-only; /tmp and /workspace are writable', async (t) =
       '        res[p] = errno.errorcode.get(e.errno, str(e.errno))',
       'res["root_ro"] = bool(os.statvfs("/").f_flag & os.ST_RDONLY)',
       'res["cwd"] = os.getcwd()',
+      'm = {l.split()[1]: [l.split()[2], l.split()[3]] for l in open("/proc/mounts")}',
+      'res["mounts"] = {k: m.get(k) for k in ("/tmp", "/workspace")}',
       'print(json.dumps(res))',
     ].join('\n'),
   });
@@ -832,6 +834,16 @@ test('filesystem: / is read-only; /tmp and /workspace are writable', async (t) =
   assert.equal(res['/probe'], 'EROFS', 'writing / fails with EROFS');
   assert.equal(res['/tmp/probe'], 'written', '/tmp is writable');
   assert.equal(res['/workspace/probe'], 'written', '/workspace is writable');
+  // The same memory-backed, capped, nosuid,nodev space on both engines
+  // (on Docker /workspace is a tmpfs-backed volume, so that its archive
+  // endpoints see the files).
+  for (const [dir, kib] of [['/tmp', 64 * 1024], ['/workspace', 256 * 1024]]) {
+    const [type, opts] = res.mounts[dir] ?? [];
+    assert.equal(type, 'tmpfs', `${dir} is a tmpfs (${res.mounts[dir]})`);
+    const o = opts.split(',');
+    for (const want of ['rw', 'nosuid', 'nodev', `size=${kib}k`])
+      assert.ok(o.includes(want), `${dir} is mounted ${want} (${opts})`);
+  }
 });
 
 test('privileges: uid 65534, CapEff 0, NoNewPrivs 1', async (t) => {
