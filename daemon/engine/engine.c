@@ -573,6 +573,27 @@ void engine_request_cancel(struct engine_req *r)
         req_free(r);
 }
 
+char *engine_escape(const char *s)
+{
+        static const char hex[] = "0123456789ABCDEF";
+        size_t n = strlen(s);
+        char *out = malloc(3 * n + 1), *o = out;
+        if (!out)
+                return NULL;
+        for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+                if ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
+                    (*p >= '0' && *p <= '9') || strchr("-._~/", *p)) {
+                        *o++ = (char)*p;
+                } else {
+                        *o++ = '%';
+                        *o++ = hex[*p >> 4];
+                        *o++ = hex[*p & 15];
+                }
+        }
+        *o = '\0';
+        return out;
+}
+
 struct call_state {
         bool done;
         long status;

@@ -55,12 +55,12 @@ int engine_request_file(struct engine *eng, const char *method, const char *path
                         struct engine_req **ret);
 /* A request whose answer is bytes, not JSON (the archive endpoints). */
 struct engine_raw {
-        long status;            /* HTTP status; 0 when there was no answer (then `e` says why) */
-        const char *data;       /* the answer's body, at most max_resp bytes */
+        long status;      /* HTTP status; 0 when there was no answer (then `e` says why) */
+        const char *data; /* the answer's body, at most max_resp bytes */
         size_t len;
-        json_t *path_stat;      /* X-Docker-Container-Path-Stat decoded, or NULL */
-        json_t *error_body;     /* the body parsed as JSON when status >= 400, or NULL */
-        const struct err *e;    /* set when status is 0 */
+        json_t *path_stat;   /* X-Docker-Container-Path-Stat decoded, or NULL */
+        json_t *error_body;  /* the body parsed as JSON when status >= 400, or NULL */
+        const struct err *e; /* set when status is 0 */
 };
 typedef void (*engine_raw_cb)(void *userdata, const struct engine_raw *r);
 /* `body` (may be NULL) goes out as is with `content_type`; it is stolen and
@@ -71,6 +71,9 @@ int engine_request_raw(struct engine *eng, const char *method, const char *path,
                        engine_raw_cb cb, void *userdata, struct engine_req **ret);
 /* The callback will not be called. Accepts NULL. */
 void engine_request_cancel(struct engine_req *r);
+/* `s` percent-encoded for a query value ('/' and RFC 3986's unreserved
+ * characters stay as they are); caller frees, NULL without memory. */
+char *engine_escape(const char *s);
 
 /* Which engine answers: Podman and Docker differ where it matters to
  * corral (Docker's archive endpoints do not see tmpfs mounts). */

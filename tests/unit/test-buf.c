@@ -345,8 +345,13 @@ static void test_base64(void)
 {
         static const struct {
                 const char *plain, *coded;
-        } v[] = {{"", ""},          {"f", "Zg=="},         {"fo", "Zm8="},        {"foo", "Zm9v"},
-                 {"foob", "Zm9vYg=="}, {"fooba", "Zm9vYmE="}, {"foobar", "Zm9vYmFy"}};
+        } v[] = {{"", ""},
+                 {"f", "Zg=="},
+                 {"fo", "Zm8="},
+                 {"foo", "Zm9v"},
+                 {"foob", "Zm9vYg=="},
+                 {"fooba", "Zm9vYmE="},
+                 {"foobar", "Zm9vYmFy"}};
         for (size_t i = 0; i < ARRAY_SIZE(v); i++) {
                 struct buf b;
                 buf_init(&b, 64);

@@ -1,0 +1,78 @@
+/* Files in and out of a sandbox's /workspace. Content moves through the
+ * engine's archive endpoints (PUT, GET and HEAD /containers/{id}/archive)
+ * as tar streams built and read with libarchive; nothing is ever written to
+ * the host's disk. Every path is confined to /workspace: no "..", nothing
+ * absolute elsewhere, and no symlink that leads out of it (checked
+ * component by component through the engine's stat). */
+#pragma once
+
+#include "core/buf.h"
+#include "engine/engine.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#define FILES_ROOT      "/workspace"
+#define FILES_PATH_MAX  1024 /* bytes of a path under /workspace */
+#define FILES_NAME_MAX  255  /* bytes of one component */
+#define FILES_DEPTH_MAX 32   /* components */
+
+/* `in` (from outside) as an absolute, lexically normalised path under
+ * /workspace ("a//b/./c" -> "/workspace/a/b/c"); a relative path starts at
+ * /workspace. -EINVAL with a message for "..", NUL or control characters,
+ * invalid UTF-8, a path outside /workspace, or one too long or too deep;
+ * /workspace itself is accepted only when allow_root. */
+int files_path(const char *in, bool allow_root, char *out, size_t out_size, char *msg,
+               size_t msg_size);
+
+/* A tar stream (ustar/pax) of one regular file `name` (relative, may hold
+ * "/"), preceded by directory entries for each of its parent directories
+ * when make_dirs, appended to `out`. Entries belong to uid/gid 65534 (the
+ * sandbox's user): files 0644, directories 0755. */
+int files_tar_build(const char *name, bool make_dirs, const void *data, size_t len,
+                    struct buf *out);
+
+/* One entry of a tar stream. */
+struct files_entry {
+        const char *path;
+        enum { FILES_REG, FILES_DIR, FILES_SYMLINK, FILES_OTHER } type;
+        long long size;
+        const char *data; /* regular files: their bytes (len of them) */
+        size_t len;
+        const char *link; /* symlinks: the target, else NULL */
+};
+/* Walks a tar stream from outside (untrusted): `cb` gets each entry until
+ * it returns non-zero (which is returned). Regular files' data is read only
+ * up to `max` bytes each (-EFBIG past that). -EBADMSG with a message for a
+ * malformed stream. */
+int files_tar_each(const char *data, size_t len, size_t max,
+                   int (*cb)(void *userdata, const struct files_entry *e), void *userdata,
+                   struct err *e);
+
+/* What an operation came to. */
+struct files_result {
+        int error;           /* 0, or a negative errno: ENOENT, EISDIR, ENOTDIR, EPERM
+                              * (a symlink out of /workspace), EFBIG, ENOSPC, EIO */
+        const char *message; /* for error: a sentence a person can act on */
+        const char *path;    /* the real path (symlinks inside /workspace followed) */
+        const char *data;    /* read: the file's bytes */
+        size_t len;
+};
+typedef void (*files_cb)(void *userdata, const struct files_result *r);
+
+struct files_op;
+
+/* Writes `len` bytes (copied) to `path` (from files_path) in container `id`,
+ * making missing parent directories; an existing file is replaced. */
+int files_write(struct engine *eng, const char *id, const char *path, const void *data, size_t len,
+                files_cb cb, void *userdata, struct files_op **ret);
+/* Reads the regular file `path` of container `id`, at most `max` bytes
+ * (EFBIG beyond, before anything is fetched). */
+int files_read(struct engine *eng, const char *id, const char *path, size_t max, files_cb cb,
+               void *userdata, struct files_op **ret);
+/* The callback will not be called. Accepts NULL. */
+void files_op_cancel(struct files_op *op);
+
+/* A MIME type for a file name, from its extension ("image/png", ...), or
+ * NULL when it has none that corral knows. */
+const char *files_mime_type(const char *name);
