@@ -1760,6 +1760,7 @@ class Supervisor:
         self.pre = None       # the worker forked ahead, waiting for its first request
         self.worker = None    # a session's worker, kept between runs
         self.lost = False     # a session's worker ended: its next run starts afresh
+        self.spent = False    # a single-use run answered: only waiting to be removed
         self.pooled = False
         # PID 1 only gets signals it has handlers for; SIGINT's Python handler
         # would raise KeyboardInterrupt in here, so ignore it.  SIGCHLD wakes
@@ -1901,6 +1902,8 @@ class Supervisor:
             self.reply_error(rid, -32601, 'method not found: %s' % method[:100])
         elif self.job is not None:
             self.reply_error(rid, -32000, 'an exec is already running')
+        elif self.spent:
+            self.reply_error(rid, -32000, 'this sandbox was single-use and has run its exec')
         else:
             self.start(rid, msg.get('params'))
 
@@ -2123,15 +2126,29 @@ class Supervisor:
         else:
             w.close()
             self.lost = job.keep
+        if not job.keep:
+            self.kill_leftovers(w)  # single-use: nothing of the code's outlives its run
         self.send({'jsonrpc': '2.0', 'id': job.rid, 'result': result})
         if keep or job.keep:
             return False  # a session: wait for the next exec
-        self.kill_leftovers(w)
+        if result['out_files']:
+            # The daemon fetches them through the engine, which needs the
+            # container (and its tmpfs) still there: stay until it is done
+            # and closes stdin or removes us.
+            self.spent = True
+            return False
         return True
 
     def kill_leftovers(self, w=None):
-        # As PID 1 our exit kills the whole namespace; elsewhere (tests,
-        # --init) kill the workers' process groups so `sleep 100 &` goes too.
+        # As PID 1 every other process of the container goes (our exit
+        # would do the same); elsewhere (tests, --init) the workers' process
+        # groups, so `sleep 100 &` goes too.
+        if os.getpid() == 1:
+            try:
+                os.kill(-1, signal.SIGKILL)
+            except OSError:
+                pass
+            return
         for x in (w, self.worker, self.job.worker if self.job is not None else None):
             if x is not None:
                 try:

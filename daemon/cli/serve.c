@@ -4,6 +4,7 @@
 #include "core/log.h"
 #include "mcp/server.h"
 #include "sandbox/sandbox.h"
+#include "sandbox/session.h"
 #include "upstream/registry.h"
 
 #include <fcntl.h>
@@ -17,6 +18,7 @@ extern const char corral_default_policy[];
 struct serve {
         struct loop *loop;
         struct sandbox_mgr *mgr;
+        struct session_mgr *sessions;
         struct mcp_server *srv;
         /* The bridge to upstream MCP servers. */
         struct upstream_set *ups;
@@ -209,8 +211,10 @@ int cli_serve(int argc, char **argv)
                 status_start(&s);
         }
         if (r == 0)
-                r = mcp_server_new(s.loop, &cfg, s.mgr, s.bridge, STDIN_FILENO, STDOUT_FILENO,
-                                   on_eof, &s, &s.srv);
+                r = session_mgr_new(s.loop, &cfg, s.mgr, &s.sessions);
+        if (r == 0)
+                r = mcp_server_new(s.loop, &cfg, s.mgr, s.sessions, s.bridge, STDIN_FILENO,
+                                   STDOUT_FILENO, on_eof, &s, &s.srv);
         if (r == 0)
                 r = loop_signal(s.loop, SIGTERM, on_signal, &s);
         if (r == 0)
@@ -225,6 +229,8 @@ int cli_serve(int argc, char **argv)
                 mcp_server_flush(s.srv, 1000);
         status_stop(&s);
         mcp_server_free(s.srv);
+        /* Sessions hold sandboxes: they go before the sandbox manager. */
+        session_mgr_free(s.sessions);
         sandbox_mgr_free(s.mgr);
         bridge_close(&s);
         cli_engine_close(&ce);

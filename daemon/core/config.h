@@ -33,6 +33,13 @@ struct config {
         double pool_idle_s;                /* idle time before shrinking to pool_min */
         double sync_wait_s;                /* a call still running then becomes a job */
         double job_retention_s;            /* a finished job's result is kept this long */
+        long max_sessions;                 /* sessions open at once; 0: none. In effect at
+                                            * most max_sandboxes - 1, so that one-shot
+                                            * calls always have a slot. */
+        double session_idle_s;             /* a session without calls this long is closed */
+        double session_max_s;              /* and any session after this long */
+        unsigned long long file_max_bytes; /* a file moved in or out of a sandbox */
+        unsigned long long out_max_bytes;  /* /workspace/out files returned with one result */
         enum log_level log_level;
         /* The bridge to upstream MCP servers. */
         json_t *servers;   /* "servers" of the config file (mcpServers format), or NULL */

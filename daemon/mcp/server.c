@@ -7,6 +7,8 @@
 #include "core/loop.h"
 #include "core/util.h"
 #include "mcp/tools.h"
+#include "sandbox/files.h"
+#include "sandbox/session.h"
 
 #include <fcntl.h>
 #include <math.h>
@@ -70,6 +72,7 @@ struct call {
         bool cancelled;            /* the host withdrew it: no response is sent */
         const char *tool;          /* run_python or run_shell */
         char *code_line;           /* the start of its code, for job_list */
+        char *session;             /* the session it runs in, or NULL */
         long long t_start, t_end;
         struct timer *sync_timer; /* sync_wait_s */
         char job_id[24];          /* "" until it becomes a job */
@@ -97,10 +100,25 @@ struct search {
         struct search_wait *waits;
 };
 
+/* A write_file, read_file or list_files on its way. */
+struct file_call {
+        struct mcp_server *srv;
+        struct file_call *prev, *next;
+        json_t *id;
+        char session[SESSION_NAME_MAX + 1];
+        char path[FILES_PATH_MAX + 64]; /* normalised, under /workspace */
+        struct files_op *fop;
+        struct sandbox_ask *ask;
+        size_t offset, limit; /* read_file's window */
+        size_t bytes;         /* write_file's content */
+};
+
 struct mcp_server {
         struct loop *loop;
         const struct config *cfg;
         struct sandbox_mgr *mgr;
+        struct session_mgr *sessions;
+        struct file_call *fcalls;
         struct bridge *bridge; /* may be NULL */
         struct search *searches;
         char names[512]; /* the servers, for run_python's description */
@@ -335,6 +353,7 @@ static void call_free(struct call *c)
         timer_remove(c->expire);
         json_decref(c->result);
         free(c->code_line);
+        free(c->session);
         if (c->prev)
                 c->prev->next = c->next;
         else
@@ -382,7 +401,7 @@ static void job_finished(struct call *c, const struct sandbox_result *res)
 {
         struct mcp_server *s = c->srv;
         c->t_end = now_ms();
-        c->result = tools_result(res);
+        c->result = tools_result(res, c->session);
         if (c->result)
                 json_object_set_new(json_object_get(c->result, "structuredContent"), "job_id",
                                     json_string(c->job_id));
@@ -426,7 +445,7 @@ static void call_done(void *userdata, const struct sandbox_result *res)
         }
         /* A withdrawn call gets no response (MCP cancellation rules). */
         if (!c->cancelled)
-                send_tool_result(c->srv, c->id, tools_result(res));
+                send_tool_result(c->srv, c->id, tools_result(res, c->session));
         call_free(c);
 }
 
@@ -784,10 +803,10 @@ static const char *job_status_name(const struct call *c)
 
 static json_t *job_summary(const struct call *c)
 {
-        return json_pack("{s:s, s:s, s:s, s:b, s:I, s:s}", "job_id", c->job_id, "tool", c->tool,
-                         "status", job_status_name(c), "running", c->sb != NULL, "duration_ms",
-                         (json_int_t)((c->sb ? now_ms() : c->t_end) - c->t_start), "code",
-                         c->code_line ? c->code_line : "");
+        return json_pack("{s:s, s:s, s:s, s:b, s:I, s:s, s:s?}", "job_id", c->job_id, "tool",
+                         c->tool, "status", job_status_name(c), "running", c->sb != NULL,
+                         "duration_ms", (json_int_t)((c->sb ? now_ms() : c->t_end) - c->t_start),
+                         "code", c->code_line ? c->code_line : "", "session", c->session);
 }
 
 static void job_status(struct mcp_server *s, json_t *id, json_t *args)
@@ -905,6 +924,535 @@ static void job_list(struct mcp_server *s, json_t *id, json_t *args)
         send_msg(s, jrpc_result(id, job_text_result(json_pack("{s:o}", "jobs", jobs), text)));
 }
 
+/* ---- sessions and their files */
+
+/* A tool result for a session_run error (see session.h). */
+static json_t *session_error_result(int r, const char *msg)
+{
+        switch (r) {
+        case -EBUSY:
+                return tools_error_result("busy", strstr(msg, "slot") ? "Busy" : "SessionBusy",
+                                          msg);
+        case -EUSERS:
+                return tools_error_result("busy", "TooManySessions", msg);
+        case -ENOLINK:
+                return tools_error_result("session_lost", "SessionLost", msg);
+        case -ENOTSUP:
+                return tools_error_result("invalid_arguments", "SessionsDisabled", msg);
+        case -EINVAL:
+                return tools_error_result("invalid_arguments", "InvalidArguments", msg);
+        default:
+                return tools_error_result("engine_error", "InternalError",
+                                          msg[0] ? msg : strerror(-r));
+        }
+}
+
+/* Checks that args has only these keys (NULL-ended); else answers. */
+static bool only_keys(struct mcp_server *s, json_t *id, json_t *args, const char *tool,
+                      const char *const *keys)
+{
+        const char *key;
+        json_t *v;
+        json_object_foreach(args, key, v)
+        {
+                bool known = false;
+                for (const char *const *k = keys; *k && !known; k++)
+                        known = strcmp(*k, key) == 0;
+                if (!known) {
+                        char msg[400], list[200] = "";
+                        for (const char *const *k = keys; *k; k++)
+                                snprintf(list + strlen(list), sizeof(list) - strlen(list), "%s%s",
+                                         k == keys ? "" : ", ", *k);
+                        snprintf(msg, sizeof(msg), "unknown argument \"%.100s\" (%s takes %s)", key,
+                                 tool, list);
+                        send_msg(s, jrpc_result(id, tool_error(utf8_scrub(msg))));
+                        return false;
+                }
+        }
+        return true;
+}
+
+/* The "session" argument, checked; NULL after answering. */
+static const char *session_arg(struct mcp_server *s, json_t *id, json_t *args, const char *tool)
+{
+        const char *name = json_string_value(json_object_get(args, "session"));
+        char msg[300];
+        if (!name) {
+                snprintf(msg, sizeof(msg), "%s needs \"session\", a session's name", tool);
+                send_msg(s, jrpc_result(id, tool_error(msg)));
+                return NULL;
+        }
+        if (session_name_check(name, msg, sizeof(msg)) < 0) {
+                send_msg(s, jrpc_result(id, tool_error(utf8_scrub(msg))));
+                return NULL;
+        }
+        return name;
+}
+
+static json_t *text_result(json_t *structured, const char *text)
+{
+        return json_pack("{s:[{s:s, s:s}], s:o, s:b}", "content", "type", "text", "text", text,
+                         "structuredContent", structured, "isError", 0);
+}
+
+static void session_list_tool(struct mcp_server *s, json_t *id, json_t *args)
+{
+        static const char *const keys[] = {NULL};
+        if (!only_keys(s, id, args, "session_list", keys))
+                return;
+        json_t *list = session_list(s->sessions);
+        struct buf text;
+        buf_init(&text, 1 << 20);
+        char line[400];
+        snprintf(line, sizeof(line),
+                 "%zu session(s) open (at most %ld; closed after %g s without calls, or %g s "
+                 "after opening)\n",
+                 json_array_size(list), session_max(s->sessions), s->cfg->session_idle_s,
+                 s->cfg->session_max_s);
+        buf_append_some(&text, line, strlen(line));
+        size_t i;
+        json_t *x;
+        json_array_foreach(list, i, x)
+        {
+                json_t *mem = json_object_get(x, "memory_bytes");
+                char memtext[40] = "memory unknown";
+                if (json_is_integer(mem))
+                        snprintf(memtext, sizeof(memtext), "%.1f MiB",
+                                 (double)json_integer_value(mem) / (1 << 20));
+                snprintf(line, sizeof(line), "%s: %s, %.0f s old, idle %.0f s, %lld calls, %s\n",
+                         json_string_value(json_object_get(x, "name")),
+                         json_string_value(json_object_get(x, "state")),
+                         json_real_value(json_object_get(x, "age_s")),
+                         json_real_value(json_object_get(x, "idle_s")),
+                         (long long)json_integer_value(json_object_get(x, "calls")), memtext);
+                buf_append_some(&text, line, strlen(line));
+        }
+        json_t *st = json_pack("{s:o, s:I, s:f, s:f}", "sessions", list, "max_sessions",
+                               (json_int_t)session_max(s->sessions), "session_idle_s",
+                               s->cfg->session_idle_s, "session_max_s", s->cfg->session_max_s);
+        send_tool_result(s, id, st ? text_result(st, buf_str(&text)) : NULL);
+        buf_free(&text);
+}
+
+static void session_close_tool(struct mcp_server *s, json_t *id, json_t *args)
+{
+        static const char *const keys[] = {"session", NULL};
+        if (!only_keys(s, id, args, "session_close", keys))
+                return;
+        const char *name = session_arg(s, id, args, "session_close");
+        if (!name)
+                return;
+        char msg[600], text[200];
+        if (session_close(s->sessions, name, msg, sizeof(msg)) < 0) {
+                send_msg(s, jrpc_result(id, tool_error(utf8_scrub(msg))));
+                return;
+        }
+        snprintf(text, sizeof(text), "session \"%s\" closed: its sandbox is being removed", name);
+        send_tool_result(s, id,
+                         text_result(json_pack("{s:s, s:b}", "session", name, "closed", 1), text));
+}
+
+static void fcall_free(struct file_call *fc)
+{
+        struct mcp_server *s = fc->srv;
+        if (fc->prev)
+                fc->prev->next = fc->next;
+        else
+                s->fcalls = fc->next;
+        if (fc->next)
+                fc->next->prev = fc->prev;
+        files_op_cancel(fc->fop);
+        sandbox_ask_cancel(fc->ask);
+        json_decref(fc->id);
+        free(fc);
+}
+
+static struct file_call *fcall_new(struct mcp_server *s, json_t *id, const char *session,
+                                   const char *path)
+{
+        struct file_call *fc = calloc(1, sizeof(*fc));
+        if (!fc) {
+                send_error(s, id, JRPC_INTERNAL_ERROR, "out of memory");
+                return NULL;
+        }
+        fc->srv = s;
+        fc->id = json_incref(id);
+        snprintf(fc->session, sizeof(fc->session), "%s", session);
+        snprintf(fc->path, sizeof(fc->path), "%s", path);
+        fc->next = s->fcalls;
+        if (s->fcalls)
+                s->fcalls->prev = fc;
+        s->fcalls = fc;
+        return fc;
+}
+
+/* The result for a failed file operation: the model can fix a path. */
+static json_t *file_error_result(int error, const char *message)
+{
+        switch (error) {
+        case -ENOENT:
+                return tools_error_result("invalid_arguments", "NotFound", message);
+        case -EISDIR:
+        case -ENOTDIR:
+        case -EINVAL:
+                return tools_error_result("invalid_arguments", "NotAFile", message);
+        case -EPERM:
+        case -ELOOP:
+                return tools_error_result("invalid_arguments", "PathEscape", message);
+        case -EFBIG:
+                return tools_error_result("invalid_arguments", "TooLarge", message);
+        case -ENOSPC:
+                return tools_error_result("error", "NoSpace", message);
+        default:
+                return tools_error_result("engine_error", "EngineError", message);
+        }
+}
+
+/* The sandbox of args.session for a file tool; NULL after answering. */
+static struct sandbox *file_session(struct mcp_server *s, json_t *id, const char *name)
+{
+        char msg[600];
+        struct sandbox *sb = session_sandbox(s->sessions, name, msg, sizeof(msg));
+        if (!sb) {
+                send_msg(s,
+                         jrpc_result(id, tools_error_result(
+                                             strstr(msg, "starting") ? "busy" : "invalid_arguments",
+                                             strstr(msg, "starting") ? "SessionBusy" : "NoSession",
+                                             utf8_scrub(msg))));
+                return NULL;
+        }
+        if (!sandbox_mgr_engine(s->mgr) || !sandbox_container(sb)) {
+                send_msg(s, jrpc_result(id, tools_error_result("engine_error", "EngineError",
+                                                               "no container engine answers")));
+                return NULL;
+        }
+        return sb;
+}
+
+static void write_answer(struct file_call *fc)
+{
+        char text[FILES_PATH_MAX + 200];
+        snprintf(text, sizeof(text), "wrote %zu bytes to %s (session \"%s\")", fc->bytes, fc->path,
+                 fc->session);
+        utf8_scrub(text);
+        send_tool_result(fc->srv, fc->id,
+                         text_result(json_pack("{s:s, s:s, s:I}", "session", fc->session, "path",
+                                               fc->path, "bytes", (json_int_t)fc->bytes),
+                                     text));
+}
+
+static void write_done(void *userdata, const struct files_result *r)
+{
+        struct file_call *fc = userdata;
+        fc->fop = NULL;
+        if (r->error)
+                send_tool_result(fc->srv, fc->id, file_error_result(r->error, r->message));
+        else
+                write_answer(fc);
+        fcall_free(fc);
+}
+
+/* write_file that opened its session: the session's first run wrote it. */
+static void write_opened(void *userdata, const struct sandbox_result *res)
+{
+        struct file_call *fc = userdata;
+        if (res->status == ST_OK)
+                write_answer(fc);
+        else
+                send_tool_result(fc->srv, fc->id, tools_result(res, fc->session));
+        fcall_free(fc);
+}
+
+static void write_file_tool(struct mcp_server *s, json_t *id, json_t *args)
+{
+        static const char *const keys[] = {"session", "path", "content", "encoding", NULL};
+        if (!only_keys(s, id, args, "write_file", keys))
+                return;
+        const char *name = session_arg(s, id, args, "write_file");
+        if (!name)
+                return;
+        const char *path = json_string_value(json_object_get(args, "path"));
+        char full[FILES_PATH_MAX + 64], msg[600];
+        if (!path) {
+                send_msg(s, jrpc_result(id, tool_error("write_file needs \"path\", a string")));
+                return;
+        }
+        if (files_path(path, false, full, sizeof(full), msg, sizeof(msg)) < 0) {
+                send_msg(s, jrpc_result(id, tools_error_result("invalid_arguments", "InvalidPath",
+                                                               utf8_scrub(msg))));
+                return;
+        }
+        struct buf data;
+        int r =
+            tools_file_content(json_object_get(args, "content"), json_object_get(args, "encoding"),
+                               s->cfg->file_max_bytes, &data, msg, sizeof(msg));
+        if (r < 0) {
+                send_msg(s,
+                         jrpc_result(id, tools_error_result(
+                                             "invalid_arguments",
+                                             r == -EFBIG ? "TooLarge" : "InvalidArguments", msg)));
+                return;
+        }
+        struct file_call *fc = fcall_new(s, id, name, full);
+        if (!fc) {
+                buf_free(&data);
+                return;
+        }
+        fc->bytes = data.len;
+        if (session_exists(s->sessions, name)) {
+                struct sandbox *sb = file_session(s, id, name);
+                r = sb ? files_write(sandbox_mgr_engine(s->mgr), sandbox_container(sb), full,
+                                     data.data ? data.data : "", data.len, write_done, fc, &fc->fop)
+                       : 1;
+                if (r < 0)
+                        send_error(s, id, JRPC_INTERNAL_ERROR, "out of memory");
+                if (r != 0)
+                        fcall_free(fc);
+                buf_free(&data);
+                return;
+        }
+        /* A new session: its first run writes the file and runs nothing. */
+        struct sandbox_file f = {.path = full, .data = data.data ? data.data : "", .len = data.len};
+        struct sandbox_request req = {
+            .lang = LANG_PYTHON,
+            .code = "",
+            .timeout_s = s->cfg->timeout_s,
+            .session = name,
+            .files = &f,
+            .n_files = 1,
+        };
+        struct sandbox *sb;
+        r = session_run(s->sessions, &req, write_opened, fc, &sb, msg, sizeof(msg));
+        buf_free(&data);
+        if (r < 0) {
+                send_msg(s, jrpc_result(id, session_error_result(r, utf8_scrub(msg))));
+                fcall_free(fc);
+        }
+}
+
+static void read_done(void *userdata, const struct files_result *r)
+{
+        struct file_call *fc = userdata;
+        struct mcp_server *s = fc->srv;
+        fc->fop = NULL;
+        if (r->error) {
+                send_tool_result(s, fc->id, file_error_result(r->error, r->message));
+                fcall_free(fc);
+                return;
+        }
+        size_t size = r->len;
+        size_t from = fc->offset < size ? fc->offset : size;
+        size_t to = size - from > fc->limit ? from + fc->limit : size;
+        /* Text: valid UTF-8 with no NUL. Its window starts and ends on
+         * whole characters. */
+        char *copy = strndup(r->data, size);
+        bool text = copy && strlen(copy) == size && strcmp(utf8_scrub(copy), r->data) == 0 &&
+                    memchr(r->data, '\0', size) == NULL;
+        free(copy);
+        if (text) {
+                while (from < to && ((unsigned char)r->data[from] & 0xC0) == 0x80)
+                        from++;
+                if (to < size)
+                        to = from + utf8_cut(r->data + from, to - from);
+        }
+        const char *mime = files_mime_type(fc->path);
+        bool more = to < size;
+        json_t *st = json_pack("{s:s, s:s, s:I, s:I, s:I, s:o, s:b, s:s, s:s?}", "session",
+                               fc->session, "path", r->path, "size", (json_int_t)size, "offset",
+                               (json_int_t)from, "length", (json_int_t)(to - from), "next_offset",
+                               more ? json_integer((json_int_t)to) : json_null(), "truncated", more,
+                               "encoding", text ? "utf-8" : "base64", "mime_type", mime);
+        json_t *result = NULL;
+        char head[FILES_PATH_MAX + 300];
+        snprintf(head, sizeof(head), "%s: %zu bytes%s%s; bytes %zu to %zu%s", r->path, size,
+                 mime ? ", " : "", mime ? mime : "", from, to,
+                 more ? " (more: read on from next_offset)" : "");
+        utf8_scrub(head);
+        if (text) {
+                result =
+                    json_pack("{s:[{s:s, s:s%}], s:o, s:b}", "content", "type", "text", "text",
+                              r->data + from, to - from, "structuredContent", st, "isError", 0);
+        } else {
+                struct buf b64;
+                buf_init(&b64, (to - from + 2) / 3 * 4 + 1);
+                json_t *item = NULL;
+                if (base64_encode(&b64, r->data + from, to - from) == 0) {
+                        char uri[FILES_PATH_MAX + 16];
+                        snprintf(uri, sizeof(uri), "file://%s", r->path);
+                        utf8_scrub(uri);
+                        if (mime && strncmp(mime, "image/", 6) == 0 && from == 0 && !more)
+                                item =
+                                    json_pack("{s:s, s:s%, s:s}", "type", "image", "data",
+                                              b64.data ? b64.data : "", b64.len, "mimeType", mime);
+                        else
+                                item = json_pack("{s:s, s:{s:s, s:s, s:s%}}", "type", "resource",
+                                                 "resource", "uri", uri, "mimeType",
+                                                 mime ? mime : "application/octet-stream", "blob",
+                                                 b64.data ? b64.data : "", b64.len);
+                }
+                buf_free(&b64);
+                if (item)
+                        result =
+                            json_pack("{s:[{s:s, s:s}, o], s:o, s:b}", "content", "type", "text",
+                                      "text", head, item, "structuredContent", st, "isError", 0);
+                else
+                        json_decref(st);
+        }
+        send_tool_result(s, fc->id, result);
+        fcall_free(fc);
+}
+
+static bool window_arg(struct mcp_server *s, json_t *id, json_t *args, const char *key, size_t *ret,
+                       size_t min)
+{
+        json_t *v = json_object_get(args, key);
+        if (!v)
+                return true;
+        if (!json_is_integer(v) || json_integer_value(v) < (json_int_t)min) {
+                char msg[120];
+                snprintf(msg, sizeof(msg), "argument \"%s\" must be an integer >= %zu", key, min);
+                send_msg(s, jrpc_result(id, tool_error(msg)));
+                return false;
+        }
+        *ret = (size_t)json_integer_value(v);
+        return true;
+}
+
+static void read_file_tool(struct mcp_server *s, json_t *id, json_t *args)
+{
+        static const char *const keys[] = {"session", "path", "offset", "limit", NULL};
+        if (!only_keys(s, id, args, "read_file", keys))
+                return;
+        const char *name = session_arg(s, id, args, "read_file");
+        if (!name)
+                return;
+        const char *path = json_string_value(json_object_get(args, "path"));
+        char full[FILES_PATH_MAX + 64], msg[600];
+        if (!path) {
+                send_msg(s, jrpc_result(id, tool_error("read_file needs \"path\", a string")));
+                return;
+        }
+        if (files_path(path, false, full, sizeof(full), msg, sizeof(msg)) < 0) {
+                send_msg(s, jrpc_result(id, tools_error_result("invalid_arguments", "InvalidPath",
+                                                               utf8_scrub(msg))));
+                return;
+        }
+        size_t offset = 0, limit = s->cfg->output_limit;
+        if (!window_arg(s, id, args, "offset", &offset, 0) ||
+            !window_arg(s, id, args, "limit", &limit, 1))
+                return;
+        struct sandbox *sb = file_session(s, id, name);
+        if (!sb)
+                return;
+        struct file_call *fc = fcall_new(s, id, name, full);
+        if (!fc)
+                return;
+        fc->offset = offset;
+        fc->limit = limit;
+        if (files_read(sandbox_mgr_engine(s->mgr), sandbox_container(sb), full,
+                       s->cfg->file_max_bytes, read_done, fc, &fc->fop) < 0) {
+                send_error(s, id, JRPC_INTERNAL_ERROR, "out of memory");
+                fcall_free(fc);
+        }
+}
+
+static void list_done(void *userdata, json_t *result, const char *error)
+{
+        struct file_call *fc = userdata;
+        struct mcp_server *s = fc->srv;
+        fc->ask = NULL;
+        if (!result) {
+                /* The runtime's words, bounded. */
+                char msg[700];
+                snprintf(msg, sizeof(msg), "%.600s", error ? error : "no answer");
+                utf8_scrub(msg);
+                send_tool_result(s, fc->id,
+                                 tools_error_result("invalid_arguments", "NotFound", msg));
+                fcall_free(fc);
+                return;
+        }
+        /* The container's answer: only well-formed entries pass. */
+        json_t *entries = json_array();
+        struct buf text;
+        buf_init(&text, 4 << 20);
+        size_t i;
+        json_t *e;
+        json_array_foreach(json_object_get(result, "entries"), i, e)
+        {
+                const char *path = json_string_value(json_object_get(e, "path"));
+                const char *type = json_string_value(json_object_get(e, "type"));
+                json_t *size = json_object_get(e, "size");
+                if (!path || !type || !json_is_integer(size) || i >= 10000)
+                        continue;
+                const char *target = json_string_value(json_object_get(e, "target"));
+                json_t *clean = json_pack("{s:s, s:s, s:O, s:O?, s:O?, s:s?}", "path", path, "type",
+                                          type, "size", size, "mode", json_object_get(e, "mode"),
+                                          "mtime", json_object_get(e, "mtime"), "target", target);
+                if (!clean)
+                        continue;
+                json_array_append_new(entries, clean);
+                char line[FILES_PATH_MAX * 2 + 100];
+                snprintf(line, sizeof(line), "%-7s %10lld  %s%s%s%s\n", type,
+                         (long long)json_integer_value(size), path,
+                         strcmp(type, "dir") == 0 ? "/" : "", target ? " -> " : "",
+                         target ? target : "");
+                buf_append_some(&text, line, strlen(line));
+        }
+        bool truncated = json_is_true(json_object_get(result, "truncated"));
+        char foot[sizeof(fc->path) + 100];
+        snprintf(foot, sizeof(foot), "%zu entries in %s%s", json_array_size(entries), fc->path,
+                 truncated ? " (more: raise limit)" : "");
+        buf_append_some(&text, foot, strlen(foot));
+        utf8_scrub((char *)buf_str(&text));
+        json_t *st = json_pack("{s:s, s:s, s:o, s:b}", "session", fc->session, "path", fc->path,
+                               "entries", entries, "truncated", truncated);
+        send_tool_result(s, fc->id, st ? text_result(st, buf_str(&text)) : NULL);
+        buf_free(&text);
+        fcall_free(fc);
+}
+
+static void list_files_tool(struct mcp_server *s, json_t *id, json_t *args)
+{
+        static const char *const keys[] = {"session", "path", "recursive", "limit", NULL};
+        if (!only_keys(s, id, args, "list_files", keys))
+                return;
+        const char *name = session_arg(s, id, args, "list_files");
+        if (!name)
+                return;
+        json_t *p = json_object_get(args, "path"), *rec = json_object_get(args, "recursive");
+        char full[FILES_PATH_MAX + 64], msg[600];
+        if ((p && !json_is_string(p)) || (rec && !json_is_boolean(rec))) {
+                send_msg(s, jrpc_result(id, tool_error("list_files takes \"path\" (a string) and "
+                                                       "\"recursive\" (true or false)")));
+                return;
+        }
+        if (files_path(p ? json_string_value(p) : ".", true, full, sizeof(full), msg, sizeof(msg)) <
+            0) {
+                send_msg(s, jrpc_result(id, tools_error_result("invalid_arguments", "InvalidPath",
+                                                               utf8_scrub(msg))));
+                return;
+        }
+        size_t limit = 1000;
+        if (!window_arg(s, id, args, "limit", &limit, 1))
+                return;
+        if (limit > 10000)
+                limit = 10000;
+        struct sandbox *sb = file_session(s, id, name);
+        if (!sb)
+                return;
+        struct file_call *fc = fcall_new(s, id, name, full);
+        if (!fc)
+                return;
+        json_t *params = json_pack("{s:s, s:b, s:I}", "path", full, "recursive", json_is_true(rec),
+                                   "limit", (json_int_t)limit);
+        if (sandbox_ask(sb, "sandbox/list", params, list_done, fc, &fc->ask) < 0) {
+                send_msg(s, jrpc_result(id, tools_error_result("engine_error", "EngineError",
+                                                               "the session's sandbox does not "
+                                                               "answer")));
+                fcall_free(fc);
+        }
+}
+
 static void tools_call(struct mcp_server *s, json_t *id, json_t *params)
 {
         const char *name = json_string_value(json_object_get(params, "name"));
@@ -936,18 +1484,19 @@ static void tools_call(struct mcp_server *s, json_t *id, json_t *params)
         static const struct {
                 const char *name;
                 void (*fn)(struct mcp_server *, json_t *, json_t *);
-        } jobs[] = {{"job_status", job_status},
-                    {"job_result", job_result},
-                    {"job_cancel", job_cancel},
-                    {"job_list", job_list}};
-        for (size_t i = 0; i < ARRAY_SIZE(jobs); i++)
-                if (strcmp(name, jobs[i].name) == 0) {
+        } others[] = {{"job_status", job_status},          {"job_result", job_result},
+                      {"job_cancel", job_cancel},          {"job_list", job_list},
+                      {"session_list", session_list_tool}, {"session_close", session_close_tool},
+                      {"write_file", write_file_tool},     {"read_file", read_file_tool},
+                      {"list_files", list_files_tool}};
+        for (size_t i = 0; i < ARRAY_SIZE(others); i++)
+                if (strcmp(name, others[i].name) == 0) {
                         if (args && !json_is_object(args)) {
                                 send_msg(
                                     s, jrpc_result(id, tool_error("arguments must be an object")));
                                 return;
                         }
-                        jobs[i].fn(s, id, args);
+                        others[i].fn(s, id, args);
                         return;
                 }
         int r = tools_parse_call(name, args, s->cfg, &req, msg, sizeof(msg));
@@ -988,6 +1537,7 @@ static void tools_call(struct mcp_server *s, json_t *id, json_t *params)
         if (c->code_line)
                 utf8_scrub(c->code_line);
         c->t_start = now_ms();
+        c->session = req.session ? strdup(req.session) : NULL;
         req.on_output = call_output;
         req.on_progress = call_progress;
         /* Armed first: sandbox_run may finish (and free) the call at once
@@ -996,7 +1546,18 @@ static void tools_call(struct mcp_server *s, json_t *id, json_t *params)
                 long long ms = (long long)ceil(req.sync_wait_s * 1000);
                 timer_arm(c->sync_timer, ms > 0 ? ms : 1);
         }
+        if (req.session) {
+                r = session_run(s->sessions, &req, call_done, c, &c->sb, msg, sizeof(msg));
+                tools_request_free(&req); /* the sandbox has its copy */
+                if (r < 0) {
+                        utf8_scrub(msg);
+                        send_msg(s, jrpc_result(id, session_error_result(r, msg)));
+                        call_free(c);
+                }
+                return; /* on success the call may already be finished and freed */
+        }
         r = sandbox_run(s->mgr, &req, call_done, c, &c->sb);
+        tools_request_free(&req);
         if (r == -EBUSY) {
                 snprintf(msg, sizeof(msg),
                          "every sandbox slot is in use (%ld) and %ld calls are already waiting: "
@@ -1050,7 +1611,10 @@ static json_t *initialize_result(json_t *params)
             "title", "corral sandbox", "version", CORRAL_VERSION, "instructions",
             "Use run_python or run_shell to run code in a fresh, isolated sandbox "
             "(no network, read-only root, writable /tmp and /workspace). Each call gets a "
-            "new sandbox: nothing persists between calls.");
+            "new sandbox, unless it names a `session`: then variables, imports and "
+            "/workspace files persist across the calls with that name (write_file, "
+            "read_file and list_files reach its files; session_close ends it). Files the "
+            "code writes under /workspace/out/ come back with the result.");
 }
 
 static void handle_request(struct mcp_server *s, struct jrpc_msg *m)
@@ -1177,8 +1741,8 @@ static void in_file_tick(struct timer *t, void *userdata)
 }
 
 int mcp_server_new(struct loop *l, const struct config *cfg, struct sandbox_mgr *mgr,
-                   struct bridge *bridge, int in_fd, int out_fd, void (*on_eof)(void *),
-                   void *userdata, struct mcp_server **ret)
+                   struct session_mgr *sessions, struct bridge *bridge, int in_fd, int out_fd,
+                   void (*on_eof)(void *), void *userdata, struct mcp_server **ret)
 {
         struct mcp_server *s = calloc(1, sizeof(*s));
         if (!s)
@@ -1186,6 +1750,7 @@ int mcp_server_new(struct loop *l, const struct config *cfg, struct sandbox_mgr 
         *s = (struct mcp_server){.loop = l,
                                  .cfg = cfg,
                                  .mgr = mgr,
+                                 .sessions = sessions,
                                  .in_fd = in_fd,
                                  .out_fd = out_fd,
                                  .bridge = bridge,
@@ -1262,6 +1827,8 @@ void mcp_server_free(struct mcp_server *s)
         mcp_server_stop(s);
         while (s->calls)
                 call_free(s->calls);
+        while (s->fcalls)
+                fcall_free(s->fcalls);
         while (s->searches)
                 search_free(s->searches);
         watch_remove(s->out_watch);

@@ -12,9 +12,10 @@ struct mcp_server;
 /* `on_eof` is called once when the host closes stdin. `bridge` (may be
  * NULL) serves list_servers, search_tools and run_python's `servers`. */
 struct bridge;
+struct session_mgr;
 int mcp_server_new(struct loop *l, const struct config *cfg, struct sandbox_mgr *mgr,
-                   struct bridge *bridge, int in_fd, int out_fd, void (*on_eof)(void *),
-                   void *userdata, struct mcp_server **ret);
+                   struct session_mgr *sessions, struct bridge *bridge, int in_fd, int out_fd,
+                   void (*on_eof)(void *), void *userdata, struct mcp_server **ret);
 /* Stop reading; calls still running will not be answered. */
 void mcp_server_stop(struct mcp_server *s);
 /* Try to write what is left, blocking up to timeout_ms (for exit). */

@@ -1,6 +1,7 @@
 #include "mcp/tools.h"
 
 #include "core/buf.h"
+#include "sandbox/files.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -10,26 +11,47 @@
         "It runs in a fresh, single-use container: no network (only loopback), read-only root "    \
         "filesystem, writable /tmp and /workspace (tmpfs, discarded afterwards), unprivileged "    \
         "user (uid 65534), no capabilities, and bounded memory, processes, CPU and time. "         \
-        "Returns stdout, stderr, the exit code and, on failure, the error."
+        "Returns stdout, stderr, the exit code and, on failure, the error. Files the code "        \
+        "writes under /workspace/out/ come back with the result (images as pictures). With "       \
+        "`session`, the sandbox is kept for later calls with the same name: variables, imports "   \
+        "and /workspace files persist (session_list, session_close; write_file, read_file, "       \
+        "list_files reach its files)."
 
 static json_t *output_schema(void)
 {
-        return json_pack(
+        json_t *schema = json_pack(
             "{s:s, s:{"
-            "s:{s:s, s:[s,s,s,s,s,s,s,s,s]},"
+            "s:{s:s, s:[s,s,s,s,s,s,s,s,s,s]},"
             "s:{s:[s,s]}, s:{s:s}, s:{s:s}, s:{s:s}, s:{s:s}, s:{s:s}, s:{s:s},"
             "s:{s:s}, s:{s:[s,s]},"
             "s:{s:[s,s], s:{s:{s:s}, s:{s:s}, s:{s:[s,s]}}}, s:{s:s}"
             "}, s:[s,s,s,s,s]}",
             "type", "object", "properties", "status", "type", "string", "enum", "ok", "error",
             "timeout", "oom", "cancelled", "engine_error", "busy", "invalid_arguments", "running",
-            "exit_code", "type", "integer", "null", "stdout", "type", "string", "stderr", "type",
-            "string", "stdout_bytes", "type", "integer", "stderr_bytes", "type", "integer",
-            "stdout_truncated", "type", "boolean", "stderr_truncated", "type", "boolean",
+            "session_lost", "exit_code", "type", "integer", "null", "stdout", "type", "string",
+            "stderr", "type", "string", "stdout_bytes", "type", "integer", "stderr_bytes", "type",
+            "integer", "stdout_truncated", "type", "boolean", "stderr_truncated", "type", "boolean",
             "duration_ms", "type", "integer", "container", "type", "string", "null", "error",
             "type", "object", "null", "properties", "type", "type", "string", "message", "type",
             "string", "traceback", "type", "string", "null", "job_id", "type", "string", "required",
             "status", "exit_code", "stdout", "stderr", "duration_ms");
+        json_t *props = json_object_get(schema, "properties");
+        /* Files the code wrote under /workspace/out, and the session. */
+        json_object_set_new(
+            props, "files",
+            json_pack("{s:s, s:{s:s, s:{s:{s:s}, s:{s:s}, s:{s:[s,s]}, s:{s:s}, s:{s:s}},"
+                      " s:[s,s,s]}}",
+                      "type", "array", "items", "type", "object", "properties", "path", "type",
+                      "string", "size", "type", "integer", "mime_type", "type", "string", "null",
+                      "returned", "type", "boolean", "note", "type", "string", "required", "path",
+                      "size", "returned"));
+        json_object_set_new(
+            props, "session",
+            json_pack("{s:s, s:{s:{s:s}, s:{s:s, s:[s,s,s,s]}, s:{s:[s,s]}}, s:[s,s]}", "type",
+                      "object", "properties", "name", "type", "string", "state", "type", "string",
+                      "enum", "kept", "reset", "restarted", "ended", "memory_bytes", "type",
+                      "integer", "null", "required", "name", "state"));
+        return schema;
 }
 
 static json_t *tool(const char *name, const char *title, const char *desc, const char *arg,
@@ -49,10 +71,31 @@ static json_t *tool(const char *name, const char *title, const char *desc, const
             "openWorldHint", 0);
 }
 
-/* run_python and run_shell: a call that outlives sync_wait_s becomes a job. */
+/* run_python and run_shell: a call that outlives sync_wait_s becomes a job;
+ * `session` keeps the sandbox for later calls; `files` go in first. */
 static json_t *with_sync_wait(json_t *t)
 {
         json_t *props = json_object_get(json_object_get(t, "inputSchema"), "properties");
+        json_object_set_new(
+            props, "session",
+            json_pack("{s:s, s:s, s:i, s:s}", "type", "string", "pattern", "^[A-Za-z0-9_.-]+$",
+                      "maxLength", SESSION_NAME_MAX, "description",
+                      "Run in the named session: the first call with a name opens a sandbox "
+                      "that later calls with the same name reuse (Python variables, imports, "
+                      "/workspace files). Sessions close after session_idle_s without calls; "
+                      "session_close closes one. Omit for a fresh single-use sandbox."));
+        json_object_set_new(
+            props, "files",
+            json_pack("{s:s, s:i, s:{s:s, s:{s:{s:s, s:s}, s:{s:s, s:s}, s:{s:s, s:[s,s], s:s}},"
+                      " s:[s,s], s:b}, s:s}",
+                      "type", "array", "maxItems", FILES_PER_CALL, "items", "type", "object",
+                      "properties", "path", "type", "string", "description",
+                      "Where, under /workspace (relative, or absolute under /workspace).",
+                      "content", "type", "string", "description", "The file's content.", "encoding",
+                      "type", "string", "enum", "utf-8", "base64", "description",
+                      "How content is given (default utf-8).", "required", "path", "content",
+                      "additionalProperties", 0, "description",
+                      "Files to write under /workspace before the code runs."));
         json_object_set_new(
             props, "sync_wait_s",
             json_pack("{s:s, s:f, s:s}", "type", "number", "minimum", 0.0, "description",
@@ -155,6 +198,82 @@ static json_t *run_python_tool(const char *servers)
         return t;
 }
 
+static json_t *annotated_tool(const char *name, const char *title, const char *desc,
+                              json_t *properties, json_t *required, bool readonly, bool destructive,
+                              bool idempotent)
+{
+        return json_pack("{s:s, s:s, s:s, s:{s:s, s:o, s:o, s:b}, s:{s:s},"
+                         " s:{s:b, s:b, s:b, s:b}}",
+                         "name", name, "title", title, "description", desc, "inputSchema", "type",
+                         "object", "properties", properties, "required", required,
+                         "additionalProperties", 0, "outputSchema", "type", "object", "annotations",
+                         "readOnlyHint", readonly, "destructiveHint", destructive, "idempotentHint",
+                         idempotent, "openWorldHint", 0);
+}
+
+static json_t *session_prop(const char *desc)
+{
+        return json_pack("{s:s, s:s, s:i, s:s}", "type", "string", "pattern", "^[A-Za-z0-9_.-]+$",
+                         "maxLength", SESSION_NAME_MAX, "description", desc);
+}
+
+/* session_list, session_close, write_file, read_file, list_files. */
+static json_t *session_tools(void)
+{
+        return json_pack(
+            "[o,o,o,o,o]",
+            annotated_tool("session_list", "List sandbox sessions",
+                           "The sessions open for this client: name, state (starting, idle, "
+                           "busy), age and idle time in seconds, calls, memory use of the "
+                           "sandbox after its last call, container; and the limits "
+                           "(max_sessions, session_idle_s, session_max_s).",
+                           json_object(), json_array(), true, false, true),
+            annotated_tool("session_close", "Close a sandbox session",
+                           "Close a session: its sandbox (variables, /workspace files) is "
+                           "removed; a call still running in it ends \"cancelled\".",
+                           json_pack("{s:o}", "session", session_prop("The session's name.")),
+                           json_pack("[s]", "session"), false, true, true),
+            annotated_tool(
+                "write_file", "Write a file into a session's /workspace",
+                "Write a file under a session's /workspace (opening the session if needed), "
+                "making missing directories; an existing file is replaced. Paths stay inside "
+                "/workspace: no '..', no symbolic link out.",
+                json_pack("{s:o, s:{s:s, s:s}, s:{s:s, s:s}, s:{s:s, s:[s,s], s:s}}", "session",
+                          session_prop("The session (opened if it does not exist)."), "path",
+                          "type", "string", "description",
+                          "Relative to /workspace, or absolute under /workspace.", "content",
+                          "type", "string", "description", "The file's content.", "encoding",
+                          "type", "string", "enum", "utf-8", "base64", "description",
+                          "How content is given: utf-8 text (default) or base64 for bytes."),
+                json_pack("[s,s,s]", "session", "path", "content"), false, true, true),
+            annotated_tool(
+                "read_file", "Read a file from a session's /workspace",
+                "Read a file under a session's /workspace. Text comes back as text, bytes "
+                "[offset, offset+limit) of it for large files (next_offset says where to go "
+                "on); images as an image, other binary files as an embedded resource "
+                "(base64).",
+                json_pack("{s:o, s:{s:s, s:s}, s:{s:s, s:i, s:s}, s:{s:s, s:i, s:s}}", "session",
+                          session_prop("The session."), "path", "type", "string", "description",
+                          "Relative to /workspace, or absolute under /workspace.", "offset", "type",
+                          "integer", "minimum", 0, "description",
+                          "First byte to return (default 0).", "limit", "type", "integer",
+                          "minimum", 1, "description", "Bytes to return at most (default 1 MiB)."),
+                json_pack("[s,s]", "session", "path"), true, false, true),
+            annotated_tool("list_files", "List files in a session's /workspace",
+                           "List a directory under a session's /workspace: path, type (file, "
+                           "dir, symlink, other), size, mode, mtime; symbolic links are shown, "
+                           "not followed.",
+                           json_pack("{s:o, s:{s:s, s:s}, s:{s:s, s:s}, s:{s:s, s:i, s:i, s:s}}",
+                                     "session", session_prop("The session."), "path", "type",
+                                     "string", "description",
+                                     "A directory under /workspace (default: /workspace).",
+                                     "recursive", "type", "boolean", "description",
+                                     "Also list what is below (default false).", "limit", "type",
+                                     "integer", "minimum", 1, "maximum", 10000, "description",
+                                     "Entries at most (default 1000)."),
+                           json_pack("[s]", "session"), true, false, true));
+}
+
 json_t *tools_list(const char *servers)
 {
         json_t *list = json_pack(
@@ -183,12 +302,14 @@ json_t *tools_list(const char *servers)
                                   "minimum", 1, "maximum", 200, "description",
                                   "At most this many matches (default 20)."),
                         json_pack("[s]", "query")));
-        json_t *jobs = job_tools();
-        if (!list || !jobs || json_array_extend(list, jobs) < 0) {
+        json_t *jobs = job_tools(), *sessions = session_tools();
+        if (!list || !jobs || !sessions || json_array_extend(list, jobs) < 0 ||
+            json_array_extend(list, sessions) < 0) {
                 json_decref(list);
                 list = NULL;
         }
         json_decref(jobs);
+        json_decref(sessions);
         return list;
 }
 
@@ -208,11 +329,126 @@ static int parse_call(const char *name, json_t *args, const struct config *cfg,
 int tools_parse_call(const char *name, json_t *args, const struct config *cfg,
                      struct sandbox_request *req, char *msg, size_t msg_size)
 {
+        req->files = NULL;
+        req->n_files = 0;
         int r = parse_call(name, args, cfg, req, msg, msg_size);
         /* Messages quote names from the host cut at a byte limit. */
-        if (r < 0)
+        if (r < 0) {
                 utf8_scrub(msg);
+                tools_request_free(req);
+        }
         return r;
+}
+
+void tools_request_free(struct sandbox_request *req)
+{
+        for (size_t i = 0; i < req->n_files; i++) {
+                free((char *)req->files[i].path);
+                free((char *)req->files[i].data);
+        }
+        free((struct sandbox_file *)req->files);
+        req->files = NULL;
+        req->n_files = 0;
+}
+
+int tools_file_content(json_t *content, json_t *encoding, size_t max, struct buf *ret, char *msg,
+                       size_t msg_size)
+{
+        const char *enc = encoding ? json_string_value(encoding) : "utf-8";
+        if (!json_is_string(content)) {
+                snprintf(msg, msg_size, "\"content\" must be a string");
+                return -EINVAL;
+        }
+        if (!enc || (strcmp(enc, "utf-8") != 0 && strcmp(enc, "base64") != 0)) {
+                snprintf(msg, msg_size, "\"encoding\" must be \"utf-8\" or \"base64\"");
+                return -EINVAL;
+        }
+        buf_init(ret, max);
+        const char *p = json_string_value(content);
+        size_t n = json_string_length(content);
+        int r = strcmp(enc, "base64") == 0 ? base64_decode(ret, p, n) : buf_append(ret, p, n);
+        if (r == -ENOBUFS) {
+                snprintf(msg, msg_size,
+                         "the content is over %zu bytes, the limit of a file moved in or out "
+                         "(file_max_bytes)",
+                         max);
+                buf_free(ret);
+                return -EFBIG;
+        }
+        if (r < 0) {
+                snprintf(msg, msg_size, "\"content\" is not valid base64");
+                buf_free(ret);
+                return -EINVAL;
+        }
+        return 0;
+}
+
+/* `files`: [{path, content, encoding?}], decoded into req->files. */
+static int parse_files(json_t *files, const struct config *cfg, struct sandbox_request *req,
+                       char *msg, size_t msg_size)
+{
+        if (!json_is_array(files) || json_array_size(files) > FILES_PER_CALL) {
+                snprintf(msg, msg_size,
+                         "argument \"files\" must be an array of at most %d {path, content, "
+                         "encoding} objects",
+                         FILES_PER_CALL);
+                return -EINVAL;
+        }
+        struct sandbox_file *out = calloc(json_array_size(files) + 1, sizeof(*out));
+        if (!out)
+                return -ENOMEM;
+        req->files = out;
+        unsigned long long total = 0;
+        size_t i;
+        json_t *f;
+        json_array_foreach(files, i, f)
+        {
+                char path[FILES_PATH_MAX + 64], why[600];
+                const char *key;
+                json_t *v;
+                json_object_foreach(f, key, v)
+                {
+                        if (strcmp(key, "path") && strcmp(key, "content") &&
+                            strcmp(key, "encoding")) {
+                                snprintf(msg, msg_size,
+                                         "files[%zu]: unknown key \"%.60s\" (path, content, "
+                                         "encoding)",
+                                         i, key);
+                                return -EINVAL;
+                        }
+                }
+                const char *p = json_string_value(json_object_get(f, "path"));
+                if (!json_is_object(f) || !p) {
+                        snprintf(msg, msg_size, "files[%zu] needs a \"path\" string", i);
+                        return -EINVAL;
+                }
+                if (files_path(p, false, path, sizeof(path), why, sizeof(why)) < 0) {
+                        snprintf(msg, msg_size, "files[%zu]: %s", i, why);
+                        return -EINVAL;
+                }
+                struct buf data;
+                if (tools_file_content(json_object_get(f, "content"),
+                                       json_object_get(f, "encoding"), cfg->file_max_bytes, &data,
+                                       why, sizeof(why)) < 0) {
+                        snprintf(msg, msg_size, "files[%zu] (%s): %s", i, p, why);
+                        return -EINVAL;
+                }
+                total += data.len;
+                out[i].path = strdup(path);
+                out[i].data = data.data ? data.data : strdup("");
+                out[i].len = data.len;
+                req->n_files = i + 1;
+                if (!out[i].path || !out[i].data)
+                        return -ENOMEM;
+                if (total > cfg->max_frame) {
+                        snprintf(msg, msg_size,
+                                 "\"files\" hold over %llu bytes in all (max_frame): write large "
+                                 "files one by one with write_file",
+                                 cfg->max_frame);
+                        return -EINVAL;
+                }
+        }
+        return 0;
 }
 
 static int parse_call(const char *name, json_t *args, const struct config *cfg,
@@ -229,7 +465,8 @@ static int parse_call(const char *name, json_t *args, const struct config *cfg,
                 snprintf(msg, msg_size,
                          "unknown tool \"%.100s\" (corral offers run_python, run_shell, "
                          "sandbox_status, list_servers, search_tools, job_status, job_result, "
-                         "job_cancel and job_list)",
+                         "job_cancel, job_list, session_list, session_close, write_file, "
+                         "read_file and list_files)",
                          name);
                 return -ENOENT;
         }
@@ -242,11 +479,12 @@ static int parse_call(const char *name, json_t *args, const struct config *cfg,
         json_object_foreach(args, key, v)
         {
                 if (strcmp(key, code_key) != 0 && strcmp(key, "timeout_s") != 0 &&
-                    strcmp(key, "sync_wait_s") != 0 &&
+                    strcmp(key, "sync_wait_s") != 0 && strcmp(key, "session") != 0 &&
+                    strcmp(key, "files") != 0 &&
                     (strcmp(key, "servers") != 0 || req->lang != LANG_PYTHON)) {
                         snprintf(msg, msg_size,
                                  "unknown argument \"%.100s\" (%s takes %s, timeout_s, "
-                                 "sync_wait_s%s)",
+                                 "sync_wait_s, session, files%s)",
                                  key, name, code_key, req->lang == LANG_PYTHON ? ", servers" : "");
                         return -EINVAL;
                 }
@@ -288,6 +526,27 @@ static int parse_call(const char *name, json_t *args, const struct config *cfg,
                 }
                 req->timeout_s = d < cfg->max_timeout_s ? d : cfg->max_timeout_s;
         }
+        json_t *session = json_object_get(args, "session");
+        req->session = NULL;
+        if (session) {
+                if (!json_is_string(session)) {
+                        snprintf(msg, msg_size, "argument \"session\" must be a string (a name)");
+                        return -EINVAL;
+                }
+                int r = session_name_check(json_string_value(session), msg, msg_size);
+                if (r < 0)
+                        return r;
+                req->session = json_string_value(session);
+        }
+        req->files = NULL;
+        req->n_files = 0;
+        req->want_out = true;
+        json_t *files = json_object_get(args, "files");
+        if (files) {
+                int r = parse_files(files, cfg, req, msg, msg_size);
+                if (r < 0)
+                        return r;
+        }
         req->sync_wait_s = cfg->sync_wait_s;
         json_t *w = json_object_get(args, "sync_wait_s");
         if (w) {
@@ -317,9 +576,131 @@ static void append_text(struct buf *t, const char *s)
 
 static json_t *result_json(const struct sandbox_result *res, const char *status);
 
-json_t *tools_result(const struct sandbox_result *res)
+static bool text_mime(const char *mime)
 {
-        return result_json(res, sandbox_status_name(res->status));
+        return mime && (strncmp(mime, "text/", 5) == 0 || strcmp(mime, "application/json") == 0 ||
+                        strcmp(mime, "application/xml") == 0);
+}
+
+/* The files a run wrote under /workspace/out: content items (images as
+ * pictures, the rest as embedded resources), a listing in structured
+ * content, and a line each in the text. */
+static void add_out_files(json_t *result, json_t *out_files)
+{
+        json_t *content = json_object_get(result, "content");
+        json_t *listing = json_array();
+        struct buf lines;
+        buf_init(&lines, 1 << 20);
+        size_t i;
+        json_t *f;
+        json_array_foreach(out_files, i, f)
+        {
+                const char *path = json_string_value(json_object_get(f, "path"));
+                const char *mime = json_string_value(json_object_get(f, "mime_type"));
+                const char *note = json_string_value(json_object_get(f, "note"));
+                json_t *data = json_object_get(f, "data");
+                json_int_t size = json_integer_value(json_object_get(f, "size"));
+                if (!path)
+                        continue;
+                char uri[FILES_PATH_MAX + 80], line[FILES_PATH_MAX + 400];
+                snprintf(uri, sizeof(uri), "file://" FILES_ROOT "/%s", path);
+                const char *how = "not returned";
+                if (json_is_string(data) && mime && strncmp(mime, "image/", 6) == 0) {
+                        json_array_append_new(content, json_pack("{s:s, s:O, s:s}", "type", "image",
+                                                                 "data", data, "mimeType", mime));
+                        how = "returned as an image";
+                } else if (json_is_string(data)) {
+                        json_t *resource = NULL;
+                        if (text_mime(mime)) {
+                                struct buf raw;
+                                buf_init(&raw, (size_t)-1 / 2);
+                                if (base64_decode(&raw, json_string_value(data),
+                                                  json_string_length(data)) == 0)
+                                        resource = json_pack("{s:s, s:s, s:s%}", "uri", uri,
+                                                             "mimeType", mime, "text",
+                                                             raw.data ? raw.data : "", raw.len);
+                                buf_free(&raw);
+                        }
+                        if (!resource) /* bytes, or text that is not UTF-8 */
+                                resource = json_pack("{s:s, s:s, s:O}", "uri", uri, "mimeType",
+                                                     mime ? mime : "application/octet-stream",
+                                                     "blob", data);
+                        json_array_append_new(content, json_pack("{s:s, s:o}", "type", "resource",
+                                                                 "resource", resource));
+                        how = "returned as an embedded resource";
+                }
+                bool returned = strcmp(how, "not returned") != 0;
+                json_array_append_new(listing,
+                                      json_pack("{s:s, s:I, s:s?, s:b, s:s?}", "path", path, "size",
+                                                size, "mime_type", mime, "returned", returned,
+                                                "note", returned ? NULL : note));
+                snprintf(line, sizeof(line), "\n[file %s: %lld bytes, %s%s%s]", path,
+                         (long long)size, how, returned || !note ? "" : ": ",
+                         returned || !note ? "" : note);
+                buf_append_some(&lines, line, strlen(line));
+        }
+        json_object_set_new(json_object_get(result, "structuredContent"), "files", listing);
+        if (lines.len) {
+                json_t *text = json_object_get(json_array_get(content, 0), "text");
+                struct buf t;
+                buf_init(&t, (size_t)-1 / 2);
+                buf_append(&t, json_string_value(text), json_string_length(text));
+                buf_append(&t, lines.data, lines.len);
+                utf8_scrub((char *)buf_str(&t));
+                json_string_setn(text, t.data, t.len);
+                buf_free(&t);
+        }
+        buf_free(&lines);
+}
+
+/* Where the session stands after this call, and a note when it changed. */
+static void add_session(json_t *result, const struct sandbox_result *res, const char *name)
+{
+        const char *state = !res->kept        ? "ended"
+                            : res->state_lost ? "reset"
+                            : res->restarted  ? "restarted"
+                                              : "kept";
+        json_object_set_new(
+            json_object_get(result, "structuredContent"), "session",
+            json_pack("{s:s, s:s, s:o}", "name", name, "state", state, "memory_bytes",
+                      res->memory_bytes >= 0 ? json_integer(res->memory_bytes) : json_null()));
+        char note[400] = "";
+        if (!res->kept)
+                snprintf(note, sizeof(note),
+                         "\n[session \"%s\" ended: its sandbox is gone; the next call with this "
+                         "name opens a new one]",
+                         name);
+        else if (res->state_lost)
+                snprintf(note, sizeof(note),
+                         "\n[session \"%s\": its Python interpreter ended during this call, so "
+                         "its variables are gone; files in /workspace remain]",
+                         name);
+        else if (res->restarted)
+                snprintf(note, sizeof(note),
+                         "\n[session \"%s\": this call ran in a new Python interpreter (the "
+                         "previous one had ended), so earlier variables are gone]",
+                         name);
+        if (note[0]) {
+                json_t *text =
+                    json_object_get(json_array_get(json_object_get(result, "content"), 0), "text");
+                struct buf t;
+                buf_init(&t, (size_t)-1 / 2);
+                buf_append(&t, json_string_value(text), json_string_length(text));
+                buf_append(&t, note, strlen(note));
+                utf8_scrub((char *)buf_str(&t));
+                json_string_setn(text, t.data, t.len);
+                buf_free(&t);
+        }
+}
+
+json_t *tools_result(const struct sandbox_result *res, const char *session)
+{
+        json_t *result = result_json(res, sandbox_status_name(res->status));
+        if (result && session)
+                add_session(result, res, session);
+        if (result && json_array_size(res->out_files))
+                add_out_files(result, res->out_files);
+        return result;
 }
 
 json_t *tools_running_result(const struct sandbox_result *partial, const char *job_id,

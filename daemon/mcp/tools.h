@@ -4,24 +4,36 @@
 
 #include "core/config.h"
 #include "sandbox/sandbox.h"
+#include "sandbox/session.h"
 
 #include <jansson.h>
 
 /* job_result's wait_s may not exceed this. */
 #define JOB_WAIT_MAX_S 300.0
+/* `files` of one run_python or run_shell call, at most. */
+#define FILES_PER_CALL 64
 
 /* The `tools` array for tools/list (new reference). `servers` names the
  * MCP servers sandboxed code may call, for run_python's description. */
 json_t *tools_list(const char *servers);
 
-/* Validate a tools/call. Returns 0 and fills *req (borrowing from args), or
- * -ENOENT for an unknown tool (a protocol error) or -EINVAL for bad
- * arguments, with a message for the caller. */
+/* Validate a tools/call of run_python or run_shell. Returns 0 and fills
+ * *req (borrowing from args; `files` are decoded into memory that
+ * tools_request_free releases), or -ENOENT for an unknown tool (a protocol
+ * error) or -EINVAL for bad arguments, with a message for the caller. */
 int tools_parse_call(const char *name, json_t *args, const struct config *cfg,
                      struct sandbox_request *req, char *msg, size_t msg_size);
+void tools_request_free(struct sandbox_request *req);
 
-/* A CallToolResult for a sandbox result (new reference). */
-json_t *tools_result(const struct sandbox_result *res);
+/* `content` of a file argument as bytes (utf-8 as is, or base64 decoded),
+ * at most `max` of them: 0, or -EINVAL / -EFBIG with a message. */
+int tools_file_content(json_t *content, json_t *encoding, size_t max, struct buf *ret, char *msg,
+                       size_t msg_size);
+
+/* A CallToolResult for a sandbox result (new reference); `session` names
+ * the session the call ran in, or NULL. Files the code wrote under
+ * /workspace/out become image content (pictures) or embedded resources. */
+json_t *tools_result(const struct sandbox_result *res, const char *session);
 /* The result of a call that goes on as job `job_id`: status "running",
  * the output so far (`partial`), isError false (new reference). */
 json_t *tools_running_result(const struct sandbox_result *partial, const char *job_id,

@@ -4,6 +4,7 @@
 #include "core/jsonrpc.h"
 #include "core/log.h"
 #include "engine/attach.h"
+#include "sandbox/files.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -13,17 +14,24 @@
 extern const char corral_runtime_src[];
 
 #define STDERR_LOG_MAX (64 * 1024) /* container stderr bytes logged per sandbox */
-#define EXEC_ID        1
-#define POOL_FAIL_FAST 3 /* failed starts in a row before calls fail fast */
+#define POOL_FAIL_FAST 3           /* failed starts in a row before calls fail fast */
+/* A session's interrupted run: the runtime kills the worker one second
+ * after SIGINT; past this the container goes. */
+#define INTERRUPT_GRACE_MS 3000
+#define COLLECT_MAX_MS     30000 /* fetching /workspace/out after a run */
+#define OUT_FILES_MAX      64
 
 enum sandbox_state {
         S_QUEUED,
         S_CREATING,
         S_ATTACHING,
         S_STARTING,
-        S_STARTED, /* waiting for sandbox/ready */
-        S_READY,   /* in the pool: the runtime waits for its one request */
-        S_BUSY,    /* exec sent */
+        S_STARTED,    /* waiting for sandbox/ready */
+        S_READY,      /* in the pool: the runtime waits for its one request */
+        S_UPLOADING,  /* the request's files go into /workspace */
+        S_BUSY,       /* exec sent */
+        S_COLLECTING, /* fetching what the code wrote under /workspace/out */
+        S_IDLE,       /* kept (a session): waiting for its next run */
         S_REMOVING,
         S_DONE,
 };
@@ -58,6 +66,57 @@ struct sandbox {
         void (*on_progress)(void *userdata, double done, double total, const char *message);
         struct bridge_run *bridge; /* the MCP servers its code may call, if any */
         struct sandbox_result res;
+        /* Sessions. */
+        bool keep;                        /* stays after a run (S_IDLE) */
+        bool closing;                     /* its owner removes it */
+        json_int_t exec_id;               /* of the latest sandbox/exec */
+        enum sandbox_status interrupting; /* ST_OK, or why its run is being interrupted */
+        char *interrupt_msg;
+        void (*gone)(void *owner, const char *why);
+        void *owner;
+        /* Files in (before the run) and out (after it). */
+        struct sandbox_file *files;
+        size_t n_files, i_file;
+        bool want_out;
+        json_t *out_list; /* the runtime's out_files, being fetched */
+        size_t i_out;
+        unsigned long long out_bytes;
+        struct files_op *fop;
+        /* Requests to the runtime (sandbox/list). */
+        struct sandbox_ask *asks;
+        unsigned ask_seq;
+        struct guard *guards; /* callers that must learn it was freed under them */
+};
+
+/* Calling out (to a caller's callback) may free the sandbox: a guard on the
+ * stack tells the code around the call so. Guards nest. */
+struct guard {
+        bool freed;
+        struct guard *prev;
+};
+
+static void guard_push(struct sandbox *s, struct guard *g)
+{
+        g->freed = false;
+        g->prev = s->guards;
+        s->guards = g;
+}
+
+/* True when s was freed meanwhile (then s must not be touched). */
+static bool guard_pop(struct sandbox *s, struct guard *g)
+{
+        if (g->freed)
+                return true;
+        s->guards = g->prev;
+        return false;
+}
+
+struct sandbox_ask {
+        struct sandbox *sb;
+        struct sandbox_ask *next;
+        char id[32];
+        sandbox_ask_cb cb;
+        void *userdata;
 };
 
 struct sandbox_mgr {
@@ -266,9 +325,45 @@ static void sandbox_unlink(struct sandbox *s)
         s->prev = s->next = NULL;
 }
 
+static void files_clear(struct sandbox *s)
+{
+        for (size_t i = 0; i < s->n_files; i++) {
+                free((char *)s->files[i].path);
+                free((char *)s->files[i].data);
+        }
+        free(s->files);
+        s->files = NULL;
+        s->n_files = s->i_file = 0;
+}
+
+static void ask_end(struct sandbox_ask *a, json_t *result, const char *error)
+{
+        struct sandbox *s = a->sb;
+        for (struct sandbox_ask **pp = &s->asks; *pp; pp = &(*pp)->next)
+                if (*pp == a) {
+                        *pp = a->next;
+                        break;
+                }
+        sandbox_ask_cb cb = a->cb;
+        void *ud = a->userdata;
+        free(a);
+        if (cb)
+                cb(ud, result, error);
+}
+
 static void sandbox_free(struct sandbox *s)
 {
+        for (struct guard *g = s->guards; g; g = g->prev)
+                g->freed = true;
+        /* Requests to its runtime get their answer: there will be none. */
+        while (s->asks)
+                ask_end(s->asks, NULL, "the sandbox ended before it answered");
         sandbox_unlink(s);
+        files_op_cancel(s->fop);
+        files_clear(s);
+        json_decref(s->out_list);
+        json_decref(s->res.out_files);
+        free(s->interrupt_msg);
         bridge_run_free(s->bridge);
         engine_request_cancel(s->req);
         attach_close(s->attach);
@@ -385,6 +480,8 @@ static void start_remove(struct sandbox *s)
                 ready_remove(s);
         attach_close(s->attach);
         s->attach = NULL;
+        files_op_cancel(s->fop);
+        s->fop = NULL;
         /* Its code is gone: what it asked of MCP servers is withdrawn. */
         bridge_run_free(s->bridge);
         s->bridge = NULL;
@@ -465,7 +562,256 @@ static void take_result(struct sandbox *s, json_t *r)
                          sig > 0 && sig < 65 ? strsignal((int)sig) : "unknown");
                 set_error(&s->res, "Killed", msg);
         }
+        json_t *mem = json_object_get(r, "memory_bytes");
+        s->res.memory_bytes =
+            json_is_integer(mem) && json_integer_value(mem) >= 0 ? json_integer_value(mem) : -1;
+        const char *state = json_string_value(json_object_get(r, "state"));
+        s->res.state_lost = s->keep && state && strcmp(state, "lost") == 0;
+        s->res.restarted = s->keep && json_is_true(json_object_get(r, "restarted"));
+        /* What the runtime says it wrote is checked when fetched. */
+        json_t *out = json_object_get(r, "out_files");
+        json_decref(s->out_list);
+        s->out_list = s->want_out && json_is_array(out) ? json_incref(out) : NULL;
+        if (s->interrupting != ST_OK) {
+                /* We stopped it: say why, and whether the session kept its state. */
+                char msg[700];
+                snprintf(
+                    msg, sizeof(msg), "%s; %s", s->interrupt_msg ? s->interrupt_msg : "stopped",
+                    s->res.state_lost ? "its Python state was lost (files in /workspace remain)"
+                                      : "the session and its state were kept");
+                s->res.status = s->interrupting;
+                set_error(&s->res, s->interrupting == ST_TIMEOUT ? "Timeout" : "Cancelled", msg);
+                free(s->res.error_traceback);
+                s->res.error_traceback = NULL;
+        }
         s->have_result = true;
+}
+
+static void notify_gone(struct sandbox *s, const char *why)
+{
+        void (*gone)(void *, const char *) = s->gone;
+        s->gone = NULL;
+        if (gone && !s->closing)
+                gone(s->owner, why);
+}
+
+/* Forget a finished run of a kept sandbox (its result was delivered). */
+static void run_reset(struct sandbox *s)
+{
+        bridge_run_free(s->bridge);
+        s->bridge = NULL;
+        free(s->code);
+        s->code = NULL;
+        files_op_cancel(s->fop);
+        s->fop = NULL;
+        files_clear(s);
+        json_decref(s->out_list);
+        s->out_list = NULL;
+        json_decref(s->res.out_files);
+        s->res.out_files = NULL;
+        s->i_out = 0;
+        s->out_bytes = 0;
+        buf_free(&s->res.out.data);
+        buf_free(&s->res.err.data);
+        output_init(&s->res.out, s->mgr->cfg->output_limit);
+        output_init(&s->res.err, s->mgr->cfg->output_limit);
+        set_error(&s->res, NULL, NULL);
+        free(s->res.error_traceback);
+        s->res.error_traceback = NULL;
+        s->res.status = ST_OK;
+        s->res.has_exit_code = false;
+        s->res.exit_code = 0;
+        s->res.duration_ms = 0;
+        s->res.memory_bytes = -1;
+        s->res.kept = s->res.state_lost = s->res.restarted = false;
+        s->have_result = s->delivered = false;
+        s->interrupting = ST_OK;
+        free(s->interrupt_msg);
+        s->interrupt_msg = NULL;
+        s->cb = NULL;
+        s->userdata = NULL;
+        s->on_output = NULL;
+        s->on_progress = NULL;
+}
+
+/* The run is over (its result taken, or it failed before the code ran): a
+ * kept sandbox hands the result over and waits for the next run; any
+ * other is removed. */
+static void end_run(struct sandbox *s)
+{
+        timer_arm(s->timer, 0);
+        if (!s->keep || s->killing || s->closing || !s->attach || s->mgr->shutting_down) {
+                start_remove(s);
+                return;
+        }
+        bridge_run_free(s->bridge); /* what its code asked is withdrawn */
+        s->bridge = NULL;
+        s->res.kept = true;
+        s->state = S_IDLE;
+        struct guard g;
+        guard_push(s, &g);
+        deliver(s); /* the caller may run it again, or close it, right away */
+        if (guard_pop(s, &g))
+                return;
+        if (s->state == S_IDLE && s->delivered)
+                run_reset(s);
+}
+
+/* The run ends before or without its code: status and message given. */
+static void run_failed(struct sandbox *s, enum sandbox_status st, const char *type, const char *msg)
+{
+        if (!s->have_result) {
+                s->res.status = st;
+                set_error(&s->res, type, msg);
+                s->have_result = true;
+        }
+        end_run(s);
+}
+
+static int send_exec(struct sandbox *s);
+
+static void upload_next(struct sandbox *s);
+
+static void uploaded(void *userdata, const struct files_result *r)
+{
+        struct sandbox *s = userdata;
+        s->fop = NULL;
+        if (r->error) {
+                run_failed(s, ST_ERROR, "FileError", r->message);
+                return;
+        }
+        s->i_file++;
+        upload_next(s);
+}
+
+static void upload_next(struct sandbox *s)
+{
+        if (s->i_file >= s->n_files) {
+                files_clear(s);
+                send_exec(s);
+                return;
+        }
+        const struct sandbox_file *f = &s->files[s->i_file];
+        int r = files_write(s->mgr->eng, s->id, f->path, f->data, f->len, uploaded, s, &s->fop);
+        if (r < 0)
+                run_failed(s, ST_ERROR, "FileError", "cannot write the files: out of memory");
+}
+
+/* The sandbox is ready for this run: its files first, then the code. */
+static void begin_run(struct sandbox *s)
+{
+        if (s->n_files == 0) {
+                send_exec(s);
+                return;
+        }
+        s->state = S_UPLOADING;
+        long long ms = (long long)ceil(s->timeout_s * 1000);
+        timer_arm(s->timer, ms > 0 ? ms : 1);
+        upload_next(s);
+}
+
+/* ---- what the code wrote under /workspace/out */
+
+static void collect_next(struct sandbox *s);
+
+static void out_note(struct sandbox *s, const char *path, json_int_t size, const char *note)
+{
+        json_array_append_new(s->res.out_files,
+                              json_pack("{s:s, s:I, s:s?, s:s}", "path", path, "size", size,
+                                        "mime_type", files_mime_type(path), "note", note));
+}
+
+static void collected(void *userdata, const struct files_result *r)
+{
+        struct sandbox *s = userdata;
+        s->fop = NULL;
+        json_t *f = json_array_get(s->out_list, s->i_out);
+        const char *path = json_string_value(json_object_get(f, "path"));
+        json_int_t size = json_integer_value(json_object_get(f, "size"));
+        if (r->error) {
+                out_note(s, path, size, r->message);
+        } else {
+                struct buf b64;
+                buf_init(&b64, (r->len + 2) / 3 * 4 + 1);
+                if (base64_encode(&b64, r->data, r->len) == 0) {
+                        json_array_append_new(s->res.out_files,
+                                              json_pack("{s:s, s:I, s:s?, s:s%}", "path", path,
+                                                        "size", (json_int_t)r->len, "mime_type",
+                                                        files_mime_type(path), "data",
+                                                        b64.data ? b64.data : "", b64.len));
+                        s->out_bytes += r->len;
+                } else {
+                        out_note(s, path, size, "out of memory");
+                }
+                buf_free(&b64);
+        }
+        s->i_out++;
+        collect_next(s);
+}
+
+/* One file at a time, each checked on its way (the runtime's list is the
+ * container's word), up to out_max_bytes in all. */
+static void collect_next(struct sandbox *s)
+{
+        const struct config *cfg = s->mgr->cfg;
+        while (s->i_out < json_array_size(s->out_list) &&
+               json_array_size(s->res.out_files) < OUT_FILES_MAX) {
+                json_t *f = json_array_get(s->out_list, s->i_out);
+                const char *path = json_string_value(json_object_get(f, "path"));
+                json_t *size = json_object_get(f, "size");
+                char full[FILES_PATH_MAX + 64], msg[600];
+                if (!path || !json_is_integer(size) || json_integer_value(size) < 0 ||
+                    files_path(path, false, full, sizeof(full), msg, sizeof(msg)) < 0 ||
+                    strncmp(full, FILES_ROOT "/out/", strlen(FILES_ROOT "/out/")) != 0) {
+                        log_warn("sandbox %s: ignored a malformed out_files entry",
+                                 s->res.container_id);
+                        s->i_out++;
+                        continue;
+                }
+                unsigned long long want = (unsigned long long)json_integer_value(size);
+                unsigned long long room = cfg->out_max_bytes - s->out_bytes;
+                if (want > room) {
+                        char note[200];
+                        snprintf(note, sizeof(note),
+                                 "not returned: %llu bytes, over what is left of out_max_bytes "
+                                 "(%llu); read it with read_file in a session, or raise "
+                                 "out_max_bytes",
+                                 want, room);
+                        out_note(s, full + strlen(FILES_ROOT) + 1, json_integer_value(size), note);
+                        s->i_out++;
+                        continue;
+                }
+                /* The entry's path, relative, for the result. */
+                json_object_set_new(f, "path", json_string(full + strlen(FILES_ROOT) + 1));
+                size_t max = room < cfg->file_max_bytes ? room : cfg->file_max_bytes;
+                if (files_read(s->mgr->eng, s->id, full, max, collected, s, &s->fop) < 0) {
+                        out_note(s, full + strlen(FILES_ROOT) + 1, json_integer_value(size),
+                                 "out of memory");
+                        s->i_out++;
+                        continue;
+                }
+                return;
+        }
+        end_run(s);
+}
+
+static void start_collect(struct sandbox *s)
+{
+        s->state = S_COLLECTING;
+        s->res.out_files = json_array();
+        timer_arm(s->timer, COLLECT_MAX_MS);
+        collect_next(s);
+}
+
+/* ---- frames to and from the runtime */
+
+static int send_frame(struct sandbox *s, json_t *msg)
+{
+        size_t len;
+        char *line = jrpc_encode(msg, &len);
+        int r = line && s->attach ? attach_write(s->attach, line, len) : -EIO;
+        free(line);
+        return r;
 }
 
 /* Returns negative when it failed: then s may be gone. */
@@ -474,23 +820,39 @@ static int send_exec(struct sandbox *s)
         json_t *params =
             json_pack("{s:s, s:s, s:I}", "language", s->lang == LANG_PYTHON ? "python" : "shell",
                       "code", s->code, "output_limit", (json_int_t)s->mgr->cfg->output_limit);
+        if (params && s->keep)
+                json_object_set_new(params, "keep", json_true());
         if (params && s->bridge) {
                 bridge_run_set_sandbox(s->bridge, s->res.container_id);
                 json_object_set_new(params, "servers", bridge_run_exec_servers(s->bridge));
         }
-        size_t len;
-        char *line = jrpc_encode(jrpc_request(EXEC_ID, "sandbox/exec", params), &len);
-        if (!line || attach_write(s->attach, line, len) < 0) {
-                free(line);
+        /* Each exec its own id: a late notifications/cancelled for an
+         * earlier run of a session must not stop this one. */
+        if (send_frame(s, jrpc_request(++s->exec_id, "sandbox/exec", params)) < 0) {
                 fail(s, ST_ERROR, "FrameError", "the code does not fit in one frame");
                 return -1;
         }
-        free(line);
         s->state = S_BUSY;
         /* Round up: a limit must never become 0, which disarms the timer. */
         long long ms = (long long)ceil(s->timeout_s * 1000);
         timer_arm(s->timer, ms > 0 ? ms : 1);
         return 0;
+}
+
+/* A session's run is stopped without losing the session: the runtime
+ * interrupts it and answers; past a grace the container goes after all. */
+static void interrupt_run(struct sandbox *s, enum sandbox_status why, const char *msg)
+{
+        if (s->interrupting != ST_OK)
+                return;
+        s->interrupting = why;
+        free(s->interrupt_msg);
+        s->interrupt_msg = msg ? strdup(msg) : NULL;
+        log_info("sandbox %s: interrupting its run (%s)", s->res.container_id,
+                 sandbox_status_name(why));
+        send_frame(s, jrpc_notification("notifications/cancelled",
+                                        json_pack("{s:I}", "requestId", s->exec_id)));
+        timer_arm(s->timer, INTERRUPT_GRACE_MS);
 }
 
 static int on_frame(void *userdata, const char *line, size_t len)
@@ -509,10 +871,13 @@ static int on_frame(void *userdata, const char *line, size_t len)
                 log_warn("sandbox %s: bad frame: %s", s->res.container_id, e.msg);
                 return 0;
         }
+        int ret = 0;
+        struct guard g;
+        guard_push(s, &g);
         if (m.kind == JRPC_NOTIFICATION && strcmp(m.method, "sandbox/output") == 0) {
                 const char *stream = json_string_value(json_object_get(m.params, "stream"));
                 json_t *data = json_object_get(m.params, "data");
-                if (stream && json_is_string(data)) {
+                if (stream && json_is_string(data) && s->state == S_BUSY) {
                         struct sandbox_output *o =
                             strcmp(stream, "stderr") == 0 ? &s->res.err : &s->res.out;
                         const char *p = json_string_value(data);
@@ -529,7 +894,7 @@ static int on_frame(void *userdata, const char *line, size_t len)
                                 buf_append(&o->data, p, utf8_cut(p, room));
                                 o->truncated = true;
                         }
-                        if (s->on_output && s->state == S_BUSY)
+                        if (s->on_output)
                                 s->on_output(s->userdata, o == &s->res.err, p, n);
                 }
         } else if (m.kind == JRPC_NOTIFICATION && strcmp(m.method, "corral/progress") == 0) {
@@ -550,14 +915,12 @@ static int on_frame(void *userdata, const char *line, size_t len)
                 if (s->state == S_STARTED || s->state == S_STARTING) {
                         if (!s->cb) {
                                 pool_ready(s);
-                        } else if (send_exec(s) < 0) {
-                                jrpc_msg_done(&m);
-                                json_decref(id);
-                                return -1; /* the attach is closed, s may be freed */
+                        } else {
+                                begin_run(s);
                         }
                 }
         } else if ((m.kind == JRPC_RESULT || m.kind == JRPC_ERROR) && json_is_integer(m.id) &&
-                   json_integer_value(m.id) == EXEC_ID && s->state == S_BUSY) {
+                   json_integer_value(m.id) == s->exec_id && s->state == S_BUSY) {
                 if (m.kind == JRPC_RESULT) {
                         take_result(s, m.result);
                 } else {
@@ -566,10 +929,22 @@ static int on_frame(void *userdata, const char *line, size_t len)
                                   json_string_value(json_object_get(m.error, "message")));
                         s->have_result = true;
                 }
-                jrpc_msg_done(&m);
-                json_decref(id);
-                start_remove(s);
-                return -1; /* the attach is closed */
+                if (s->out_list && json_array_size(s->out_list) > 0)
+                        start_collect(s);
+                else
+                        end_run(s);
+        } else if ((m.kind == JRPC_RESULT || m.kind == JRPC_ERROR) && json_is_string(m.id)) {
+                /* The answer to a sandbox_ask. */
+                for (struct sandbox_ask *a = s->asks; a; a = a->next)
+                        if (strcmp(a->id, json_string_value(m.id)) == 0) {
+                                const char *err =
+                                    m.kind == JRPC_ERROR
+                                        ? json_string_value(json_object_get(m.error, "message"))
+                                        : NULL;
+                                ask_end(a, m.kind == JRPC_RESULT ? m.result : NULL,
+                                        m.kind == JRPC_ERROR ? (err ? err : "error") : NULL);
+                                break;
+                        }
         } else if (s->bridge && s->state == S_BUSY &&
                    (m.kind == JRPC_REQUEST || m.kind == JRPC_NOTIFICATION)) {
                 /* Its code calls MCP servers; answers may come now or later. */
@@ -590,7 +965,13 @@ static int on_frame(void *userdata, const char *line, size_t len)
         }
         jrpc_msg_done(&m);
         json_decref(id);
-        return 0;
+        /* A callback above may have freed s, or closed its stream: stop
+         * reading then (the line reader belongs to s). */
+        if (guard_pop(s, &g))
+                return -1;
+        if (!s->attach)
+                ret = -1;
+        return ret;
 }
 
 static int on_diag_line(void *userdata, const char *line, size_t len)
@@ -659,6 +1040,17 @@ static void on_attach_close(void *userdata, const struct err *e)
 {
         struct sandbox *s = userdata;
         s->attach = NULL;
+        if (s->state == S_IDLE) {
+                /* A session's container ended between its runs (OOM
+                 * killer, engine restart, `rm -f`): its owner hears why. */
+                char why[1300];
+                snprintf(why, sizeof(why), "its container ended between calls (%s)",
+                         e ? e->msg : "the container exited");
+                log_warn("session sandbox %s: %s", s->res.container_id, why);
+                notify_gone(s, why);
+                start_remove(s);
+                return;
+        }
         if (s->state == S_READY) {
                 /* Died while waiting in the pool (engine restart, OOM killer,
                  * someone's `rm -f`): it never gets a call. Replace it. */
@@ -762,11 +1154,46 @@ static void on_timer(struct timer *t, void *userdata)
                 /* Refused before it started (fail_soon): hand the result over.
                  * Not a start failure: nothing was started. */
                 sandbox_kill(s, ST_ENGINE_ERROR, NULL);
+        } else if (s->state == S_BUSY && s->keep && s->interrupting == ST_OK) {
+                snprintf(msg, sizeof(msg), "the code ran longer than its time limit of %g s",
+                         s->timeout_s);
+                interrupt_run(s, ST_TIMEOUT, msg);
+        } else if (s->state == S_BUSY && s->keep) {
+                /* The runtime did not stop the run: the session goes. */
+                snprintf(msg, sizeof(msg),
+                         "%s; it did not stop when interrupted, so the session's sandbox was "
+                         "removed",
+                         s->interrupt_msg ? s->interrupt_msg : "the run was stopped");
+                sandbox_kill(s, s->interrupting, msg);
         } else if (s->state == S_BUSY) {
                 snprintf(msg, sizeof(msg),
                          "the code ran longer than its time limit of %g s and was killed",
                          s->timeout_s);
                 sandbox_kill(s, ST_TIMEOUT, msg);
+        } else if (s->state == S_UPLOADING) {
+                files_op_cancel(s->fop);
+                s->fop = NULL;
+                snprintf(msg, sizeof(msg),
+                         "writing the files into /workspace took longer than the time limit of "
+                         "%g s",
+                         s->timeout_s);
+                if (s->keep)
+                        run_failed(s, ST_TIMEOUT, "Timeout", msg);
+                else
+                        sandbox_kill(s, ST_TIMEOUT, msg);
+        } else if (s->state == S_COLLECTING) {
+                files_op_cancel(s->fop);
+                s->fop = NULL;
+                log_warn("sandbox %s: fetching /workspace/out took over %d ms; giving up",
+                         s->res.container_id, COLLECT_MAX_MS);
+                for (; s->i_out < json_array_size(s->out_list); s->i_out++) {
+                        json_t *f = json_array_get(s->out_list, s->i_out);
+                        const char *path = json_string_value(json_object_get(f, "path"));
+                        if (path)
+                                out_note(s, path, json_integer_value(json_object_get(f, "size")),
+                                         "not returned: fetching it took too long");
+                }
+                end_run(s);
         } else {
                 snprintf(msg, sizeof(msg),
                          "the sandbox did not start within %g s: check the engine with "
@@ -839,6 +1266,8 @@ static void sandbox_kill(struct sandbox *s, enum sandbox_status why, const char 
                           msg);
                 s->have_result = true;
         }
+        if (s->state == S_IDLE)
+                notify_gone(s, msg ? msg : "it was removed");
         if (s->state == S_QUEUED) {
                 struct sandbox **pp = &s->mgr->qhead, *prev = NULL;
                 while (*pp && *pp != s) {
@@ -863,7 +1292,84 @@ static void sandbox_kill(struct sandbox *s, enum sandbox_status why, const char 
 
 void sandbox_cancel(struct sandbox *s)
 {
+        if (s->keep && s->state == S_BUSY) {
+                interrupt_run(s, ST_CANCELLED, "the call was cancelled");
+                return;
+        }
+        if (s->keep && s->state == S_UPLOADING) {
+                files_op_cancel(s->fop);
+                s->fop = NULL;
+                run_failed(s, ST_CANCELLED, "Cancelled",
+                           "the call was cancelled before its code ran");
+                return;
+        }
+        if (s->keep && (s->state == S_COLLECTING || s->state == S_IDLE))
+                return; /* its code has ended: nothing to stop */
         sandbox_kill(s, ST_CANCELLED, "the call was cancelled and its sandbox killed");
+}
+
+bool sandbox_idle(const struct sandbox *s)
+{
+        return s->state == S_IDLE && !s->closing;
+}
+
+void sandbox_close(struct sandbox *s)
+{
+        s->closing = true;
+        sandbox_kill(s, ST_CANCELLED, "the session was closed while this call ran");
+}
+
+void sandbox_set_owner(struct sandbox *s, void (*gone)(void *owner, const char *why), void *owner)
+{
+        s->gone = gone;
+        s->owner = owner;
+}
+
+const char *sandbox_container(const struct sandbox *s)
+{
+        return s->id;
+}
+
+struct engine *sandbox_mgr_engine(const struct sandbox_mgr *m)
+{
+        return m->eng;
+}
+
+int sandbox_ask(struct sandbox *s, const char *method, json_t *params, sandbox_ask_cb cb,
+                void *userdata, struct sandbox_ask **ret)
+{
+        if (!s->attach || s->state < S_READY || s->state >= S_REMOVING) {
+                json_decref(params);
+                return -ENOTCONN;
+        }
+        struct sandbox_ask *a = calloc(1, sizeof(*a));
+        if (!a) {
+                json_decref(params);
+                return -ENOMEM;
+        }
+        a->sb = s;
+        a->cb = cb;
+        a->userdata = userdata;
+        /* String ids: the exec requests have the integers. */
+        snprintf(a->id, sizeof(a->id), "ask-%u", ++s->ask_seq);
+        json_t *msg = json_pack("{s:s, s:s, s:s, s:o}", "jsonrpc", "2.0", "id", a->id, "method",
+                                method, "params", params ? params : json_object());
+        if (!msg || send_frame(s, msg) < 0) {
+                free(a);
+                return -ENOBUFS;
+        }
+        a->next = s->asks;
+        s->asks = a;
+        *ret = a;
+        return 0;
+}
+
+void sandbox_ask_cancel(struct sandbox_ask *a)
+{
+        if (!a)
+                return;
+        a->cb = NULL;
+        ask_end(a, NULL, NULL);
 }
 
 static struct engine *mgr_engine(struct sandbox_mgr *m, struct err *e)
@@ -896,7 +1402,7 @@ static void pool_counts(const struct sandbox_mgr *m, long *ret_starting, long *r
         for (const struct sandbox *s = m->all; s; s = s->next) {
                 if (pool_starting(s))
                         starting++;
-                else if (s->cb && s->state >= S_CREATING && s->state <= S_BUSY)
+                else if (s->cb && s->state >= S_CREATING && s->state <= S_COLLECTING)
                         busy++;
         }
         *ret_starting = starting;
@@ -962,12 +1468,32 @@ static int assign(struct sandbox *s, const struct sandbox_request *req, sandbox_
             bridge_run_new(s->mgr->bridge, req->servers, bridge_send, s, &s->bridge) < 0)
                 return -ENOMEM;
         s->code = strdup(req->code);
-        if (!s->code) {
+        if (s->code && req->n_files) {
+                s->files = calloc(req->n_files, sizeof(*s->files));
+                for (size_t i = 0; s->files && i < req->n_files; i++, s->n_files++) {
+                        const struct sandbox_file *f = &req->files[i];
+                        char *path = strdup(f->path), *data = malloc(f->len ? f->len : 1);
+                        if (!path || !data) {
+                                free(path);
+                                free(data);
+                                break;
+                        }
+                        memcpy(data, f->data, f->len);
+                        s->files[i] =
+                            (struct sandbox_file){.path = path, .data = data, .len = f->len};
+                }
+        }
+        if (!s->code || s->n_files != req->n_files) {
                 /* A ready sandbox stays in the pool for the next call. */
                 bridge_run_free(s->bridge);
                 s->bridge = NULL;
+                free(s->code);
+                s->code = NULL;
+                files_clear(s);
                 return -ENOMEM;
         }
+        s->keep = s->keep || req->keep;
+        s->want_out = req->want_out;
         s->lang = req->lang;
         s->timeout_s = req->timeout_s;
         s->cb = cb;
@@ -975,6 +1501,21 @@ static int assign(struct sandbox *s, const struct sandbox_request *req, sandbox_
         s->on_output = req->on_output;
         s->on_progress = req->on_progress;
         s->t_start = now_ms();
+        return 0;
+}
+
+int sandbox_exec(struct sandbox *s, const struct sandbox_request *req, sandbox_done_cb cb,
+                 void *userdata)
+{
+        if (!sandbox_idle(s) || s->mgr->shutting_down)
+                return -EBUSY;
+        if (s->delivered)
+                run_reset(s);
+        int r = assign(s, req, cb, userdata);
+        if (r < 0)
+                return r;
+        s->mgr->last_call_ms = now_ms();
+        begin_run(s);
         return 0;
 }
 
@@ -1006,7 +1547,7 @@ int sandbox_run(struct sandbox_mgr *m, const struct sandbox_request *req, sandbo
                 m->hits++;
                 *ret = s;
                 s->state = S_STARTED; /* as if its ready frame came now */
-                send_exec(s);
+                begin_run(s);
                 /* No refill now: starting containers would take the CPU from
                  * this call. It follows the answer (deliver). */
                 return 0;

@@ -24,12 +24,24 @@ enum sandbox_status {
 };
 const char *sandbox_status_name(enum sandbox_status s);
 
+/* A file to put under /workspace before the code runs. */
+struct sandbox_file {
+        const char *path; /* absolute, from files_path */
+        const char *data;
+        size_t len;
+};
+
 struct sandbox_request {
         enum sandbox_lang lang;
         const char *code;
         double timeout_s;
         json_t *servers;    /* borrowed: MCP servers the code may call (checked), or NULL */
         double sync_wait_s; /* MCP layer only: when the call becomes a job (sandbox.c ignores it) */
+        const char *session; /* MCP layer only: the session's name, or NULL */
+        bool keep;           /* a session's run: the sandbox stays for the next (sandbox_exec) */
+        const struct sandbox_file *files; /* written first (copied), n_files of them */
+        size_t n_files;
+        bool want_out; /* fetch what the code writes under /workspace/out (out_files) */
         /* Optional, called while the code runs (with sandbox_run's userdata):
          * each piece of output as it arrives (valid UTF-8, not NUL-ended),
          * and each progress report of the code's own (corral.progress();
@@ -53,6 +65,15 @@ struct sandbox_result {
         long long duration_ms;
         char *error_type, *error_message, *error_traceback; /* may be NULL */
         char *container_id;                                 /* short id, may be NULL */
+        /* Files the code wrote under /workspace/out (want_out): [{path
+         * (relative to /workspace), size, mime_type, and data (base64) or
+         * note (why not returned)}], or NULL. */
+        json_t *out_files;
+        long long memory_bytes; /* the container's memory use after the run; -1: unknown */
+        /* keep (a session): */
+        bool kept;       /* the sandbox is still there, idle, for the next run */
+        bool state_lost; /* the interpreter died in this run: its variables are gone */
+        bool restarted;  /* this run began in a new interpreter although the session had one */
 };
 
 struct sandbox;
@@ -85,8 +106,36 @@ json_t *sandbox_mgr_status(const struct sandbox_mgr *m);
 
 int sandbox_run(struct sandbox_mgr *m, const struct sandbox_request *req, sandbox_done_cb cb,
                 void *userdata, struct sandbox **ret);
-/* Kill the sandbox; its callback then reports ST_CANCELLED. */
+/* Kill the sandbox; its callback then reports ST_CANCELLED. A kept
+ * sandbox's run is interrupted instead, and the sandbox stays. */
 void sandbox_cancel(struct sandbox *s);
+
+/* Kept sandboxes (sessions). After a run with `keep` the sandbox waits,
+ * idle, attached and with its container running. */
+bool sandbox_idle(const struct sandbox *s);
+/* Its next run; -EBUSY when it is not idle. `cb` as for sandbox_run. */
+int sandbox_exec(struct sandbox *s, const struct sandbox_request *req, sandbox_done_cb cb,
+                 void *userdata);
+/* Remove it; a run in progress ends ST_CANCELLED (kept false). */
+void sandbox_close(struct sandbox *s);
+/* `gone` is called once if the sandbox ends while idle by anything but
+ * sandbox_close (its container died, corral shuts down); s is gone then. A
+ * run that the end interrupts reports kept false instead. */
+void sandbox_set_owner(struct sandbox *s, void (*gone)(void *owner, const char *why), void *owner);
+/* The full container id, or NULL before it is created. */
+const char *sandbox_container(const struct sandbox *s);
+/* The engine the manager uses now (NULL when none answered yet). */
+struct engine *sandbox_mgr_engine(const struct sandbox_mgr *m);
+
+/* A request to a sandbox's runtime (sandbox/list): `cb` gets the result
+ * object, or NULL and a message. Called once unless cancelled, also when
+ * the sandbox ends first. `params` is stolen. */
+struct sandbox_ask;
+typedef void (*sandbox_ask_cb)(void *userdata, json_t *result, const char *error);
+int sandbox_ask(struct sandbox *s, const char *method, json_t *params, sandbox_ask_cb cb,
+                void *userdata, struct sandbox_ask **ret);
+/* The callback will not be called. Accepts NULL. */
+void sandbox_ask_cancel(struct sandbox_ask *a);
 /* What a running sandbox has so far: its output (status and timing not
  * final). Valid until its done callback. */
 const struct sandbox_result *sandbox_partial(const struct sandbox *s);

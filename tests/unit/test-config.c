@@ -29,6 +29,11 @@ static void test_defaults(void)
         is_int(c.max_sandboxes, 8, "default max_sandboxes");
         is_int(c.max_queue, 256, "default max_queue");
         is_int(c.log_level, LOG_INFO, "default log_level info");
+        is_int(c.max_sessions, 4, "default max_sessions 4");
+        ok(c.session_idle_s == 600, "default session_idle_s 600");
+        ok(c.session_max_s == 14400, "default session_max_s 4 h");
+        is_int(c.file_max_bytes, 16 << 20, "default file_max_bytes 16 MiB");
+        is_int(c.out_max_bytes, 8 << 20, "default out_max_bytes 8 MiB");
         ok(c.config_file == NULL, "no config file read yet");
         struct err e = {0};
         is_int(config_check(&c, &e), 0, "the defaults pass config_check");
@@ -41,7 +46,7 @@ static void test_defaults(void)
         size_t n = 0;
         while (names[n])
                 n++;
-        is_int(n, 24, "config_key_names lists 24 keys, NULL-terminated");
+        is_int(n, 29, "config_key_names lists 29 keys, NULL-terminated");
         is_str(names[0], "engine", "... starting with engine");
 }
 
@@ -125,6 +130,16 @@ static double field(const struct config *c, const char *key)
                 return (double)c->max_queue;
         if (strcmp(key, "log_level") == 0)
                 return c->log_level;
+        if (strcmp(key, "max_sessions") == 0)
+                return (double)c->max_sessions;
+        if (strcmp(key, "session_idle_s") == 0)
+                return c->session_idle_s;
+        if (strcmp(key, "session_max_s") == 0)
+                return c->session_max_s;
+        if (strcmp(key, "file_max_bytes") == 0)
+                return (double)c->file_max_bytes;
+        if (strcmp(key, "out_max_bytes") == 0)
+                return (double)c->out_max_bytes;
         return NAN;
 }
 
@@ -158,6 +173,19 @@ static const struct set_case {
     {"tmp_size", "10000000000001", BAD},
     {"workspace_size", "1MiB", 1 << 20},
     {"workspace_size", "1023k", BAD},
+    {"file_max_bytes", "1k", 1024},
+    {"file_max_bytes", "1023", BAD},
+    {"file_max_bytes", "1g", 1 << 30},
+    {"file_max_bytes", "1073741825", BAD},
+    {"out_max_bytes", "0", 0},
+    {"out_max_bytes", "2g", BAD},
+    {"max_sessions", "0", 0},
+    {"max_sessions", "4096", 4096},
+    {"max_sessions", "-1", BAD},
+    {"session_idle_s", "1", 1},
+    {"session_idle_s", "0.5", BAD},
+    {"session_max_s", "2592000", 2592000},
+    {"session_max_s", "2592001", BAD},
     /* integers */
     {"pids", "8", 8},
     {"pids", "7", BAD},

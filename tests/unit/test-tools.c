@@ -18,8 +18,42 @@ static bool valid_utf8(const char *s)
 static void test_list(void)
 {
         json_t *list = tools_list("everything, fs");
-        if (!ok(json_is_array(list) && json_array_size(list) == 9, "tools_list has nine tools"))
+        if (!ok(json_is_array(list) && json_array_size(list) == 14, "tools_list has 14 tools"))
                 return;
+        /* The session tools: session_list, session_close, write_file,
+         * read_file, list_files, each with the session it acts on. */
+        static const struct {
+                const char *name;
+                bool readonly, destructive;
+                size_t args, required;
+        } sess[] = {{"session_list", true, false, 0, 0},
+                    {"session_close", false, true, 1, 1},
+                    {"write_file", false, true, 4, 3},
+                    {"read_file", true, false, 4, 2},
+                    {"list_files", true, false, 4, 1}};
+        for (size_t i = 0; i < ARRAY_SIZE(sess); i++) {
+                json_t *t = json_array_get(list, 9 + i);
+                json_t *an = json_object_get(t, "annotations");
+                is_str(json_string_value(json_object_get(t, "name")), sess[i].name, "tool %zu name",
+                       9 + i);
+                ok(json_is_true(json_object_get(an, "readOnlyHint")) == sess[i].readonly &&
+                       json_is_true(json_object_get(an, "destructiveHint")) == sess[i].destructive,
+                   "%s: readOnlyHint %d, destructiveHint %d", sess[i].name, sess[i].readonly,
+                   sess[i].destructive);
+                json_t *in = json_object_get(t, "inputSchema");
+                json_t *props = json_object_get(in, "properties");
+                is_int(json_object_size(props), sess[i].args, "%s: %zu argument(s)", sess[i].name,
+                       sess[i].args);
+                is_int(json_array_size(json_object_get(in, "required")), sess[i].required,
+                       "%s: %zu required", sess[i].name, sess[i].required);
+                if (sess[i].args)
+                        is_str(json_string_value(
+                                   json_object_get(json_object_get(props, "session"), "pattern")),
+                               "^[A-Za-z0-9_.-]+$", "%s: session names have a pattern",
+                               sess[i].name);
+                ok(json_is_false(json_object_get(in, "additionalProperties")),
+                   "%s: additionalProperties false", sess[i].name);
+        }
         /* The job tools: job_status, job_result, job_cancel, job_list. */
         static const struct {
                 const char *name;
@@ -87,8 +121,13 @@ static void test_list(void)
                 is_str(json_string_value(json_object_get(in, "type")), "object",
                        "%s: inputSchema is an object", want[i].name);
                 json_t *props = json_object_get(in, "properties");
-                is_int(json_object_size(props), i == 0 ? 4 : 3, "%s: %d arguments", want[i].name,
-                       i == 0 ? 4 : 3);
+                is_int(json_object_size(props), i == 0 ? 6 : 5, "%s: %d arguments", want[i].name,
+                       i == 0 ? 6 : 5);
+                is_str(json_string_value(json_object_get(json_object_get(props, "files"), "type")),
+                       "array", "%s: files is an array", want[i].name);
+                is_str(
+                    json_string_value(json_object_get(json_object_get(props, "session"), "type")),
+                    "string", "%s: session is a string", want[i].name);
                 json_t *sw = json_object_get(props, "sync_wait_s");
                 ok(json_is_number(json_object_get(sw, "minimum")) &&
                        json_number_value(json_object_get(sw, "minimum")) == 0,
@@ -134,8 +173,8 @@ static void test_list(void)
                         }
                 is_int(missing, 0, "%s: outputSchema has every result field", want[i].name);
                 json_t *status_enum = json_object_get(json_object_get(oprops, "status"), "enum");
-                is_int(json_array_size(status_enum), 9, "%s: nine statuses (running too)",
-                       want[i].name);
+                is_int(json_array_size(status_enum), 10,
+                       "%s: ten statuses (running and session_lost too)", want[i].name);
                 ok(json_object_get(oprops, "job_id") != NULL, "%s: job_id in the output schema",
                    want[i].name);
                 json_t *oreq = json_object_get(out, "required");
@@ -209,6 +248,37 @@ static const struct call_case {
     {"run_shell", "{\"command\":\"x\",\"servers\":[\"a\"]}", -EINVAL, 0, NULL, 0,
      "unknown argument \"servers\""},
     {"run_python", "[\"x\"]", -EINVAL, 0, NULL, 0, "arguments must be an object"},
+    {"run_python", "{\"code\":\"x\",\"session\":\"data-1.v2_x\"}", 0, LANG_PYTHON, "x", 30, NULL},
+    {"run_shell", "{\"command\":\"x\",\"session\":\"s\"}", 0, LANG_SHELL, "x", 30, NULL},
+    {"run_python", "{\"code\":\"x\",\"session\":\"two words\"}", -EINVAL, 0, NULL, 0,
+     "session name"},
+    {"run_python", "{\"code\":\"x\",\"session\":\"\"}", -EINVAL, 0, NULL, 0, "session name"},
+    {"run_python", "{\"code\":\"x\",\"session\":5}", -EINVAL, 0, NULL, 0,
+     "\"session\" must be a string"},
+    {"run_python",
+     "{\"code\":\"x\",\"session\":"
+     "\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"}",
+     -EINVAL, 0, NULL, 0, "1 to 64"},
+    {"run_shell", "{\"command\":\"x\",\"files\":[{\"path\":\"a.txt\",\"content\":\"hi\"}]}", 0,
+     LANG_SHELL, "x", 30, NULL},
+    {"run_python", "{\"code\":\"x\",\"files\":{\"a\":\"b\"}}", -EINVAL, 0, NULL, 0,
+     "must be an array"},
+    {"run_python", "{\"code\":\"x\",\"files\":[{\"path\":\"../x\",\"content\":\"\"}]}", -EINVAL, 0,
+     NULL, 0, "files[0]: path \"../x\" contains \"..\""},
+    {"run_python", "{\"code\":\"x\",\"files\":[{\"path\":\"/etc/x\",\"content\":\"\"}]}", -EINVAL,
+     0, NULL, 0, "outside /workspace"},
+    {"run_python", "{\"code\":\"x\",\"files\":[{\"path\":\"a\",\"content\":\"\",\"mode\":1}]}",
+     -EINVAL, 0, NULL, 0, "unknown key \"mode\""},
+    {"run_python", "{\"code\":\"x\",\"files\":[{\"content\":\"\"}]}", -EINVAL, 0, NULL, 0,
+     "needs a \"path\""},
+    {"run_python", "{\"code\":\"x\",\"files\":[{\"path\":\"a\",\"content\":1}]}", -EINVAL, 0, NULL,
+     0, "\"content\" must be a string"},
+    {"run_python",
+     "{\"code\":\"x\",\"files\":[{\"path\":\"a\",\"content\":\"!!\",\"encoding\":\"base64\"}]}",
+     -EINVAL, 0, NULL, 0, "not valid base64"},
+    {"run_python",
+     "{\"code\":\"x\",\"files\":[{\"path\":\"a\",\"content\":\"x\",\"encoding\":\"latin1\"}]}",
+     -EINVAL, 0, NULL, 0, "\"encoding\" must be"},
     {"run_python", "\"print(1)\"", -EINVAL, 0, NULL, 0, "arguments must be an object"},
 };
 
@@ -455,7 +525,7 @@ static void test_result_table(void)
                 };
                 set_output(&res.out, tc->out, tc->out_total, tc->out_trunc);
                 set_output(&res.err, tc->err, tc->err_total, tc->err_trunc);
-                json_t *r = tools_result(&res);
+                json_t *r = tools_result(&res, NULL);
                 if (!ok(r != NULL, "%s: a result", tc->name)) {
                         free_result(&res);
                         continue;
@@ -478,7 +548,7 @@ static void test_result_table(void)
         struct sandbox_result res = {.status = ST_OK, .has_exit_code = true};
         set_output(&res.out, "\xff\xfe", 2, false);
         set_output(&res.err, NULL, 0, false);
-        json_t *r = tools_result(&res);
+        json_t *r = tools_result(&res, NULL);
         ok(r == NULL, "invalid UTF-8 output gives NULL, never invalid JSON");
         json_decref(r);
         free_result(&res);
@@ -503,7 +573,7 @@ static void test_result_table(void)
                                       .error_message = "boom"};
         set_output(&res.out, "kept output\n", 12, false);
         set_output(&res.err, NULL, 0, false);
-        r = tools_result(&res);
+        r = tools_result(&res, NULL);
         ok(r != NULL, "a long non-ASCII error type still gives a result");
         json_decref(r);
         free_result(&res);
@@ -549,8 +619,8 @@ static void test_error_result(void)
                 }
         }
         is_int(extra, 0, "error result fields are all in the output schema");
-        is_int(json_object_size(sc) + 1, json_object_size(props),
-               "... and all of them are there (but job_id, only in a job's results)");
+        is_int(json_object_size(sc) + 3, json_object_size(props),
+               "... and all of them are there (but job_id, files and session, only in some)");
         json_decref(r);
 
         /* A call gone on as a job: status running, the output so far. */
@@ -580,9 +650,141 @@ static void test_error_result(void)
         json_decref(list);
 }
 
+/* `files`: paths normalised under /workspace, base64 decoded, freed. */
+static void test_parse_files(void)
+{
+        struct config cfg;
+        config_defaults(&cfg);
+        json_t *args = json_loads(
+            "{\"code\":\"x\",\"session\":\"s\",\"files\":["
+            "{\"path\":\"data/in.csv\",\"content\":\"a,b\\n1,2\\n\"},"
+            "{\"path\":\"/workspace/bin/x.bin\",\"content\":\"AAEC/w==\",\"encoding\":\"base64\"},"
+            "{\"path\":\"empty\",\"content\":\"\"}]}",
+            0, NULL);
+        struct sandbox_request req = {0};
+        char msg[512] = "";
+        is_int(tools_parse_call("run_python", args, &cfg, &req, msg, sizeof(msg)), 0,
+               "three files parse (%s)", msg);
+        is_str(req.session, "s", "the session name");
+        ok(req.want_out, "run_python fetches /workspace/out");
+        if (is_int((long long)req.n_files, 3, "three files")) {
+                is_str(req.files[0].path, "/workspace/data/in.csv",
+                       "a relative path, made absolute");
+                is_mem(req.files[0].data, req.files[0].len, "a,b\n1,2\n", 8, "utf-8 content as is");
+                is_str(req.files[1].path, "/workspace/bin/x.bin",
+                       "an absolute path under /workspace");
+                is_mem(req.files[1].data, req.files[1].len, "\x00\x01\x02\xff", 4,
+                       "base64 content decoded");
+                is_int((long long)req.files[2].len, 0, "an empty file");
+        }
+        tools_request_free(&req);
+        ok(req.files == NULL && req.n_files == 0, "tools_request_free clears it");
+        json_decref(args);
+
+        /* Over file_max_bytes, and more than 64 files. */
+        config_set(&cfg, "file_max_bytes", "1k", "test", NULL);
+        char big[1100 + 64];
+        memset(big, 'x', 1100);
+        big[1100] = '\0';
+        args =
+            json_pack("{s:s, s:[{s:s, s:s}]}", "code", "x", "files", "path", "f", "content", big);
+        is_int(tools_parse_call("run_python", args, &cfg, &req, msg, sizeof(msg)), -EINVAL,
+               "a file over file_max_bytes is refused");
+        like(msg, "file_max_bytes", "...naming the setting");
+        json_decref(args);
+        json_t *many = json_array();
+        for (int i = 0; i < FILES_PER_CALL + 1; i++)
+                json_array_append_new(many, json_pack("{s:s, s:s}", "path", "f", "content", ""));
+        args = json_pack("{s:s, s:o}", "code", "x", "files", many);
+        is_int(tools_parse_call("run_python", args, &cfg, &req, msg, sizeof(msg)), -EINVAL,
+               "%d files are refused", FILES_PER_CALL + 1);
+        json_decref(args);
+        config_free(&cfg);
+}
+
+/* Files from /workspace/out: images as image content, text as a text
+ * resource, bytes as a blob, and the ones not returned say why. */
+static void test_out_files(void)
+{
+        struct sandbox_result res = {
+            .status = ST_OK, .has_exit_code = true, .kept = true, .memory_bytes = 12345};
+        buf_init(&res.out.data, 100);
+        buf_init(&res.err.data, 100);
+        res.out_files = json_loads(
+            "[{\"path\":\"out/p.png\",\"size\":3,\"mime_type\":\"image/png\",\"data\":\"AAEC\"},"
+            "{\"path\":\"out/d.csv\",\"size\":4,\"mime_type\":\"text/csv\",\"data\":\"YSxiCg==\"},"
+            "{\"path\":\"out/x.bin\",\"size\":2,\"data\":\"AAE=\"},"
+            "{\"path\":\"out/big.dat\",\"size\":100,\"note\":\"not returned: too big\"}]",
+            0, NULL);
+        json_t *r = tools_result(&res, "s1");
+        json_t *content = json_object_get(r, "content");
+        is_int((long long)json_array_size(content), 4, "text, image, two resources");
+        json_t *img = json_array_get(content, 1);
+        is_str(json_string_value(json_object_get(img, "type")), "image",
+               "the PNG is image content");
+        is_str(json_string_value(json_object_get(img, "mimeType")), "image/png", "...image/png");
+        is_str(json_string_value(json_object_get(img, "data")), "AAEC", "...its base64 data");
+        json_t *csv = json_object_get(json_array_get(content, 2), "resource");
+        is_str(json_string_value(json_object_get(json_array_get(content, 2), "type")), "resource",
+               "the CSV is an embedded resource");
+        is_str(json_string_value(json_object_get(csv, "uri")), "file:///workspace/out/d.csv",
+               "...with a file URI");
+        is_str(json_string_value(json_object_get(csv, "text")), "a,b\n", "...as text");
+        json_t *bin = json_object_get(json_array_get(content, 3), "resource");
+        is_str(json_string_value(json_object_get(bin, "blob")), "AAE=", "bytes are a blob");
+        is_str(json_string_value(json_object_get(bin, "mimeType")), "application/octet-stream",
+               "...application/octet-stream without a known type");
+        json_t *files = json_object_get(json_object_get(r, "structuredContent"), "files");
+        is_int((long long)json_array_size(files), 4, "structuredContent.files lists all four");
+        ok(json_is_true(json_object_get(json_array_get(files, 0), "returned")) &&
+               json_is_false(json_object_get(json_array_get(files, 3), "returned")),
+           "returned: true for those returned, false for the big one");
+        is_str(json_string_value(json_object_get(json_array_get(files, 3), "note")),
+               "not returned: too big", "the big one says why");
+        const char *text = json_string_value(json_object_get(json_array_get(content, 0), "text"));
+        like(text, "[file out/p.png: 3 bytes, returned as an image]", "the text lists the image");
+        like(text, "[file out/big.dat: 100 bytes, not returned: not returned: too big]",
+             "...and the one left out");
+        json_t *sess = json_object_get(json_object_get(r, "structuredContent"), "session");
+        is_str(json_string_value(json_object_get(sess, "name")), "s1", "session name");
+        is_str(json_string_value(json_object_get(sess, "state")), "kept", "session kept");
+        is_int(json_integer_value(json_object_get(sess, "memory_bytes")), 12345,
+               "session memory_bytes");
+        json_decref(r);
+
+        static const struct {
+                bool kept, lost, restarted;
+                const char *state, *note;
+        } states[] = {{false, false, false, "ended", "ended: its sandbox is gone"},
+                      {true, true, false, "reset", "its variables are gone"},
+                      {true, false, true, "restarted", "ran in a new Python interpreter"}};
+        for (size_t i = 0; i < ARRAY_SIZE(states); i++) {
+                res.kept = states[i].kept;
+                res.state_lost = states[i].lost;
+                res.restarted = states[i].restarted;
+                r = tools_result(&res, "s1");
+                sess = json_object_get(json_object_get(r, "structuredContent"), "session");
+                is_str(json_string_value(json_object_get(sess, "state")), states[i].state,
+                       "session state %s", states[i].state);
+                like(json_string_value(
+                         json_object_get(json_array_get(json_object_get(r, "content"), 0), "text")),
+                     states[i].note, "...and the text says so");
+                json_decref(r);
+        }
+        r = tools_result(&res, NULL);
+        ok(!json_object_get(json_object_get(r, "structuredContent"), "session"),
+           "no session: no session field");
+        json_decref(r);
+        json_decref(res.out_files);
+        buf_free(&res.out.data);
+        buf_free(&res.err.data);
+}
+
 int main(void)
 {
         test_list();
+        test_parse_files();
+        test_out_files();
         test_status_names();
         test_parse_call();
         test_result_table();

@@ -1,0 +1,423 @@
+#include "sandbox/session.h"
+
+#include "core/log.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define TOMBSTONES 32 /* sessions that ended unasked, remembered to say so once */
+
+struct session {
+        struct session_mgr *mgr;
+        struct session *next;
+        char name[SESSION_NAME_MAX + 1];
+        struct sandbox *sb;
+        bool open;     /* its first run ended with the sandbox kept */
+        bool busy;     /* a call runs in it */
+        bool closed;   /* session_close while busy: freed when the call ends */
+        bool expiring; /* past session_max_s while busy: closed when the call ends */
+        sandbox_done_cb cb;
+        void *userdata;
+        long long t_open, t_last; /* ms */
+        unsigned long long calls;
+        long long memory_bytes;
+};
+
+/* A session that ended with no call to tell: the next call with its name
+ * is told instead. */
+struct tombstone {
+        char name[SESSION_NAME_MAX + 1];
+        char why[400];
+};
+
+struct session_mgr {
+        struct loop *loop;
+        const struct config *cfg;
+        struct sandbox_mgr *sm;
+        struct session *all;
+        struct timer *tick;
+        struct tombstone graves[TOMBSTONES];
+        unsigned n_graves;       /* written so far; the newest TOMBSTONES are kept */
+        unsigned long long ends; /* calls ended: tells a start that ended at once */
+};
+
+static void tick(struct timer *t, void *userdata);
+
+int session_mgr_new(struct loop *l, const struct config *cfg, struct sandbox_mgr *sm,
+                    struct session_mgr **ret)
+{
+        struct session_mgr *m = calloc(1, sizeof(*m));
+        if (!m)
+                return -ENOMEM;
+        m->loop = l;
+        m->cfg = cfg;
+        m->sm = sm;
+        int r = timer_add(l, tick, m, &m->tick);
+        if (r < 0) {
+                free(m);
+                return r;
+        }
+        *ret = m;
+        return 0;
+}
+
+long session_max(const struct session_mgr *m)
+{
+        /* One slot always stays for calls without a session. */
+        long room = m->cfg->max_sandboxes - 1;
+        return m->cfg->max_sessions < room ? m->cfg->max_sessions : room;
+}
+
+int session_name_check(const char *name, char *msg, size_t msg_size)
+{
+        size_t n = strlen(name);
+        bool ok = n >= 1 && n <= SESSION_NAME_MAX;
+        for (const char *p = name; ok && *p; p++)
+                ok = (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
+                     (*p >= '0' && *p <= '9') || *p == '_' || *p == '-' || *p == '.';
+        if (ok)
+                return 0;
+        char shown[80];
+        str_printable(name, shown, sizeof(shown));
+        snprintf(msg, msg_size,
+                 "session name \"%s\" is not valid: use 1 to %d letters, digits, '_', '-' or '.'",
+                 shown, SESSION_NAME_MAX);
+        return -EINVAL;
+}
+
+static struct session *find(struct session_mgr *m, const char *name)
+{
+        for (struct session *x = m->all; x; x = x->next)
+                if (strcmp(x->name, name) == 0)
+                        return x;
+        return NULL;
+}
+
+static long count(const struct session_mgr *m)
+{
+        long n = 0;
+        for (const struct session *x = m->all; x; x = x->next)
+                n++;
+        return n;
+}
+
+static void bury(struct session_mgr *m, const char *name, const char *why)
+{
+        struct tombstone *t = &m->graves[m->n_graves++ % TOMBSTONES];
+        snprintf(t->name, sizeof(t->name), "%s", name);
+        snprintf(t->why, sizeof(t->why), "%s", why);
+        utf8_scrub(t->why);
+}
+
+/* The newest tombstone of `name`, taken away when `take`. */
+static bool exhume(struct session_mgr *m, const char *name, bool take, char *why, size_t size)
+{
+        unsigned n = m->n_graves < TOMBSTONES ? m->n_graves : TOMBSTONES;
+        for (unsigned i = 0; i < n; i++) {
+                struct tombstone *t = &m->graves[(m->n_graves - 1 - i) % TOMBSTONES];
+                if (t->name[0] && strcmp(t->name, name) == 0) {
+                        snprintf(why, size, "%s", t->why);
+                        if (take)
+                                t->name[0] = '\0';
+                        return true;
+                }
+        }
+        return false;
+}
+
+static void unlink_session(struct session *x)
+{
+        for (struct session **pp = &x->mgr->all; *pp; pp = &(*pp)->next)
+                if (*pp == x) {
+                        *pp = x->next;
+                        return;
+                }
+}
+
+static void session_free(struct session *x)
+{
+        unlink_session(x);
+        if (x->sb)
+                sandbox_set_owner(x->sb, NULL, NULL);
+        free(x);
+}
+
+static void arm(struct session_mgr *m)
+{
+        timer_arm(m->tick, m->all ? 1000 : 0);
+}
+
+/* Its sandbox ended between calls (no call to tell). */
+static void gone(void *owner, const char *why)
+{
+        struct session *x = owner;
+        char text[400];
+        snprintf(text, sizeof(text), "its sandbox ended: %s", why);
+        log_warn("session %s: %s", x->name, text);
+        bury(x->mgr, x->name, text);
+        x->sb = NULL;
+        session_free(x);
+}
+
+/* Close an idle session for a reason of corral's, remembered for its name. */
+static void expire(struct session *x, const char *why)
+{
+        struct session_mgr *m = x->mgr;
+        log_info("session %s: %s", x->name, why);
+        bury(m, x->name, why);
+        struct sandbox *sb = x->sb;
+        session_free(x);
+        if (sb)
+                sandbox_close(sb);
+}
+
+static void tick(struct timer *t, void *userdata)
+{
+        struct session_mgr *m = userdata;
+        (void)t;
+        long long now = now_ms();
+        char why[200];
+        struct session *x = m->all, *next;
+        for (; x; x = next) {
+                next = x->next;
+                if (!x->open || x->busy) {
+                        if (x->busy && now - x->t_open >= (long long)(m->cfg->session_max_s * 1000))
+                                x->expiring = true; /* closed once its call ends */
+                        continue;
+                }
+                if (now - x->t_open >= (long long)(m->cfg->session_max_s * 1000)) {
+                        snprintf(why, sizeof(why),
+                                 "it was closed after its maximum lifetime of %g s "
+                                 "(session_max_s)",
+                                 m->cfg->session_max_s);
+                        expire(x, why);
+                } else if (now - x->t_last >= (long long)(m->cfg->session_idle_s * 1000)) {
+                        snprintf(why, sizeof(why),
+                                 "it was closed after %g s without calls (session_idle_s)",
+                                 m->cfg->session_idle_s);
+                        expire(x, why);
+                }
+        }
+        arm(m);
+}
+
+static void session_done(void *userdata, const struct sandbox_result *res)
+{
+        struct session *x = userdata;
+        sandbox_done_cb cb = x->cb;
+        void *ud = x->userdata;
+        x->mgr->ends++;
+        x->cb = NULL;
+        x->busy = false;
+        x->t_last = now_ms();
+        if (res->memory_bytes >= 0)
+                x->memory_bytes = res->memory_bytes;
+        if (!res->kept || x->closed) {
+                /* Its sandbox is gone (this result says so), or it was closed. */
+                if (!res->kept)
+                        log_info("session %s ended with its call (%s)", x->name,
+                                 sandbox_status_name(res->status));
+                x->sb = NULL;
+                session_free(x);
+        } else {
+                x->open = true;
+                if (x->expiring) {
+                        char why[200];
+                        snprintf(why, sizeof(why),
+                                 "it was closed after its maximum lifetime of %g s "
+                                 "(session_max_s), when its last call ended",
+                                 x->mgr->cfg->session_max_s);
+                        expire(x, why);
+                }
+        }
+        cb(ud, res);
+}
+
+int session_run(struct session_mgr *m, const struct sandbox_request *req, sandbox_done_cb cb,
+                void *userdata, struct sandbox **ret, char *msg, size_t msg_size)
+{
+        const char *name = req->session;
+        int r = session_name_check(name, msg, msg_size);
+        if (r < 0)
+                return r;
+        struct session *x = find(m, name);
+        if (x) {
+                if (x->busy || !x->open || !x->sb || !sandbox_idle(x->sb)) {
+                        snprintf(msg, msg_size,
+                                 "session \"%s\" is running another call: wait for it (if it "
+                                 "became a job, job_result with wait_s), cancel it "
+                                 "(job_cancel), or use another session",
+                                 name);
+                        return -EBUSY;
+                }
+                struct sandbox_request q = *req;
+                q.keep = true;
+                x->cb = cb;
+                x->userdata = userdata;
+                x->busy = true;
+                x->calls++;
+                x->t_last = now_ms();
+                /* Set first: the call may end (and its caller's state go)
+                 * before sandbox_exec returns. */
+                *ret = x->sb;
+                r = sandbox_exec(x->sb, &q, session_done, x);
+                if (r < 0) {
+                        x->busy = false;
+                        x->cb = NULL;
+                        snprintf(msg, msg_size, "session \"%s\" cannot run a call now (%s)", name,
+                                 strerror(-r));
+                        return r;
+                }
+                return 0;
+        }
+        char why[400];
+        if (exhume(m, name, true, why, sizeof(why))) {
+                snprintf(msg, msg_size,
+                         "session \"%s\" ended since its last call: %s. Its variables and "
+                         "files are gone; call again with the same name to open a new session",
+                         name, why);
+                return -ENOLINK;
+        }
+        long max = session_max(m);
+        if (max <= 0) {
+                snprintf(msg, msg_size,
+                         "sessions are off here (max_sessions is %ld with max_sandboxes %ld): "
+                         "call without \"session\"",
+                         m->cfg->max_sessions, m->cfg->max_sandboxes);
+                return -ENOTSUP;
+        }
+        if (count(m) >= max) {
+                snprintf(msg, msg_size,
+                         "%ld sessions are open, the most allowed (max_sessions): close one "
+                         "with session_close (session_list shows them), or call without "
+                         "\"session\"",
+                         count(m));
+                return -EUSERS;
+        }
+        x = calloc(1, sizeof(*x));
+        if (!x)
+                return -ENOMEM;
+        x->mgr = m;
+        snprintf(x->name, sizeof(x->name), "%s", name);
+        x->t_open = x->t_last = now_ms();
+        x->memory_bytes = -1;
+        x->busy = true;
+        x->calls = 1;
+        x->cb = cb;
+        x->userdata = userdata;
+        x->next = m->all;
+        m->all = x;
+        struct sandbox_request q = *req;
+        q.keep = true;
+        unsigned long long ends = m->ends;
+        /* *ret is written before the call can end; if it ended within
+         * sandbox_run, x and the caller's state may be gone. */
+        r = sandbox_run(m->sm, &q, session_done, x, ret);
+        if (r < 0) {
+                session_free(x);
+                if (r == -EBUSY)
+                        snprintf(msg, msg_size,
+                                 "every sandbox slot is in use (%ld) and %ld calls are already "
+                                 "waiting: try again shortly",
+                                 m->cfg->max_sandboxes, m->cfg->max_queue);
+                else
+                        snprintf(msg, msg_size, "cannot open session \"%s\": %s", name,
+                                 strerror(-r));
+                return r;
+        }
+        log_info("session %s opening", name);
+        if (m->ends == ends) {
+                x->sb = *ret;
+                sandbox_set_owner(x->sb, gone, x);
+        }
+        arm(m);
+        return 0;
+}
+
+struct sandbox *session_sandbox(struct session_mgr *m, const char *name, char *msg, size_t msg_size)
+{
+        struct session *x = find(m, name);
+        char why[400];
+        if (!x) {
+                if (exhume(m, name, false, why, sizeof(why)))
+                        snprintf(msg, msg_size, "session \"%s\" ended: %s", name, why);
+                else
+                        snprintf(msg, msg_size,
+                                 "no session \"%s\": run_python or run_shell with "
+                                 "\"session\" opens one (session_list shows those open)",
+                                 name);
+                return NULL;
+        }
+        if (!x->open || !x->sb) {
+                snprintf(msg, msg_size,
+                         "session \"%s\" is still starting: try again when its "
+                         "first call has ended",
+                         name);
+                return NULL;
+        }
+        x->t_last = now_ms();
+        return x->sb;
+}
+
+bool session_exists(struct session_mgr *m, const char *name)
+{
+        return find(m, name) != NULL;
+}
+
+int session_close(struct session_mgr *m, const char *name, char *msg, size_t msg_size)
+{
+        struct session *x = find(m, name);
+        if (!x) {
+                char why[400];
+                if (exhume(m, name, true, why, sizeof(why)))
+                        snprintf(msg, msg_size, "session \"%s\" had already ended: %s", name, why);
+                else
+                        snprintf(msg, msg_size, "no session \"%s\" (session_list shows those open)",
+                                 name);
+                return -ENOENT;
+        }
+        log_info("session %s: closed by the client", name);
+        struct sandbox *sb = x->sb;
+        if (x->busy) {
+                /* Its call ends "cancelled"; session_done frees it then. */
+                unlink_session(x);
+                x->next = NULL;
+                x->closed = true;
+        } else {
+                session_free(x);
+        }
+        if (sb)
+                sandbox_close(sb);
+        return 0;
+}
+
+json_t *session_list(struct session_mgr *m)
+{
+        json_t *list = json_array();
+        long long now = now_ms();
+        for (struct session *x = m->all; x && list; x = x->next) {
+                const char *id = x->sb ? sandbox_container(x->sb) : NULL;
+                json_array_append_new(
+                    list,
+                    json_pack("{s:s, s:s, s:f, s:f, s:I, s:o, s:s%}", "name", x->name, "state",
+                              x->busy   ? (x->open ? "busy" : "starting")
+                              : x->open ? "idle"
+                                        : "starting",
+                              "age_s", (double)(now - x->t_open) / 1000.0, "idle_s",
+                              x->busy ? 0.0 : (double)(now - x->t_last) / 1000.0, "calls",
+                              (json_int_t)x->calls, "memory_bytes",
+                              x->memory_bytes >= 0 ? json_integer(x->memory_bytes) : json_null(),
+                              "container", id ? id : "", id ? (size_t)12 : (size_t)0));
+        }
+        return list;
+}
+
+void session_mgr_free(struct session_mgr *m)
+{
+        if (!m)
+                return;
+        while (m->all)
+                session_free(m->all);
+        timer_remove(m->tick);
+        free(m);
+}

@@ -1,0 +1,54 @@
+/* Named sessions: a sandbox kept across calls (Python globals and imports,
+ * files in /workspace), one per name, bounded in number (max_sessions),
+ * idle time (session_idle_s) and lifetime (session_max_s). A session runs
+ * one call at a time. corral serves one MCP client per process over stdio,
+ * so a session is that client's alone. */
+#pragma once
+
+#include "core/config.h"
+#include "core/loop.h"
+#include "sandbox/sandbox.h"
+
+#include <jansson.h>
+
+#define SESSION_NAME_MAX 64
+
+struct session_mgr;
+
+int session_mgr_new(struct loop *l, const struct config *cfg, struct sandbox_mgr *sm,
+                    struct session_mgr **ret);
+/* Forgets every session (their sandboxes go with the sandbox manager). */
+void session_mgr_free(struct session_mgr *m);
+/* Sessions open at most (max_sessions, at most max_sandboxes - 1). */
+long session_max(const struct session_mgr *m);
+
+/* A name is 1 to 64 of [A-Za-z0-9_.-]: 0, or -EINVAL with a message. */
+int session_name_check(const char *name, char *msg, size_t msg_size);
+
+/* Runs `req` in session req->session, opening it on first use. On success
+ * *ret is the sandbox running it (for sandbox_cancel and sandbox_partial
+ * until `cb`), and `cb` follows exactly once, perhaps before this returns.
+ * Errors, with a message for the model to act on:
+ *   -EBUSY    the session runs another call, or no sandbox slot is free
+ *   -EUSERS   max_sessions sessions are open
+ *   -ENOLINK  the session ended since its last call (why is in the
+ *             message); it is forgotten, so the next call opens a new one
+ *   -ENOTSUP  sessions are off (max_sessions 0)
+ *   -EINVAL   a bad name, -ENOMEM */
+int session_run(struct session_mgr *m, const struct sandbox_request *req, sandbox_done_cb cb,
+                void *userdata, struct sandbox **ret, char *msg, size_t msg_size);
+
+/* The sandbox of an open session, for its files (counts as activity), or
+ * NULL with a message (no such session, ended, or still starting). */
+struct sandbox *session_sandbox(struct session_mgr *m, const char *name, char *msg,
+                                size_t msg_size);
+/* Whether a session of that name is open (or starting). */
+bool session_exists(struct session_mgr *m, const char *name);
+
+/* Closes it: its container is removed, a call still running ends
+ * "cancelled". -ENOENT with a message when there is none. */
+int session_close(struct session_mgr *m, const char *name, char *msg, size_t msg_size);
+
+/* [{name, state (starting|idle|busy), age_s, idle_s, calls, memory_bytes,
+ * container}] (new reference). */
+json_t *session_list(struct session_mgr *m);
