@@ -631,7 +631,7 @@ static void add_out_files(json_t *result, json_t *out_files)
                 }
                 bool returned = strcmp(how, "not returned") != 0;
                 json_array_append_new(listing,
-                                      json_pack("{s:s, s:I, s:s?, s:b, s:s?}", "path", path, "size",
+                                      json_pack("{s:s, s:I, s:s?, s:b, s:s*}", "path", path, "size",
                                                 size, "mime_type", mime, "returned", returned,
                                                 "note", returned ? NULL : note));
                 snprintf(line, sizeof(line), "\n[file %s: %lld bytes, %s%s%s]", path,

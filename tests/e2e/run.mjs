@@ -42,10 +42,11 @@ const VERBOSE = process.env.E2E_VERBOSE === '1';
 const SUITE_LIMIT_MS = 10 * 60 * 1000;
 
 // corral's tools, sorted.
-const CORRAL_TOOLS = ['job_cancel', 'job_list', 'job_result', 'job_status', 'list_servers', 'run_python',
-  'run_shell', 'sandbox_status', 'search_tools'];
+const CORRAL_TOOLS = ['job_cancel', 'job_list', 'job_result', 'job_status', 'list_files', 'list_servers',
+  'read_file', 'run_python', 'run_shell', 'sandbox_status', 'search_tools', 'session_close', 'session_list',
+  'write_file'];
 const STATUSES = ['ok', 'error', 'timeout', 'oom', 'cancelled', 'engine_error', 'busy',
-  'invalid_arguments', 'running'];
+  'invalid_arguments', 'running', 'session_lost'];
 const MiB = 1024 * 1024;
 
 // ---------------------------------------------------------------- TAP output
@@ -297,6 +298,21 @@ function checkResult(r) {
     assert.equal(typeof sc.error, 'object', 'error is an object or null');
     assert.equal(typeof sc.error.type, 'string', 'error.type is a string');
     assert.equal(typeof sc.error.message, 'string', 'error.message is a string');
+  }
+  if (sc.files !== undefined) {
+    assert.ok(Array.isArray(sc.files), 'files is an array');
+    for (const f of sc.files) {
+      assert.equal(typeof f.path, 'string', 'a file has a path');
+      assert.ok(isInt(f.size) && f.size >= 0, 'a file has a size');
+      assert.equal(typeof f.returned, 'boolean', 'a file says whether it was returned');
+      if (!f.returned) assert.equal(typeof f.note, 'string', 'a file not returned says why');
+    }
+    const items = r.content.slice(1).filter((c) => c.type === 'image' || c.type === 'resource');
+    assert.equal(items.length, sc.files.filter((f) => f.returned).length, 'one content item per returned file');
+  }
+  if (sc.session !== undefined) {
+    assert.equal(typeof sc.session.name, 'string', 'session.name is a string');
+    assert.ok(['kept', 'reset', 'restarted', 'ended'].includes(sc.session.state), `session.state ${sc.session.state}`);
   }
   if (fine) assert.equal(sc.error, null, `a call with status ${sc.status} has error null`);
   else if (sc.status === 'error' && sc.error === null)
@@ -1746,7 +1762,7 @@ test('cli: `corral run -c` prints output and returns the exit code', async (t) =
   assert.equal(doc.code, 0, 'corral doctor passes against the live engine');
 }, { timeoutMs: 120000 });
 
-test('MCP Inspector CLI: tools/list shows the nine tools and tools/call returns 42', async (t) => {
+test('MCP Inspector CLI: tools/list shows the 14 tools and tools/call returns 42', async (t) => {
   const pkg = JSON.parse(readFileSync(path.join(HERE, 'node_modules/@modelcontextprotocol/inspector/package.json'), 'utf8'));
   const entry = path.join(HERE, 'node_modules/@modelcontextprotocol/inspector',
     typeof pkg.bin === 'string' ? pkg.bin : pkg.bin['mcp-inspector']);
@@ -1772,6 +1788,325 @@ test('MCP Inspector CLI: tools/list shows the nine tools and tools/call returns 
   assert.equal(res.isError, false);
   assert.match(res.content?.[0]?.text ?? '', /^42\n/);
 }, { timeoutMs: 150000 });
+
+// ---- sessions and files
+
+// A session tool through the SDK (session_list, session_close, write_file,
+// read_file, list_files): a result with text content and structuredContent.
+async function toolCall(t, d, name, args, timeoutMs = 30000) {
+  const r = await d.client.callTool({ name, arguments: args }, CallToolResultSchema, { timeout: timeoutMs });
+  t.note(`${name}_${args.path ?? args.session ?? ''}`, r.structuredContent ?? r);
+  assert.equal(r.content?.[0]?.type, 'text', `${name} has text content`);
+  assert.equal(typeof r.structuredContent, 'object', `${name} has structuredContent`);
+  return r;
+}
+
+// The container of a session, by the short id its results carry.
+async function containerState(prefix) {
+  const c = (await corralContainers()).find((x) => x.id.startsWith(prefix));
+  return c ? c.state : 'gone';
+}
+
+async function waitGone(prefix, timeoutMs = 15000) {
+  return waitFor(async () => ({ done: (await containerState(prefix)) === 'gone' }), { timeoutMs });
+}
+
+// A PNG made with the standard library only: 4x3 pixels of one colour.
+const PNG_CODE = [
+  'import hashlib, os, struct, zlib',
+  'def chunk(kind, data):',
+  '    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))',
+  'raw = b"".join(b"\\x00" + bytes([200, 30, 60]) * 4 for _ in range(3))',
+  'png = (b"\\x89PNG\\r\\n\\x1a\\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 4, 3, 8, 2, 0, 0, 0))',
+  '       + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))',
+  'os.makedirs("out", exist_ok=True)',
+  'open("out/plot.png", "wb").write(png)',
+  'print(hashlib.sha256(png).hexdigest())',
+].join('\n');
+
+function sha256(buf) { return createHash('sha256').update(buf).digest('hex'); }
+
+test('sessions: globals and files persist within a session, other sessions and clients cannot see them, session_close removes the container', async (t) => {
+  const d = await t.daemon('sessions');
+  const a1 = await d.call(t, 'run_python', { session: 'alpha', code: 'import json\nx = 41\nopen("notes.txt", "w").write("kept")\nprint("set")' });
+  assert.equal(a1.structuredContent.status, 'ok', 'the first call of a session runs');
+  assert.deepEqual({ name: a1.structuredContent.session?.name, state: a1.structuredContent.session?.state },
+    { name: 'alpha', state: 'kept' }, 'its result names the session, kept');
+  const container = a1.structuredContent.container;
+  const a2 = await d.call(t, 'run_python', { session: 'alpha', code: 'print(x + 1, json.dumps(open("notes.txt").read()))' });
+  assert.equal(a2.structuredContent.stdout, '42 "kept"\n', 'the global, the import and the file are there in the next call');
+  assert.equal(a2.structuredContent.container, container, 'the same container serves the session');
+  const sh = await d.call(t, 'run_shell', { session: 'alpha', command: 'cat notes.txt; echo; ls' });
+  assert.equal(sh.structuredContent.stdout, 'kept\nnotes.txt\n', 'run_shell in the session sees its files');
+  const a3 = await d.call(t, 'run_python', { session: 'alpha', code: 'print(x)' });
+  assert.equal(a3.structuredContent.stdout, '41\n', 'a shell call leaves the Python state alone');
+
+  const b = await d.call(t, 'run_python', { session: 'beta', code: 'import os\nprint("x" in globals(), os.path.exists("notes.txt"), os.listdir("."))' });
+  assert.equal(b.structuredContent.stdout, 'False False []\n', 'another session sees neither the global nor the file');
+  assert.notEqual(b.structuredContent.container, container, 'another session has its own container');
+  const plain = await d.call(t, 'run_python', { code: 'import os\nprint("x" in globals(), os.path.exists("notes.txt"))' });
+  assert.equal(plain.structuredContent.stdout, 'False False\n', 'a call without a session sees nothing of it either');
+
+  const list = await toolCall(t, d, 'session_list', {});
+  const byName = Object.fromEntries(list.structuredContent.sessions.map((x) => [x.name, x]));
+  assert.deepEqual(Object.keys(byName).sort(), ['alpha', 'beta'], 'session_list lists both sessions');
+  assert.equal(byName.alpha.calls, 4, 'alpha served four calls');
+  assert.equal(byName.alpha.state, 'idle', 'alpha is idle');
+  assert.ok(Number.isInteger(byName.alpha.memory_bytes) && byName.alpha.memory_bytes > 1e6,
+    `alpha reports its memory use (${byName.alpha.memory_bytes})`);
+  assert.ok(byName.alpha.age_s >= 0 && byName.alpha.idle_s >= 0, 'age and idle time');
+  assert.equal(byName.alpha.container, container, 'and its container');
+  assert.equal(list.structuredContent.max_sessions, 4, 'the limit shows');
+  assert.equal(await containerState(container), 'running', 'the session\'s container runs between calls');
+
+  // Another MCP client (another corral process) has sessions of its own.
+  const other = await t.daemon('sessions-other');
+  const ol = await toolCall(t, other, 'session_list', {});
+  assert.deepEqual(ol.structuredContent.sessions, [], 'another client sees no session of the first');
+  const ob = await other.call(t, 'run_python', { session: 'alpha', code: 'print("x" in globals())' });
+  assert.equal(ob.structuredContent.stdout, 'False\n', 'its session "alpha" is a different one');
+  assert.notEqual(ob.structuredContent.container, container, '...in a different container');
+  const denied = await toolCall(t, other, 'read_file', { session: 'beta', path: 'notes.txt' });
+  assert.equal(denied.structuredContent.status, 'invalid_arguments', 'nor can it reach the first client\'s files');
+  assert.match(denied.content[0].text, /no session "beta"/);
+
+  const closed = await toolCall(t, d, 'session_close', { session: 'alpha' });
+  assert.equal(closed.structuredContent.closed, true, 'session_close says closed');
+  const gone = await waitGone(container);
+  assert.ok(gone.done, `the closed session's container ${container} is removed`);
+  const after = await toolCall(t, d, 'session_list', {});
+  assert.deepEqual(after.structuredContent.sessions.map((x) => x.name), ['beta'], 'only beta is left');
+  const again = await d.call(t, 'run_python', { session: 'alpha', code: 'import os\nprint("x" in globals(), os.path.exists("notes.txt"))' });
+  assert.equal(again.structuredContent.stdout, 'False False\n', 'a new session of the same name starts empty');
+  const twice = await toolCall(t, d, 'session_close', { session: 'nope' });
+  assert.equal(twice.structuredContent.status, 'invalid_arguments', 'closing an unknown session is an error');
+}, { timeoutMs: 120000 });
+
+test('files: write_file then run_python reads it; a PNG under /workspace/out comes back as image content; read_file and list_files', async (t) => {
+  const d = await t.daemon('files');
+  const w = await toolCall(t, d, 'write_file', { session: 'f', path: 'data/in.csv', content: 'a,b\n1,2\n3,4\n' });
+  assert.equal(w.isError, false, 'write_file succeeds (and opens the session)');
+  assert.deepEqual(w.structuredContent, { session: 'f', path: '/workspace/data/in.csv', bytes: 12 });
+  const r = await d.call(t, 'run_python', { session: 'f', code: [
+    'import csv',
+    'rows = list(csv.DictReader(open("data/in.csv")))',
+    'print(sum(int(r["a"]) + int(r["b"]) for r in rows))',
+    PNG_CODE,
+  ].join('\n') });
+  assert.equal(r.structuredContent.status, 'ok', 'the code ran');
+  const [sum, digest] = r.structuredContent.stdout.trim().split('\n');
+  assert.equal(sum, '10', 'the code read the file written by write_file');
+  const img = r.content.find((c) => c.type === 'image');
+  assert.ok(img, 'the result carries image content');
+  assert.equal(img.mimeType, 'image/png', 'with MIME type image/png');
+  const bytes = Buffer.from(img.data, 'base64');
+  assert.equal(sha256(bytes), digest, 'the very bytes the code wrote');
+  assert.deepEqual(r.structuredContent.files, [{ path: 'out/plot.png', size: bytes.length, mime_type: 'image/png', returned: true }]);
+  assert.match(r.content[0].text, /\[file out\/plot\.png: \d+ bytes, returned as an image\]/);
+  // The next call returns only what it writes itself.
+  const r2 = await d.call(t, 'run_python', { session: 'f', code: 'open("out/data.json", "w").write("{\\"n\\": 1}")' });
+  assert.deepEqual(r2.structuredContent.files.map((f) => f.path), ['out/data.json'], 'only the new file comes back');
+  const res = r2.content.find((c) => c.type === 'resource');
+  assert.equal(res?.resource?.uri, 'file:///workspace/out/data.json', 'as an embedded resource');
+  assert.equal(res?.resource?.text, '{"n": 1}', 'text files as text');
+
+  // One-shot calls: files in through `files`, files out the same way.
+  const one = await d.call(t, 'run_python', {
+    files: [{ path: 'in/x.txt', content: 'from the host' }, { path: 'in/b.bin', content: Buffer.from([0, 1, 2, 255]).toString('base64'), encoding: 'base64' }],
+    code: 'print(open("in/x.txt").read(), list(open("in/b.bin", "rb").read()))\n' + PNG_CODE,
+  });
+  assert.equal(one.structuredContent.status, 'ok');
+  assert.equal(one.structuredContent.stdout.split('\n')[0], 'from the host [0, 1, 2, 255]', 'a one-shot call gets its files');
+  assert.equal(one.content.filter((c) => c.type === 'image').length, 1, 'and returns its PNG as an image');
+  assert.equal(one.structuredContent.session, undefined, 'no session there');
+
+  // read_file: text whole and in windows; binary; images as images.
+  const rt = await toolCall(t, d, 'read_file', { session: 'f', path: '/workspace/data/in.csv' });
+  assert.equal(rt.content[0].text, 'a,b\n1,2\n3,4\n', 'read_file returns the text');
+  assert.equal(rt.structuredContent.encoding, 'utf-8');
+  assert.equal(rt.structuredContent.next_offset, null, 'nothing more to read');
+  const win = await toolCall(t, d, 'read_file', { session: 'f', path: 'data/in.csv', offset: 4, limit: 4 });
+  assert.equal(win.content[0].text, '1,2\n', 'offset and limit give a window');
+  assert.deepEqual([win.structuredContent.offset, win.structuredContent.length, win.structuredContent.next_offset, win.structuredContent.size],
+    [4, 4, 8, 12], 'the window\'s figures and where to go on');
+  const rp = await toolCall(t, d, 'read_file', { session: 'f', path: 'out/plot.png' });
+  const rimg = rp.content.find((c) => c.type === 'image');
+  assert.equal(sha256(Buffer.from(rimg?.data ?? '', 'base64')), digest, 'read_file of the PNG gives the image');
+  await d.call(t, 'run_python', { session: 'f', code: 'open("blob.bin", "wb").write(bytes(range(256)))' });
+  const rb = await toolCall(t, d, 'read_file', { session: 'f', path: 'blob.bin' });
+  const blob = rb.content.find((c) => c.type === 'resource')?.resource;
+  assert.equal(rb.structuredContent.encoding, 'base64', 'bytes are base64');
+  assert.deepEqual([...Buffer.from(blob?.blob ?? '', 'base64')], [...Array(256).keys()], 'as an embedded resource blob');
+  const big = 'line\n'.repeat(300000); // 1.5 MB: over the default 1 MiB window
+  await toolCall(t, d, 'write_file', { session: 'f', path: 'big.txt', content: big });
+  const rbig = await toolCall(t, d, 'read_file', { session: 'f', path: 'big.txt' });
+  assert.equal(rbig.structuredContent.length, 1048576, 'a large text comes in a 1 MiB window');
+  assert.equal(rbig.structuredContent.truncated, true, '...marked truncated');
+  const rest = await toolCall(t, d, 'read_file', { session: 'f', path: 'big.txt', offset: rbig.structuredContent.next_offset });
+  assert.equal(rbig.content[0].text + rest.content[0].text, big, 'and next_offset reads the rest');
+
+  // list_files
+  const ls = await toolCall(t, d, 'list_files', { session: 'f', recursive: true });
+  const entries = Object.fromEntries(ls.structuredContent.entries.map((e) => [e.path, e]));
+  assert.equal(entries['data']?.type, 'dir', 'list_files shows directories');
+  assert.equal(entries['data/in.csv']?.size, 12, '...files with their size');
+  assert.equal(entries['out/plot.png']?.type, 'file');
+  const top = await toolCall(t, d, 'list_files', { session: 'f', path: 'out' });
+  assert.deepEqual(top.structuredContent.entries.map((e) => e.path).sort(), ['data.json', 'plot.png'], 'a subdirectory');
+  const nosess = await toolCall(t, d, 'read_file', { session: 'never', path: 'x' });
+  assert.equal(nosess.structuredContent.status, 'invalid_arguments', 'a session that does not exist');
+  const missing = await toolCall(t, d, 'read_file', { session: 'f', path: 'nope.txt' });
+  assert.equal(missing.structuredContent.error?.type, 'NotFound', 'a missing file: NotFound');
+}, { timeoutMs: 120000 });
+
+test('files: path escapes (.., absolute, symlinks out of /workspace) are refused with a clear error', async (t) => {
+  const d = await t.daemon('escapes');
+  await d.call(t, 'run_python', { session: 'e', code: [
+    'import os',
+    'os.makedirs("real")',
+    'open("real/ok.txt", "w").write("inside")',
+    'os.symlink("/etc", "etc-link")',
+    'os.symlink("/etc/passwd", "pw")',
+    'os.symlink("real/ok.txt", "alias.txt")',
+    'os.symlink("../../tmp", "real/up")',
+  ].join('\n') });
+  const cases = [
+    ['read_file', { path: '../etc/passwd' }, 'InvalidPath', /contains ".."/],
+    ['read_file', { path: '/etc/passwd' }, 'InvalidPath', /outside \/workspace/],
+    ['write_file', { path: '../x', content: 'x' }, 'InvalidPath', /contains ".."/],
+    ['write_file', { path: '/tmp/x', content: 'x' }, 'InvalidPath', /outside \/workspace/],
+    ['read_file', { path: 'pw' }, 'PathEscape', /pw is a symbolic link to \/etc\/passwd, outside \/workspace/],
+    ['read_file', { path: 'etc-link/passwd' }, 'PathEscape', /etc-link is a symbolic link to \/etc, outside \/workspace/],
+    ['write_file', { path: 'etc-link/x', content: 'x' }, 'PathEscape', /outside \/workspace/],
+    ['write_file', { path: 'real/up/x', content: 'x' }, 'PathEscape', /outside \/workspace/],
+    ['list_files', { path: 'etc-link' }, 'NotFound', /outside \/workspace/],
+  ];
+  for (const [tool, args, type, re] of cases) {
+    const r = await toolCall(t, d, tool, { session: 'e', ...args });
+    assert.equal(r.isError, true, `${tool} ${args.path}: refused`);
+    assert.equal(r.structuredContent.status, 'invalid_arguments', `${tool} ${args.path}: invalid_arguments`);
+    assert.equal(r.structuredContent.error?.type, type, `${tool} ${args.path}: ${type}`);
+    assert.match(r.content[0].text, re, `${tool} ${args.path}: the message says why`);
+  }
+  const files = await d.call(t, 'run_python', { code: 'pass', files: [{ path: '../../etc/x', content: '' }] });
+  assert.equal(files.structuredContent.status, 'invalid_arguments', 'files with ".." are refused too');
+  // Nothing was written through the links.
+  const check = await d.call(t, 'run_shell', { session: 'e', command: 'ls /tmp; ls real' });
+  assert.equal(check.structuredContent.stdout, 'ok.txt\nup\n', 'no file appeared in /tmp');
+  // A symlink that stays inside /workspace is followed.
+  const alias = await toolCall(t, d, 'read_file', { session: 'e', path: 'alias.txt' });
+  assert.equal(alias.content[0].text, 'inside', 'a symlink inside /workspace works');
+  assert.equal(alias.structuredContent.path, '/workspace/real/ok.txt', '...and says where it led');
+}, { timeoutMs: 90000 });
+
+test('sessions: idle timeout and the session count limit are enforced and reported', async (t) => {
+  const d = await t.daemon('session-limits', { CORRAL_MAX_SESSIONS: '2', CORRAL_SESSION_IDLE_S: '4' });
+  const a = await d.call(t, 'run_python', { session: 'a', code: 'x = 1' });
+  const b = await d.call(t, 'run_python', { session: 'b', code: 'x = 2' });
+  const c = await d.call(t, 'run_python', { session: 'c', code: 'x = 3' });
+  assert.equal(c.structuredContent.status, 'busy', 'a third session over max_sessions 2 is refused');
+  assert.equal(c.structuredContent.error.type, 'TooManySessions');
+  assert.match(c.content[0].text, /2 sessions are open.*max_sessions.*session_close/, 'the message says what to do');
+  const plain = await d.call(t, 'run_python', { code: 'print(1)' });
+  assert.equal(plain.structuredContent.status, 'ok', 'calls without a session still run');
+  // A session whose call runs is never evicted, however long it is idle of calls.
+  const job = await d.call(t, 'run_python', { session: 'a', code: 'import time\ntime.sleep(7)\ny = x + 10\nprint("done")', sync_wait_s: 1, timeout_s: 20 });
+  assert.equal(job.structuredContent.status, 'running', 'a long call in a session becomes a job');
+  const busy = await d.call(t, 'run_python', { session: 'a', code: 'print(x)' });
+  assert.equal(busy.structuredContent.status, 'busy', 'a second call to a busy session: busy');
+  assert.equal(busy.structuredContent.error.type, 'SessionBusy');
+  assert.match(busy.content[0].text, /running another call/);
+  const done = await d.client.callTool({ name: 'job_result', arguments: { job_id: job.structuredContent.job_id, wait_s: 30 } },
+    CallToolResultSchema, { timeout: 40000 });
+  assert.equal(done.structuredContent.status, 'ok', 'the job ends normally after 7 s, past the 4 s idle limit');
+  const still = await d.call(t, 'run_python', { session: 'a', code: 'print(y)' });
+  assert.equal(still.structuredContent.stdout, '11\n', 'the busy session was kept');
+  // Idle past session_idle_s: closed, containers removed, and said so once.
+  const w = await waitFor(async () => {
+    const l = await toolCall(t, d, 'session_list', {});
+    return { done: l.structuredContent.sessions.length === 0, l: l.structuredContent };
+  }, { timeoutMs: 15000, intervalMs: 500 });
+  assert.ok(w.done, 'both sessions are closed after 4 s without calls');
+  for (const x of [a, still, b]) {
+    const g = await waitGone(x.structuredContent.container);
+    assert.ok(g.done, `container ${x.structuredContent.container} removed`);
+  }
+  const lost = await d.call(t, 'run_python', { session: 'b', code: 'print(x)' });
+  assert.equal(lost.structuredContent.status, 'session_lost', 'the next call to it says the session is gone');
+  assert.equal(lost.structuredContent.error.type, 'SessionLost');
+  assert.match(lost.content[0].text, /closed after 4 s without calls \(session_idle_s\)/, '...and why');
+  const fresh = await d.call(t, 'run_python', { session: 'b', code: 'print("x" in globals())' });
+  assert.equal(fresh.structuredContent.stdout, 'False\n', 'the call after that opens a new session');
+}, { timeoutMs: 120000 });
+
+test('sessions: a time limit or job_cancel stops the run but keeps the session; a container killed behind corral\'s back is reported', async (t) => {
+  const d = await t.daemon('session-stops');
+  const s1 = await d.call(t, 'run_python', { session: 's', code: 'kept = "yes"' });
+  const container = s1.structuredContent.container;
+  const slow = await d.call(t, 'run_python', { session: 's', code: 'import time\ntime.sleep(60)', timeout_s: 2 });
+  assert.equal(slow.structuredContent.status, 'timeout', 'a session call past its time limit: timeout');
+  assert.ok(slow.ms < 8000, `stopped soon after the limit (${slow.ms} ms)`);
+  assert.match(slow.structuredContent.error.message, /the session and its state were kept/);
+  const after = await d.call(t, 'run_python', { session: 's', code: 'print(kept)' });
+  assert.equal(after.structuredContent.stdout, 'yes\n', 'the session\'s variables survive the timeout');
+  assert.equal(after.structuredContent.container, container, '...in the same container');
+  const stubborn = await d.call(t, 'run_python', { session: 's', timeout_s: 2, code:
+    'import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True:\n    time.sleep(1)' });
+  assert.equal(stubborn.structuredContent.status, 'timeout', 'code that ignores the interrupt still times out');
+  assert.equal(stubborn.structuredContent.session.state, 'reset', '...its interpreter is replaced');
+  const reset = await d.call(t, 'run_python', { session: 's', code: 'print("kept" in globals())' });
+  assert.equal(reset.structuredContent.stdout, 'False\n', 'so its variables are gone');
+  assert.equal(reset.structuredContent.container, container, '...but the session and its container stay');
+  // job_cancel of a session job
+  const job = await d.call(t, 'run_python', { session: 's', code: 'z = 1\nimport time\ntime.sleep(60)', sync_wait_s: 1, timeout_s: 90 });
+  assert.equal(job.structuredContent.status, 'running');
+  await jobCall(t, d, 'job_cancel', { job_id: job.structuredContent.job_id });
+  const cancelled = await jobCall(t, d, 'job_result', { job_id: job.structuredContent.job_id, wait_s: 10 });
+  assert.equal(cancelled.structuredContent.status, 'cancelled', 'job_cancel ends a session\'s job: cancelled');
+  const z = await d.call(t, 'run_python', { session: 's', code: 'print(z)' });
+  assert.equal(z.structuredContent.stdout, '1\n', 'and the session goes on');
+  // The container removed by someone else between calls.
+  const rm = await engineRequest('DELETE', `/v1.41/containers/${container}?force=1`, 30000);
+  assert.ok([200, 204].includes(rm.status), `removed the container behind corral's back (${rm.status})`);
+  const w = await waitFor(async () => {
+    const l = await toolCall(t, d, 'session_list', {});
+    return { done: l.structuredContent.sessions.length === 0 };
+  }, { timeoutMs: 15000, intervalMs: 300 });
+  assert.ok(w.done, 'the session is no longer listed');
+  const lost = await d.call(t, 'run_python', { session: 's', code: 'print(z)' });
+  assert.equal(lost.structuredContent.status, 'session_lost', 'the next call reports the session lost');
+  assert.match(lost.content[0].text, /its sandbox ended/);
+  const reopened = await d.call(t, 'run_python', { session: 's', code: 'print("reopened")' });
+  assert.equal(reopened.structuredContent.status, 'ok', 'and it can be reopened');
+  assert.notEqual(reopened.structuredContent.container, container, 'in a new container');
+}, { timeoutMs: 150000 });
+
+test('sessions: the limits of a one-shot sandbox hold (memory, network, privileges, workspace size)', async (t) => {
+  const d = await t.daemon('session-hardening', { CORRAL_MEMORY: '256m', CORRAL_WORKSPACE_SIZE: '2m' });
+  const probe = await d.call(t, 'run_python', { session: 'h', code: [
+    'import os, socket',
+    's = socket.socket()',
+    's.settimeout(2)',
+    'try:',
+    '    s.connect(("1.1.1.1", 53)); net = "connected"',
+    'except OSError as e:',
+    '    net = type(e).__name__',
+    'status = dict(l.split(":\\t", 1) for l in open("/proc/self/status").read().splitlines() if ":\\t" in l)',
+    'print(os.getuid(), status["CapEff"].strip(), status["NoNewPrivs"].strip(), net, sorted(os.listdir("/sys/class/net")))',
+  ].join('\n') });
+  assert.equal(probe.structuredContent.stdout, '65534 0000000000000000 1 OSError [\'lo\']\n',
+    'a session runs as 65534, with no capabilities, no-new-privileges and no network');
+  const oom = await d.call(t, 'run_python', { session: 'h', code: 'keep = 1\nb = bytearray(400 * 1024 * 1024)\nb[::4096] = b"x" * len(b[::4096])' });
+  assert.equal(oom.structuredContent.status, 'oom', 'the memory limit holds in a session');
+  const next = await d.call(t, 'run_python', { session: 'h', code: 'print("alive")' });
+  assert.equal(next.structuredContent.stdout, 'alive\n', 'the session serves the next call');
+  const full = await toolCall(t, d, 'write_file', { session: 'h', path: 'big.bin', content: Buffer.alloc(3 * 1024 * 1024).toString('base64'), encoding: 'base64' });
+  assert.equal(full.isError, true, 'a file over workspace_size does not fit');
+  assert.equal(full.structuredContent.error.type, 'NoSpace', 'NoSpace');
+  assert.match(full.content[0].text, /no space left in \/workspace/);
+  const fill = await d.call(t, 'run_shell', { session: 'h', command: 'head -c 3000000 /dev/zero > fill; echo $?' });
+  assert.match(fill.structuredContent.stderr, /No space left on device/, 'code cannot write past workspace_size either');
+}, { timeoutMs: 120000 });
 
 // ---- bridge: sandboxed code calls the host's MCP servers
 //
