@@ -307,6 +307,7 @@ static void test_parse_call(void)
                 } else {
                         like(msg, tc->msg, "... message");
                 }
+                tools_request_free(&req);
                 json_decref(args);
         }
 
