@@ -154,6 +154,14 @@ class Corral:
             raise Broken('run_python did not answer ok: %s' % json.dumps(msg)[:500])
         return secs
 
+    def tool(self, name, args, check):
+        """Seconds of one tools/call whose structuredContent passes check()."""
+        msg, secs = self.request('tools/call', {'name': name, 'arguments': args})
+        sc = (msg.get('result') or {}).get('structuredContent') or {}
+        if not check(sc):
+            raise Broken('%s did not answer as expected: %s' % (name, json.dumps(msg)[:500]))
+        return secs
+
     def status(self):
         """sandbox_status's structuredContent, or None when corral has no such tool."""
         msg, _ = self.request('tools/call', {'name': 'sandbox_status', 'arguments': {}})
@@ -311,6 +319,23 @@ def measure_warm(c, n, R, cold_p50_ms):
     return lat
 
 
+def measure_session(c, n):
+    """A session: calls in it once open (no container per call), and a
+    1 MiB file written and read back through the engine's archive
+    endpoints. Latencies in seconds."""
+    ok = lambda sc: sc.get('status') == 'ok' and sc.get('stdout') == '1\n'
+    c.tool('run_python', {'code': 'x = 0', 'session': 'bench'}, lambda sc: sc.get('status') == 'ok')
+    calls = [c.tool('run_python', {'code': CODE, 'session': 'bench'}, ok) for _ in range(n)]
+    data = 'x' * (1 << 20)
+    m = max(3, n // 4)
+    writes = [c.tool('write_file', {'session': 'bench', 'path': 'f.txt', 'content': data},
+                     lambda sc: sc.get('bytes') == len(data)) for _ in range(m)]
+    reads = [c.tool('read_file', {'session': 'bench', 'path': 'f.txt'},
+                    lambda sc: sc.get('size') == len(data)) for _ in range(m)]
+    c.tool('session_close', {'session': 'bench'}, lambda sc: sc.get('closed') is True)
+    return {'session': calls, 'write_1m': writes, 'read_1m': reads}
+
+
 def main():
     ap = argparse.ArgumentParser(description="Benchmark corral's warm sandbox pool.")
     ap.add_argument('--engine', default=os.environ.get('CORRAL_ENGINE', 'unix:///run/podman/podman.sock'))
@@ -346,7 +371,9 @@ def main():
         cold = start(COLD_ENV)
         lat['cold'] = measure_cold(cold, n['cold'], R)
         leaked += cold.close()
-        lat['warm'] = measure_warm(start({}), n['warm'], R, pct(lat['cold'], 50))
+        warm = start({})
+        lat['warm'] = measure_warm(warm, n['warm'], R, pct(lat['cold'], 50))
+        lat.update(measure_session(warm, n['warm']))
     except (Broken, OSError) as e:
         print('\nBROKEN: %s' % e, file=sys.stderr)
         broken = True
@@ -373,8 +400,12 @@ def report(R, lat):
     for k, label in (('host', "host /usr/bin/python3 -c 'print(1)'"),
                      ('podman', '%s run --rm, same image and flags' % kind),
                      ('cold', 'corral run_python, cold (CORRAL_POOL_MAX=0)'),
-                     ('warm', 'corral run_python, warm, paced' + ('' if pool else ' [no pool seen]'))):
+                     ('warm', 'corral run_python, warm, paced' + ('' if pool else ' [no pool seen]')),
+                     ('session', 'corral run_python in an open session'),
+                     ('write_1m', 'corral write_file, 1 MiB, in that session'),
+                     ('read_1m', 'corral read_file, 1 MiB, in that session')):
         print('%-50s %5d %9.1f %9.1f' % (label, len(lat[k]), p50[k], p95[k]))
+    print('a call in an open session / a warm call: %.2f' % (p50['session'] / p50['warm']))
     hits = lambda k: '   (pool hits %(hits)d, misses %(misses)d)' % R['pool_hits'][k] if R['pool_hits'][k] else ''
     if pool:
         print('pool: min %d, max %d; paced calls %s' % (pool['min'], pool['max'], hits('paced').strip()))
