@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <time.h>
 
 #ifndef CORRAL_VERSION
 #define CORRAL_VERSION "0"
@@ -55,13 +56,19 @@ struct progress {
 
 struct call;
 
-/* A job_result waiting for its job to end. */
+/* A job_result (or tasks/result) waiting for its job to end. */
 struct job_wait {
         struct job_wait *next;
         struct call *job;
         json_t *id;
-        struct timer *timer;
+        struct timer *timer; /* NULL: tasks/result, which waits for the end */
 };
+
+/* MCP tasks (2025-11-25): a tools/call with `task` is a job from its start,
+ * followed with tasks/get, tasks/result, tasks/cancel and tasks/list. */
+#define TASK_POLL_MS     1000
+#define TASK_TTL_MAX_MS  (24LL * 3600 * 1000)
+#define RELATED_TASK_KEY "io.modelcontextprotocol/related-task"
 
 struct call {
         struct mcp_server *srv;
@@ -79,6 +86,12 @@ struct call {
         json_t *result;           /* a finished job's result */
         struct timer *expire;     /* job_retention_s after it ended */
         struct job_wait *waits;
+        /* A task: a job from its start. */
+        bool task;
+        bool task_cancelled;    /* tasks/cancel: it stays "cancelled" */
+        long long created_wall; /* ms since the epoch */
+        long long updated_wall;
+        long long ttl_ms; /* kept at least this long from creation */
 };
 
 /* A search_tools call waiting for servers to start. */
@@ -397,24 +410,118 @@ static void jobs_prune(struct mcp_server *s)
         }
 }
 
-static void job_finished(struct call *c, const struct sandbox_result *res)
+static long long wall_ms(void)
+{
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void iso8601(long long ms, char *out, size_t size)
+{
+        time_t secs = (time_t)(ms / 1000);
+        struct tm tm;
+        gmtime_r(&secs, &tm);
+        size_t n = strftime(out, size, "%Y-%m-%dT%H:%M:%S", &tm);
+        snprintf(out + n, size - n, ".%03lldZ", ms % 1000);
+}
+
+/* A task's status: working, or by its result (a tool result with isError
+ * is "failed", as the tasks specification asks). */
+static const char *task_status(const struct call *c)
+{
+        if (c->task_cancelled)
+                return "cancelled";
+        if (!c->t_end) /* not ended (it may not have a sandbox yet) */
+                return "working";
+        if (!c->result)
+                return "failed";
+        const char *st = json_string_value(
+            json_object_get(json_object_get(c->result, "structuredContent"), "status"));
+        if (st && strcmp(st, "cancelled") == 0)
+                return "cancelled";
+        return json_is_true(json_object_get(c->result, "isError")) ? "failed" : "completed";
+}
+
+/* The Task object of the tasks specification (new reference). */
+static json_t *task_json(const struct call *c)
+{
+        char created[40], updated[40], msg[400];
+        iso8601(c->created_wall, created, sizeof(created));
+        iso8601(c->updated_wall, updated, sizeof(updated));
+        const char *status = task_status(c);
+        if (!c->t_end) {
+                snprintf(msg, sizeof(msg), "%s running for %lld ms", c->tool,
+                         now_ms() - c->t_start);
+        } else {
+                json_t *sc = json_object_get(c->result, "structuredContent");
+                json_t *err = json_object_get(sc, "error");
+                const char *type = json_string_value(json_object_get(err, "type"));
+                const char *m = json_string_value(json_object_get(err, "message"));
+                const char *run = json_string_value(json_object_get(sc, "status"));
+                snprintf(msg, sizeof(msg), "%s%s%s%s%s",
+                         c->task_cancelled ? "cancelled by tasks/cancel; the run: " : "",
+                         run ? run : status, type ? ": " : "", type ? type : "", m ? ": " : "");
+                if (m)
+                        snprintf(msg + strlen(msg), sizeof(msg) - strlen(msg), "%.300s", m);
+                utf8_scrub(msg);
+        }
+        json_t *t = json_pack("{s:s, s:s, s:s, s:s, s:s, s:I, s:i}", "taskId", c->job_id, "status",
+                              status, "statusMessage", msg, "createdAt", created, "lastUpdatedAt",
+                              updated, "ttl", (json_int_t)c->ttl_ms, "pollInterval", TASK_POLL_MS);
+        return t;
+}
+
+/* What tasks/result answers: the tool's result, tied to its task. */
+static json_t *task_payload(const struct call *c)
+{
+        json_t *r = json_deep_copy(c->result);
+        if (!r)
+                return NULL;
+        json_t *meta = json_object_get(r, "_meta");
+        if (!json_is_object(meta)) {
+                meta = json_object();
+                json_object_set_new(r, "_meta", meta);
+        }
+        json_object_set_new(meta, RELATED_TASK_KEY, json_pack("{s:s}", "taskId", c->job_id));
+        return r;
+}
+
+/* A job's end: its result (stolen) is kept and given to those waiting. */
+static void job_store(struct call *c, json_t *result)
 {
         struct mcp_server *s = c->srv;
         c->t_end = now_ms();
-        c->result = tools_result(res, c->session);
+        c->result = result;
         if (c->result)
                 json_object_set_new(json_object_get(c->result, "structuredContent"), "job_id",
                                     json_string(c->job_id));
-        log_info("job %s: %s after %lld ms", c->job_id, sandbox_status_name(res->status),
-                 c->t_end - c->t_start);
+        /* Progress belongs to a running call (a task's keeps its token). */
+        progress_free(c->progress);
+        c->progress = NULL;
+        c->updated_wall = wall_ms();
         while (c->waits) {
                 struct job_wait *w = c->waits;
-                send_tool_result(s, w->id, json_deep_copy(c->result));
+                send_tool_result(s, w->id, w->timer ? json_deep_copy(c->result) : task_payload(c));
                 job_wait_free(w);
         }
+        long long keep = (long long)(s->cfg->job_retention_s * 1000);
+        if (c->task) {
+                /* Kept job_retention_s after its end, and its ttl from its start. */
+                long long by_ttl = c->created_wall + c->ttl_ms - c->updated_wall;
+                keep = by_ttl > keep ? by_ttl : keep;
+                send_msg(s, jrpc_notification("notifications/tasks/status", task_json(c)));
+        }
         if (timer_add(s->loop, job_expire, c, &c->expire) == 0)
-                timer_arm(c->expire, (long long)(s->cfg->job_retention_s * 1000));
+                timer_arm(c->expire, keep > 0 ? keep : 1);
         jobs_prune(s);
+}
+
+static void job_finished(struct call *c, const struct sandbox_result *res)
+{
+        log_info("job %s: %s after %lld ms", c->job_id, sandbox_status_name(res->status),
+                 now_ms() - c->t_start);
+        job_store(c, tools_result(res, c->session));
 }
 
 /* sync_wait_s passed: answer "running", and let the sandbox go on. */
@@ -922,6 +1029,47 @@ static void job_list(struct mcp_server *s, json_t *id, json_t *args)
         char text[128];
         snprintf(text, sizeof(text), "%zu job(s), %zu running", json_array_size(jobs), running);
         send_msg(s, jrpc_result(id, job_text_result(json_pack("{s:o}", "jobs", jobs), text)));
+}
+
+/* A call of run_python or run_shell, linked; with `task`, a task (a job
+ * from the start) whose id is the job id. NULL after answering. */
+static struct call *call_new(struct mcp_server *s, json_t *id, json_t *task, const char *tool)
+{
+        struct call *c = calloc(1, sizeof(*c));
+        if (!c) {
+                send_error(s, id, JRPC_INTERNAL_ERROR, "out of memory");
+                return NULL;
+        }
+        c->srv = s;
+        c->id = json_incref(id);
+        c->next = s->calls;
+        if (s->calls)
+                s->calls->prev = c;
+        s->calls = c;
+        c->tool = strcmp(tool, "run_shell") == 0 ? "run_shell" : "run_python";
+        c->t_start = now_ms();
+        if (task) {
+                c->task = true;
+                snprintf(c->job_id, sizeof(c->job_id), "job-%u", ++s->job_seq);
+                c->created_wall = c->updated_wall = wall_ms();
+                json_t *ttl = json_object_get(task, "ttl");
+                long long want = ttl ? (long long)json_integer_value(ttl)
+                                     : (long long)(s->cfg->job_retention_s * 1000);
+                c->ttl_ms = want < 1000 ? 1000 : want > TASK_TTL_MAX_MS ? TASK_TTL_MAX_MS : want;
+                log_info("%s runs as task %s", c->tool, c->job_id);
+        }
+        return c;
+}
+
+/* The call could not start: its answer (stolen), or for a task its result. */
+static void call_failed(struct call *c, json_t *result)
+{
+        if (c->task) {
+                job_store(c, result);
+                return;
+        }
+        send_tool_result(c->srv, c->id, result);
+        call_free(c);
 }
 
 /* ---- sessions and their files */
@@ -1463,6 +1611,24 @@ static void tools_call(struct mcp_server *s, json_t *id, json_t *params)
                 send_error(s, id, JRPC_INVALID_PARAMS, "tools/call needs a \"name\" string");
                 return;
         }
+        json_t *task = json_object_get(params, "task");
+        if (task &&
+            (!json_is_object(task) || (json_object_get(task, "ttl") &&
+                                       (!json_is_integer(json_object_get(task, "ttl")) ||
+                                        json_integer_value(json_object_get(task, "ttl")) < 0)))) {
+                send_error(s, id, JRPC_INVALID_PARAMS,
+                           "\"task\" must be an object, with \"ttl\" a number of milliseconds");
+                return;
+        }
+        /* Only the tools that run code declare taskSupport (optional). */
+        if (task && strcmp(name, "run_python") != 0 && strcmp(name, "run_shell") != 0) {
+                snprintf(msg, sizeof(msg),
+                         "tool \"%.100s\" does not run as a task (only run_python and run_shell "
+                         "do)",
+                         name);
+                send_error(s, id, JRPC_METHOD_NOT_FOUND, utf8_scrub(msg));
+                return;
+        }
         if (strcmp(name, "sandbox_status") == 0) {
                 if (args && (!json_is_object(args) || json_object_size(args) > 0)) {
                         send_msg(s, jrpc_result(id, tools_error_result(
@@ -1515,23 +1681,29 @@ static void tools_call(struct mcp_server *s, json_t *id, json_t *params)
         }
         if (r < 0) {
                 /* Bad arguments are a tool error the model can correct. */
-                send_msg(s, jrpc_result(id, tools_error_result("invalid_arguments",
-                                                               "InvalidArguments", msg)));
+                json_t *bad = tools_error_result("invalid_arguments", "InvalidArguments", msg);
+                if (task) {
+                        /* A task all the same: created, and failed at once. */
+                        struct call *c = call_new(s, id, task, name);
+                        if (c) {
+                                send_msg(s,
+                                         jrpc_result(id, json_pack("{s:o}", "task", task_json(c))));
+                                call_failed(c, bad);
+                        } else {
+                                json_decref(bad);
+                        }
+                } else {
+                        send_tool_result(s, id, bad);
+                }
                 return;
         }
-        struct call *c = calloc(1, sizeof(*c));
+        struct call *c =
+            call_new(s, id, task, req.lang == LANG_PYTHON ? "run_python" : "run_shell");
         if (!c) {
-                send_error(s, id, JRPC_INTERNAL_ERROR, "out of memory");
+                tools_request_free(&req);
                 return;
         }
-        c->srv = s;
-        c->id = json_incref(id);
-        c->next = s->calls;
-        if (s->calls)
-                s->calls->prev = c;
-        s->calls = c;
         c->progress = progress_new(s, params, c);
-        c->tool = req.lang == LANG_PYTHON ? "run_python" : "run_shell";
         c->code_line =
             strndup(req.code, strcspn(req.code, "\n") < 80 ? strcspn(req.code, "\n") : 80);
         if (c->code_line)
@@ -1540,37 +1712,110 @@ static void tools_call(struct mcp_server *s, json_t *id, json_t *params)
         c->session = req.session ? strdup(req.session) : NULL;
         req.on_output = call_output;
         req.on_progress = call_progress;
-        /* Armed first: sandbox_run may finish (and free) the call at once
-         * when it fails early; call_free removes the timer then. */
-        if (timer_add(s->loop, call_detach, c, &c->sync_timer) == 0) {
+        if (task) {
+                /* A task answers at once; the run is followed with tasks/get. */
+                send_msg(s, jrpc_result(id, json_pack("{s:o}", "task", task_json(c))));
+        } else if (timer_add(s->loop, call_detach, c, &c->sync_timer) == 0) {
+                /* Armed first: sandbox_run may finish (and free) the call at
+                 * once when it fails early; call_free removes the timer. */
                 long long ms = (long long)ceil(req.sync_wait_s * 1000);
                 timer_arm(c->sync_timer, ms > 0 ? ms : 1);
         }
+        json_t *failed = NULL;
         if (req.session) {
                 r = session_run(s->sessions, &req, call_done, c, &c->sb, msg, sizeof(msg));
-                tools_request_free(&req); /* the sandbox has its copy */
-                if (r < 0) {
-                        utf8_scrub(msg);
-                        send_msg(s, jrpc_result(id, session_error_result(r, msg)));
-                        call_free(c);
+                if (r < 0)
+                        failed = session_error_result(r, utf8_scrub(msg));
+        } else {
+                r = sandbox_run(s->mgr, &req, call_done, c, &c->sb);
+                if (r == -EBUSY) {
+                        snprintf(msg, sizeof(msg),
+                                 "every sandbox slot is in use (%ld) and %ld calls are already "
+                                 "waiting: try again shortly, or raise max_sandboxes / max_queue",
+                                 s->cfg->max_sandboxes, s->cfg->max_queue);
+                        failed = tools_error_result("busy", "Busy", msg);
+                } else if (r < 0) {
+                        failed = tools_error_result("engine_error", "InternalError", strerror(-r));
                 }
-                return; /* on success the call may already be finished and freed */
         }
-        r = sandbox_run(s->mgr, &req, call_done, c, &c->sb);
-        tools_request_free(&req);
-        if (r == -EBUSY) {
-                snprintf(msg, sizeof(msg),
-                         "every sandbox slot is in use (%ld) and %ld calls are already waiting: "
-                         "try again shortly, or raise max_sandboxes / max_queue",
-                         s->cfg->max_sandboxes, s->cfg->max_queue);
-                send_msg(s, jrpc_result(id, tools_error_result("busy", "Busy", msg)));
-                call_free(c);
-        } else if (r < 0) {
-                send_msg(s, jrpc_result(id, tools_error_result("engine_error", "InternalError",
-                                                               strerror(-r))));
-                call_free(c);
-        }
+        tools_request_free(&req); /* the sandbox has its copy */
+        if (r < 0)
+                call_failed(c, failed);
         /* On success the call may already be finished and freed. */
+}
+
+/* ---- MCP tasks */
+
+/* The task named by params.taskId, or NULL after answering -32602. */
+static struct call *task_find(struct mcp_server *s, json_t *id, json_t *params)
+{
+        const char *tid = json_string_value(json_object_get(params, "taskId"));
+        char msg[200];
+        if (!tid) {
+                send_error(s, id, JRPC_INVALID_PARAMS, "\"taskId\" must be a string");
+                return NULL;
+        }
+        for (struct call *c = s->calls; c; c = c->next)
+                if (c->task && strcmp(c->job_id, tid) == 0)
+                        return c;
+        snprintf(msg, sizeof(msg),
+                 "no task \"%.64s\": it never existed, or its result was dropped after its ttl",
+                 tid);
+        send_error(s, id, JRPC_INVALID_PARAMS, utf8_scrub(msg));
+        return NULL;
+}
+
+static void tasks_request(struct mcp_server *s, const char *method, json_t *id, json_t *params)
+{
+        if (strcmp(method, "tasks/list") == 0) {
+                if (json_object_get(params, "cursor")) {
+                        send_error(s, id, JRPC_INVALID_PARAMS,
+                                   "unknown cursor: corral lists every task on one page");
+                        return;
+                }
+                json_t *list = json_array();
+                for (struct call *c = s->calls; c; c = c->next)
+                        if (c->task)
+                                json_array_append_new(list, task_json(c));
+                send_msg(s, jrpc_result(id, json_pack("{s:o}", "tasks", list)));
+                return;
+        }
+        struct call *c = task_find(s, id, params);
+        if (!c)
+                return;
+        if (strcmp(method, "tasks/get") == 0) {
+                send_msg(s, jrpc_result(id, task_json(c)));
+        } else if (strcmp(method, "tasks/result") == 0) {
+                if (c->t_end) {
+                        send_tool_result(s, id, task_payload(c));
+                        return;
+                }
+                /* Blocks until the end (a notifications/cancelled ends the wait). */
+                struct job_wait *w = calloc(1, sizeof(*w));
+                if (!w) {
+                        send_error(s, id, JRPC_INTERNAL_ERROR, "out of memory");
+                        return;
+                }
+                w->job = c;
+                w->id = json_incref(id);
+                w->next = c->waits;
+                c->waits = w;
+        } else { /* tasks/cancel */
+                if (c->t_end || c->task_cancelled) {
+                        char msg[160];
+                        snprintf(msg, sizeof(msg), "task %s has already ended (%s)", c->job_id,
+                                 task_status(c));
+                        send_error(s, id, JRPC_INVALID_PARAMS, msg);
+                        return;
+                }
+                log_info("host cancelled task %s", c->job_id);
+                c->task_cancelled = true;
+                c->updated_wall = wall_ms();
+                json_t *t = task_json(c);
+                if (c->sb)
+                        sandbox_cancel(c->sb); /* may end the job at once: c stays (kept) */
+                send_msg(s, jrpc_result(id, t));
+        }
 }
 
 static void cancel_request(struct mcp_server *s, json_t *params)
@@ -1606,8 +1851,9 @@ static json_t *initialize_result(json_t *params)
                 if (strcmp(asked, protocol_versions[i]) == 0)
                         version = protocol_versions[i];
         return json_pack(
-            "{s:s, s:{s:{s:b}, s:{}}, s:{s:s, s:s, s:s}, s:s}", "protocolVersion", version,
-            "capabilities", "tools", "listChanged", 0, "logging", "serverInfo", "name", "corral",
+            "{s:s, s:{s:{s:b}, s:{}, s:{s:{}, s:{}, s:{s:{s:{}}}}}, s:{s:s, s:s, s:s}, s:s}",
+            "protocolVersion", version, "capabilities", "tools", "listChanged", 0, "logging",
+            "tasks", "list", "cancel", "requests", "tools", "call", "serverInfo", "name", "corral",
             "title", "corral sandbox", "version", CORRAL_VERSION, "instructions",
             "Use run_python or run_shell to run code in a fresh, isolated sandbox "
             "(no network, read-only root, writable /tmp and /workspace). Each call gets a "
@@ -1637,6 +1883,9 @@ static void handle_request(struct mcp_server *s, struct jrpc_msg *m)
                 send_msg(s, jrpc_result(m->id, json_pack("{s:o}", "tools", tools_list(s->names))));
         } else if (strcmp(method, "tools/call") == 0) {
                 tools_call(s, m->id, m->params);
+        } else if (strcmp(method, "tasks/get") == 0 || strcmp(method, "tasks/result") == 0 ||
+                   strcmp(method, "tasks/cancel") == 0 || strcmp(method, "tasks/list") == 0) {
+                tasks_request(s, method, m->id, m->params);
         } else if (strcmp(method, "logging/setLevel") == 0) {
                 const char *level = json_string_value(json_object_get(m->params, "level"));
                 enum log_level l;

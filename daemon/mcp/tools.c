@@ -76,6 +76,8 @@ static json_t *tool(const char *name, const char *title, const char *desc, const
 static json_t *with_sync_wait(json_t *t)
 {
         json_t *props = json_object_get(json_object_get(t, "inputSchema"), "properties");
+        /* MCP tasks (2025-11-25): a host may run them as tasks. */
+        json_object_set_new(t, "execution", json_pack("{s:s}", "taskSupport", "optional"));
         json_object_set_new(
             props, "session",
             json_pack("{s:s, s:s, s:i, s:s}", "type", "string", "pattern", "^[A-Za-z0-9_.-]+$",

@@ -78,6 +78,18 @@ static void test_list(void)
                 is_int(json_array_size(json_object_get(in, "required")), jobs[i].args ? 1 : 0,
                        "%s: job_id required when it takes one", jobs[i].name);
         }
+        /* MCP tasks: only the tools that run code may run as tasks. */
+        size_t ti;
+        json_t *tt;
+        json_array_foreach(list, ti, tt)
+        {
+                const char *n = json_string_value(json_object_get(tt, "name"));
+                const char *ts = json_string_value(
+                    json_object_get(json_object_get(tt, "execution"), "taskSupport"));
+                bool runs = strcmp(n, "run_python") == 0 || strcmp(n, "run_shell") == 0;
+                ok(runs ? ts && strcmp(ts, "optional") == 0 : ts == NULL, "%s: taskSupport %s", n,
+                   runs ? "optional" : "absent (forbidden)");
+        }
         /* run_python names the servers and takes their names. */
         json_t *py = json_array_get(list, 0);
         like(json_string_value(json_object_get(py, "description")), "Servers: everything, fs",
