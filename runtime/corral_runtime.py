@@ -33,6 +33,8 @@ OUT_DEPTH_MAX = 8
 LIST_MAX = 10000                   # entries of one sandbox/list
 LIST_DEPTH_MAX = 32
 INTERRUPT_GRACE = 1.0              # seconds a session's run has to stop after SIGINT
+INTERRUPT_REPEAT = 0.1             # seconds between SIGINTs until the run ends
+FREEZE_MAX = 30.0                  # seconds a sandbox/freeze lasts without a sandbox/thaw
 ID_RANGE = 1 << 63                 # integer ids of worker requests: int64
 PREFORK_WAIT = 10.0                # seconds for the forked-ahead worker to set up
 PROGRESS_INTERVAL = 0.02           # seconds between corral.progress() frames
@@ -196,11 +198,13 @@ def worker(sup, pipes, api_fd, go_r, set_w=None):
         if sup.pooled:         # else the request is due now: nothing to win
             rehearse(main, api_fd, sup.max_frame)
         os.close(set_w)
+    me = os.getpid()
     pending = bytearray()
     while True:
         request = next_request(go_r, pending)
         if request is None:    # the supervisor went away or changed its mind
             os._exit(0)
+        _interrupt['pending'] = False  # meant for an earlier run (repeats reach this one)
         language, code, servers = request['language'], request['code'], request['servers']
         keep = request.get('keep') is True
         signum = None
@@ -213,6 +217,10 @@ def worker(sup, pipes, api_fd, go_r, set_w=None):
             status, signum = run_shell(code, report_w)
         else:
             status = run_python(main, code, report_w, (api_fd, sup.max_frame, servers), keep)
+        if keep and os.getpid() != me:
+            # A child that user code forked without exec came back through
+            # here: it is not the session's interpreter.
+            os._exit(status)
         if keep:
             # The session goes on: say so with the status, fds 0-2 stay.
             report(report_w, {'end': status, 'signal': signum, 'pid': os.getpid()})
@@ -289,11 +297,11 @@ def run_shell(code, report_w):
         os.setpgid(pid, pid)   # either side may win the race; both set the same
     except OSError:
         pass
-    signal.signal(signal.SIGINT, signal.default_int_handler)
     st = None
     try:
         while st is None:
             try:
+                arm_interrupt()
                 st = os.waitpid(pid, 0)[1]
             except KeyboardInterrupt:  # interrupted: the whole group goes
                 try:
@@ -303,12 +311,38 @@ def run_shell(code, report_w):
             except ChildProcessError:
                 break
     finally:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        disarm_interrupt()
     if st is None:
         return 127, None
     if os.WIFSIGNALED(st):
         return 128 + os.WTERMSIG(st), os.WTERMSIG(st)
     return os.WEXITSTATUS(st), None
+
+
+# SIGINT in the worker: an interrupt (a session's time limit, a cancelled
+# call) raises KeyboardInterrupt only while a run is armed; one that comes
+# before the run has begun waits for it, and the supervisor repeats it
+# until the run ends, so none is lost or hits the wrong run.
+_interrupt = {'armed': False, 'pending': False}
+
+
+def on_sigint(signum, frame):
+    if _interrupt['armed']:
+        raise KeyboardInterrupt
+    _interrupt['pending'] = True
+
+
+def arm_interrupt():
+    """At the start of a run (inside its try): from now on SIGINT raises."""
+    signal.signal(signal.SIGINT, on_sigint)  # an earlier run's code may have replaced it
+    _interrupt['armed'] = True
+    if _interrupt['pending']:
+        _interrupt['pending'] = False
+        raise KeyboardInterrupt
+
+
+def disarm_interrupt():
+    _interrupt['armed'] = False
 
 
 def report(fd, record):
@@ -361,7 +395,7 @@ def prepare_python():
     import linecache  # noqa: F401
     import traceback  # noqa: F401  imported now: importing after a MemoryError may fail
     import types
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGINT, on_sigint)
     load_site()
     sys.stdin = sys.__stdin__ = open(0, 'r', encoding='utf-8', closefd=False)
     sys.stdout = sys.__stdout__ = open(1, 'w', encoding='utf-8', buffering=1, closefd=False)
@@ -400,8 +434,8 @@ def run_python(main, code, report_w, api, keep=False):
     # The source in linecache so tracebacks show the user's lines.
     linecache.cache[FILENAME] = (len(code), None, code.splitlines(True), FILENAME)
     status = 0
-    signal.signal(signal.SIGINT, signal.default_int_handler)  # an interrupt ends the run
     try:
+        arm_interrupt()  # an interrupt ends the run
         compiled = compile(code, FILENAME, 'exec', flags=TOP_LEVEL_AWAIT,
                            dont_inherit=True)
         result = eval(compiled, main.__dict__)
@@ -409,18 +443,18 @@ def run_python(main, code, report_w, api, keep=False):
             import asyncio
             asyncio.run(result)
     except SystemExit as e:
+        disarm_interrupt()
         status = exit_status(e)
     except BaseException as e:  # noqa: B036  KeyboardInterrupt and friends too
+        disarm_interrupt()  # a repeated interrupt must not cut the report short
         status = 1
         try:
             record = error_record(e)
         except BaseException:  # e.g. MemoryError again while formatting
             record = {'type': type(e).__name__, 'message': '', 'traceback': ''}
         report(report_w, record)
+    disarm_interrupt()  # between runs an interrupt only waits
     if keep:
-        # Between runs an interrupt meant for a run that just ended must
-        # not kill the session's interpreter.
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
         if api_channel is not None:  # the daemon forgets this run's calls
             api_channel.fail_pending('the run that made this MCP call has ended')
     else:
@@ -1419,6 +1453,7 @@ class Job:
         self.signal = None         # from {end}: a session's shell killed by it
         self.deadline = None
         self.kill_at = None        # an interrupt not heeded by then: kill
+        self.next_sigint = None    # and until then it is repeated
         self.interrupted = False
         self.out_before = out_before  # /workspace/out before: what differs after is its own
 
@@ -1437,22 +1472,23 @@ class Job:
                 self.check_exit()
 
     def check_exit(self):
-        """The worker's last line says it is done (one-shot: it may still be
-        exiting; a session: it waits for the next request)."""
-        start = self.report.rfind(b'\n', 0, len(self.report) - 1) + 1
-        try:
-            rec = json.loads(self.report[start:].decode('utf-8'))
-        except (ValueError, RecursionError):
-            return
-        if not isinstance(rec, dict) or rec.get('pid') != self.pid:
-            return
-        code = rec.get('end' if self.keep else 'exit')
-        if isinstance(code, int) and not isinstance(code, bool) and 0 <= code <= 255:
-            sig = rec.get('signal')
-            if self.keep and isinstance(sig, int) and not isinstance(sig, bool) and 0 < sig < 65:
-                self.signal = sig
-            self.exit_code = code
-            self.ended()
+        """A line of the worker's own (its pid: a child forked without exec
+        shares the pipe) says it is done (one-shot: it may still be exiting;
+        a session: it waits for the next request)."""
+        for line in bytes(self.report).split(b'\n')[:-1]:
+            try:
+                rec = json.loads(line.decode('utf-8'))
+            except (ValueError, RecursionError):
+                continue
+            if not isinstance(rec, dict) or rec.get('pid') != self.pid:
+                continue
+            code = rec.get('end' if self.keep else 'exit')
+            if isinstance(code, int) and not isinstance(code, bool) and 0 <= code <= 255:
+                sig = rec.get('signal')
+                if self.keep and isinstance(sig, int) and not isinstance(sig, bool) and 0 < sig < 65:
+                    self.signal = sig
+                self.exit_code = code
+                return self.ended()
 
     def ended(self):
         """The worker is done (or gone).  One-shot: wait DRAIN_SECONDS at
@@ -1461,6 +1497,9 @@ class Job:
         now and be done."""
         if self.deadline is not None:
             return
+        # What the code sent on its API socket before it ended (a
+        # corral.progress() report, say) goes before the answer.
+        self.relay.drain()
         if self.keep and self.worker.alive():
             self.drain()
             self.deadline = time.monotonic()
@@ -1575,10 +1614,11 @@ def out_files(before):
     return [{'path': p, 'size': now[p][1]} for p in changed[:OUT_FILES_MAX]]
 
 
-def list_dir(params):
+def list_dir(params, max_bytes=DEFAULT_MAX_FRAME // 2):
     """sandbox/list: the entries of a directory under /workspace (lstat: a
-    symlink is listed, not followed).  Returns (result, None) or (None,
-    message)."""
+    symlink is listed, not followed), at most `limit` of them and about
+    max_bytes of JSON (names may escape to six bytes a byte).  Returns
+    (result, None) or (None, message)."""
     p = params if isinstance(params, dict) else {}
     path, recursive, limit = p.get('path', WORKSPACE), p.get('recursive', False), p.get('limit', 1000)
     if not isinstance(path, str) or not isinstance(recursive, bool) or not isinstance(limit, int) \
@@ -1594,7 +1634,7 @@ def list_dir(params):
     if not os.path.isdir(real):
         return {'path': real, 'entries': [entry(real, st, os.path.basename(real))],
                 'truncated': False}, None
-    entries, stack, truncated = [], [(real, 0)], False
+    entries, stack, truncated, size = [], [(real, 0)], False, 0
     while stack and not truncated:
         d, depth = stack.pop()
         try:
@@ -1608,10 +1648,12 @@ def list_dir(params):
                 est = e.stat(follow_symlinks=False)
             except (UnicodeError, OSError):
                 continue
-            if len(entries) >= limit:
+            ent = entry(e.path, est, rel)
+            size += len(encode(ent))
+            if len(entries) >= limit or size > max_bytes:
                 truncated = True
                 break
-            entries.append(entry(e.path, est, rel))
+            entries.append(ent)
             if recursive and e.is_dir(follow_symlinks=False) and depth < LIST_DEPTH_MAX:
                 subdirs.append((e.path, depth + 1))
         stack += reversed(subdirs)
@@ -1707,17 +1749,27 @@ class Relay:
             'code': code, 'message': message, 'data': {'type': 'ProtocolError'}}}))
 
     def read(self):
+        """One chunk from the worker; False when there was nothing to read."""
         try:
             data = os.read(self.fd, CHUNK)
         except BlockingIOError:
-            return
+            return False
         except OSError:
             data = b''
         if not data:
-            return self.close()
+            self.close()
+            return False
         for line in self.lines.feed(data):
             self.sup.from_worker(self, line)
             if self.fd is None:
+                return False
+        return True
+
+    def drain(self):
+        """What the socket holds now (bounded: a background thread may keep
+        sending)."""
+        for _ in range(64):
+            if self.fd is None or not self.read():
                 return
 
     def close(self):
@@ -1761,6 +1813,7 @@ class Supervisor:
         self.worker = None    # a session's worker, kept between runs
         self.lost = False     # a session's worker ended: its next run starts afresh
         self.spent = False    # a single-use run answered: only waiting to be removed
+        self.frozen_until = None  # sandbox/freeze: when it ends by itself
         self.pooled = False
         # PID 1 only gets signals it has handlers for; SIGINT's Python handler
         # would raise KeyboardInterrupt in here, so ignore it.  SIGCHLD wakes
@@ -1801,11 +1854,17 @@ class Supervisor:
                               'python': sys.version.split()[0]}})
         while True:
             self.reap()
+            if self.frozen_until is not None and time.monotonic() >= self.frozen_until:
+                log('a freeze was not lifted in %g s: continuing the processes' % FREEZE_MAX)
+                self.freeze(False)
             job = self.job
             if job is not None and job.kill_at is not None and job.deadline is None \
                     and time.monotonic() >= job.kill_at:
                 self.kill_worker(job.worker)
                 job.kill_at = None
+            if job is not None and job.kill_at is not None and job.deadline is None \
+                    and time.monotonic() >= job.next_sigint:
+                self.sigint(job)
             if job is not None and job.done():
                 if self.finish():
                     return 0
@@ -1827,9 +1886,13 @@ class Supervisor:
                 poller.register(fd, select.POLLIN)
             timeout = None
             if job is not None:
-                end = job.deadline if job.deadline is not None else job.kill_at
+                end = job.deadline if job.deadline is not None else \
+                    job.next_sigint if job.kill_at is not None else None
                 # 1 s: reap() fallback should a SIGCHLD wakeup get lost
                 timeout = 1000 if end is None else max(0, int((end - time.monotonic()) * 1000) + 1)
+            if self.frozen_until is not None:
+                left = max(0, int((self.frozen_until - time.monotonic()) * 1000) + 1)
+                timeout = left if timeout is None else min(timeout, left)
             for fd, events in poller.poll(timeout):
                 self.ready(fd, events)
 
@@ -1893,11 +1956,14 @@ class Supervisor:
             else:
                 log('ignored notification %r' % method[:100])
         elif method == 'sandbox/list':
-            result, problem = list_dir(msg.get('params'))
+            result, problem = list_dir(msg.get('params'), self.max_frame // 2)
             if problem is not None:
                 self.reply_error(rid, -32602, problem)
             else:
                 self.send({'jsonrpc': '2.0', 'id': rid, 'result': result})
+        elif method in ('sandbox/freeze', 'sandbox/thaw'):
+            self.freeze(method == 'sandbox/freeze')
+            self.send({'jsonrpc': '2.0', 'id': rid, 'result': {'frozen': self.frozen_until is not None}})
         elif method != 'sandbox/exec':
             self.reply_error(rid, -32601, 'method not found: %s' % method[:100])
         elif self.job is not None:
@@ -1919,10 +1985,39 @@ class Supervisor:
             return
         job.interrupted = True
         job.kill_at = time.monotonic() + INTERRUPT_GRACE
+        self.sigint(job)
+
+    def sigint(self, job):
+        """SIGINT to the worker, repeated every INTERRUPT_REPEAT until its
+        run ends (one that came before the run began is kept for it, but a
+        worker may also clear it as a leftover of an earlier run)."""
+        job.next_sigint = time.monotonic() + INTERRUPT_REPEAT
         try:
             os.kill(job.pid, signal.SIGINT)
         except OSError:
             pass
+
+    def freeze(self, on):
+        """Stops (SIGSTOP) or continues every other process of the container
+        while the daemon reads or writes files through the engine: the
+        engine resolves paths as root, so no process of the code may swap a
+        checked directory for a symlink meanwhile.  Outside a container,
+        only the workers' process groups.  A freeze ends by itself after
+        FREEZE_MAX seconds."""
+        sig = signal.SIGSTOP if on else signal.SIGCONT
+        self.frozen_until = time.monotonic() + FREEZE_MAX if on else None
+        try:
+            if os.getpid() == 1:
+                os.kill(-1, sig)
+                return
+        except OSError:
+            return
+        for w in (self.worker, self.job.worker if self.job is not None else None, self.pre):
+            if w is not None:
+                try:
+                    os.killpg(w.pid, sig)
+                except OSError:
+                    pass
 
     def kill_worker(self, w):
         # As PID 1 every other process of the container goes (a session's

@@ -120,7 +120,7 @@ struct file_call {
         json_t *id;
         char session[SESSION_NAME_MAX + 1];
         char path[FILES_PATH_MAX + 64]; /* normalised, under /workspace */
-        struct files_op *fop;
+        struct sandbox_fop *fop;
         struct sandbox_ask *ask;
         size_t offset, limit; /* read_file's window */
         size_t bytes;         /* write_file's content */
@@ -1209,7 +1209,7 @@ static void fcall_free(struct file_call *fc)
                 s->fcalls = fc->next;
         if (fc->next)
                 fc->next->prev = fc->prev;
-        files_op_cancel(fc->fop);
+        sandbox_fop_cancel(fc->fop);
         sandbox_ask_cancel(fc->ask);
         json_decref(fc->id);
         free(fc);
@@ -1275,6 +1275,14 @@ static struct sandbox *file_session(struct mcp_server *s, json_t *id, const char
                 return NULL;
         }
         return sb;
+}
+
+static json_t *file_start_failed(int r)
+{
+        return r == -ENOTCONN ? tools_error_result("engine_error", "EngineError",
+                                                   "the session's sandbox cannot be reached now "
+                                                   "(it is starting or being removed)")
+                              : tools_error_result("engine_error", "InternalError", strerror(-r));
 }
 
 static void write_answer(struct file_call *fc)
@@ -1349,11 +1357,11 @@ static void write_file_tool(struct mcp_server *s, json_t *id, json_t *args)
         fc->bytes = data.len;
         if (session_exists(s->sessions, name)) {
                 struct sandbox *sb = file_session(s, id, name);
-                r = sb ? files_write(sandbox_mgr_engine(s->mgr), sandbox_container(sb), full,
-                                     data.data ? data.data : "", data.len, write_done, fc, &fc->fop)
+                r = sb ? sandbox_write_file(sb, full, data.data ? data.data : "", data.len,
+                                            write_done, fc, &fc->fop)
                        : 1;
                 if (r < 0)
-                        send_error(s, id, JRPC_INTERNAL_ERROR, "out of memory");
+                        send_tool_result(s, id, file_start_failed(r));
                 if (r != 0)
                         fcall_free(fc);
                 buf_free(&data);
@@ -1497,9 +1505,9 @@ static void read_file_tool(struct mcp_server *s, json_t *id, json_t *args)
                 return;
         fc->offset = offset;
         fc->limit = limit;
-        if (files_read(sandbox_mgr_engine(s->mgr), sandbox_container(sb), full,
-                       s->cfg->file_max_bytes, read_done, fc, &fc->fop) < 0) {
-                send_error(s, id, JRPC_INTERNAL_ERROR, "out of memory");
+        int r = sandbox_read_file(sb, full, s->cfg->file_max_bytes, read_done, fc, &fc->fop);
+        if (r < 0) {
+                send_tool_result(s, id, file_start_failed(r));
                 fcall_free(fc);
         }
 }
@@ -1711,6 +1719,7 @@ static void tools_call(struct mcp_server *s, json_t *id, json_t *params)
         c->t_start = now_ms();
         c->session = req.session ? strdup(req.session) : NULL;
         req.on_output = call_output;
+        req.hook_userdata = c; /* a session wraps the done callback, not these */
         req.on_progress = call_progress;
         if (task) {
                 /* A task answers at once; the run is followed with tasks/get. */

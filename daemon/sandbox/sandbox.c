@@ -19,6 +19,7 @@ extern const char corral_runtime_src[];
  * after SIGINT; past this the container goes. */
 #define INTERRUPT_GRACE_MS 3000
 #define COLLECT_MAX_MS     30000 /* fetching /workspace/out after a run */
+#define ASK_TIMEOUT_MS     30000 /* a request to the runtime (sandbox/list, freeze) */
 #define OUT_FILES_MAX      64
 
 enum sandbox_state {
@@ -34,6 +35,14 @@ enum sandbox_state {
         S_IDLE,       /* kept (a session): waiting for its next run */
         S_REMOVING,
         S_DONE,
+};
+
+/* Holds the container's other processes stopped (sandbox/freeze) for a
+ * file operation; see freeze_get. */
+struct freeze_wait {
+        struct freeze_wait *next;
+        void (*ready)(void *userdata, const char *error);
+        void *userdata;
 };
 
 struct sandbox {
@@ -64,6 +73,7 @@ struct sandbox {
         void *userdata;
         void (*on_output)(void *userdata, bool is_stderr, const char *data, size_t n);
         void (*on_progress)(void *userdata, double done, double total, const char *message);
+        void *hook_ud;             /* their userdata */
         struct bridge_run *bridge; /* the MCP servers its code may call, if any */
         struct sandbox_result res;
         /* Sessions. */
@@ -85,6 +95,14 @@ struct sandbox {
         /* Requests to the runtime (sandbox/list). */
         struct sandbox_ask *asks;
         unsigned ask_seq;
+        /* Frozen while files move through the engine (kept sandboxes). */
+        int freezes; /* holders */
+        enum { FZ_THAWED, FZ_FREEZING, FZ_FROZEN } fz;
+        struct freeze_wait *fz_waits;
+        struct sandbox_fop *fops;
+        struct freeze_wait run_wait;  /* this run's uploads or collection... */
+        bool run_waiting, run_frozen; /* ...wait for a freeze, or hold one */
+        void (*run_then)(struct sandbox *);
         struct guard *guards; /* callers that must learn it was freed under them */
 };
 
@@ -117,6 +135,22 @@ struct sandbox_ask {
         char id[32];
         sandbox_ask_cb cb;
         void *userdata;
+        struct timer *timer; /* ASK_TIMEOUT_MS: an answer that never comes */
+};
+
+/* A read_file or write_file on a kept sandbox, run frozen. */
+struct sandbox_fop {
+        struct sandbox *sb;
+        struct sandbox_fop *next; /* s->fops */
+        bool write;
+        char path[FILES_PATH_MAX + 64];
+        char *data;
+        size_t len, max;
+        files_cb cb;
+        void *userdata;
+        struct freeze_wait wait;
+        bool waiting, frozen;
+        struct files_op *op;
 };
 
 struct sandbox_mgr {
@@ -290,6 +324,10 @@ int sandbox_mgr_new(struct loop *l, const struct config *cfg, struct engine *eng
 
 static void sandbox_step(struct sandbox *s);
 static void sandbox_kill(struct sandbox *s, enum sandbox_status why, const char *msg);
+static int freeze_get(struct sandbox *s, struct freeze_wait *w);
+static void freeze_put(struct sandbox *s);
+static void freeze_cancel(struct sandbox *s, struct freeze_wait *w);
+static void run_unfreeze(struct sandbox *s);
 static void mgr_check_drained(struct sandbox_mgr *m);
 static void pool_refill(struct sandbox_mgr *m);
 static void pool_ready(struct sandbox *s);
@@ -346,15 +384,35 @@ static void ask_end(struct sandbox_ask *a, json_t *result, const char *error)
                 }
         sandbox_ask_cb cb = a->cb;
         void *ud = a->userdata;
+        timer_remove(a->timer);
         free(a);
         if (cb)
                 cb(ud, result, error);
+}
+
+static void ask_timeout(struct timer *t, void *userdata)
+{
+        (void)t;
+        ask_end(userdata, NULL, "the sandbox's runtime did not answer in time");
 }
 
 static void sandbox_free(struct sandbox *s)
 {
         for (struct guard *g = s->guards; g; g = g->prev)
                 g->freed = true;
+        /* File operations under way end with an error; nothing waits for a
+         * freeze any more (the answer to it is ended just below). */
+        s->fz_waits = NULL;
+        while (s->fops) {
+                struct sandbox_fop *f = s->fops;
+                s->fops = f->next;
+                files_op_cancel(f->op);
+                struct files_result r = {
+                    .error = -EIO, .message = "the session's sandbox ended first", .path = f->path};
+                f->cb(f->userdata, &r);
+                free(f->data);
+                free(f);
+        }
         /* Requests to its runtime get their answer: there will be none. */
         while (s->asks)
                 ask_end(s->asks, NULL, "the sandbox ended before it answered");
@@ -478,6 +536,7 @@ static void start_remove(struct sandbox *s)
                 return;
         if (s->state == S_READY)
                 ready_remove(s);
+        run_unfreeze(s);
         attach_close(s->attach);
         s->attach = NULL;
         files_op_cancel(s->fop);
@@ -632,6 +691,7 @@ static void run_reset(struct sandbox *s)
         s->userdata = NULL;
         s->on_output = NULL;
         s->on_progress = NULL;
+        s->hook_ud = NULL;
 }
 
 /* The run is over (its result taken, or it failed before the code ran): a
@@ -640,6 +700,7 @@ static void run_reset(struct sandbox *s)
 static void end_run(struct sandbox *s)
 {
         timer_arm(s->timer, 0);
+        run_unfreeze(s);
         if (!s->keep || s->killing || s->closing || !s->attach || s->mgr->shutting_down) {
                 start_remove(s);
                 return;
@@ -688,6 +749,7 @@ static void upload_next(struct sandbox *s)
 {
         if (s->i_file >= s->n_files) {
                 files_clear(s);
+                run_unfreeze(s); /* the thaw frame goes before the exec */
                 send_exec(s);
                 return;
         }
@@ -695,6 +757,57 @@ static void upload_next(struct sandbox *s)
         int r = files_write(s->mgr->eng, s->id, f->path, f->data, f->len, uploaded, s, &s->fop);
         if (r < 0)
                 run_failed(s, ST_ERROR, "FileError", "cannot write the files: out of memory");
+}
+
+static void run_frozen(void *userdata, const char *error)
+{
+        struct sandbox *s = userdata;
+        s->run_waiting = false;
+        if (error) {
+                char msg[600];
+                snprintf(msg, sizeof(msg), "cannot stop the session's processes to move files: %s",
+                         error);
+                run_failed(s, ST_ERROR, "FileError", msg);
+                return;
+        }
+        s->run_frozen = true;
+        void (*then)(struct sandbox *) = s->run_then;
+        s->run_then = NULL;
+        then(s);
+}
+
+/* A session's uploads and collection happen with its other processes
+ * stopped: code left running in the background must not swap a checked
+ * directory for a symlink while the engine (as root) follows the path. A
+ * single-use sandbox needs none: no code has run before its uploads, and
+ * every process of it is killed before its collection. */
+static void run_freeze(struct sandbox *s, void (*then)(struct sandbox *))
+{
+        if (!s->keep) {
+                then(s);
+                return;
+        }
+        s->run_then = then;
+        s->run_wait = (struct freeze_wait){.ready = run_frozen, .userdata = s};
+        s->run_waiting = true;
+        if (freeze_get(s, &s->run_wait) < 0) {
+                s->run_waiting = false;
+                run_failed(s, ST_ERROR, "FileError",
+                           "cannot stop the session's processes to move files: its runtime does "
+                           "not answer");
+        }
+}
+
+static void run_unfreeze(struct sandbox *s)
+{
+        if (s->run_waiting) {
+                s->run_waiting = false;
+                freeze_cancel(s, &s->run_wait);
+        }
+        if (s->run_frozen) {
+                s->run_frozen = false;
+                freeze_put(s);
+        }
 }
 
 /* The sandbox is ready for this run: its files first, then the code. */
@@ -707,7 +820,7 @@ static void begin_run(struct sandbox *s)
         s->state = S_UPLOADING;
         long long ms = (long long)ceil(s->timeout_s * 1000);
         timer_arm(s->timer, ms > 0 ? ms : 1);
-        upload_next(s);
+        run_freeze(s, upload_next);
 }
 
 /* ---- what the code wrote under /workspace/out */
@@ -749,20 +862,30 @@ static void collected(void *userdata, const struct files_result *r)
         collect_next(s);
 }
 
-/* One file at a time, each checked on its way (the runtime's list is the
- * container's word), up to out_max_bytes in all. */
+/* An entry of the runtime's out_files (the container's word), checked:
+ * its path under /workspace/out relative to /workspace, or NULL. */
+static const char *out_path(json_t *f, char *full, size_t size)
+{
+        const char *path = json_string_value(json_object_get(f, "path"));
+        json_t *bytes = json_object_get(f, "size");
+        char msg[600];
+        if (!path || !json_is_integer(bytes) || json_integer_value(bytes) < 0 ||
+            files_path(path, false, full, size, msg, sizeof(msg)) < 0 ||
+            strncmp(full, FILES_ROOT "/out/", strlen(FILES_ROOT "/out/")) != 0)
+                return NULL;
+        return full + strlen(FILES_ROOT) + 1;
+}
+
+/* One file at a time, each checked on its way, up to out_max_bytes in all. */
 static void collect_next(struct sandbox *s)
 {
         const struct config *cfg = s->mgr->cfg;
         while (s->i_out < json_array_size(s->out_list) &&
                json_array_size(s->res.out_files) < OUT_FILES_MAX) {
                 json_t *f = json_array_get(s->out_list, s->i_out);
-                const char *path = json_string_value(json_object_get(f, "path"));
                 json_t *size = json_object_get(f, "size");
-                char full[FILES_PATH_MAX + 64], msg[600];
-                if (!path || !json_is_integer(size) || json_integer_value(size) < 0 ||
-                    files_path(path, false, full, sizeof(full), msg, sizeof(msg)) < 0 ||
-                    strncmp(full, FILES_ROOT "/out/", strlen(FILES_ROOT "/out/")) != 0) {
+                char full[FILES_PATH_MAX + 64];
+                if (!out_path(f, full, sizeof(full))) {
                         log_warn("sandbox %s: ignored a malformed out_files entry",
                                  s->res.container_id);
                         s->i_out++;
@@ -792,6 +915,7 @@ static void collect_next(struct sandbox *s)
                 }
                 return;
         }
+        run_unfreeze(s);
         end_run(s);
 }
 
@@ -800,7 +924,7 @@ static void start_collect(struct sandbox *s)
         s->state = S_COLLECTING;
         s->res.out_files = json_array();
         timer_arm(s->timer, COLLECT_MAX_MS);
-        collect_next(s);
+        run_freeze(s, collect_next);
 }
 
 /* ---- frames to and from the runtime */
@@ -895,7 +1019,7 @@ static int on_frame(void *userdata, const char *line, size_t len)
                                 o->truncated = true;
                         }
                         if (s->on_output)
-                                s->on_output(s->userdata, o == &s->res.err, p, n);
+                                s->on_output(s->hook_ud, o == &s->res.err, p, n);
                 }
         } else if (m.kind == JRPC_NOTIFICATION && strcmp(m.method, "corral/progress") == 0) {
                 /* The code's own report, relayed by the runtime: untrusted. */
@@ -908,7 +1032,7 @@ static int on_frame(void *userdata, const char *line, size_t len)
                                json_number_value(total) >= 0)) &&
                              (!msg || json_is_null(msg) || json_is_string(msg));
                 if (valid && s->on_progress && s->state == S_BUSY)
-                        s->on_progress(s->userdata, json_number_value(done),
+                        s->on_progress(s->hook_ud, json_number_value(done),
                                        json_is_number(total) ? json_number_value(total) : -1,
                                        json_string_value(msg));
         } else if (m.kind == JRPC_NOTIFICATION && strcmp(m.method, "sandbox/ready") == 0) {
@@ -1186,9 +1310,12 @@ static void on_timer(struct timer *t, void *userdata)
                 s->fop = NULL;
                 log_warn("sandbox %s: fetching /workspace/out took over %d ms; giving up",
                          s->res.container_id, COLLECT_MAX_MS);
-                for (; s->i_out < json_array_size(s->out_list); s->i_out++) {
+                for (; s->i_out < json_array_size(s->out_list) &&
+                       json_array_size(s->res.out_files) < OUT_FILES_MAX;
+                     s->i_out++) {
                         json_t *f = json_array_get(s->out_list, s->i_out);
-                        const char *path = json_string_value(json_object_get(f, "path"));
+                        char full[FILES_PATH_MAX + 64];
+                        const char *path = out_path(f, full, sizeof(full));
                         if (path)
                                 out_note(s, path, json_integer_value(json_object_get(f, "size")),
                                          "not returned: fetching it took too long");
@@ -1350,11 +1477,14 @@ int sandbox_ask(struct sandbox *s, const char *method, json_t *params, sandbox_a
         a->sb = s;
         a->cb = cb;
         a->userdata = userdata;
+        if (timer_add(s->mgr->loop, ask_timeout, a, &a->timer) == 0)
+                timer_arm(a->timer, ASK_TIMEOUT_MS);
         /* String ids: the exec requests have the integers. */
         snprintf(a->id, sizeof(a->id), "ask-%u", ++s->ask_seq);
         json_t *msg = json_pack("{s:s, s:s, s:s, s:o}", "jsonrpc", "2.0", "id", a->id, "method",
                                 method, "params", params ? params : json_object());
         if (!msg || send_frame(s, msg) < 0) {
+                timer_remove(a->timer);
                 free(a);
                 return -ENOBUFS;
         }
@@ -1370,6 +1500,201 @@ void sandbox_ask_cancel(struct sandbox_ask *a)
                 return;
         a->cb = NULL;
         ask_end(a, NULL, NULL);
+}
+
+/* ---- freezing a kept sandbox while its files move */
+
+/* gcc cannot see that the guard is unlinked, or s freed, on every path. */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wpragmas"
+#pragma GCC diagnostic ignored "-Wdangling-pointer"
+static void freeze_answer(void *userdata, json_t *result, const char *error)
+{
+        struct sandbox *s = userdata;
+        struct freeze_wait *w = s->fz_waits;
+        s->fz_waits = NULL;
+        bool frozen = result && json_is_true(json_object_get(result, "frozen"));
+        s->fz = frozen ? FZ_FROZEN : FZ_THAWED;
+        if (!frozen) {
+                for (struct freeze_wait *x = w; x; x = x->next)
+                        s->freezes--; /* each gives up its hold */
+        } else if (s->freezes == 0) {
+                freeze_put(s); /* everyone gave up meanwhile */
+                return;
+        }
+        struct guard g;
+        guard_push(s, &g);
+        for (struct freeze_wait *next; w; w = next) {
+                next = w->next;
+                w->ready(w->userdata, frozen ? NULL : error ? error : "no answer");
+                if (g.freed)
+                        return; /* s is gone, and with it what waited */
+        }
+        guard_pop(s, &g);
+}
+#pragma GCC diagnostic pop
+
+/* Take a hold on the freeze: w->ready follows (at once when frozen). */
+static int freeze_get(struct sandbox *s, struct freeze_wait *w)
+{
+        s->freezes++;
+        if (s->fz == FZ_FROZEN) {
+                w->ready(w->userdata, NULL);
+                return 0;
+        }
+        w->next = s->fz_waits;
+        s->fz_waits = w;
+        if (s->fz == FZ_THAWED) {
+                struct sandbox_ask *a;
+                if (sandbox_ask(s, "sandbox/freeze", NULL, freeze_answer, s, &a) < 0) {
+                        s->fz_waits = w->next;
+                        s->freezes--;
+                        return -ENOTCONN;
+                }
+                s->fz = FZ_FREEZING;
+        }
+        return 0;
+}
+
+static void freeze_put(struct sandbox *s)
+{
+        if (--s->freezes > 0 || s->fz != FZ_FROZEN)
+                return;
+        struct sandbox_ask *a;
+        /* The answer is not waited for: frames are in order, so whatever is
+         * sent after the thaw finds the processes going again. */
+        if (sandbox_ask(s, "sandbox/thaw", NULL, NULL, NULL, &a) < 0)
+                log_warn("sandbox %s: cannot send sandbox/thaw (its runtime thaws by itself "
+                         "in 30 s)",
+                         s->res.container_id);
+        s->fz = FZ_THAWED;
+}
+
+static void freeze_cancel(struct sandbox *s, struct freeze_wait *w)
+{
+        for (struct freeze_wait **pp = &s->fz_waits; *pp; pp = &(*pp)->next)
+                if (*pp == w) {
+                        *pp = w->next;
+                        s->freezes--;
+                        return;
+                }
+}
+
+static void fop_free(struct sandbox_fop *f)
+{
+        struct sandbox *s = f->sb;
+        for (struct sandbox_fop **pp = &s->fops; *pp; pp = &(*pp)->next)
+                if (*pp == f) {
+                        *pp = f->next;
+                        break;
+                }
+        if (f->waiting)
+                freeze_cancel(s, &f->wait);
+        files_op_cancel(f->op);
+        if (f->frozen)
+                freeze_put(s);
+        free(f->data);
+        free(f);
+}
+
+static void fop_done(void *userdata, const struct files_result *r)
+{
+        struct sandbox_fop *f = userdata;
+        f->op = NULL;
+        /* Thawed before the answer goes out. */
+        f->frozen = false;
+        freeze_put(f->sb);
+        files_cb cb = f->cb;
+        void *ud = f->userdata;
+        f->cb = NULL;
+        cb(ud, r);
+        fop_free(f);
+}
+
+static void fop_fail(struct sandbox_fop *f, int error, const char *message)
+{
+        struct files_result r = {.error = error, .message = message, .path = f->path};
+        if (f->frozen) {
+                f->frozen = false;
+                freeze_put(f->sb);
+        }
+        files_cb cb = f->cb;
+        void *ud = f->userdata;
+        cb(ud, &r);
+        fop_free(f);
+}
+
+static void fop_frozen(void *userdata, const char *error)
+{
+        struct sandbox_fop *f = userdata;
+        struct sandbox *s = f->sb;
+        f->waiting = false;
+        if (error) {
+                char msg[600];
+                snprintf(msg, sizeof(msg),
+                         "cannot stop the session's processes to move the file: %s", error);
+                fop_fail(f, -EIO, msg);
+                return;
+        }
+        f->frozen = true;
+        int r = f->write
+                    ? files_write(s->mgr->eng, s->id, f->path, f->data, f->len, fop_done, f, &f->op)
+                    : files_read(s->mgr->eng, s->id, f->path, f->max, fop_done, f, &f->op);
+        if (r < 0)
+                fop_fail(f, -ENOMEM, "out of memory");
+}
+
+static int fop_start(struct sandbox *s, bool write, const char *path, const void *data, size_t len,
+                     size_t max, files_cb cb, void *userdata, struct sandbox_fop **ret)
+{
+        if (!s->id || !s->attach || !s->mgr->eng || s->state < S_READY || s->state >= S_REMOVING ||
+            strlen(path) >= sizeof(((struct sandbox_fop *)0)->path))
+                return -ENOTCONN;
+        struct sandbox_fop *f = calloc(1, sizeof(*f));
+        if (!f || (write && !(f->data = malloc(len ? len : 1)))) {
+                free(f);
+                return -ENOMEM;
+        }
+        f->sb = s;
+        f->write = write;
+        snprintf(f->path, sizeof(f->path), "%s", path);
+        if (write)
+                memcpy(f->data, data, len);
+        f->len = len;
+        f->max = max;
+        f->cb = cb;
+        f->userdata = userdata;
+        f->next = s->fops;
+        s->fops = f;
+        f->wait = (struct freeze_wait){.ready = fop_frozen, .userdata = f};
+        f->waiting = true;
+        /* Set first: the answer may come before this returns. */
+        *ret = f;
+        int r = freeze_get(s, &f->wait);
+        if (r < 0) {
+                f->waiting = false;
+                fop_free(f);
+                return r;
+        }
+        return 0;
+}
+
+int sandbox_read_file(struct sandbox *s, const char *path, size_t max, files_cb cb, void *userdata,
+                      struct sandbox_fop **ret)
+{
+        return fop_start(s, false, path, NULL, 0, max, cb, userdata, ret);
+}
+
+int sandbox_write_file(struct sandbox *s, const char *path, const void *data, size_t len,
+                       files_cb cb, void *userdata, struct sandbox_fop **ret)
+{
+        return fop_start(s, true, path, data, len, 0, cb, userdata, ret);
+}
+
+void sandbox_fop_cancel(struct sandbox_fop *f)
+{
+        if (f)
+                fop_free(f);
 }
 
 static struct engine *mgr_engine(struct sandbox_mgr *m, struct err *e)
@@ -1500,6 +1825,7 @@ static int assign(struct sandbox *s, const struct sandbox_request *req, sandbox_
         s->userdata = userdata;
         s->on_output = req->on_output;
         s->on_progress = req->on_progress;
+        s->hook_ud = req->hook_userdata ? req->hook_userdata : userdata;
         s->t_start = now_ms();
         return 0;
 }

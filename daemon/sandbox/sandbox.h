@@ -7,6 +7,7 @@
 #include "core/config.h"
 #include "core/loop.h"
 #include "engine/engine.h"
+#include "sandbox/files.h"
 
 #include <jansson.h>
 #include <stdbool.h>
@@ -42,13 +43,16 @@ struct sandbox_request {
         const struct sandbox_file *files; /* written first (copied), n_files of them */
         size_t n_files;
         bool want_out; /* fetch what the code writes under /workspace/out (out_files) */
-        /* Optional, called while the code runs (with sandbox_run's userdata):
-         * each piece of output as it arrives (valid UTF-8, not NUL-ended),
-         * and each progress report of the code's own (corral.progress();
-         * done and total finite, total < 0 when not given, message may be
-         * NULL). Neither is called after the done callback. */
+        /* Optional, called while the code runs (with hook_userdata, else
+         * sandbox_run's userdata): each piece of output as it arrives (valid
+         * UTF-8, not NUL-ended), and each progress report of the code's own
+         * (corral.progress(); done and total finite, total < 0 when not
+         * given, message may be NULL). Neither is called after the done
+         * callback. A layer that wraps the done callback (sessions) passes
+         * these on untouched. */
         void (*on_output)(void *userdata, bool is_stderr, const char *data, size_t n);
         void (*on_progress)(void *userdata, double done, double total, const char *message);
+        void *hook_userdata;
 };
 
 struct sandbox_output {
@@ -126,6 +130,19 @@ void sandbox_set_owner(struct sandbox *s, void (*gone)(void *owner, const char *
 const char *sandbox_container(const struct sandbox *s);
 /* The engine the manager uses now (NULL when none answered yet). */
 struct engine *sandbox_mgr_engine(const struct sandbox_mgr *m);
+
+/* A file of a kept sandbox's /workspace, read or written through the
+ * engine's archive endpoints (sandbox/files.h) while every other process of
+ * the container is stopped (sandbox/freeze): the engine follows paths as
+ * root, and code left running must not swap a checked directory for a
+ * symlink meanwhile. `cb` once (perhaps before this returns; *ret is set
+ * first), unless cancelled. -ENOTCONN when the sandbox is not there. */
+struct sandbox_fop;
+int sandbox_read_file(struct sandbox *s, const char *path, size_t max, files_cb cb, void *userdata,
+                      struct sandbox_fop **ret);
+int sandbox_write_file(struct sandbox *s, const char *path, const void *data, size_t len,
+                       files_cb cb, void *userdata, struct sandbox_fop **ret);
+void sandbox_fop_cancel(struct sandbox_fop *f);
 
 /* A request to a sandbox's runtime (sandbox/list): `cb` gets the result
  * object, or NULL and a message. Called once unless cancelled, also when

@@ -37,8 +37,9 @@ struct session_mgr {
         struct session *all;
         struct timer *tick;
         struct tombstone graves[TOMBSTONES];
-        unsigned n_graves;       /* written so far; the newest TOMBSTONES are kept */
-        unsigned long long ends; /* calls ended: tells a start that ended at once */
+        unsigned n_graves;        /* written so far; the newest TOMBSTONES are kept */
+        struct session *starting; /* being opened by session_run right now */
+        bool starting_ended;      /* ...and its first call ended within sandbox_run */
 };
 
 static void tick(struct timer *t, void *userdata);
@@ -204,9 +205,11 @@ static void tick(struct timer *t, void *userdata)
 static void session_done(void *userdata, const struct sandbox_result *res)
 {
         struct session *x = userdata;
+        struct session_mgr *m = x->mgr;
         sandbox_done_cb cb = x->cb;
         void *ud = x->userdata;
-        x->mgr->ends++;
+        if (m->starting == x)
+                m->starting_ended = true;
         x->cb = NULL;
         x->busy = false;
         x->t_last = now_ms();
@@ -219,16 +222,23 @@ static void session_done(void *userdata, const struct sandbox_result *res)
                                  sandbox_status_name(res->status));
                 x->sb = NULL;
                 session_free(x);
-        } else {
-                x->open = true;
-                if (x->expiring) {
-                        char why[200];
-                        snprintf(why, sizeof(why),
-                                 "it was closed after its maximum lifetime of %g s "
-                                 "(session_max_s), when its last call ended",
-                                 x->mgr->cfg->session_max_s);
-                        expire(x, why);
-                }
+                cb(ud, res);
+                return;
+        }
+        x->open = true;
+        if (x->expiring) {
+                /* Past session_max_s: this call's result says the session
+                 * ended (so no tombstone: it was told), and the sandbox goes
+                 * once the answer is out; res stays valid until then. */
+                log_info("session %s: closed after its maximum lifetime of %g s (session_max_s)",
+                         x->name, m->cfg->session_max_s);
+                struct sandbox_result ended = *res;
+                ended.kept = false;
+                struct sandbox *sb = x->sb;
+                session_free(x);
+                cb(ud, &ended);
+                sandbox_close(sb);
+                return;
         }
         cb(ud, res);
 }
@@ -309,10 +319,13 @@ int session_run(struct session_mgr *m, const struct sandbox_request *req, sandbo
         m->all = x;
         struct sandbox_request q = *req;
         q.keep = true;
-        unsigned long long ends = m->ends;
         /* *ret is written before the call can end; if it ended within
          * sandbox_run, x and the caller's state may be gone. */
+        m->starting = x;
+        m->starting_ended = false;
         r = sandbox_run(m->sm, &q, session_done, x, ret);
+        bool ended = m->starting_ended;
+        m->starting = NULL;
         if (r < 0) {
                 session_free(x);
                 if (r == -EBUSY)
@@ -326,7 +339,7 @@ int session_run(struct session_mgr *m, const struct sandbox_request *req, sandbo
                 return r;
         }
         log_info("session %s opening", name);
-        if (m->ends == ends) {
+        if (!ended) {
                 x->sb = *ret;
                 sandbox_set_owner(x->sb, gone, x);
         }

@@ -2109,6 +2109,60 @@ test('sessions: the limits of a one-shot sandbox hold (memory, network, privileg
   assert.match(fill.structuredContent.stderr, /No space left on device/, 'code cannot write past workspace_size either');
 }, { timeoutMs: 120000 });
 
+test('sessions: progress of a session call, a child forked in a session, session_max_s, and read_file racing a symlink swap', async (t) => {
+  const d = await t.daemon('session-more', { CORRAL_SESSION_MAX_S: '6' });
+  // A long session name and a progressToken (the session wraps the call's callbacks).
+  const name = 'a-rather-long-session-name-of-over-thirty-two-chars';
+  const events = [];
+  const p = await d.client.callTool({ name: 'run_python', arguments: { session: name, code:
+    // (the sleep: the SDK runs notification handlers a tick late, so one
+    // that comes in the same read as the result finds its request gone)
+    'import time, corral\nfor i in range(3):\n    print("line", i, flush=True)\n    time.sleep(0.3)\ncorral.progress(2, 2, "all done")\ntime.sleep(0.4)' } },
+  CallToolResultSchema, { timeout: 30000, onprogress: (e) => events.push(e) });
+  checkResult(p);
+  t.note('progress', events);
+  assert.equal(p.structuredContent.status, 'ok');
+  assert.ok(events.some((e) => /line 0/.test(e.message ?? '')), 'output lines reach the host as progress in a session');
+  assert.ok(events.some((e) => e.message === 'all done' && e.progress === 2 && e.total === 2), 'and the code\'s own report');
+  // A child forked without exec ends with its run; the session goes on.
+  const f = await d.call(t, 'run_python', { session: name, timeout_s: 10, code:
+    'import os\npid = os.fork()\nif pid == 0:\n    print("child", flush=True)\nelse:\n    os.waitpid(pid, 0)\n    print("parent", flush=True)\nforked = 1' });
+  assert.equal(f.structuredContent.status, 'ok', 'the run with a fork ends normally');
+  assert.ok(f.ms < 8000, `...promptly (${f.ms} ms)`);
+  assert.match(f.structuredContent.stdout, /child/);
+  const after = await d.call(t, 'run_python', { session: name, code: 'print(forked)' });
+  assert.equal(after.structuredContent.stdout, '1\n', 'the parent\'s interpreter serves the next call');
+  // read_file while code in the session keeps swapping a directory and a symlink to /etc.
+  // A process of its own flips "t" between a directory and a symlink to /etc
+  // as fast as renameat2(RENAME_EXCHANGE) goes.
+  await d.call(t, 'run_python', { session: 'race', code: [
+    'import os, subprocess, sys',
+    'os.makedirs("t"); open("t/passwd", "w").write("SAFE\\n")',
+    'os.symlink("/etc", "lnk")',
+    'flip = "import ctypes\\nlibc = ctypes.CDLL(None)\\nwhile True:\\n    libc.renameat2(-100, b\'t\', -100, b\'lnk\', 2)"',
+    'subprocess.Popen([sys.executable, "-c", flip])',
+  ].join('\n') });
+  let safe = 0, refused = 0, leaked = [];
+  for (let i = 0; i < 150; i++) {
+    const r = await d.client.callTool({ name: 'read_file', arguments: { session: 'race', path: 't/passwd' } }, CallToolResultSchema, { timeout: 30000 });
+    const text = r.content?.[0]?.text ?? '';
+    if (r.isError) refused++;
+    else if (text === 'SAFE\n') safe++;
+    else leaked.push(text.slice(0, 60));
+  }
+  t.note('race', { safe, refused, leaked: leaked.length });
+  assert.deepEqual(leaked, [], 'read_file never returns a file from outside /workspace');
+  assert.ok(safe + refused === 150, 'every call is answered');
+  // session_max_s: the call that runs past it says the session ended.
+  const old = await d.call(t, 'run_python', { session: 'old', code: 'import time\ntime.sleep(7)\nprint("late")', timeout_s: 20 });
+  assert.equal(old.structuredContent.status, 'ok');
+  assert.equal(old.structuredContent.session.state, 'ended', 'a call that ends past session_max_s reports the session ended');
+  assert.match(old.content[0].text, /session "old" ended/);
+  const fresh = await d.call(t, 'run_python', { session: 'old', code: 'print("new")' });
+  assert.equal(fresh.structuredContent.status, 'ok', 'and the next call opens a new session at once');
+  assert.notEqual(fresh.structuredContent.container, old.structuredContent.container);
+}, { timeoutMs: 150000 });
+
 test('MCP tasks: a tools/call with a task runs as one: tasks/get, tasks/result, tasks/list, tasks/cancel', async (t) => {
   const d = await t.daemon('tasks');
   assert.deepEqual(d.client.getServerCapabilities()?.tasks, { list: {}, cancel: {}, requests: { tools: { call: {} } } },

@@ -1154,6 +1154,57 @@ lst = ses.request('sandbox/list', {'path': WS + '/nope'}, rid='r3')
 check(lst and lst.get('error', {}).get('code') == -32602 and 'No such file' in lst['error']['message'],
       'sandbox/list: a missing path is an error naming it', lst)
 
+# a child forked without exec does not take the session's place
+o21, _, r21, t21 = ses.run("import os, time\npid = os.fork()\nif pid == 0:\n    print('child', flush=True)\n"
+                           "else:\n    os.waitpid(pid, 0)\n    print('parent', flush=True)\nkept_after_fork = 1")
+o22, _, r22, _ = ses.run("print(kept_after_fork)")
+check('parent' in o21 and 'child' in o21 and r21.get('status') == 'ok' and r21.get('state') == 'kept'
+      and t21 < 3 and o22 == '1\n',
+      'session: a child forked without exec ends with its run; the interpreter serves the next', (o21, r21, o22))
+
+# an interrupt sent right after the exec is not lost
+rid = ses.send_exec("import time\nq = 7\ntime.sleep(30)")
+ses.cancel(rid)
+t0 = time.monotonic()
+out, resp = ses.rt.response(rid, 10)
+took = time.monotonic() - t0
+res = (resp or {}).get('result') or {}
+check(res.get('state') == 'kept' and res.get('status') in ('error', 'ok') and took < 1.0,
+      'session: an interrupt that comes as the run starts still stops it (%.2fs), state kept' % took, res)
+
+# freeze stops every other process until thaw (outside a container: the worker's group)
+ses.run("import threading, time\nticks = [0]\n"
+        "def tick():\n    while True:\n        ticks[0] += 1\n        time.sleep(0.01)\n"
+        "threading.Thread(target=tick, daemon=True).start()")
+fz = ses.request('sandbox/freeze', {}, rid='fz')
+time.sleep(0.1)
+st = open('/proc/%d/stat' % ses.rt.proc.pid).read().split()[2]  # the supervisor itself runs on
+kids = [int(p) for p in os.listdir('/proc') if p.isdigit()]
+states = []
+for k in kids:
+    try:
+        f = open('/proc/%d/stat' % k).read()
+    except OSError:
+        continue
+    fields = f[f.rindex(')') + 2:].split()
+    if int(fields[1]) == ses.rt.proc.pid:  # children of the supervisor
+        states.append(fields[0])
+th = ses.request('sandbox/thaw', {}, rid='th')
+o23, _, _, _ = ses.run("import time\nt0 = ticks[0]\ntime.sleep(0.2)\nprint(ticks[0] > t0)")
+check((fz or {}).get('result') == {'frozen': True} and (th or {}).get('result') == {'frozen': False}
+      and st in 'RS' and states and all(x == 'T' for x in states) and o23 == 'True\n',
+      'sandbox/freeze stops the worker (%s), sandbox/thaw lets it go on' % states, (fz, th, st, o23))
+
+# sandbox/list is bounded in bytes too
+ses.run("import os\nos.makedirs('many', exist_ok=True)\n"
+        "for i in range(7000):\n    open('many/' + '\\x01' * 250 + str(i), 'w').close()")
+lst = ses.request('sandbox/list', {'path': WS + '/many', 'limit': 10000}, rid='big')
+res = (lst or {}).get('result') or {}
+frame = len(json.dumps(lst or {}).encode())
+check(res.get('truncated') is True and 0 < len(res.get('entries', [])) < 7000 and frame < (16 << 20) // 2 + 65536,
+      'sandbox/list stops at about max_frame/2 bytes of JSON (%d bytes, %d entries)'
+      % (frame, len(res.get('entries', []))), (frame, res.get('truncated')))
+
 rc, err = ses.close()
 check(rc == 0 and not ses.rt.bad, 'session: stdin EOF while idle ends the runtime with 0', (rc, err[-800:]))
 
