@@ -1504,6 +1504,8 @@ void sandbox_ask_cancel(struct sandbox_ask *a)
 
 /* ---- freezing a kept sandbox while its files move */
 
+static void thaw(struct sandbox *s);
+
 /* gcc cannot see that the guard is unlinked, or s freed, on every path. */
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wpragmas"
@@ -1519,7 +1521,7 @@ static void freeze_answer(void *userdata, json_t *result, const char *error)
                 for (struct freeze_wait *x = w; x; x = x->next)
                         s->freezes--; /* each gives up its hold */
         } else if (s->freezes == 0) {
-                freeze_put(s); /* everyone gave up meanwhile */
+                thaw(s); /* everyone gave up meanwhile */
                 return;
         }
         struct guard g;
@@ -1558,8 +1560,12 @@ static int freeze_get(struct sandbox *s, struct freeze_wait *w)
 
 static void freeze_put(struct sandbox *s)
 {
-        if (--s->freezes > 0 || s->fz != FZ_FROZEN)
-                return;
+        if (--s->freezes == 0 && s->fz == FZ_FROZEN)
+                thaw(s);
+}
+
+static void thaw(struct sandbox *s)
+{
         struct sandbox_ask *a;
         /* The answer is not waited for: frames are in order, so whatever is
          * sent after the thaw finds the processes going again. */
