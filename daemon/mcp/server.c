@@ -1137,6 +1137,35 @@ static const char *session_arg(struct mcp_server *s, json_t *id, json_t *args, c
         return name;
 }
 
+/* What the file tools share: only `keys`, a session name, and `path`
+ * made a path under /workspace (`dflt` when absent, NULL: required; the
+ * root itself only when allow_root). The session's name, or NULL after
+ * answering. */
+static const char *file_args(struct mcp_server *s, json_t *id, json_t *args, const char *tool,
+                             const char *const *keys, const char *dflt, bool allow_root, char *full,
+                             size_t full_size)
+{
+        if (!only_keys(s, id, args, tool, keys))
+                return NULL;
+        const char *name = session_arg(s, id, args, tool);
+        if (!name)
+                return NULL;
+        json_t *p = json_object_get(args, "path");
+        char msg[600];
+        if ((p && !json_is_string(p)) || (!p && !dflt)) {
+                snprintf(msg, sizeof(msg), "%s needs \"path\", a string", tool);
+                send_msg(s, jrpc_result(id, tool_error(msg)));
+                return NULL;
+        }
+        if (files_path(p ? json_string_value(p) : dflt, allow_root, full, full_size, msg,
+                       sizeof(msg)) < 0) {
+                send_msg(s, jrpc_result(id, tools_error_result("invalid_arguments", "InvalidPath",
+                                                               utf8_scrub(msg))));
+                return NULL;
+        }
+        return name;
+}
+
 static json_t *text_result(json_t *structured, const char *text)
 {
         return json_pack("{s:[{s:s, s:s}], s:o, s:b}", "content", "type", "text", "text", text,
@@ -1322,22 +1351,11 @@ static void write_opened(void *userdata, const struct sandbox_result *res)
 static void write_file_tool(struct mcp_server *s, json_t *id, json_t *args)
 {
         static const char *const keys[] = {"session", "path", "content", "encoding", NULL};
-        if (!only_keys(s, id, args, "write_file", keys))
-                return;
-        const char *name = session_arg(s, id, args, "write_file");
+        char full[FILES_PATH_MAX + 64], msg[600];
+        const char *name =
+            file_args(s, id, args, "write_file", keys, NULL, false, full, sizeof(full));
         if (!name)
                 return;
-        const char *path = json_string_value(json_object_get(args, "path"));
-        char full[FILES_PATH_MAX + 64], msg[600];
-        if (!path) {
-                send_msg(s, jrpc_result(id, tool_error("write_file needs \"path\", a string")));
-                return;
-        }
-        if (files_path(path, false, full, sizeof(full), msg, sizeof(msg)) < 0) {
-                send_msg(s, jrpc_result(id, tools_error_result("invalid_arguments", "InvalidPath",
-                                                               utf8_scrub(msg))));
-                return;
-        }
         struct buf data;
         int r =
             tools_file_content(json_object_get(args, "content"), json_object_get(args, "encoding"),
@@ -1477,22 +1495,11 @@ static bool window_arg(struct mcp_server *s, json_t *id, json_t *args, const cha
 static void read_file_tool(struct mcp_server *s, json_t *id, json_t *args)
 {
         static const char *const keys[] = {"session", "path", "offset", "limit", NULL};
-        if (!only_keys(s, id, args, "read_file", keys))
-                return;
-        const char *name = session_arg(s, id, args, "read_file");
+        char full[FILES_PATH_MAX + 64];
+        const char *name =
+            file_args(s, id, args, "read_file", keys, NULL, false, full, sizeof(full));
         if (!name)
                 return;
-        const char *path = json_string_value(json_object_get(args, "path"));
-        char full[FILES_PATH_MAX + 64], msg[600];
-        if (!path) {
-                send_msg(s, jrpc_result(id, tool_error("read_file needs \"path\", a string")));
-                return;
-        }
-        if (files_path(path, false, full, sizeof(full), msg, sizeof(msg)) < 0) {
-                send_msg(s, jrpc_result(id, tools_error_result("invalid_arguments", "InvalidPath",
-                                                               utf8_scrub(msg))));
-                return;
-        }
         size_t offset = 0, limit = s->cfg->output_limit;
         if (!window_arg(s, id, args, "offset", &offset, 0) ||
             !window_arg(s, id, args, "limit", &limit, 1))
@@ -1570,22 +1577,15 @@ static void list_done(void *userdata, json_t *result, const char *error)
 static void list_files_tool(struct mcp_server *s, json_t *id, json_t *args)
 {
         static const char *const keys[] = {"session", "path", "recursive", "limit", NULL};
-        if (!only_keys(s, id, args, "list_files", keys))
-                return;
-        const char *name = session_arg(s, id, args, "list_files");
+        char full[FILES_PATH_MAX + 64];
+        const char *name =
+            file_args(s, id, args, "list_files", keys, ".", true, full, sizeof(full));
         if (!name)
                 return;
-        json_t *p = json_object_get(args, "path"), *rec = json_object_get(args, "recursive");
-        char full[FILES_PATH_MAX + 64], msg[600];
-        if ((p && !json_is_string(p)) || (rec && !json_is_boolean(rec))) {
-                send_msg(s, jrpc_result(id, tool_error("list_files takes \"path\" (a string) and "
-                                                       "\"recursive\" (true or false)")));
-                return;
-        }
-        if (files_path(p ? json_string_value(p) : ".", true, full, sizeof(full), msg, sizeof(msg)) <
-            0) {
-                send_msg(s, jrpc_result(id, tools_error_result("invalid_arguments", "InvalidPath",
-                                                               utf8_scrub(msg))));
+        json_t *rec = json_object_get(args, "recursive");
+        if (rec && !json_is_boolean(rec)) {
+                send_msg(s, jrpc_result(id, tool_error("list_files takes \"recursive\", true or "
+                                                       "false")));
                 return;
         }
         size_t limit = 1000;
