@@ -1448,6 +1448,7 @@ class Job:
         self.language, self.keep, self.restarted = language, keep, restarted
         self.streams = {'stdout': Stream(sup, 'stdout', limit), 'stderr': Stream(sup, 'stderr', limit)}
         self.report = bytearray()
+        self.scanned = 0           # of report: complete lines already looked at
         self.oom_before = oom_before
         self.exit_code = None      # from the worker's own {exit} or {end} record
         self.signal = None         # from {end}: a session's shell killed by it
@@ -1468,14 +1469,16 @@ class Job:
     def feed_report(self, data):
         if len(self.report) < REPORT_CAP:
             self.report += data
-            if self.exit_code is None and data.endswith(b'\n'):
+            if self.exit_code is None and b'\n' in data:
                 self.check_exit()
 
     def check_exit(self):
         """A line of the worker's own (its pid: a child forked without exec
         shares the pipe) says it is done (one-shot: it may still be exiting;
         a session: it waits for the next request)."""
-        for line in bytes(self.report).split(b'\n')[:-1]:
+        end = self.report.rfind(b'\n') + 1
+        lines, self.scanned = bytes(self.report[self.scanned:end]).split(b'\n')[:-1], end
+        for line in lines:
             try:
                 rec = json.loads(line.decode('utf-8'))
             except (ValueError, RecursionError):
@@ -1859,7 +1862,7 @@ class Supervisor:
                 self.freeze(False)
             job = self.job
             if job is not None and job.kill_at is not None and job.deadline is None \
-                    and time.monotonic() >= job.kill_at:
+                    and time.monotonic() >= job.kill_at and self.frozen_until is None:
                 self.kill_worker(job.worker)
                 job.kill_at = None
             if job is not None and job.kill_at is not None and job.deadline is None \
@@ -2006,6 +2009,10 @@ class Supervisor:
         FREEZE_MAX seconds."""
         sig = signal.SIGSTOP if on else signal.SIGCONT
         self.frozen_until = time.monotonic() + FREEZE_MAX if on else None
+        job = self.job
+        if not on and job is not None and job.kill_at is not None:
+            # a stopped worker could not heed an interrupt: its grace starts now
+            job.kill_at = max(job.kill_at, time.monotonic() + INTERRUPT_GRACE)
         try:
             if os.getpid() == 1:
                 os.kill(-1, sig)
@@ -2140,6 +2147,11 @@ class Supervisor:
             return self.reply_error(rid, -32602, 'invalid params: want servers a list of '
                                     '{"name": string, "alias": Python identifier}, names and aliases unique')
         request = {'language': language, 'code': code, 'servers': servers, 'keep': keep}
+        if self.frozen_until is not None:
+            # the daemon waits for its file operations first; should it not,
+            # a stopped worker would never take the request
+            log('an exec came while frozen: thawing first')
+            self.freeze(False)
         # taken before the worker has the request: it may be done at once
         out_before = out_scan() if os.path.isdir(OUT_DIR) else {}
         # A session's worker, else the one forked ahead, else a new one.

@@ -253,6 +253,9 @@ static void progress_send(struct call *c)
                 json_object_set_new(params, "total", json_real(p->total));
         if (params && msg && *msg)
                 json_object_set_new(params, "message", json_string(msg));
+        if (params && c->task) /* the tasks specification: tied to its task */
+                json_object_set_new(params, "_meta",
+                                    json_pack("{s:{s:s}}", RELATED_TASK_KEY, "taskId", c->job_id));
         free(lines);
         if (params)
                 send_msg(c->srv, jrpc_notification("notifications/progress", params));
@@ -1819,6 +1822,8 @@ static void tasks_request(struct mcp_server *s, const char *method, json_t *id, 
                 }
                 log_info("host cancelled task %s", c->job_id);
                 c->task_cancelled = true;
+                progress_free(c->progress); /* a cancelled task says nothing more */
+                c->progress = NULL;
                 c->updated_wall = wall_ms();
                 json_t *t = task_json(c);
                 if (c->sb)

@@ -20,6 +20,7 @@ extern const char corral_runtime_src[];
 #define INTERRUPT_GRACE_MS 3000
 #define COLLECT_MAX_MS     30000 /* fetching /workspace/out after a run */
 #define ASK_TIMEOUT_MS     30000 /* a request to the runtime (sandbox/list, freeze) */
+#define FREEZE_RENEW_MS    20000 /* the runtime lifts a freeze after 30 s by itself */
 #define OUT_FILES_MAX      64
 
 enum sandbox_state {
@@ -103,7 +104,9 @@ struct sandbox {
         struct freeze_wait run_wait;  /* this run's uploads or collection... */
         bool run_waiting, run_frozen; /* ...wait for a freeze, or hold one */
         void (*run_then)(struct sandbox *);
-        struct guard *guards; /* callers that must learn it was freed under them */
+        bool exec_pending;      /* its exec waits for a file operation to end */
+        struct timer *fz_timer; /* renews a long freeze before the runtime lifts it */
+        struct guard *guards;   /* callers that must learn it was freed under them */
 };
 
 /* Calling out (to a caller's callback) may free the sandbox: a guard on the
@@ -328,6 +331,7 @@ static int freeze_get(struct sandbox *s, struct freeze_wait *w);
 static void freeze_put(struct sandbox *s);
 static void freeze_cancel(struct sandbox *s, struct freeze_wait *w);
 static void run_unfreeze(struct sandbox *s);
+static void exec_when_thawed(struct sandbox *s);
 static void mgr_check_drained(struct sandbox_mgr *m);
 static void pool_refill(struct sandbox_mgr *m);
 static void pool_ready(struct sandbox *s);
@@ -422,6 +426,7 @@ static void sandbox_free(struct sandbox *s)
         json_decref(s->out_list);
         json_decref(s->res.out_files);
         free(s->interrupt_msg);
+        timer_remove(s->fz_timer);
         bridge_run_free(s->bridge);
         engine_request_cancel(s->req);
         attach_close(s->attach);
@@ -700,6 +705,7 @@ static void run_reset(struct sandbox *s)
 static void end_run(struct sandbox *s)
 {
         timer_arm(s->timer, 0);
+        s->exec_pending = false;
         run_unfreeze(s);
         if (!s->keep || s->killing || s->closing || !s->attach || s->mgr->shutting_down) {
                 start_remove(s);
@@ -750,7 +756,7 @@ static void upload_next(struct sandbox *s)
         if (s->i_file >= s->n_files) {
                 files_clear(s);
                 run_unfreeze(s); /* the thaw frame goes before the exec */
-                send_exec(s);
+                exec_when_thawed(s);
                 return;
         }
         const struct sandbox_file *f = &s->files[s->i_file];
@@ -810,17 +816,31 @@ static void run_unfreeze(struct sandbox *s)
         }
 }
 
+/* The exec goes when no file operation holds the sandbox frozen: the
+ * runtime would hand the request to a stopped worker (and block on it). */
+static void exec_when_thawed(struct sandbox *s)
+{
+        if (s->freezes > 0 || s->fz != FZ_THAWED) {
+                s->exec_pending = true; /* thawed() sends it */
+                return;
+        }
+        send_exec(s);
+}
+
 /* The sandbox is ready for this run: its files first, then the code. */
 static void begin_run(struct sandbox *s)
 {
-        if (s->n_files == 0) {
-                send_exec(s);
+        if (!s->keep && s->n_files == 0) {
+                send_exec(s); /* the warm path: nothing can hold a single-use sandbox */
                 return;
         }
-        s->state = S_UPLOADING;
+        s->state = S_UPLOADING; /* until the exec goes: files, or a freeze to wait out */
         long long ms = (long long)ceil(s->timeout_s * 1000);
         timer_arm(s->timer, ms > 0 ? ms : 1);
-        run_freeze(s, upload_next);
+        if (s->n_files == 0)
+                exec_when_thawed(s);
+        else
+                run_freeze(s, upload_next);
 }
 
 /* ---- what the code wrote under /workspace/out */
@@ -1298,8 +1318,9 @@ static void on_timer(struct timer *t, void *userdata)
                 files_op_cancel(s->fop);
                 s->fop = NULL;
                 snprintf(msg, sizeof(msg),
-                         "writing the files into /workspace took longer than the time limit of "
-                         "%g s",
+                         "the code could not start within its time limit of %g s: writing its "
+                         "files into /workspace, or another file operation on the session, "
+                         "took that long",
                          s->timeout_s);
                 if (s->keep)
                         run_failed(s, ST_TIMEOUT, "Timeout", msg);
@@ -1505,6 +1526,8 @@ void sandbox_ask_cancel(struct sandbox_ask *a)
 /* ---- freezing a kept sandbox while its files move */
 
 static void thaw(struct sandbox *s);
+static void thawed(struct sandbox *s);
+static void freeze_renew(struct timer *t, void *userdata);
 
 /* gcc cannot see that the guard is unlinked, or s freed, on every path. */
 #pragma GCC diagnostic push
@@ -1517,6 +1540,8 @@ static void freeze_answer(void *userdata, json_t *result, const char *error)
         s->fz_waits = NULL;
         bool frozen = result && json_is_true(json_object_get(result, "frozen"));
         s->fz = frozen ? FZ_FROZEN : FZ_THAWED;
+        if (frozen && (s->fz_timer || timer_add(s->mgr->loop, freeze_renew, s, &s->fz_timer) == 0))
+                timer_arm(s->fz_timer, FREEZE_RENEW_MS);
         if (!frozen) {
                 for (struct freeze_wait *x = w; x; x = x->next)
                         s->freezes--; /* each gives up its hold */
@@ -1532,7 +1557,10 @@ static void freeze_answer(void *userdata, json_t *result, const char *error)
                 if (g.freed)
                         return; /* s is gone, and with it what waited */
         }
-        guard_pop(s, &g);
+        if (guard_pop(s, &g))
+                return;
+        if (!frozen)
+                thawed(s); /* a run waiting for the freeze to end need not wait */
 }
 #pragma GCC diagnostic pop
 
@@ -1574,6 +1602,31 @@ static void thaw(struct sandbox *s)
                          "in 30 s)",
                          s->res.container_id);
         s->fz = FZ_THAWED;
+        timer_arm(s->fz_timer, 0);
+        thawed(s);
+}
+
+/* A run that waited for file operations to end goes on. */
+static void thawed(struct sandbox *s)
+{
+        if (s->exec_pending && s->freezes == 0 && s->fz == FZ_THAWED && s->state == S_UPLOADING) {
+                s->exec_pending = false;
+                send_exec(s);
+        }
+}
+
+/* The runtime lifts a freeze by itself after 30 s (so that a lost daemon
+ * cannot leave the code stopped): a file operation that takes longer
+ * renews it. */
+static void freeze_renew(struct timer *t, void *userdata)
+{
+        struct sandbox *s = userdata;
+        struct sandbox_ask *a;
+        if (s->fz != FZ_FROZEN)
+                return;
+        if (sandbox_ask(s, "sandbox/freeze", NULL, NULL, NULL, &a) < 0)
+                log_warn("sandbox %s: cannot renew its freeze", s->res.container_id);
+        timer_arm(t, FREEZE_RENEW_MS);
 }
 
 static void freeze_cancel(struct sandbox *s, struct freeze_wait *w)
@@ -1679,6 +1732,7 @@ static int fop_start(struct sandbox *s, bool write, const char *path, const void
         int r = freeze_get(s, &f->wait);
         if (r < 0) {
                 f->waiting = false;
+                *ret = NULL;
                 fop_free(f);
                 return r;
         }

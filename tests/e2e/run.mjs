@@ -2163,6 +2163,33 @@ test('sessions: progress of a session call, a child forked in a session, session
   assert.notEqual(fresh.structuredContent.container, old.structuredContent.container);
 }, { timeoutMs: 150000 });
 
+test('sessions: file operations and calls on one session at the same time all finish', async (t) => {
+  const d = await t.daemon('session-overlap');
+  await d.call(t, 'run_python', { session: 'o', code: 'x = 1' });
+  // A write and a call with over 64 KiB of code sent together: the call
+  // waits for the write (its sandbox is frozen meanwhile), then runs.
+  const big = 'y = 0\n' + '# padding line\n'.repeat(8000) + 'print(x + y)';
+  const [w, r] = await Promise.all([
+    toolCall(t, d, 'write_file', { session: 'o', path: 'a.txt', content: 'z'.repeat(200000) }),
+    d.call(t, 'run_python', { session: 'o', code: big, timeout_s: 20 }),
+  ]);
+  assert.equal(w.isError, false, 'the write succeeds');
+  assert.equal(r.structuredContent.status, 'ok', `the call succeeds (${r.structuredContent.error?.message ?? ''})`);
+  assert.equal(r.structuredContent.stdout, '1\n', '...in the session\'s interpreter');
+  // Reads while a call runs: the call is stopped only for a moment.
+  const run = d.call(t, 'run_python', { session: 'o', timeout_s: 30, code:
+    'import time\nfor i in range(20):\n    open("tick.txt", "w").write(str(i))\n    time.sleep(0.1)\nprint("done", x)' });
+  await sleep(300);
+  const reads = [];
+  for (let i = 0; i < 5; i++) {
+    reads.push(await toolCall(t, d, 'read_file', { session: 'o', path: 'tick.txt' }));
+    await sleep(100);
+  }
+  const done = await run;
+  assert.ok(reads.every((x) => !x.isError && /^\d+$/.test(x.content[0].text)), 'read_file works while the call runs');
+  assert.equal(done.structuredContent.stdout, 'done 1\n', 'the call finishes with its state');
+}, { timeoutMs: 90000 });
+
 test('MCP tasks: a tools/call with a task runs as one: tasks/get, tasks/result, tasks/list, tasks/cancel', async (t) => {
   const d = await t.daemon('tasks');
   assert.deepEqual(d.client.getServerCapabilities()?.tasks, { list: {}, cancel: {}, requests: { tools: { call: {} } } },
