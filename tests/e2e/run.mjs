@@ -2178,9 +2178,13 @@ test('sessions: file operations and calls on one session at the same time all fi
   assert.equal(r.structuredContent.stdout, '1\n', '...in the session\'s interpreter');
   // Reads while a call runs: the call is stopped only for a moment.
   const run = d.call(t, 'run_python', { session: 'o', timeout_s: 30, code:
-    'import time\nfor i in range(20):\n    open("tick.txt", "w").write(str(i))\n    time.sleep(0.1)\nprint("done", x)' });
+    // (replaced whole: a write caught between truncate and write would read empty)
+    'import os, time\nfor i in range(20):\n    open("tick.tmp", "w").write(str(i))\n    os.replace("tick.tmp", "tick.txt")\n' +
+    '    time.sleep(0.1)\nprint("done", x)' });
   await sleep(300);
   const reads = [];
+  await waitFor(async () => ({ done: !(await toolCall(t, d, 'read_file', { session: 'o', path: 'tick.txt' })).isError }),
+    { timeoutMs: 5000, intervalMs: 50 });
   for (let i = 0; i < 5; i++) {
     reads.push(await toolCall(t, d, 'read_file', { session: 'o', path: 'tick.txt' }));
     await sleep(100);
