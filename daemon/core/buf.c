@@ -128,6 +128,24 @@ char *utf8_scrub(char *s)
         return s;
 }
 
+bool utf8_text(const char *s, size_t n)
+{
+        const unsigned char *p = (const unsigned char *)s;
+        for (size_t i = 0; i < n;) {
+                unsigned char c = p[i];
+                size_t need = c < 0x80             ? 1
+                              : (c & 0xE0) == 0xC0 ? 2
+                              : (c & 0xF0) == 0xE0 ? 3
+                              : (c & 0xF8) == 0xF0 ? 4
+                                                   : 0;
+                /* The length checked first: utf8_seq reads that many bytes. */
+                if (c == 0 || need == 0 || need > n - i || utf8_seq(p + i) != need)
+                        return false;
+                i += need;
+        }
+        return true;
+}
+
 void buf_consume(struct buf *b, size_t n)
 {
         if (n >= b->len) {

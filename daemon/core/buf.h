@@ -25,6 +25,9 @@ size_t utf8_cut(const char *p, size_t n);
  * place, so that text cut at a byte limit or taken from outside can always
  * become a JSON string. Returns s. */
 char *utf8_scrub(char *s);
+/* Whether p[0..n) is text: valid UTF-8 with no NUL byte. Reads no byte
+ * past n. */
+bool utf8_text(const char *p, size_t n);
 /* Text from outside made fit for a message: non-printable bytes become '?'
  * and what does not fit in `size` is cut with "...". */
 void str_printable(const char *s, char *out, size_t size);

@@ -333,43 +333,12 @@ static void finish(CURL *easy, CURLcode cc, void *userdata)
         long status = 0;
         struct err e = {0};
         json_t *body = NULL;
-        if (r->raw_cb) {
-                if (cc == CURLE_OK) {
-                        curl_easy_getinfo(r->easy, CURLINFO_RESPONSE_CODE, &status);
-                        if (r->overflow) {
-                                err_set(&e, ERR_PROTOCOL, EMSGSIZE,
-                                        "the engine's answer exceeded %zu bytes", r->resp.max);
-                                status = 0;
-                        }
-                } else if (cc == CURLE_COULDNT_CONNECT || cc == CURLE_COULDNT_RESOLVE_HOST) {
-                        long os = 0;
-                        curl_easy_getinfo(r->easy, CURLINFO_OS_ERRNO, &os);
-                        engine_unreachable(&e, &r->eng->ep, (int)os);
-                } else {
-                        err_set(&e, ERR_ENGINE, EIO,
-                                "talking to the container engine at %s failed: %s",
-                                r->eng->ep.display, curl_easy_strerror(cc));
-                }
-                finish_raw(r, status, &e);
-                return;
-        }
         if (cc == CURLE_OK) {
                 curl_easy_getinfo(r->easy, CURLINFO_RESPONSE_CODE, &status);
                 if (r->overflow) {
                         err_set(&e, ERR_PROTOCOL, EMSGSIZE,
                                 "the engine's answer exceeded %zu bytes", r->resp.max);
                         status = 0;
-                } else if (r->resp.len > 0) {
-                        body = json_loadb(r->resp.data, r->resp.len, 0, NULL);
-                        /* Some endpoints answer with a stream of JSON
-                         * objects (image import): keep the last one. */
-                        if (!body) {
-                                const char *last = r->resp.data;
-                                for (const char *p = r->resp.data; *p; p++)
-                                        if (*p == '\n' && p[1] && p[1] != '\n')
-                                                last = p + 1;
-                                body = json_loads(last, JSON_DISABLE_EOF_CHECK, NULL);
-                        }
                 }
         } else if (cc == CURLE_COULDNT_CONNECT || cc == CURLE_COULDNT_RESOLVE_HOST) {
                 long os = 0;
@@ -378,6 +347,22 @@ static void finish(CURL *easy, CURLcode cc, void *userdata)
         } else {
                 err_set(&e, ERR_ENGINE, EIO, "talking to the container engine at %s failed: %s",
                         r->eng->ep.display, curl_easy_strerror(cc));
+        }
+        if (r->raw_cb) {
+                finish_raw(r, status, &e);
+                return;
+        }
+        if (status && r->resp.len > 0) {
+                body = json_loadb(r->resp.data, r->resp.len, 0, NULL);
+                /* Some endpoints answer with a stream of JSON objects (image
+                 * import): keep the last one. */
+                if (!body) {
+                        const char *last = r->resp.data;
+                        for (const char *p = r->resp.data; *p; p++)
+                                if (*p == '\n' && p[1] && p[1] != '\n')
+                                        last = p + 1;
+                        body = json_loads(last, JSON_DISABLE_EOF_CHECK, NULL);
+                }
         }
         if (r->probe && status == 200)
                 r->eng->kind = engine_kind_of_version(body);

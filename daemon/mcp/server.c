@@ -1422,10 +1422,7 @@ static void read_done(void *userdata, const struct files_result *r)
         size_t to = size - from > fc->limit ? from + fc->limit : size;
         /* Text: valid UTF-8 with no NUL. Its window starts and ends on
          * whole characters. */
-        char *copy = strndup(r->data, size);
-        bool text = copy && strlen(copy) == size && strcmp(utf8_scrub(copy), r->data) == 0 &&
-                    memchr(r->data, '\0', size) == NULL;
-        free(copy);
+        bool text = utf8_text(r->data, size);
         if (text) {
                 while (from < to && ((unsigned char)r->data[from] & 0xC0) == 0x80)
                         from++;

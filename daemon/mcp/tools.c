@@ -584,6 +584,20 @@ static bool text_mime(const char *mime)
                         strcmp(mime, "application/xml") == 0);
 }
 
+/* Appends p[0..n) to the result's first (text) content item. */
+static void text_content_append(json_t *result, const char *p, size_t n)
+{
+        json_t *text =
+            json_object_get(json_array_get(json_object_get(result, "content"), 0), "text");
+        struct buf t;
+        buf_init(&t, (size_t)-1 / 2);
+        buf_append(&t, json_string_value(text), json_string_length(text));
+        buf_append(&t, p, n);
+        utf8_scrub((char *)buf_str(&t));
+        json_string_setn(text, t.data, t.len);
+        buf_free(&t);
+}
+
 /* The files a run wrote under /workspace/out: content items (images as
  * pictures, the rest as embedded resources), a listing in structured
  * content, and a line each in the text. */
@@ -642,16 +656,8 @@ static void add_out_files(json_t *result, json_t *out_files)
                 buf_append_some(&lines, line, strlen(line));
         }
         json_object_set_new(json_object_get(result, "structuredContent"), "files", listing);
-        if (lines.len) {
-                json_t *text = json_object_get(json_array_get(content, 0), "text");
-                struct buf t;
-                buf_init(&t, (size_t)-1 / 2);
-                buf_append(&t, json_string_value(text), json_string_length(text));
-                buf_append(&t, lines.data, lines.len);
-                utf8_scrub((char *)buf_str(&t));
-                json_string_setn(text, t.data, t.len);
-                buf_free(&t);
-        }
+        if (lines.len)
+                text_content_append(result, lines.data, lines.len);
         buf_free(&lines);
 }
 
@@ -682,17 +688,8 @@ static void add_session(json_t *result, const struct sandbox_result *res, const 
                          "\n[session \"%s\": this call ran in a new Python interpreter (the "
                          "previous one had ended), so earlier variables are gone]",
                          name);
-        if (note[0]) {
-                json_t *text =
-                    json_object_get(json_array_get(json_object_get(result, "content"), 0), "text");
-                struct buf t;
-                buf_init(&t, (size_t)-1 / 2);
-                buf_append(&t, json_string_value(text), json_string_length(text));
-                buf_append(&t, note, strlen(note));
-                utf8_scrub((char *)buf_str(&t));
-                json_string_setn(text, t.data, t.len);
-                buf_free(&t);
-        }
+        if (note[0])
+                text_content_append(result, note, strlen(note));
 }
 
 json_t *tools_result(const struct sandbox_result *res, const char *session)

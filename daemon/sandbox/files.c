@@ -17,16 +17,6 @@
 
 /* ---- paths */
 
-static bool utf8_valid(const char *s)
-{
-        char *copy = strdup(s);
-        if (!copy)
-                return false;
-        bool same = strcmp(utf8_scrub(copy), s) == 0;
-        free(copy);
-        return same;
-}
-
 int files_path(const char *in, bool allow_root, char *out, size_t out_size, char *msg,
                size_t msg_size)
 {
@@ -37,7 +27,7 @@ int files_path(const char *in, bool allow_root, char *out, size_t out_size, char
                         snprintf(msg, msg_size, "path \"%s\" has a control character", shown);
                         return -EINVAL;
                 }
-        if (!utf8_valid(in)) {
+        if (!utf8_text(in, strlen(in))) {
                 snprintf(msg, msg_size, "path \"%s\" is not valid UTF-8", shown);
                 return -EINVAL;
         }

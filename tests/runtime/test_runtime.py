@@ -1018,6 +1018,18 @@ class Session:
     def cancel(self, rid):
         self.rt.send({'jsonrpc': '2.0', 'method': 'notifications/cancelled', 'params': {'requestId': rid}})
 
+    def interrupted(self, code, language='python', stray=False):
+        """Runs code, cancels it half a second in (after a cancel for another
+        id when stray): (outputs, result, seconds from the cancel)."""
+        rid = self.send_exec(code, language)
+        time.sleep(0.5)
+        t0 = time.monotonic()
+        if stray:
+            self.cancel(rid + 100)  # not the running exec: ignored
+        self.cancel(rid)
+        out, resp = self.rt.response(rid, 10)
+        return out, (resp or {}).get('result') or {}, time.monotonic() - t0
+
     def request(self, method, params, rid='r'):
         self.rt.send({'jsonrpc': '2.0', 'id': rid, 'method': method, 'params': params})
         return self.rt.response(rid)[1]
@@ -1057,27 +1069,14 @@ check(o9 == 'now\n' and r9.get('status') == 'ok' and o10 == 'next\n',
       'session: a run returns without waiting for its threads; their output between runs is dropped', (o9, o10))
 
 # interrupt: SIGINT ends the run, the state stays
-rid = ses.send_exec("import time\ny = 1\ntime.sleep(30)")
-time.sleep(0.5)
-t0 = time.monotonic()
-ses.cancel(rid + 100)  # not the running exec: ignored
-ses.cancel(rid)
-out, resp = ses.rt.response(rid, 10)
-took = time.monotonic() - t0
-res = (resp or {}).get('result') or {}
+out, res, took = ses.interrupted("import time\ny = 1\ntime.sleep(30)", stray=True)
 o11, _, r11, _ = ses.run("print(x, y)")
 check(res.get('status') == 'error' and (res.get('error') or {}).get('type') == 'KeyboardInterrupt'
       and res.get('state') == 'kept' and took < 1.0 and o11 == '41 1\n',
       'session: notifications/cancelled interrupts the run in %.2fs and keeps the state' % took, (res, o11))
 
 # a run that ignores SIGINT is killed after the grace: the state is lost
-rid = ses.send_exec("import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\ntime.sleep(30)")
-time.sleep(0.5)
-t0 = time.monotonic()
-ses.cancel(rid)
-out, resp = ses.rt.response(rid, 10)
-took = time.monotonic() - t0
-res = (resp or {}).get('result') or {}
+out, res, took = ses.interrupted("import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\ntime.sleep(30)")
 o12, e12, r12, _ = ses.run("print('x' in globals())")
 check(res.get('status') == 'killed' and res.get('signal') == 9 and res.get('state') == 'lost'
       and 0.8 < took < 3 and o12 == 'False\n' and r12.get('restarted') is True and r12.get('state') == 'kept',
@@ -1086,13 +1085,7 @@ check(res.get('status') == 'killed' and res.get('signal') == 9 and res.get('stat
 
 # a session shell interrupted: its process group is killed, the worker stays
 ses.run("z = 5")
-rid = ses.send_exec("echo $$; sleep 30; echo never", language='shell')
-time.sleep(0.5)
-t0 = time.monotonic()
-ses.cancel(rid)
-out, resp = ses.rt.response(rid, 10)
-took = time.monotonic() - t0
-res = (resp or {}).get('result') or {}
+out, res, took = ses.interrupted("echo $$; sleep 30; echo never", language='shell')
 sh_pid = first_int(text(out, 'stdout'))
 o13, _, _, _ = ses.run("print(z)")
 check(res.get('status') == 'killed' and res.get('signal') == 9 and res.get('state') == 'kept'

@@ -402,9 +402,33 @@ static void test_base64(void)
         buf_free(&c);
 }
 
+static void test_utf8_text(void)
+{
+        static const struct {
+                const char *s;
+                size_t n;
+                bool text;
+        } cases[] = {
+            {"", 0, true},
+            {"plain ascii\n", 12, true},
+            {"na\xc3\xafve \xe2\x82\xac \xf0\x9f\x98\x80", 15, true},
+            {"a\0b", 3, false},             /* a NUL is not text */
+            {"\xff", 1, false},             /* never a UTF-8 byte */
+            {"\xc3", 1, false},             /* cut sequence */
+            {"\xe2\x82\xac", 2, false},     /* cut by n, though the bytes after it would do */
+            {"\xc0\xaf", 2, false},         /* overlong */
+            {"\xed\xa0\x80", 3, false},     /* surrogate */
+            {"\xf4\x90\x80\x80", 4, false}, /* past U+10FFFF */
+        };
+        for (size_t i = 0; i < ARRAY_SIZE(cases); i++)
+                ok(utf8_text(cases[i].s, cases[i].n) == cases[i].text, "utf8_text case %zu: %s", i,
+                   cases[i].text ? "text" : "not text");
+}
+
 int main(void)
 {
         test_base64();
+        test_utf8_text();
         test_append_bound();
         test_append_some_consume();
         test_line_reader_table();
