@@ -28,6 +28,7 @@ static const struct config_key {
     {"max_frame", K_SIZE, offsetof(struct config, max_frame), 64 << 10, 1 << 30},
     {"tmp_size", K_SIZE, offsetof(struct config, tmp_size), 1 << 20, 1e13},
     {"workspace_size", K_SIZE, offsetof(struct config, workspace_size), 1 << 20, 1e13},
+    {"shm_size", K_SIZE, offsetof(struct config, shm_size), 1 << 20, 1e13},
     {"max_sandboxes", K_LONG, offsetof(struct config, max_sandboxes), 1, 4096},
     {"max_queue", K_LONG, offsetof(struct config, max_queue), 0, 1 << 20},
     {"pool_min", K_LONG, offsetof(struct config, pool_min), 0, 4096},
@@ -45,6 +46,7 @@ static const struct config_key {
     {"host_servers", K_BOOL, offsetof(struct config, host_servers), 0, 0},
     {"policy", K_STRING, offsetof(struct config, policy), 0, 0},
     {"audit_log", K_STRING, offsetof(struct config, audit_log), 0, 0},
+    {"seccomp", K_STRING, offsetof(struct config, seccomp), 0, 0},
 };
 
 void config_defaults(struct config *c)
@@ -61,6 +63,7 @@ void config_defaults(struct config *c)
             .max_frame = 16 << 20,
             .tmp_size = 64 << 20,
             .workspace_size = 256 << 20,
+            .shm_size = 64 << 20,
             .max_sandboxes = 8,
             .max_queue = 256,
             /* A laptop: two warm sandboxes, up to four under load. */
@@ -88,8 +91,9 @@ void config_free(struct config *c)
         free(c->config_file);
         free(c->policy);
         free(c->audit_log);
+        free(c->seccomp);
         json_decref(c->servers);
-        c->engine = c->image = c->config_file = c->policy = c->audit_log = NULL;
+        c->engine = c->image = c->config_file = c->policy = c->audit_log = c->seccomp = NULL;
         c->servers = NULL;
 }
 
@@ -287,6 +291,12 @@ int config_check(const struct config *c, struct err *e)
                                "engine must be unix:///path/to.sock, tcp://host:port or an "
                                "absolute socket path, not \"%s\"",
                                c->engine);
+        if (c->seccomp && strcmp(c->seccomp, "corral") != 0 && strcmp(c->seccomp, "engine") != 0 &&
+            c->seccomp[0] != '/')
+                return err_set(e, ERR_CONFIG, EINVAL,
+                               "seccomp must be corral, engine or the absolute path of a "
+                               "profile, not \"%s\"",
+                               c->seccomp);
         return 0;
 }
 

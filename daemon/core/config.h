@@ -23,6 +23,7 @@ struct config {
         unsigned long long max_frame;      /* bytes per JSON line, all links */
         unsigned long long tmp_size;       /* tmpfs /tmp */
         unsigned long long workspace_size; /* tmpfs /workspace */
+        unsigned long long shm_size;       /* /dev/shm */
         long max_sandboxes;                /* sandboxes alive at once */
         long max_queue;                    /* calls waiting for a slot */
         long pool_min;                     /* ready sandboxes kept when idle */
@@ -46,6 +47,7 @@ struct config {
         bool host_servers; /* also read the MCP hosts' files */
         char *policy;      /* the user's policy file, or NULL for the default path */
         char *audit_log;   /* JSON-lines audit file, "off", or NULL for the default path */
+        char *seccomp;     /* sandboxes' profile: "corral" (NULL too), "engine" or a file */
         char *config_file; /* the file that was read, if any */
 };
 

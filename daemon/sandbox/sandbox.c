@@ -5,6 +5,7 @@
 #include "core/log.h"
 #include "engine/attach.h"
 #include "sandbox/files.h"
+#include "sandbox/profile.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -159,6 +160,7 @@ struct sandbox_fop {
 struct sandbox_mgr {
         struct loop *loop;
         const struct config *cfg;
+        struct sandbox_profile profile; /* seccomp profile and masks of every sandbox */
         struct engine *eng;
         bool owns_eng; /* found after start-up by mgr_engine */
         char instance[17];
@@ -221,8 +223,9 @@ static const struct identity *host_identity(void)
         return &id;
 }
 
-json_t *sandbox_create_body(const struct config *cfg, const char *instance, const char *runtime_src,
-                            bool preload, enum engine_kind kind)
+json_t *sandbox_create_body(const struct config *cfg, const struct sandbox_profile *prof,
+                            const char *instance, const char *runtime_src, bool preload,
+                            enum engine_kind kind)
 {
         char tmp_opts[128], ws_opts[128], vol_opts[128], frame_env[64], pid_label[32];
         snprintf(tmp_opts, sizeof(tmp_opts), "rw,nosuid,nodev,exec,size=%llu,mode=1777",
@@ -296,6 +299,13 @@ json_t *sandbox_create_body(const struct config *cfg, const char *instance, cons
                         return NULL;
                 }
         }
+        /* The kernel surface: corral's seccomp profile, masked /proc and
+         * /sys entries, and no writable space but /tmp, /workspace and
+         * /dev/shm, the same on both engines. */
+        if (body && sandbox_profile_apply(prof, cfg, kind, body) < 0) {
+                json_decref(body);
+                return NULL;
+        }
         /* A pool sandbox has time to import more before its call comes. */
         if (body && preload &&
             json_array_append_new(json_object_get(body, "Env"), json_string("CORRAL_PRELOAD=1"))) {
@@ -314,6 +324,14 @@ int sandbox_mgr_new(struct loop *l, const struct config *cfg, struct engine *eng
         m->loop = l;
         m->cfg = cfg;
         m->eng = eng;
+        struct err e = {0};
+        int r = sandbox_profile_load(cfg, &m->profile, &e);
+        if (r < 0) {
+                log_err("%s", e.msg);
+                free(m);
+                return r;
+        }
+        log_debug("sandbox seccomp profile: %s", m->profile.summary);
         unsigned char rnd[8];
         if (getrandom(rnd, sizeof(rnd), 0) != sizeof(rnd)) {
                 long long t = now_ms() ^ getpid();
@@ -1369,8 +1387,9 @@ static void sandbox_step(struct sandbox *s)
                                      "cannot start an engine request");
                         return;
                 }
-                json_t *body = sandbox_create_body(m->cfg, m->instance, corral_runtime_src,
-                                                   s->pooled && !s->cb, engine_kind(m->eng));
+                json_t *body =
+                    sandbox_create_body(m->cfg, &m->profile, m->instance, corral_runtime_src,
+                                        s->pooled && !s->cb, engine_kind(m->eng));
                 if (!body) {
                         fail(s, ST_ERROR, "InternalError", "cannot build the container spec");
                         return;
@@ -1476,6 +1495,11 @@ void sandbox_set_owner(struct sandbox *s, void (*gone)(void *owner, const char *
 const char *sandbox_container(const struct sandbox *s)
 {
         return s->id;
+}
+
+const struct sandbox_profile *sandbox_mgr_profile(const struct sandbox_mgr *m)
+{
+        return &m->profile;
 }
 
 struct engine *sandbox_mgr_engine(const struct sandbox_mgr *m)
@@ -2320,5 +2344,6 @@ void sandbox_mgr_free(struct sandbox_mgr *m)
                 leftover_free(m->leftovers);
         if (m->owns_eng)
                 engine_free(m->eng);
+        sandbox_profile_done(&m->profile);
         free(m);
 }

@@ -162,5 +162,9 @@ const struct sandbox_result *sandbox_partial(const struct sandbox *s);
  * import more up front (CORRAL_PRELOAD=1). kind: on Docker /workspace is a
  * tmpfs-backed volume, elsewhere a Tmpfs mount (the archive endpoints must
  * see it). */
-json_t *sandbox_create_body(const struct config *cfg, const char *instance, const char *runtime_src,
-                            bool preload, enum engine_kind kind);
+struct sandbox_profile;
+json_t *sandbox_create_body(const struct config *cfg, const struct sandbox_profile *prof,
+                            const char *instance, const char *runtime_src, bool preload,
+                            enum engine_kind kind);
+/* The profile every sandbox of this manager gets (its summary for doctor). */
+const struct sandbox_profile *sandbox_mgr_profile(const struct sandbox_mgr *m);

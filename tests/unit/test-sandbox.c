@@ -1,11 +1,14 @@
 /* The container spec: every hardening default is asserted field by field,
  * since a regression here would weaken every sandbox silently. */
+#include "sandbox/profile.h"
 #include "sandbox/sandbox.h"
 
 #include "tap.h"
 
 #include <string.h>
 #include <unistd.h>
+
+static struct sandbox_profile prof;
 
 static bool array_has(json_t *a, const char *s)
 {
@@ -17,6 +20,20 @@ static bool array_has(json_t *a, const char *s)
                         return true;
         }
         return false;
+}
+
+/* The element of array `a` that starts with `prefix`, or NULL. */
+static const char *array_prefixed(json_t *a, const char *prefix)
+{
+        size_t i;
+        json_t *v;
+        json_array_foreach(a, i, v)
+        {
+                const char *s = json_string_value(v);
+                if (s && strncmp(s, prefix, strlen(prefix)) == 0)
+                        return s;
+        }
+        return NULL;
 }
 
 static const char *str(json_t *o, const char *key)
@@ -86,20 +103,50 @@ static void check_volume(json_t *mounts, const struct config *cfg, const char *w
 
 static void check_body_docker(const struct config *cfg, const char *what)
 {
-        json_t *b = sandbox_create_body(cfg, "0123456789abcdef", "pass", false, ENGINE_DOCKER);
-        json_t *p = sandbox_create_body(cfg, "0123456789abcdef", "pass", false, ENGINE_PODMAN);
+        json_t *b =
+            sandbox_create_body(cfg, &prof, "0123456789abcdef", "pass", false, ENGINE_DOCKER);
+        json_t *p =
+            sandbox_create_body(cfg, &prof, "0123456789abcdef", "pass", false, ENGINE_PODMAN);
         if (!ok(b && p, "%s (Docker): the body builds", what))
                 goto out;
         json_t *hc = json_object_get(b, "HostConfig");
         json_t *tmpfs = json_object_get(hc, "Tmpfs");
-        is_int(json_object_size(tmpfs), 1, "%s (Docker): one tmpfs mount", what);
+        is_int(json_object_size(tmpfs), 3, "%s (Docker): three tmpfs mounts", what);
         check_tmpfs(tmpfs, "/tmp", cfg->tmp_size);
         check_volume(json_object_get(hc, "Mounts"), cfg, what);
+        /* The profile goes inline to Docker, by path to Podman; Docker
+         * takes MaskedPaths, Podman `mask=`. */
+        json_t *dopts = json_object_get(hc, "SecurityOpt");
+        json_t *popts = json_object_get(json_object_get(p, "HostConfig"), "SecurityOpt");
+        const char *inline_prof = array_prefixed(dopts, "seccomp=");
+        ok(inline_prof && strcmp(inline_prof + 8, prof.seccomp_json) == 0,
+           "%s (Docker): the seccomp profile inline", what);
+        char want[600];
+        snprintf(want, sizeof(want), "seccomp=%s", prof.seccomp_path);
+        ok(array_has(popts, want), "%s (Podman): the seccomp profile by path", what);
+        json_t *masked = json_object_get(hc, "MaskedPaths");
+        size_t n_masked = 0;
+        while (sandbox_masked_paths[n_masked])
+                n_masked++;
+        is_int((long long)json_array_size(masked), (long long)n_masked,
+               "%s (Docker): every masked path", what);
+        ok(array_has(masked, "/proc/config.gz") && array_has(masked, "/proc/kcore") &&
+               array_has(masked, "/proc/keys") && array_has(masked, "/proc/timer_list") &&
+               array_has(masked, "/proc/sched_debug"),
+           "%s (Docker): MaskedPaths keeps Docker's own and adds /proc/config.gz", what);
+        const char *mask = array_prefixed(popts, "mask=");
+        ok(mask && strstr(mask, ":/proc/config.gz:") && strstr(mask, "/proc/kcore"),
+           "%s (Podman): SecurityOpt mask= lists the same paths (%.60s...)", what, mask);
+        ok(!json_object_get(json_object_get(p, "HostConfig"), "MaskedPaths"),
+           "%s (Podman): no MaskedPaths (Podman's API ignores it)", what);
         /* Otherwise the very same body as for Podman. */
         json_t *php = json_deep_copy(json_object_get(p, "HostConfig"));
         json_t *dhc = json_deep_copy(hc);
         json_object_del(json_object_get(php, "Tmpfs"), "/workspace");
         json_object_del(dhc, "Mounts");
+        json_object_del(dhc, "MaskedPaths");
+        json_object_del(dhc, "SecurityOpt");
+        json_object_del(php, "SecurityOpt");
         ok(json_equal(php, dhc), "%s (Docker): no other difference in HostConfig", what);
         json_decref(php);
         json_decref(dhc);
@@ -114,7 +161,8 @@ out:
 static void check_body(const struct config *cfg, const char *what)
 {
         static const char runtime[] = "import sys\nprint('runtime')\n";
-        json_t *b = sandbox_create_body(cfg, "0123456789abcdef", runtime, false, ENGINE_PODMAN);
+        json_t *b =
+            sandbox_create_body(cfg, &prof, "0123456789abcdef", runtime, false, ENGINE_PODMAN);
         if (!ok(b != NULL, "%s: the body builds", what))
                 return;
         json_t *hc = json_object_get(b, "HostConfig");
@@ -141,11 +189,26 @@ static void check_body(const struct config *cfg, const char *what)
         ok(llabs(nano - (long long)(cfg->cpus * 1e9 + 0.5)) <= 1, "%s: NanoCpus %lld for %g CPUs",
            what, nano, cfg->cpus);
 
-        /* Writable space only as bounded tmpfs. */
+        /* Writable space only as bounded tmpfs; Podman's own writable /run
+         * and /var/tmp are covered by empty read-only ones. */
         json_t *tmpfs = json_object_get(hc, "Tmpfs");
-        is_int(json_object_size(tmpfs), 2, "%s: two tmpfs mounts", what);
+        is_int(json_object_size(tmpfs), 4, "%s: four tmpfs mounts", what);
         check_tmpfs(tmpfs, "/tmp", cfg->tmp_size);
         check_tmpfs(tmpfs, "/workspace", cfg->workspace_size);
+        static const char *const ro_dirs[] = {"/run", "/var/tmp"};
+        for (size_t d = 0; d < ARRAY_SIZE(ro_dirs); d++) {
+                const char *o = str(tmpfs, ro_dirs[d]);
+                ok(o && strncmp(o, "ro,", 3) == 0 && strstr(o, "nosuid") && strstr(o, "nodev") &&
+                       strstr(o, "noexec"),
+                   "%s: %s is an empty read-only tmpfs (%s)", what, ro_dirs[d], o);
+        }
+        is_int(num(hc, "ShmSize"), cfg->shm_size, "%s: ShmSize (/dev/shm) bounded", what);
+        const char *sc = array_prefixed(json_object_get(hc, "SecurityOpt"), "seccomp=");
+        if (cfg->seccomp && strcmp(cfg->seccomp, "engine") == 0)
+                ok(!sc, "%s: seccomp engine: no seccomp= option", what);
+        else
+                ok(sc && strcmp(sc + 8, prof.seccomp_path) == 0,
+                   "%s: SecurityOpt seccomp= names corral's profile", what);
 
         /* No core dumps; files and processes bounded. */
         json_t *ul = json_object_get(hc, "Ulimits");
@@ -216,7 +279,8 @@ static void check_body(const struct config *cfg, const char *what)
         free(s);
 
         /* The same body for the pool, plus the preload flag and nothing else. */
-        json_t *p = sandbox_create_body(cfg, "0123456789abcdef", runtime, true, ENGINE_PODMAN);
+        json_t *p =
+            sandbox_create_body(cfg, &prof, "0123456789abcdef", runtime, true, ENGINE_PODMAN);
         json_t *penv = json_object_get(p, "Env");
         ok(array_has(penv, "CORRAL_PRELOAD=1"), "%s: a pool sandbox gets CORRAL_PRELOAD=1", what);
         is_int((long long)json_array_size(penv), (long long)json_array_size(env) + 1,
@@ -232,6 +296,12 @@ int main(void)
 {
         struct config cfg;
         config_defaults(&cfg);
+        struct err pe = {0};
+        if (!ok(sandbox_profile_load(&cfg, &prof, &pe) == 0, "the default profile loads (%s)",
+                pe.msg))
+                return done_testing();
+        ok(prof.seccomp_json && strstr(prof.seccomp_json, "\"defaultAction\":\"SCMP_ACT_ERRNO\""),
+           "the profile denies by default");
         check_body(&cfg, "defaults");
 
         struct err e = {0};
@@ -250,12 +320,13 @@ int main(void)
         static const char *const cpus[] = {"2.01", "4.1", "1.001"};
         for (size_t i = 0; i < ARRAY_SIZE(cpus); i++) {
                 config_set(&cfg, "cpus", cpus[i], "test", &e);
-                json_t *b = sandbox_create_body(&cfg, "x", "pass", false, ENGINE_PODMAN);
+                json_t *b = sandbox_create_body(&cfg, &prof, "x", "pass", false, ENGINE_PODMAN);
                 long long nano = num(json_object_get(b, "HostConfig"), "NanoCpus");
                 long long want = (long long)(strtod(cpus[i], NULL) * 1e9 + 0.5);
                 is_int(nano, want, "cpus %s gives NanoCpus %lld", cpus[i], want);
                 json_decref(b);
         }
         config_free(&cfg);
+        sandbox_profile_done(&prof);
         return done_testing();
 }
