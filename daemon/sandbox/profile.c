@@ -15,26 +15,17 @@ extern const char corral_seccomp_policy[];
 
 /* Docker's and Podman's default lists together, plus the kernel's build
  * configuration and symbol and module lists, which tell an exploit what it
- * faces. Most of the rest is readable by root only, or does not exist on a
- * given kernel (the engines skip a path that is not there). */
+ * faces, and /dev/mqueue, where open() makes POSIX message queues (writable
+ * space the seccomp profile closes only for mq_open). Most of the rest is
+ * readable by root only, or does not exist on a given kernel (the engines
+ * skip a path that is not there). */
 const char *const sandbox_masked_paths[] = {
-    "/proc/acpi",
-    "/proc/asound",
-    "/proc/config.gz",
-    "/proc/kallsyms",
-    "/proc/kcore",
-    "/proc/keys",
-    "/proc/latency_stats",
-    "/proc/modules",
-    "/proc/sched_debug",
-    "/proc/scsi",
-    "/proc/timer_list",
-    "/proc/timer_stats",
-    "/sys/dev/block",
-    "/sys/devices/virtual/powercap",
-    "/sys/firmware",
-    "/sys/fs/selinux",
-    NULL,
+    "/dev/mqueue",       "/proc/acpi",          "/proc/asound",
+    "/proc/config.gz",   "/proc/kallsyms",      "/proc/kcore",
+    "/proc/keys",        "/proc/latency_stats", "/proc/modules",
+    "/proc/sched_debug", "/proc/scsi",          "/proc/timer_list",
+    "/proc/timer_stats", "/sys/dev/block",      "/sys/devices/virtual/powercap",
+    "/sys/firmware",     "/sys/fs/selinux",     NULL,
 };
 
 static const struct {
