@@ -27,6 +27,12 @@ struct cli_engine {
         bool explicit_engine;
 };
 
+/* Confine this process (core/confine.h) unless the setting `confine` is
+ * false, and log what holds. Call it once everything that needs the user's
+ * full rights has started, before the event loop runs. Prints the problem
+ * and returns negative when it cannot. */
+int cli_confine(const struct config *cfg);
+
 /* Choose the engine: the setting, else discovery, else (when allowed) a
  * private podman service. */
 void cli_engine_open(struct cli_engine *ce, struct loop *l, const struct config *cfg,

@@ -1,5 +1,6 @@
 #include "cli/cli.h"
 
+#include "core/confine.h"
 #include "core/log.h"
 
 #include <stdio.h>
@@ -111,4 +112,24 @@ void cli_engine_close(struct cli_engine *ce)
         engine_free(ce->eng);
         ce->eng = NULL;
         private_engine_stop(&ce->priv);
+}
+
+int cli_confine(const struct config *cfg)
+{
+        if (!cfg->confine) {
+                log_warn("not confining corral itself (confine: false): it keeps every right "
+                         "of its user");
+                return 0;
+        }
+        struct confinement c;
+        struct err e = {0};
+        if (confine_self(&c, &e) < 0) {
+                log_err("%s (set confine to false to run unconfined, at your own risk)", e.msg);
+                return -1;
+        }
+        log_info("confined: no-new-privileges, no capabilities%s, seccomp filter denying %u "
+                 "calls%s%s",
+                 c.bounding ? " (bounding set empty)" : "", c.n_denied, c.note[0] ? "; " : "",
+                 c.note);
+        return 0;
 }

@@ -171,11 +171,14 @@ int cli_run(int argc, char **argv)
                 k = loop_signal(r.loop, SIGINT, on_signal, &r);
         if (k == 0)
                 k = loop_signal(r.loop, SIGTERM, on_signal, &r);
+        /* Confined before the first engine request goes out (see serve). */
+        if (k == 0 && cli_confine(&cfg) < 0)
+                k = -EPERM;
         if (k == 0)
                 k = sandbox_run(r.mgr, &req, done, &r, &r.sb);
         if (k == 0)
                 k = loop_run(r.loop);
-        if (k < 0)
+        if (k < 0 && k != -EPERM)
                 fprintf(stderr, "corral run: %s\n", strerror(-k));
         sandbox_mgr_free(r.mgr);
         cli_engine_close(&ce);

@@ -221,6 +221,11 @@ int cli_serve(int argc, char **argv)
                 r = loop_signal(s.loop, SIGINT, on_signal, &s);
         if (r == 0)
                 r = loop_signal(s.loop, SIGHUP, on_signal, &s);
+        /* Everything that needs the user's full rights has started (the
+         * configuration, the engine and a private one, the audit log, the
+         * sandbox profile): from here on corral has none it does not need. */
+        if (r == 0 && cli_confine(&cfg) < 0)
+                r = -EPERM;
         if (r == 0)
                 r = loop_run(s.loop);
         if (r < 0)

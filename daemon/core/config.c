@@ -47,6 +47,7 @@ static const struct config_key {
     {"policy", K_STRING, offsetof(struct config, policy), 0, 0},
     {"audit_log", K_STRING, offsetof(struct config, audit_log), 0, 0},
     {"seccomp", K_STRING, offsetof(struct config, seccomp), 0, 0},
+    {"confine", K_BOOL, offsetof(struct config, confine), 0, 0},
 };
 
 void config_defaults(struct config *c)
@@ -81,6 +82,7 @@ void config_defaults(struct config *c)
             .out_max_bytes = 8 << 20,
             .log_level = LOG_INFO,
             .host_servers = true,
+            .confine = true,
         };
 }
 

@@ -48,6 +48,7 @@ struct config {
         char *policy;      /* the user's policy file, or NULL for the default path */
         char *audit_log;   /* JSON-lines audit file, "off", or NULL for the default path */
         char *seccomp;     /* sandboxes' profile: "corral" (NULL too), "engine" or a file */
+        bool confine;      /* corral confines itself (no_new_privs, no capabilities, seccomp) */
         char *config_file; /* the file that was read, if any */
 };
 

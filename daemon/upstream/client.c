@@ -3,6 +3,7 @@
 #include "core/buf.h"
 #include "core/curl_loop.h"
 #include "core/jsonrpc.h"
+#include "core/confine.h"
 #include "core/log.h"
 #include "upstream/http.h"
 
@@ -784,6 +785,10 @@ _Noreturn static void child(const struct upstream_spec *spec, char **env, int fd
         prctl(PR_SET_PDEATHSIG, SIGUSR2);
         if (getppid() != parent)
                 _exit(127); /* corral died before the line above */
+        /* A third party's program: no capabilities and no way to gain any,
+         * whatever corral itself kept. */
+        if (confine_child() < 0)
+                goto fail;
         sigemptyset(&none);
         sigprocmask(SIG_SETMASK, &none, NULL); /* the loop blocks signals for signalfd */
         signal(SIGPIPE, SIG_DFL);

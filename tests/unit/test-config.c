@@ -46,7 +46,7 @@ static void test_defaults(void)
         size_t n = 0;
         while (names[n])
                 n++;
-        is_int(n, 31, "config_key_names lists 31 keys, NULL-terminated");
+        is_int(n, 32, "config_key_names lists 32 keys, NULL-terminated");
         is_str(names[0], "engine", "... starting with engine");
 }
 
