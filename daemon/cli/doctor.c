@@ -1,7 +1,12 @@
 #include "cli/cli.h"
 
+#include "core/confine.h"
 #include "core/log.h"
+#include "sandbox/profile.h"
 #include "sandbox/sandbox.h"
+
+#include <dirent.h>
+#include <signal.h>
 
 #include <cap-ng.h>
 #include <stdio.h>
@@ -80,13 +85,29 @@ static void check_sandbox(struct loop *l, const struct config *cfg, struct engin
         struct sandbox_mgr *m;
         struct sandbox *sb;
         struct smoke s = {.loop = l};
+        /* The smoke test is also the seccomp probe: two calls the profile
+         * closes (and one engine's default leaves open each), made the way
+         * user code would make them. */
         struct sandbox_request req = {
             .lang = LANG_PYTHON,
-            .code = "import os\nprint(os.getuid(), "
-                    "open('/proc/self/status').read().count('NoNewPrivs:\\t1'))",
+            .code = "import os, ctypes, errno\n"
+                    "libc = ctypes.CDLL(None, use_errno=True)\n"
+                    "def probe(*args):\n"
+                    "    r = libc.syscall(*args)\n"
+                    "    return 'allowed' if r >= 0 else errno.errorcode.get(ctypes.get_errno())\n"
+                    "print(os.getuid(), "
+                    "open('/proc/self/status').read().count('NoNewPrivs:\\t1'), "
+                    "probe(272, 0x10000000), probe(425, 1, 0))",
             .timeout_s = 30,
         };
-        if (sandbox_mgr_new(l, cfg, eng, &m) < 0 || sandbox_run(m, &req, smoke_done, &s, &sb) < 0) {
+        if (sandbox_mgr_new(l, cfg, eng, &m) < 0) {
+                report(false, "sandbox", "cannot start a sandbox", NULL);
+                return;
+        }
+        const struct sandbox_profile *prof = sandbox_mgr_profile(m);
+        report(true, "seccomp", prof->summary, NULL);
+        if (sandbox_run(m, &req, smoke_done, &s, &sb) < 0) {
+                sandbox_mgr_free(m);
                 report(false, "sandbox", "cannot start a sandbox", NULL);
                 return;
         }
@@ -96,6 +117,7 @@ static void check_sandbox(struct loop *l, const struct config *cfg, struct engin
         sandbox_mgr_shutdown(m, smoke_drained, &s);
         while (!s.done)
                 loop_iterate(l, -1);
+        bool engine_profile = !prof->seccomp_json;
         sandbox_mgr_free(m);
         bool ok = s.status == ST_OK && strncmp(s.out, "65534 1", 7) == 0;
         char detail[1400];
@@ -106,6 +128,51 @@ static void check_sandbox(struct loop *l, const struct config *cfg, struct engin
                          sandbox_status_name(s.status), s.out, s.err);
         report(ok, "sandbox", detail,
                "see the failures above; `corral run -c 'print(1)'` shows the whole error");
+        if (!ok)
+                return;
+        char userns[32] = "", uring[32] = "";
+        sscanf(s.out, "%*d %*d %31s %31s", userns, uring);
+        snprintf(detail, sizeof(detail),
+                 "in the sandbox, unshare(CLONE_NEWUSER) gave %s and io_uring_setup gave %s",
+                 userns, uring);
+        bool denied = strcmp(userns, "EPERM") == 0 && strcmp(uring, "EPERM") == 0;
+        if (engine_profile)
+                note("seccomp probe", detail);
+        else
+                report(denied, "seccomp probe", detail,
+                       "the engine did not apply corral's profile: check that it can read the "
+                       "profile's file (Podman) and that seccomp is enabled in its kernel");
+}
+
+/* Every `corral serve` of this user, by its status file, and how confined
+ * it runs. */
+static void check_instances(void)
+{
+        char dir[256], detail[700];
+        struct err e = {0};
+        if (runtime_dir(dir, sizeof(dir), &e) < 0)
+                return;
+        DIR *d = opendir(dir);
+        struct dirent *de;
+        while (d && (de = readdir(d))) {
+                int pid;
+                char tail[8];
+                if (sscanf(de->d_name, "status-%d.%7s", &pid, tail) != 2 ||
+                    strcmp(tail, "json") != 0 || pid <= 0 || kill(pid, 0) < 0)
+                        continue;
+                char desc[400], what[64];
+                if (confine_describe(pid, desc, sizeof(desc)) < 0)
+                        continue;
+                snprintf(what, sizeof(what), "corral serve (pid %d)", pid);
+                snprintf(detail, sizeof(detail), "%s", desc);
+                bool confined = strstr(desc, "NoNewPrivs 1") && strstr(desc, "Seccomp 2") &&
+                                strstr(desc, "CapEff 0000000000000000");
+                report(confined, what, detail,
+                       "it runs unconfined: remove `confine: false` from its settings, or see "
+                       "its log for why it could not confine itself");
+        }
+        if (d)
+                closedir(d);
 }
 
 int cli_doctor(int argc, char **argv)
@@ -227,6 +294,18 @@ int cli_doctor(int argc, char **argv)
                     "sudo usermod --add-subuids 100000-165535 --add-subgids 100000-165535 $USER");
         }
 
+        check_instances();
+        /* doctor confines itself as serve does, and shows what that means. */
+        if (cli_confine(&cfg) == 0) {
+                char desc[400];
+                bool on = cfg.confine && confine_describe(getpid(), desc, sizeof(desc)) == 0;
+                report(on || !cfg.confine, "confinement",
+                       on ? desc : "off (confine: false): corral keeps every right of its user",
+                       NULL);
+        } else {
+                report(false, "confinement", "corral cannot confine itself here (see above)",
+                       "set confine to false to run unconfined");
+        }
         if (engine_ok)
                 check_sandbox(l, &cfg, ce.eng);
         json_decref(info);
