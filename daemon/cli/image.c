@@ -18,7 +18,12 @@ static int build_rootfs(const char *out)
         char script[4096];
         snprintf(script, sizeof(script), "%s/build-python.sh",
                  dir && *dir ? dir : CORRAL_IMAGES_DIR);
-        fprintf(stderr, "corral: building the rootfs with %s\n", script);
+        /* The one command that stays unconfined: mmdebstrap needs root's
+         * mounts, chroot and namespaces to build the rootfs. */
+        fprintf(stderr,
+                "corral: building the rootfs with %s (this command runs a root recipe and does "
+                "not confine itself, unlike serve and run)\n",
+                script);
         pid_t pid = fork();
         if (pid < 0)
                 return -errno;
