@@ -39,6 +39,8 @@ ID_RANGE = 1 << 63                 # integer ids of worker requests: int64
 PREFORK_WAIT = 10.0                # seconds for the forked-ahead worker to set up
 PROGRESS_INTERVAL = 0.02           # seconds between corral.progress() frames
 PROGRESS_MESSAGE_CAP = 1000        # chars
+LIMIT_GRACE = 1.0                  # seconds past a run's time limit before the runtime stops it itself
+TIME_LIMIT_MAX = 2 * 86400         # seconds: a longer time_limit_ms is refused
 
 
 def log(msg):
@@ -136,6 +138,20 @@ def encode(obj):
     return line.encode('utf-8', 'replace')
 
 
+def one_way_pair():
+    """(reader, writer): a socket pair whose bytes go one way only.  The
+    writer's end cannot receive (a read gives EOF) and the reader's cannot
+    send (a write fails with EPIPE), whoever holds them."""
+    import _socket
+    a, b = socket_pair()
+    s = _socket.socket(fileno=b)
+    try:
+        s.shutdown(_socket.SHUT_RD)  # b's receive side, and so a's send side
+    finally:
+        s.detach()
+    return a, b
+
+
 def socket_pair():
     """Two connected AF_UNIX stream sockets as raw descriptors, both
     close-on-exec (Python makes every new descriptor non-inheritable)."""
@@ -207,35 +223,40 @@ def worker(sup, pipes, api_fd, go_r, set_w=None):
         _interrupt['pending'] = False  # meant for an earlier run (repeats reach this one)
         language, code, servers = request['language'], request['code'], request['servers']
         keep = request.get('keep') is True
-        signum = None
+        # The run's token: the supervisor takes only the record that carries
+        # it (runtime/README.md, "Records user code cannot forge").  It lives
+        # in this frame only, never on a descriptor.
+        token = request.pop('token', None)
+        request = None
+        signum, error = None, None
         if not keep:           # the last request: user code gets no handle on the pipe
             os.close(go_r)
         if language == 'shell' and not keep:
             os.close(api_fd)   # exec would close it anyway: no API for shells
-            exec_shell(code, report_w)
+            exec_shell(code, report_w, token)
         elif language == 'shell':
-            status, signum = run_shell(code, report_w)
+            status, signum, error = run_shell(code, report_w, token)
         else:
-            status = run_python(main, code, report_w, (api_fd, sup.max_frame, servers), keep)
+            status, error = run_python(main, code, (api_fd, sup.max_frame, servers), keep)
         if keep and os.getpid() != me:
             # A child that user code forked without exec came back through
             # here: it is not the session's interpreter.
             os._exit(status)
-        if keep:
-            # The session goes on: say so with the status, fds 0-2 stay.
-            report(report_w, {'end': status, 'signal': signum, 'pid': os.getpid()})
-            continue
-        # Tell the supervisor we are done before exiting: it answers at once
-        # instead of waiting for the kernel to tear this process down and for
-        # SIGCHLD.  Output first, so that EOF on the pipes is already on its way.
-        for fd in (0, 1, 2):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-        # With its pid: a child that user code forked without exec and that
-        # returns through here has the same pipe, but it is not the worker.
-        report(report_w, {'exit': status, 'pid': os.getpid()})
+        if not keep:
+            # Output first, so that EOF on the pipes is on its way while the
+            # kernel tears this process down.  The supervisor learns the end
+            # and the status from the kernel (waitpid), not from us.
+            for fd in (0, 1, 2):
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        sent = report(report_w, {'end': status, 'signal': signum, 'pid': os.getpid(), 'token': token,
+                                 'error': error})
+        if keep and sent:
+            continue           # the session goes on: fds 0-2 stay
+        # Single-use, or a session whose code broke the report socket: exit,
+        # so that the supervisor learns the end from the kernel.
         os._exit(status)
 
 
@@ -253,6 +274,9 @@ def next_request(fd, pending):
             chunk = os.read(fd, 1 << 20)
         except InterruptedError:
             continue
+        except BlockingIOError:  # an earlier run's code made it non-blocking
+            select.select([fd], [], [])
+            continue
         if not chunk:
             return None
         pending += chunk
@@ -265,7 +289,7 @@ def next_request(fd, pending):
         return None
 
 
-def exec_shell(code, report_w):
+def exec_shell(code, report_w, token):
     """A one-shot shell: the worker becomes /bin/sh -c code."""
     # exec keeps ignored signals ignored: give sh the defaults Python took away
     for sig in (signal.SIGINT, signal.SIGPIPE, signal.SIGXFSZ):
@@ -273,24 +297,24 @@ def exec_shell(code, report_w):
     try:
         os.execv('/bin/sh', ['/bin/sh', '-c', code])
     except Exception as e:  # OSError, or ValueError for a NUL in code
-        report(report_w, {'type': type(e).__name__, 'message': str(e), 'traceback': ''})
+        report(report_w, {'end': 127, 'signal': None, 'pid': os.getpid(), 'token': token,
+                          'error': {'type': type(e).__name__, 'message': str(e), 'traceback': ''}})
     os._exit(127)
 
 
-def run_shell(code, report_w):
+def run_shell(code, report_w, token):
     """A shell in a session: /bin/sh -c code as a child in a process group of
     its own, so that an interrupt (SIGINT to the worker) kills all of it and
     leaves the worker, and the session's Python state, alone.  Returns
-    (exit status, signal or None)."""
+    (exit status, signal or None, error record or None)."""
     try:
         pid = os.fork()
     except OSError as e:
-        report(report_w, {'type': 'OSError', 'message': str(e), 'traceback': ''})
-        return 127, None
+        return 127, None, {'type': 'OSError', 'message': str(e), 'traceback': ''}
     if pid == 0:
         try:
             os.setpgid(0, 0)
-            exec_shell(code, report_w)
+            exec_shell(code, report_w, token)
         finally:
             os._exit(127)
     try:
@@ -313,10 +337,10 @@ def run_shell(code, report_w):
     finally:
         disarm_interrupt()
     if st is None:
-        return 127, None
+        return 127, None, None
     if os.WIFSIGNALED(st):
-        return 128 + os.WTERMSIG(st), os.WTERMSIG(st)
-    return os.WEXITSTATUS(st), None
+        return 128 + os.WTERMSIG(st), os.WTERMSIG(st), None
+    return os.WEXITSTATUS(st), None, None
 
 
 # SIGINT in the worker: an interrupt (a session's time limit, a cancelled
@@ -346,12 +370,20 @@ def disarm_interrupt():
 
 
 def report(fd, record):
-    """One JSON line on the report pipe: an error record ({type, message,
-    traceback}) and, last, {exit: status, pid} when the worker ends by itself."""
+    """The run's one record on the report socket, as a JSON line: {end:
+    status, signal, pid, token, error: {type, message, traceback} or
+    null}.  False if it could not be written (user code closed or broke
+    the descriptor)."""
     try:
-        write_all(fd, json.dumps(record).encode() + b'\n')
+        view = memoryview(json.dumps(record).encode() + b'\n')
+        while view:
+            try:
+                view = view[os.write(fd, view):]
+            except BlockingIOError:  # user code made it non-blocking
+                select.select([], [fd], [])
+        return True
     except Exception:
-        pass
+        return False
 
 
 _site_loaded = False
@@ -418,7 +450,7 @@ def rehearse(main, api_fd, max_frame):
         scratch = {'__builtins__': main.__dict__['__builtins__']}
         install_api(scratch, api_fd, max_frame, check_servers(request['servers']))
         eval(compile(request['code'], FILENAME, 'exec', dont_inherit=True), scratch)
-        json.dumps({'exit': 0})
+        json.dumps({'end': 0, 'signal': None, 'pid': 1, 'token': 'f' * 32, 'error': None})
         if 'threading' in sys.modules:
             sys.modules['threading'].enumerate()
     except Exception:
@@ -426,14 +458,15 @@ def rehearse(main, api_fd, max_frame):
     sys.modules.pop('corral', None)
 
 
-def run_python(main, code, report_w, api, keep=False):
-    """Runs code as __main__; returns the exit status.  keep (a session):
-    main's globals, threads and atexit handlers stay for the next run."""
+def run_python(main, code, api, keep=False):
+    """Runs code as __main__; returns (exit status, error record or None).
+    keep (a session): main's globals, threads and atexit handlers stay for
+    the next run."""
     import linecache
     install_api(main.__dict__, *api)
     # The source in linecache so tracebacks show the user's lines.
     linecache.cache[FILENAME] = (len(code), None, code.splitlines(True), FILENAME)
-    status = 0
+    status, record = 0, None
     try:
         arm_interrupt()  # an interrupt ends the run
         compiled = compile(code, FILENAME, 'exec', flags=TOP_LEVEL_AWAIT,
@@ -452,7 +485,6 @@ def run_python(main, code, report_w, api, keep=False):
             record = error_record(e)
         except BaseException:  # e.g. MemoryError again while formatting
             record = {'type': type(e).__name__, 'message': '', 'traceback': ''}
-        report(report_w, record)
     disarm_interrupt()  # between runs an interrupt only waits
     if keep:
         if api_channel is not None:  # the daemon forgets this run's calls
@@ -473,7 +505,7 @@ def run_python(main, code, report_w, api, keep=False):
             stream.flush()
         except BaseException:
             pass
-    return status
+    return status, record
 
 
 def exit_status(e):
@@ -1443,19 +1475,25 @@ class Job:
     """One sandbox/exec: its request id, the worker running it, what it
     printed and reported."""
 
-    def __init__(self, sup, rid, worker, language, limit, oom_before, keep, restarted, out_before):
+    def __init__(self, sup, rid, worker, language, limit, oom_before, keep, restarted, out_before,
+                 token, time_limit):
         self.sup, self.rid, self.worker = sup, rid, worker
         self.language, self.keep, self.restarted = language, keep, restarted
         self.streams = {'stdout': Stream(sup, 'stdout', limit), 'stderr': Stream(sup, 'stderr', limit)}
-        self.report = bytearray()
-        self.scanned = 0           # of report: complete lines already looked at
+        # The report pipe is reachable by user code (a Python run shares the
+        # worker's process): only the line with this run's token counts.
+        self.token, self.tag = token, b'"token": "%s"' % token.encode()
+        self.reports = LineReader(REPORT_CAP)
+        self.record = None         # the worker's own end record, checked
         self.oom_before = oom_before
-        self.exit_code = None      # from the worker's own {exit} or {end} record
-        self.signal = None         # from {end}: a session's shell killed by it
         self.deadline = None
         self.kill_at = None        # an interrupt not heeded by then: kill
         self.next_sigint = None    # and until then it is repeated
         self.interrupted = False
+        # The run's own time limit, enforced here too: the daemon acts at the
+        # limit, this is for when it cannot (killed, stopped, cut off).
+        self.limit_at = None if time_limit is None else time.monotonic() + time_limit + LIMIT_GRACE
+        self.timed_out = False
         self.out_before = out_before  # /workspace/out before: what differs after is its own
 
     @property
@@ -1467,37 +1505,34 @@ class Job:
         return self.worker.relay
 
     def feed_report(self, data):
-        if len(self.report) < REPORT_CAP:
-            self.report += data
-            if self.exit_code is None and b'\n' in data:
-                self.check_exit()
-
-    def check_exit(self):
-        """A line of the worker's own (its pid: a child forked without exec
-        shares the pipe) says it is done (one-shot: it may still be exiting;
-        a session: it waits for the next request)."""
-        end = self.report.rfind(b'\n') + 1
-        lines, self.scanned = bytes(self.report[self.scanned:end]).split(b'\n')[:-1], end
-        for line in lines:
+        """Report pipe bytes: every complete line is looked at, and kept only
+        if it is the worker's end record for this run (its token, its pid: a
+        child forked without exec has both, but not the pid).  Forged lines
+        cost their writer CPU, never the record a bounded buffer's room."""
+        for line in self.reports.feed(data):
+            if self.record is not None or line is None or self.tag not in line:
+                continue
             try:
                 rec = json.loads(line.decode('utf-8'))
             except (ValueError, RecursionError):
                 continue
-            if not isinstance(rec, dict) or rec.get('pid') != self.pid:
+            if not isinstance(rec, dict) or rec.get('token') != self.token or rec.get('pid') != self.pid:
                 continue
-            code = rec.get('end' if self.keep else 'exit')
-            if isinstance(code, int) and not isinstance(code, bool) and 0 <= code <= 255:
-                sig = rec.get('signal')
-                if self.keep and isinstance(sig, int) and not isinstance(sig, bool) and 0 < sig < 65:
-                    self.signal = sig
-                self.exit_code = code
-                return self.ended()
+            code = rec.get('end')
+            if not isinstance(code, int) or isinstance(code, bool) or not 0 <= code <= 255:
+                continue
+            self.record = rec
+            # A session's worker lives on: its record is the end of the run.
+            # A single-use worker's end is its exit, which only the kernel tells.
+            if self.keep:
+                self.ended()
 
     def ended(self):
-        """The worker is done (or gone).  One-shot: wait DRAIN_SECONDS at
-        most for its pipes to close.  A session's worker keeps them open:
-        what it wrote before its {end} line is in them already, so drain them
-        now and be done."""
+        """The worker is done: a single-use one exited (the kernel says so),
+        a session's sent its end record, or it died.  One-shot: wait
+        DRAIN_SECONDS at most for its pipes to close.  A session's worker
+        keeps them open: what it wrote before its record is in them already,
+        so drain them now and be done."""
         if self.deadline is not None:
             return
         # What the code sent on its API socket before it ended (a
@@ -1528,35 +1563,37 @@ class Job:
         return time.monotonic() >= self.deadline or (
             w.fds['stdout'] is None and w.fds['stderr'] is None)
 
-    def error(self, budget):
-        """The worker's error record, checked: user code can write anything
-        to that pipe."""
-        line = bytes(self.report).split(b'\n', 1)[0]
-        try:
-            rec = json.loads(line.decode('utf-8'))
-        except (ValueError, RecursionError):
-            return None
-        if not isinstance(rec, dict) or not isinstance(rec.get('type'), str):
+    def error(self, rec, budget):
+        """The error of the worker's end record, checked and cut to fit."""
+        e = rec.get('error') if rec is not None else None
+        if not isinstance(e, dict) or not isinstance(e.get('type'), str):
             return None
         text = lambda v: v if isinstance(v, str) else ''
-        return {'type': rec['type'][:256], 'message': text(rec.get('message'))[:budget // 2],
-                'traceback': tail(text(rec.get('traceback')), budget)}
+        return {'type': e['type'][:256], 'message': text(e.get('message'))[:budget // 2],
+                'traceback': tail(text(e.get('traceback')), budget)}
 
     def result(self, budget):
-        st = self.worker.wait_status if self.exit_code is None else None
-        if st is not None:
+        rec, st = self.record, self.worker.wait_status
+        if self.keep and rec is not None and st is None:
+            # A session's run that ended in a worker that lives on.
+            code, signum = rec['end'], rec.get('signal')
+            if not isinstance(signum, int) or isinstance(signum, bool) or not 0 < signum < 65:
+                signum = None
+        elif st is not None:  # the kernel's word
             signum = os.WTERMSIG(st) if os.WIFSIGNALED(st) else None
             code = 128 + signum if signum is not None else os.WEXITSTATUS(st)
-        else:
-            signum, code = self.signal, self.exit_code
-        if code is None:  # neither a record nor a wait status: it vanished
-            code = 1
-        error = self.error(budget)
-        if error is not None and error['type'] == 'MemoryError':
+            if rec is not None and (rec['end'] != code or signum is not None):
+                rec = None  # its record is not how it ended
+        else:  # neither a record nor a wait status: it vanished
+            signum, code, rec = None, 1, None
+        error = self.error(rec, budget) if code != 0 else None
+        if self.timed_out:
+            status = 'timeout'
+        elif error is not None and error['type'] == 'MemoryError':
             status = 'oom'
         elif signum is not None:
             status = 'oom' if signum == signal.SIGKILL and self.oom_killed() else 'killed'
-        elif code == 0 and error is None:
+        elif code == 0:
             status = 'ok'
         else:  # e.g. a shell whose child was OOM-killed exits 137
             status = 'oom' if self.oom_killed() else 'error'
@@ -1861,6 +1898,16 @@ class Supervisor:
                 log('a freeze was not lifted in %g s: continuing the processes' % FREEZE_MAX)
                 self.freeze(False)
             job = self.job
+            if job is not None and self.eof:
+                # The daemon is gone (killed, crashed, cut off): nobody will
+                # take the answer or stop the code, so stop it now.  PID 1's
+                # exit ends the container, and every process in it.
+                log('stdin closed while an exec runs: ending it and exiting')
+                self.kill_leftovers()
+                return 0
+            if job is not None and job.limit_at is not None and job.deadline is None \
+                    and time.monotonic() >= job.limit_at:
+                self.over_time(job)
             if job is not None and job.kill_at is not None and job.deadline is None \
                     and time.monotonic() >= job.kill_at and self.frozen_until is None:
                 self.kill_worker(job.worker)
@@ -1890,7 +1937,7 @@ class Supervisor:
             timeout = None
             if job is not None:
                 end = job.deadline if job.deadline is not None else \
-                    job.next_sigint if job.kill_at is not None else None
+                    job.next_sigint if job.kill_at is not None else job.limit_at
                 # 1 s: reap() fallback should a SIGCHLD wakeup get lost
                 timeout = 1000 if end is None else max(0, int((end - time.monotonic()) * 1000) + 1)
             if self.frozen_until is not None:
@@ -1914,7 +1961,7 @@ class Supervisor:
             except OSError:
                 data = b''
             if not data:
-                self.eof = True  # a running exec still completes and answers
+                self.eof = True  # a running exec is ended: serve() sees to it
             for line in self.lines.feed(data):
                 self.handle(line)
         elif w is not None and fd == w.relay.fd:
@@ -1989,6 +2036,18 @@ class Supervisor:
         job.interrupted = True
         job.kill_at = time.monotonic() + INTERRUPT_GRACE
         self.sigint(job)
+
+    def over_time(self, job):
+        """The run passed its time limit and LIMIT_GRACE, and the daemon has
+        not stopped it: stop it as the daemon would.  A session's run is
+        interrupted (its state may live on); a single-use one is killed."""
+        job.limit_at = None
+        job.timed_out = True
+        log('the run passed its time limit: stopping it')
+        if job.keep:
+            self.interrupt(job.rid)
+        else:
+            self.kill_worker(job.worker)
 
     def sigint(self, job):
         """SIGINT to the worker, repeated every INTERRUPT_REPEAT until its
@@ -2105,8 +2164,16 @@ class Supervisor:
         """A new worker (a Worker), or None when the fork failed (logged)."""
         made = []
         try:
-            for _ in range(5 if ahead else 4):
+            for _ in range(3 if ahead else 2):
                 made += os.pipe()
+            # The report and go channels are one-way sockets, not pipes: a
+            # pipe can be reopened for the other direction through
+            # /proc/self/fd (a socket cannot), so user code could have put a
+            # request in the go pipe or taken the worker's record out of the
+            # report pipe.
+            made += one_way_pair()  # report: worker -> supervisor
+            go_r, go_w = one_way_pair()
+            made += [go_r, go_w]
             made += socket_pair()
             oom_before = oom_kills()  # nothing runs until the request: as good as later
             # The only fork the supervisor makes per worker: a fork bomb in
@@ -2117,8 +2184,10 @@ class Supervisor:
                 os.close(fd)
             log('cannot fork the worker%s: %s' % (' ahead' if ahead else '', e))
             return None
-        out_r, out_w, err_r, err_w, rep_r, rep_w, go_r, go_w = made[:8]
-        set_r, set_w = made[8:10] if ahead else (None, None)
+        out_r, out_w = made[:2]
+        err_r, err_w = made[2:4]
+        set_r, set_w = made[4:6] if ahead else (None, None)
+        rep_r, rep_w, go_r, go_w = made[-6:-2]
         api_r, api_w = made[-2:]
         if pid == 0:
             try:
@@ -2137,16 +2206,22 @@ class Supervisor:
         language, code = p.get('language'), p.get('code')
         limit = p.get('output_limit', DEFAULT_OUTPUT_LIMIT)
         keep = p.get('keep', False)
+        time_limit = p.get('time_limit_ms')
         if language not in ('python', 'shell') or not isinstance(code, str) \
                 or not isinstance(limit, int) or isinstance(limit, bool) or limit < 0 \
-                or not isinstance(keep, bool):
+                or not isinstance(keep, bool) or not (time_limit is None or (
+                    isinstance(time_limit, int) and not isinstance(time_limit, bool)
+                    and 0 < time_limit <= TIME_LIMIT_MAX * 1000)):
             return self.reply_error(rid, -32602, 'invalid params: want language "python"|"shell", '
-                                    'code string, output_limit >= 0, keep boolean')
+                                    'code string, output_limit >= 0, keep boolean, '
+                                    'time_limit_ms 1..%d' % (TIME_LIMIT_MAX * 1000))
         servers = check_servers(p.get('servers'))
         if servers is None:
             return self.reply_error(rid, -32602, 'invalid params: want servers a list of '
                                     '{"name": string, "alias": Python identifier}, names and aliases unique')
-        request = {'language': language, 'code': code, 'servers': servers, 'keep': keep}
+        token = os.urandom(16).hex()
+        request = {'language': language, 'code': code, 'servers': servers, 'keep': keep, 'token': token}
+        run = (token, None if time_limit is None else time_limit / 1000.0)
         if self.frozen_until is not None:
             # the daemon waits for its file operations first; should it not,
             # a stopped worker would never take the request
@@ -2164,7 +2239,7 @@ class Supervisor:
                 self.pre = None
             if w.alive() and w.send(request):
                 oom_before = oom_kills() if w.runs else w.oom_before
-                return self.started(rid, w, language, limit, oom_before, keep, out_before)
+                return self.started(rid, w, language, limit, oom_before, keep, out_before, run)
             # it died waiting: fork afresh below (a session's state is gone)
             log('the waiting worker is gone; forking again')
             self.lost = self.lost or w.runs > 0
@@ -2176,12 +2251,12 @@ class Supervisor:
             if w is not None:
                 w.close()
             return self.reply_error(rid, -32603, 'cannot start worker')
-        self.started(rid, w, language, limit, w.oom_before, keep, out_before)
+        self.started(rid, w, language, limit, w.oom_before, keep, out_before, run)
 
-    def started(self, rid, w, language, limit, oom_before, keep, out_before):
+    def started(self, rid, w, language, limit, oom_before, keep, out_before, run):
         restarted, self.lost = self.lost, False
         w.runs += 1
-        self.job = Job(self, rid, w, language, limit, oom_before, keep, restarted, out_before)
+        self.job = Job(self, rid, w, language, limit, oom_before, keep, restarted, out_before, *run)
 
     def reap(self):
         # PID 1 inherits every orphan: reap them all, note the workers'.
@@ -2256,12 +2331,43 @@ class Supervisor:
             except OSError:
                 pass
             return
+        # Found first: once the worker is dead, a session's shell (a group of
+        # its own) is no longer our descendant.
+        rest = descendants(os.getpid())
         for x in (w, self.worker, self.job.worker if self.job is not None else None):
             if x is not None:
                 try:
                     os.killpg(x.pid, signal.SIGKILL)
                 except OSError:
                     pass
+        for pid in rest:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+
+def descendants(root):
+    """Pids of root's descendants, from /proc (outside a container only)."""
+    parent = {}
+    try:
+        names = os.listdir('/proc')
+    except OSError:
+        return []
+    for name in names:
+        if name.isdigit():
+            try:
+                with open('/proc/%s/stat' % name, 'rb') as f:
+                    parent[int(name)] = int(f.read().rsplit(b')', 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                pass
+    found, todo = [], [root]
+    while todo:
+        p = todo.pop()
+        kids = [c for c, pp in parent.items() if pp == p]
+        found += kids
+        todo += kids
+    return found
 
 
 if __name__ == '__main__':

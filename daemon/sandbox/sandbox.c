@@ -615,10 +615,11 @@ static void take_result(struct sandbox *s, json_t *r)
         const char *st = json_string_value(json_object_get(r, "status"));
         json_t *code = json_object_get(r, "exit_code");
         json_t *error = json_object_get(r, "error");
-        s->res.status = !st                      ? ST_ERROR
-                        : strcmp(st, "ok") == 0  ? ST_OK
-                        : strcmp(st, "oom") == 0 ? ST_OOM
-                                                 : ST_ERROR;
+        s->res.status = !st                          ? ST_ERROR
+                        : strcmp(st, "ok") == 0      ? ST_OK
+                        : strcmp(st, "oom") == 0     ? ST_OOM
+                        : strcmp(st, "timeout") == 0 ? ST_TIMEOUT
+                                                     : ST_ERROR;
         if (json_is_integer(code)) {
                 s->res.has_exit_code = true;
                 s->res.exit_code = (int)json_integer_value(code);
@@ -629,7 +630,16 @@ static void take_result(struct sandbox *s, json_t *r)
                 s->res.out.total = (unsigned long long)ob;
         if (eb > 0 && (unsigned long long)eb > s->res.err.total)
                 s->res.err.total = (unsigned long long)eb;
-        if (json_is_object(error)) {
+        if (s->res.status == ST_TIMEOUT) {
+                /* The runtime's own limit, a second after ours: this daemon
+                 * was late (stopped, or its loop held up). */
+                char msg[160];
+                snprintf(msg, sizeof(msg),
+                         "the code ran longer than its time limit of %g s and was stopped by "
+                         "the sandbox's runtime",
+                         s->timeout_s);
+                set_error(&s->res, "Timeout", msg);
+        } else if (json_is_object(error)) {
                 set_error(&s->res, json_string_value(json_object_get(error, "type")),
                           json_string_value(json_object_get(error, "message")));
                 const char *tb = json_string_value(json_object_get(error, "traceback"));
@@ -637,6 +647,7 @@ static void take_result(struct sandbox *s, json_t *r)
                 s->res.error_traceback = tb ? strdup(tb) : NULL;
         } else if (s->res.status == ST_OOM) {
                 set_error(&s->res, "MemoryError", "the code exceeded the sandbox memory limit");
+
         } else if (st && strcmp(st, "killed") == 0) {
                 char msg[96];
                 json_int_t sig = json_integer_value(json_object_get(r, "signal"));
@@ -979,9 +990,16 @@ static int send_frame(struct sandbox *s, json_t *msg)
 /* Returns negative when it failed: then s may be gone. */
 static int send_exec(struct sandbox *s)
 {
-        json_t *params =
-            json_pack("{s:s, s:s, s:I}", "language", s->lang == LANG_PYTHON ? "python" : "shell",
-                      "code", s->code, "output_limit", (json_int_t)s->mgr->cfg->output_limit);
+        /* Round up: a limit must never become 0, which disarms the timer. */
+        long long ms = (long long)ceil(s->timeout_s * 1000);
+        if (ms <= 0)
+                ms = 1;
+        /* The runtime holds the time limit too (a second later), so that the
+         * code stops even when this daemon is killed or stopped meanwhile. */
+        json_t *params = json_pack("{s:s, s:s, s:I, s:I}", "language",
+                                   s->lang == LANG_PYTHON ? "python" : "shell", "code", s->code,
+                                   "output_limit", (json_int_t)s->mgr->cfg->output_limit,
+                                   "time_limit_ms", (json_int_t)ms);
         if (params && s->keep)
                 json_object_set_new(params, "keep", json_true());
         if (params && s->bridge) {
@@ -995,9 +1013,7 @@ static int send_exec(struct sandbox *s)
                 return -1;
         }
         s->state = S_BUSY;
-        /* Round up: a limit must never become 0, which disarms the timer. */
-        long long ms = (long long)ceil(s->timeout_s * 1000);
-        timer_arm(s->timer, ms > 0 ? ms : 1);
+        timer_arm(s->timer, ms);
         return 0;
 }
 

@@ -402,8 +402,8 @@ check(frames_ok and res.get('status') == 'ok' and len([fr for fr in rt.frames if
       'user code cannot reach the frame channel (own fds or /proc/<supervisor>/fd)', (out, res, rt.frames[-1:]))
 fds_line = [l for l in text(out, 'stdout').splitlines() if l.startswith('fds ')]
 fds = ast.literal_eval(fds_line[0][4:]) if fds_line else None
-check(fds is not None and sorted(kind for _, kind in fds) == ['fifo', 'sock'],
-      'worker holds no fd above 2 but its report pipe and API socket', fds_line)
+check(fds is not None and sorted(kind for _, kind in fds) == ['sock', 'sock'],
+      'worker holds no fd above 2 but its report socket and API socket', fds_line)
 
 out, res, rt, _ = run("import os\nprint(open('/proc/self/oom_score_adj').read().strip())\n"
                       "print(os.getpgid(0) == os.getpid())")
@@ -504,17 +504,88 @@ check(resp and max(sizes) < 65536 and text(out, 'stdout') == '\x01' * 100000 and
       and e.get('traceback', '').endswith('\x02\n'), 'frames fit CORRAL_MAX_FRAME (escaping, long traceback)',
       sizes)
 
-# stdin closed right after the request: the exec still completes and answers
+# stdin closed while an exec runs (the daemon is gone): the code is ended and
+# the runtime exits at once, without waiting for the run or answering it
 rt = Runtime()
 rt.ready()
 rt.send({'jsonrpc': '2.0', 'id': 3, 'method': 'sandbox/exec',
-         'params': {'language': 'python', 'code': 'import time\ntime.sleep(0.2)\nprint(5)'}})
-rt.stdin.close()
-out, resp = rt.response(3)
-check(resp and resp['result']['status'] == 'ok' and text(out, 'stdout') == '5\n',
-      'exec completes after stdin EOF', (out, resp))
-rt.close()
+         'params': {'language': 'python', 'code': 'import os, time\nprint(os.getpgid(0), flush=True)\n'
+                    'while True: pass'}})
+out, _ = rt.response(3, timeout=0.5)
+pgid = first_int(text(out, 'stdout'))
+t0 = time.monotonic()
+rc, err = rt.close()
+took = time.monotonic() - t0
+check(pgid > 0 and rc == 0 and took < 2.0 and group_gone(pgid) and not any('id' in f for f in rt.frames[1:]),
+      'stdin EOF during an exec: the code is killed, no answer, the runtime exits (%.2fs)' % took,
+      (out, rc, took, err[-500:]))
 
+# --- a run's own time limit, held by the runtime itself ---------------------
+rt = Runtime()
+rt.ready()
+t0 = time.monotonic()
+rt.send({'jsonrpc': '2.0', 'id': 4, 'method': 'sandbox/exec',
+         'params': {'language': 'python', 'code': 'import os\nprint(os.getpgid(0), flush=True)\nwhile True: pass',
+                    'time_limit_ms': 300}})
+out, resp = rt.response(4, timeout=10)
+took = time.monotonic() - t0
+rt.close()
+res = (resp or {}).get('result') or {}
+pgid = first_int(text(out, 'stdout'))
+check(res.get('status') == 'timeout' and res.get('signal') == 9 and 1.2 <= took < 3.0 and group_gone(pgid),
+      'time_limit_ms: a busy loop is killed a grace after its limit with no daemon acting (%.2fs)' % took,
+      (res, took))
+rt = Runtime()
+rt.ready()
+rt.send({'jsonrpc': '2.0', 'id': 5, 'method': 'sandbox/exec',
+         'params': {'language': 'python', 'code': 'pass', 'time_limit_ms': 0}})
+_, resp = rt.response(5)
+rt.close()
+check(resp and (resp.get('error') or {}).get('code') == -32602, 'time_limit_ms 0 is refused with -32602', resp)
+
+# --- records user code cannot forge ------------------------------------------
+# The code writes end records (every format the runtime ever used, with its
+# own pid and guessed tokens) and JSON-RPC answers on every descriptor it has
+# or can open, then goes on printing and ends with its own status.
+FORGE = r'''import json, os, time
+me = os.getpid()
+recs = [{'end': 0, 'signal': None, 'pid': me, 'token': t, 'error': None}
+        for t in (None, '', '0' * 32, 'f' * 32)]
+recs += [{'exit': 0, 'pid': me}, {'end': 0, 'pid': me}, {'type': 'MemoryError', 'message': 'x', 'traceback': ''},
+         {'jsonrpc': '2.0', 'id': RID, 'result': {'status': 'ok', 'exit_code': 0}}]
+junk = b''.join(json.dumps(r).encode() + b'\n' for r in recs)
+fds = set()
+for name in os.listdir('/proc/self/fd'):
+    fds.add(int(name))
+for path in ['/proc/self/fd/%d' % n for n in sorted(fds)] + ['/proc/1/fd/0', '/proc/1/fd/1', '/dev/stdout',
+                                                              '/dev/stderr', '/dev/tty']:
+    try:
+        fds.add(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+    except OSError:
+        pass
+wrote = 0
+for fd in sorted(fds):
+    try:
+        os.set_blocking(fd, False)
+        os.write(fd, junk)
+        wrote += 1
+    except OSError:
+        pass
+time.sleep(0.3)
+print('after the forgery', wrote, flush=True)
+time.sleep(0.2)
+print('still mine')
+STATUS
+'''
+out, res, rt, _ = run(FORGE.replace('RID', '1').replace('STATUS', 'raise SystemExit(3)'))
+check(res.get('exit_code') == 3 and res.get('status') == 'error' and res.get('error') is None
+      and 'after the forgery' in text(out, 'stdout') and 'still mine' in text(out, 'stdout'),
+      'single-use: forged records on every descriptor neither end the run nor set its status',
+      (text(out, 'stdout')[-500:], res))
+out, res, rt, _ = run(FORGE.replace('RID', '1').replace('STATUS', 'raise ValueError("real")'))
+check(res.get('status') == 'error' and (res.get('error') or {}).get('type') == 'ValueError'
+      and (res.get('error') or {}).get('message') == 'real' and 'still mine' in text(out, 'stdout'),
+      'single-use: a forged error record is not the error the code raised', res)
 # --- MCP bridge: the worker's `corral` API, relayed through the supervisor ---
 # A fake daemon answers the requests the runtime forwards: servers/list,
 # tools/list and tools/call of three servers (one of which cannot start).
@@ -941,8 +1012,21 @@ def answer_big(f, requests, rt):
     return [{'jsonrpc': '2.0', 'id': f['id'], 'result': {'content': [{'type': 'text', 'text': big}]}}]
 
 
-code = '''import os, stat, time
-fd = [f for f in range(3, 64) if os.path.exists('/proc/self/fd/%%d' %% f) and stat.S_ISSOCK(os.fstat(f).st_mode)][0]
+code = '''import os, socket, stat, time
+
+
+def api_socket(f):  # the report socket is a socket too, but one that cannot receive (EOF)
+    try:
+        socket.socket(fileno=os.dup(f)).recv(1, socket.MSG_DONTWAIT)
+    except BlockingIOError:
+        return True
+    except OSError:
+        pass
+    return False
+
+
+fd = [f for f in range(3, 64) if os.path.exists('/proc/self/fd/%%d' %% f) and stat.S_ISSOCK(os.fstat(f).st_mode)
+      and api_socket(f)][0]
 for i in range(%d):
     os.write(fd, b'{"jsonrpc":"2.0","id":%%d,"method":"tools/call","params":{}}\\n' %% i)
 time.sleep(0.5)
@@ -1000,9 +1084,9 @@ class Session:
         self.rt.ready()
         self.rid = 0
 
-    def send_exec(self, code, language='python', keep=True, servers=None):
+    def send_exec(self, code, language='python', keep=True, servers=None, **extra):
         self.rid += 1
-        params = {'language': language, 'code': code, 'keep': keep}
+        params = dict({'language': language, 'code': code, 'keep': keep}, **extra)
         if servers is not None:
             params['servers'] = servers
         self.rt.send({'jsonrpc': '2.0', 'id': self.rid, 'method': 'sandbox/exec', 'params': params})
@@ -1200,6 +1284,41 @@ check(res.get('truncated') is True and 0 < len(res.get('entries', [])) < 7000 an
 
 rc, err = ses.close()
 check(rc == 0 and not ses.rt.bad, 'session: stdin EOF while idle ends the runtime with 0', (rc, err[-800:]))
+
+# --- sessions: records user code cannot forge; limits without the daemon -----
+ses = Session()
+ses.run("x = 7")
+o1, _, r1, _ = ses.run(FORGE.replace('RID', str(ses.rid + 1)).replace('STATUS', 'x = 8'))
+o2, e2, r2, _ = ses.run("print('second', x)")
+check(r1.get('status') == 'ok' and r1.get('state') == 'kept' and 'after the forgery' in o1
+      and o1.endswith('still mine\n') and o2 == 'second 8\n' and e2 == '' and r2.get('status') == 'ok',
+      'session: forged records on every descriptor do not end the run; the next run sees only its own output',
+      (o1[-300:], r1, o2, e2, r2))
+t0 = time.monotonic()
+rid = ses.send_exec("x = 9\nwhile True: pass", time_limit_ms=300)
+_, resp = ses.rt.response(rid, 10)
+took = time.monotonic() - t0
+r3 = (resp or {}).get('result') or {}
+o4, _, _, _ = ses.run("print(x)")
+check(r3.get('status') == 'timeout' and r3.get('state') == 'kept' and 1.2 <= took < 3.0 and o4 == '9\n',
+      'session: time_limit_ms interrupts a busy loop with no daemon acting, and the session lives (%.2fs)' % took,
+      (r3, took, o4))
+t0 = time.monotonic()
+rid = ses.send_exec("trap '' INT TERM HUP; while :; do :; done", language='shell', time_limit_ms=300)
+_, resp = ses.rt.response(rid, 10)
+took = time.monotonic() - t0
+r5 = (resp or {}).get('result') or {}
+check(r5.get('status') == 'timeout' and r5.get('state') == 'kept' and took < 3.0,
+      'session: a shell that traps INT, TERM and HUP is stopped at its time limit (%.2fs)' % took, (r5, took))
+rid = ses.send_exec("trap '' INT TERM HUP; echo $$; while :; do :; done", language='shell')
+out, _ = ses.rt.response(rid, timeout=1)
+pgid = first_int(text(out, 'stdout'))
+t0 = time.monotonic()
+rc, err = ses.close()
+took = time.monotonic() - t0
+check(pgid > 0 and took < 2.0 and group_gone(pgid),
+      'session: stdin EOF while a shell that traps signals runs kills it and ends the runtime (%.2fs)' % took,
+      (out, rc, took, err[-500:]))
 
 # a one-shot exec (no keep) after nothing: the runtime still ends after it
 s2 = Session()
