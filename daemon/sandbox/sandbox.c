@@ -996,10 +996,10 @@ static int send_exec(struct sandbox *s)
                 ms = 1;
         /* The runtime holds the time limit too (a second later), so that the
          * code stops even when this daemon is killed or stopped meanwhile. */
-        json_t *params = json_pack("{s:s, s:s, s:I, s:I}", "language",
-                                   s->lang == LANG_PYTHON ? "python" : "shell", "code", s->code,
-                                   "output_limit", (json_int_t)s->mgr->cfg->output_limit,
-                                   "time_limit_ms", (json_int_t)ms);
+        json_t *params =
+            json_pack("{s:s, s:s, s:I, s:I}", "language",
+                      s->lang == LANG_PYTHON ? "python" : "shell", "code", s->code, "output_limit",
+                      (json_int_t)s->mgr->cfg->output_limit, "time_limit_ms", (json_int_t)ms);
         if (params && s->keep)
                 json_object_set_new(params, "keep", json_true());
         if (params && s->bridge) {
