@@ -1728,6 +1728,59 @@ test('kill -9: the next corral removes the containers of the killed one', async 
   assert.equal(bClose.code, 0, 'B exits 0 on stdin EOF');
 }, { timeoutMs: 120000 });
 
+test('kill -9 mid-run: a busy loop (timeout_s 5) and a session shell that traps signals stop without corral; the next corral sweeps the rest', async (t) => {
+  const a = await t.daemon('killed-busy');
+  t.defer(async () => {
+    const left = await corralContainers(`io.corral.pid=${a.pid}`);
+    if (left.length) out(`# kill -9 mid-run test: removing ${left.length} container(s): ${await removeContainers(left)}`);
+  });
+  const t0 = Date.now();
+  // In flight when corral dies: their answers never come.
+  const busy = a.call(null, 'run_python', { code: 'print("spinning", flush=True)\nwhile True: pass', timeout_s: 5 },
+    { timeoutMs: 60000 }).catch((e) => e);
+  const shell = a.call(null, 'run_shell', { command: "trap '' INT TERM HUP; echo trapped; while :; do :; done",
+    session: 'trapper', timeout_s: 600 }, { timeoutMs: 60000 }).catch((e) => e);
+  await sleep(Math.max(0, 3000 - (Date.now() - t0)));
+  for (const [what, p] of [['the busy loop', busy], ['the session shell', shell]]) {
+    const early = await Promise.race([p, sleep(10).then(() => null)]);
+    assert.equal(early, null, `${what} has not ended 3 s in: ${clip(JSON.stringify(early), 600)}`);
+  }
+  const st = await a.status(t);
+  const sl = (await toolCall(t, a, 'session_list', {})).structuredContent;
+  t.note('pool_at_kill', st.pool);
+  t.note('sessions_at_kill', sl);
+  assert.ok(st.pool.busy >= 1, `the one-shot call is running 3 s in (busy ${st.pool.busy})`);
+  const trapper = (sl.sessions || []).find((x) => x.name === 'trapper');
+  // A session whose first call still runs says "starting".
+  assert.ok(['busy', 'starting'].includes(trapper?.state) && trapper.container,
+    'the session\'s shell is running 3 s in, in its container');
+  const atKill = await corralContainers(`io.corral.pid=${a.pid}`);
+  t.note('at_kill', brief(atKill));
+  const proc = a.transport._process;
+  const exited = new Promise((r) => proc.once('exit', (code, signal) => r({ code, signal })));
+  process.kill(Number(a.pid), 'SIGKILL');
+  assert.equal((await withTimeout(exited, 10000, 'exit after SIGKILL')).signal, 'SIGKILL', 'corral died of SIGKILL');
+  void busy; void shell;
+  // Nothing of corral's is left to stop them: the runtime in each must.
+  const stopped = await waitFor(async () => {
+    const cs = await corralContainers(`io.corral.pid=${a.pid}`);
+    return { done: cs.every((c) => c.state !== 'running'), cs };
+  }, { timeoutMs: Math.max(1000, 20000 - (Date.now() - t0)), intervalMs: 250 });
+  t.note('stopped_after_ms', Date.now() - t0);
+  t.note('after_kill', brief(stopped.cs));
+  assert.ok(stopped.done, `20 s after the calls started no container of the killed corral is running: ${brief(stopped.cs).join('; ')}`);
+  assert.ok(stopped.cs.length >= 2, 'the killed corral left its containers (stopped) for a sweep');
+
+  const b = await t.daemon('sweeper');
+  const gone = await waitFor(async () => {
+    const cs = await corralContainers(`io.corral.pid=${a.pid}`);
+    return { done: cs.length === 0, cs };
+  }, { timeoutMs: 15000, intervalMs: 250 });
+  assert.ok(gone.done, `the next corral removes what is left: ${brief(gone.cs).join('; ')}`);
+  const bClose = await b.close();
+  assert.equal(bClose.code, 0, 'the sweeping corral exits 0 on stdin EOF');
+}, { timeoutMs: 90000 });
+
 // ---- raw protocol
 
 test('raw protocol: initialize echoes a supported version and offers its own for an unknown one', async (t) => {
