@@ -6,6 +6,7 @@
 #include "core/confine.h"
 #include "core/log.h"
 #include "upstream/http.h"
+#include "upstream/mask.h"
 
 #include <fcntl.h>
 #include <math.h>
@@ -30,6 +31,15 @@
 #define MAX_TOOLS        10000
 #define STDERR_LINE_MAX  4096
 #define STDERR_LOG_MAX   (256 * 1024) /* stderr bytes logged per process */
+/* Bytes of what a server says that go on, each masked before it is cut
+ * (upstream/mask.h): the code in a sandbox controls the length of what it
+ * sends, and so where a cut of an echo of it would land. */
+#define LAST_ERROR_MAX  1000 /* last_error, which list_servers shows */
+#define STDERR_SHOWN    1000 /* a stderr line in the log */
+#define STDERR_IN_ERROR 400  /* the last stderr line in last_error */
+#define MESSAGE_SHOWN   300  /* a server's own error message in last_error */
+#define LOG_SHOWN       1000 /* a server's log message, or why a listing failed */
+#define LINE_SHOWN      200  /* a line that is not JSON-RPC */
 
 extern char **environ;
 
@@ -103,16 +113,48 @@ static void check_stopped(struct upstream_set *set);
 
 /* ---- small helpers */
 
+/* text[0..len) masked, cut to `max` (0: not cut) and made valid UTF-8
+ * (caller frees; NULL when out of memory). */
+static char *masked_n(const struct upstream_set *set, const char *text, size_t len, size_t max,
+                      unsigned flags)
+{
+        return utf8_scrub(mask_text(set->reg.mask, text, len, max, flags));
+}
+
+/* A message made whole, then masked and cut to fit in e->msg: what it
+ * quotes (a command, a path, a server's words) may hold a secret. */
+static int err_masked(const struct upstream_set *set, struct err *e, enum err_kind kind, int code,
+                      const char *fmt, ...) _printf_(5, 6);
+static int err_masked(const struct upstream_set *set, struct err *e, enum err_kind kind, int code,
+                      const char *fmt, ...)
+{
+        char *msg = NULL;
+        va_list ap;
+        va_start(ap, fmt);
+        if (vasprintf(&msg, fmt, ap) < 0)
+                msg = NULL;
+        va_end(ap);
+        err_set(e, kind, code, "out of memory");
+        if (msg) {
+                mask_into(set->reg.mask, msg, strlen(msg), 0, e->msg, sizeof(e->msg));
+                utf8_scrub(e->msg);
+        }
+        free(msg);
+        return e->code;
+}
+
 static void set_last_error(struct upstream *u, const char *fmt, ...) _printf_(2, 3);
 static void set_last_error(struct upstream *u, const char *fmt, ...)
 {
-        char msg[1024];
+        char *msg = NULL;
         va_list ap;
         va_start(ap, fmt);
-        vsnprintf(msg, sizeof(msg), fmt, ap);
+        if (vasprintf(&msg, fmt, ap) < 0)
+                msg = NULL;
         va_end(ap);
         free(u->last_error);
-        u->last_error = upstream_mask(u->set, utf8_scrub(msg));
+        u->last_error = msg ? upstream_mask(u->set, msg, LAST_ERROR_MAX) : NULL;
+        free(msg);
 }
 
 static int pidfd_open_(pid_t pid)
@@ -162,15 +204,19 @@ static void call_fail(struct upstream_call *c, int code, const char *fmt, ...) _
 static void call_fail(struct upstream_call *c, int code, const char *fmt, ...)
 {
         struct err e = {.kind = ERR_INTERNAL, .code = code};
+        char *msg = NULL;
         va_list ap;
         va_start(ap, fmt);
-        vsnprintf(e.msg, sizeof(e.msg), fmt, ap);
+        if (vasprintf(&msg, fmt, ap) < 0)
+                msg = NULL;
         va_end(ap);
-        char *masked = upstream_mask(c->u->set, e.msg);
-        if (masked) {
-                snprintf(e.msg, sizeof(e.msg), "%s", masked);
-                free(masked);
+        if (msg) {
+                mask_into(c->u->set->reg.mask, msg, strlen(msg), 0, e.msg, sizeof(e.msg));
+                utf8_scrub(e.msg);
+        } else {
+                snprintf(e.msg, sizeof(e.msg), "out of memory");
         }
+        free(msg);
         call_finish(c, NULL, &e);
 }
 
@@ -297,7 +343,7 @@ static void tools_page(struct upstream *u, json_t *result, json_t *error, size_t
         if (error) {
                 /* A server without tools: an empty list, not a failure. */
                 const char *m = json_string_value(json_object_get(error, "message"));
-                char *masked = upstream_mask(u->set, m ? m : "no message");
+                char *masked = upstream_mask(u->set, m ? m : "no message", LOG_SHOWN);
                 log_info("upstream %s: tools/list failed: %s", u->spec->name,
                          masked ? masked : "?");
                 free(masked);
@@ -363,7 +409,9 @@ static void initialized(struct upstream *u, json_t *result, json_t *error)
         u->init_id = 0;
         if (error || !json_is_object(result)) {
                 const char *m = json_string_value(json_object_get(error, "message"));
-                set_last_error(u, "initialize failed: %.300s", m ? m : "not an object");
+                _cleanup_free_ char *shown =
+                    upstream_mask(u->set, m ? m : "not an object", MESSAGE_SHOWN);
+                set_last_error(u, "initialize failed: %s", shown ? shown : "?");
                 u_kill(u, SIGKILL);
                 u_died(u, NULL);
                 return;
@@ -447,11 +495,15 @@ static int on_line(void *userdata, const char *line, size_t len)
                 if (r != JRPC_PARSE_ERROR && id) {
                         /* A malformed request of its own: tell it. */
                         send_json(u, jrpc_error(id, r, e.msg, NULL));
-                } else {
-                        char *masked = upstream_mask(u->set, e.msg);
-                        log_warn("upstream %s: bad message: %s", u->spec->name,
+                } else if (r == JRPC_PARSE_ERROR) {
+                        /* Not jansson's words: they quote the line cut at
+                         * 160 bytes, before anything could mask it. */
+                        char *masked = masked_n(u->set, line, len, LINE_SHOWN, 0);
+                        log_warn("upstream %s: a message that is not JSON: %s", u->spec->name,
                                  masked ? masked : "?");
                         free(masked);
+                } else {
+                        log_warn("upstream %s: bad message: %s", u->spec->name, e.msg);
                 }
                 json_decref(id);
                 return 0;
@@ -467,8 +519,8 @@ static int on_line(void *userdata, const char *line, size_t len)
                 } else if (strcmp(m.method, "notifications/message") == 0) {
                         char *text = json_dumps(json_object_get(m.params, "data"),
                                                 JSON_COMPACT | JSON_ENCODE_ANY);
-                        char *masked = text ? upstream_mask(u->set, text) : NULL;
-                        log_info("upstream %s: %.1000s", u->spec->name, masked ? masked : "");
+                        char *masked = text ? upstream_mask(u->set, text, LOG_SHOWN) : NULL;
+                        log_info("upstream %s: %s", u->spec->name, masked ? masked : "");
                         free(text);
                         free(masked);
                 }
@@ -490,9 +542,11 @@ static int on_line(void *userdata, const char *line, size_t len)
                                     json_string_value(json_object_get(error, "message"));
                                 ue.code = json_is_integer(code) ? (int)json_integer_value(code)
                                                                 : JRPC_INTERNAL_ERROR;
-                                char *masked = upstream_mask(u->set, msg ? msg : "error");
-                                snprintf(ue.msg, sizeof(ue.msg), "%s", masked ? masked : "error");
-                                free(masked);
+                                if (!msg)
+                                        msg = "error";
+                                mask_into(u->set->reg.mask, msg, strlen(msg), 0, ue.msg,
+                                          sizeof(ue.msg));
+                                utf8_scrub(ue.msg);
                                 call_finish(c, NULL, &ue);
                         } else if (c->max_result && len > c->max_result) {
                                 call_fail(c, UPE_TOO_LARGE,
@@ -553,12 +607,8 @@ static int on_err_line(void *userdata, const char *line, size_t len)
         struct upstream *u = userdata;
         if (!line)
                 return 0;
-        char text[1001];
-        size_t n = len < 1000 ? len : 1000;
-        memcpy(text, line, n);
-        text[n] = '\0';
-        utf8_scrub(text);
-        char *masked = upstream_mask(u->set, text);
+        /* The whole line is masked, then cut. */
+        char *masked = masked_n(u->set, line, len, STDERR_SHOWN, 0);
         if (!masked)
                 return 0;
         if (u->err_logged < STDERR_LOG_MAX)
@@ -666,10 +716,12 @@ static void u_died(struct upstream *u, const char *why)
         u->state = U_DEAD;
         u->out_eof = false;
         if (why) {
-                if (u->last_stderr)
-                        set_last_error(u, "server '%s' %s%s; its last stderr line: %.400s",
+                _cleanup_free_ char *line =
+                    u->last_stderr ? upstream_mask(u->set, u->last_stderr, STDERR_IN_ERROR) : NULL;
+                if (line)
+                        set_last_error(u, "server '%s' %s%s; its last stderr line: %s",
                                        u->spec->name, why, was_starting ? " while starting" : "",
-                                       u->last_stderr);
+                                       line);
                 else
                         set_last_error(u, "server '%s' %s%s", u->spec->name, why,
                                        was_starting ? " while starting" : "");
@@ -881,9 +933,9 @@ static int spawn(struct upstream *u, struct err *e)
                 close(fds[1]);
                 close(fds[2]);
                 close(fds[4]);
-                return err_set(e, ERR_INTERNAL, child_errno, "cannot run `%s`%s%s: %s",
-                               spec->argv[0], spec->cwd ? " in " : "", spec->cwd ? spec->cwd : "",
-                               strerror(child_errno));
+                return err_masked(u->set, e, ERR_INTERNAL, child_errno, "cannot run `%s`%s%s: %s",
+                                  spec->argv[0], spec->cwd ? " in " : "",
+                                  spec->cwd ? spec->cwd : "", strerror(child_errno));
         }
         u->pid = pid;
         u->in_fd = fds[1];
@@ -966,7 +1018,7 @@ static void http_post_done(void *userdata, json_int_t id, const struct err *e, b
                         return;
                 }
                 /* A new listing failed: keep the tools known so far. */
-                char *masked = upstream_mask(u->set, what);
+                char *masked = upstream_mask(u->set, what, 0);
                 log_warn("upstream %s: tools/list: %s", name, masked ? masked : "failed");
                 free(masked);
                 u->list_id = 0;
@@ -983,7 +1035,7 @@ static void http_post_done(void *userdata, json_int_t id, const struct err *e, b
                                                    : UPE_UNAVAILABLE;
                 call_fail(c, code, "%s on server '%s': %s", c->method, name, what);
         } else if (e && !id && !lost) {
-                char *masked = upstream_mask(u->set, e->msg);
+                char *masked = upstream_mask(u->set, e->msg, 0);
                 log_warn("upstream %s: %s", name, masked ? masked : "a message was not delivered");
                 free(masked);
         }
@@ -1011,7 +1063,7 @@ static void http_start(struct upstream *u, long long now)
         else
                 /* Room for a result of a whole frame plus the envelope, as
                  * on stdio. */
-                r = http_conn_new(set->curl, u->spec->url, u->spec->headers,
+                r = http_conn_new(set->curl, u->spec->url, u->spec->headers, set->reg.mask,
                                   2 * set->cfg->max_frame, &http_ops, u, &u->http, &e);
         if (r < 0) {
                 set_last_error(u, "server '%s': %s", u->spec->name,
@@ -1319,9 +1371,10 @@ const struct upstream_spec *upstream_spec(const struct upstream *u)
         return u->spec;
 }
 
-char *upstream_mask(const struct upstream_set *set, const char *text)
+char *upstream_mask(const struct upstream_set *set, const char *text, size_t max)
 {
-        return registry_mask(&set->reg, text);
+        text = text ? text : "";
+        return masked_n(set, text, strlen(text), max, 0);
 }
 
 const char *upstream_state(const struct upstream *u)

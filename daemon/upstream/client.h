@@ -45,8 +45,10 @@ size_t upstream_count(const struct upstream_set *set);
 struct upstream *upstream_at(struct upstream_set *set, size_t i);
 struct upstream *upstream_get(struct upstream_set *set, const char *name);
 const struct upstream_spec *upstream_spec(const struct upstream *u);
-/* A copy of text with every configured secret masked (caller frees). */
-char *upstream_mask(const struct upstream_set *set, const char *text);
+/* A copy of text with every configured secret masked, then cut to at most
+ * `max` bytes (0: no limit) and made valid UTF-8, as upstream/mask.h says
+ * (caller frees; NULL when out of memory). */
+char *upstream_mask(const struct upstream_set *set, const char *text, size_t max);
 
 /* "idle" (never started), "starting", "connected", "error" (the last start
  * or the process failed; see last_error). */

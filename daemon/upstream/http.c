@@ -1,5 +1,7 @@
 #include "upstream/http.h"
 
+#include "upstream/mask.h"
+
 #include <ctype.h>
 #include <stdio.h>
 #include <string.h>
@@ -10,7 +12,9 @@
 #define DELETE_TIMEOUT_MS  2000
 #define MAX_REDIRECTS      3
 #define SESSION_ID_MAX     1024
-#define ERROR_BODY_MAX     1024 /* of an error answer, kept for the message */
+#define ERROR_BODY_MAX     16384 /* of an error answer, read for its message */
+#define ERROR_MESSAGE_MAX  300   /* bytes of its JSON-RPC message in ours... */
+#define ERROR_TEXT_MAX     200   /* ...or of the start of its text */
 #define CONTENT_TYPE_MAX   128
 #define SSE_LINE_SLACK     64    /* room for "data: " before a message-sized value */
 #define LISTEN_RETRY_MS    1000  /* the GET stream ended: open it again after this... */
@@ -194,19 +198,21 @@ struct post {
         bool paused;      /* its output waits for the queue to drain */
         int redirects;
         /* The answer being read. */
-        char content_type[CONTENT_TYPE_MAX];
+        char content_type[CONTENT_TYPE_MAX]; /* "(too long)" when it did not fit */
         char session[SESSION_ID_MAX + 1];
         bool session_bad;
         enum { BODY_UNDECIDED, BODY_MESSAGES, BODY_ERROR, BODY_IGNORED } mode;
         struct http_body parser;
         struct buf error_body;
-        int fail; /* set when the body broke a limit (-EMSGSIZE) */
+        bool error_cut; /* the error answer was longer than ERROR_BODY_MAX */
+        int fail;       /* set when the body broke a limit (-EMSGSIZE) */
 };
 
 struct http_conn {
         struct curl_loop *cl;
+        struct mask *mask; /* borrowed */
         char *url;
-        char *display;
+        char *display;  /* masked */
         char **headers; /* "Name: value" */
         size_t max;
         char *session;
@@ -229,8 +235,9 @@ struct http_conn {
         void *del_ud;
 };
 
-/* scheme://host[:port]/path: what a message may show of a URL. */
-static char *display_url(const char *url)
+/* scheme://host[:port]/path: what a message may show of a URL, masked (a
+ * ${VAR} may be in its path). */
+static char *display_url(const char *url, struct mask *mask)
 {
         CURLU *u = curl_url();
         char *out = NULL, *shown = NULL;
@@ -245,7 +252,11 @@ static char *display_url(const char *url)
                 curl_free(out);
         }
         curl_url_cleanup(u);
-        return shown ? shown : strdup("(the server's URL)");
+        if (!shown)
+                return strdup("(the server's URL)");
+        char *m = mask_text(mask, shown, strlen(shown), 0, 0);
+        free(shown);
+        return m;
 }
 
 static char *url_part(CURLU *u, CURLUPart what, unsigned flags)
@@ -458,11 +469,16 @@ static size_t on_header(char *p, size_t size, size_t n, void *userdata)
         if (nlen == 12 && strncasecmp(p, "content-type", 12) == 0) {
                 /* The media type only, lower case: "text/event-stream". */
                 size_t k = 0;
-                while (k < vlen && k < CONTENT_TYPE_MAX - 1 && v[k] != ';' && v[k] != ' ') {
-                        po->content_type[k] = (char)tolower((unsigned char)v[k]);
+                while (k < vlen && v[k] != ';' && v[k] != ' ')
                         k++;
+                if (k > CONTENT_TYPE_MAX - 1) {
+                        /* Never cut: a message quotes it. */
+                        snprintf(po->content_type, sizeof(po->content_type), "(too long)");
+                } else {
+                        for (size_t i = 0; i < k; i++)
+                                po->content_type[i] = (char)tolower((unsigned char)v[i]);
+                        po->content_type[k] = '\0';
                 }
-                po->content_type[k] = '\0';
         } else if (nlen == 14 && strncasecmp(p, "mcp-session-id", 14) == 0) {
                 if (vlen > SESSION_ID_MAX) {
                         po->session_bad = true;
@@ -517,7 +533,8 @@ static size_t on_body(char *p, size_t size, size_t n, void *userdata)
                 }
         }
         if (po->mode == BODY_ERROR) {
-                buf_append_some(&po->error_body, p, len);
+                if (buf_append_some(&po->error_body, p, len) < len)
+                        po->error_cut = true;
                 return len;
         }
         if (po->mode == BODY_IGNORED)
@@ -623,6 +640,7 @@ static int post_start(struct post *po)
         po->started_ms = now_ms();
         buf_free(&po->error_body);
         buf_init(&po->error_body, ERROR_BODY_MAX);
+        po->error_cut = false;
         CURL *easy = po->easy;
         common_options(easy);
         curl_easy_setopt(easy, CURLOPT_URL, po->url ? po->url : c->url);
@@ -643,32 +661,35 @@ static int post_start(struct post *po)
         return curl_loop_add(c->cl, easy, post_done, po) < 0 ? -EIO : 0;
 }
 
-/* The message of an error answer: the JSON-RPC error's message, or the
- * start of the text. */
-static void error_detail(struct post *po, char *out, size_t size)
+/* What an error answer says, for a message: the JSON-RPC error's message,
+ * or the start of the text; NULL for neither (or out of memory). The body
+ * may echo the request, its headers too, and the code in a sandbox chooses
+ * the length of what comes before them: it is masked whole, then cut. */
+static char *error_detail(struct post *po)
 {
-        out[0] = '\0';
-        if (po->error_body.len == 0)
-                return;
-        json_t *j = json_loadb(po->error_body.data, po->error_body.len, 0, NULL);
+        struct mask *mask = po->c->mask;
+        const char *body = po->error_body.data;
+        size_t len = po->error_body.len;
+        if (len == 0)
+                return NULL;
+        json_t *j = po->error_cut ? NULL : json_loadb(body, len, 0, NULL);
         const char *m = json_string_value(json_object_get(json_object_get(j, "error"), "message"));
         if (!m)
                 m = json_string_value(json_object_get(j, "message"));
         if (!m)
                 m = json_string_value(json_object_get(j, "error"));
-        if (m) {
-                snprintf(out, size, ": %.300s", m);
-        } else if (strncmp(po->content_type, "text/", 5) == 0 ||
-                   strcmp(po->content_type, "application/json") == 0) {
-                size_t n = po->error_body.len < 200 ? po->error_body.len : 200;
-                n = utf8_cut(po->error_body.data, n);
-                snprintf(out, size, ": %.*s", (int)n, po->error_body.data);
-                for (char *p = out; *p; p++)
-                        if (*p == '\n' || *p == '\r' || *p == '\t')
-                                *p = ' ';
-        }
+        char *shown = NULL;
+        if (m)
+                shown = mask_text(mask, m, strlen(m), ERROR_MESSAGE_MAX, 0);
+        else if (strncmp(po->content_type, "text/", 5) == 0 ||
+                 strcmp(po->content_type, "application/json") == 0)
+                shown =
+                    mask_text(mask, body, len, ERROR_TEXT_MAX, po->error_cut ? MASK_CUT_BEFORE : 0);
         json_decref(j);
-        utf8_scrub(out);
+        for (char *p = shown; p && *p; p++)
+                if (*p == '\n' || *p == '\r' || *p == '\t')
+                        *p = ' ';
+        return utf8_scrub(shown);
 }
 
 /* MCP says a server answers 404 to a session it no longer has, but some
@@ -759,7 +780,7 @@ static void post_done(CURL *easy, CURLcode cc, void *userdata)
                                 if (status == 308 && po->redirects == 1) {
                                         /* Permanent: later POSTs go there
                                          * directly. */
-                                        char *u = strdup(next), *d = display_url(next);
+                                        char *u = strdup(next), *d = display_url(next, c->mask);
                                         if (u && d) {
                                                 free(c->url);
                                                 free(c->display);
@@ -777,7 +798,7 @@ static void post_done(CURL *easy, CURLcode cc, void *userdata)
                         }
                         err_set(e, ERR_INTERNAL, ENOMEM, "cannot follow the redirect from %s", url);
                 } else {
-                        _cleanup_free_ char *shown = to ? display_url(to) : NULL;
+                        _cleanup_free_ char *shown = to ? display_url(to, c->mask) : NULL;
                         err_set(e, ERR_PROTOCOL, EPROTO,
                                 "%s redirects to %s; corral follows a redirect only to the same "
                                 "host and port over http(s), at most %d times: put the final URL "
@@ -790,21 +811,20 @@ static void post_done(CURL *easy, CURLcode cc, void *userdata)
                         "put the final URL in the configuration",
                         url, status);
         } else if (po->had_session && (status == 404 || (status == 400 && session_refused(po)))) {
-                char detail[400];
-                error_detail(po, detail, sizeof(detail));
+                _cleanup_free_ char *detail = error_detail(po);
                 err_set(e, ERR_PROTOCOL, ENOENT,
-                        "%s no longer knows the session (HTTP %ld%s): it expired or the server "
+                        "%s no longer knows the session (HTTP %ld%s%s): it expired or the server "
                         "restarted",
-                        url, status, detail);
+                        url, status, detail ? ": " : "", detail ? detail : "");
                 ev->lost = true;
         } else if (status >= 400 || status < 200) {
-                char detail[400];
-                error_detail(po, detail, sizeof(detail));
+                _cleanup_free_ char *detail = error_detail(po);
                 const char *hint = "";
                 if (status == 401 || status == 403)
                         hint = " (check the credentials in the headers configured for it)";
                 err_set(e, ERR_PROTOCOL, status == 408 || status == 504 ? ETIMEDOUT : EIO,
-                        "%s answered HTTP %ld%s%s", url, status, detail, hint);
+                        "%s answered HTTP %ld%s%s%s", url, status, detail ? ": " : "",
+                        detail ? detail : "", hint);
         } else if (po->mode == BODY_MESSAGES) {
                 /* Every message of the answer is in the queue already (the
                  * session id was taken before the first). */
@@ -816,10 +836,12 @@ static void post_done(CURL *easy, CURLcode cc, void *userdata)
                         err_set(e, ERR_INTERNAL, -r, "reading the answer from %s failed: %s", url,
                                 strerror(-r));
         } else if (po->mode == BODY_ERROR && po->error_body.len > 0 && po->id) {
+                const char *type = po->content_type[0] ? po->content_type : "(none)";
+                _cleanup_free_ char *shown = mask_text(c->mask, type, strlen(type), 0, 0);
                 err_set(e, ERR_PROTOCOL, EPROTO,
                         "%s answered HTTP %ld with a body of type \"%s\", neither JSON nor an "
                         "event stream",
-                        url, status, po->content_type[0] ? po->content_type : "(none)");
+                        url, status, shown ? shown : "?");
         }
         /* Else 202, 204, an empty 200, or any 2xx to a message that wants no
          * answer: taken. */
@@ -836,9 +858,9 @@ static void relisten(struct timer *t, void *userdata)
         http_conn_listen(userdata);
 }
 
-int http_conn_new(struct curl_loop *cl, const char *url, char *const *headers, size_t max_message,
-                  const struct http_conn_ops *ops, void *userdata, struct http_conn **ret,
-                  struct err *e)
+int http_conn_new(struct curl_loop *cl, const char *url, char *const *headers, struct mask *mask,
+                  size_t max_message, const struct http_conn_ops *ops, void *userdata,
+                  struct http_conn **ret, struct err *e)
 {
         CURLU *u = curl_url();
         char *scheme = NULL;
@@ -848,7 +870,7 @@ int http_conn_new(struct curl_loop *cl, const char *url, char *const *headers, s
         curl_free(scheme);
         curl_url_cleanup(u);
         if (!ok) {
-                _cleanup_free_ char *shown = display_url(url);
+                _cleanup_free_ char *shown = display_url(url, mask);
                 return err_set(e, ERR_CONFIG, EINVAL, "%s is not an http:// or https:// URL",
                                shown ? shown : "the URL");
         }
@@ -856,6 +878,7 @@ int http_conn_new(struct curl_loop *cl, const char *url, char *const *headers, s
         if (!c)
                 return -ENOMEM;
         c->cl = cl;
+        c->mask = mask;
         c->max = max_message;
         c->ops = ops;
         c->userdata = userdata;
@@ -867,7 +890,7 @@ int http_conn_new(struct curl_loop *cl, const char *url, char *const *headers, s
         for (size_t i = 0; !nomem && i < n; i++)
                 nomem = !(c->headers[i] = strdup(headers[i]));
         c->url = strdup(url);
-        c->display = display_url(url);
+        c->display = display_url(url, mask);
         if (nomem || !c->url || !c->display ||
             timer_add(curl_loop_loop(cl), dispatch, c, &c->kick) < 0 ||
             timer_add(curl_loop_loop(cl), relisten, c, &c->relisten) < 0) {

@@ -9,9 +9,11 @@
  * handed on from the event loop, never from inside libcurl. Knows HTTP, not
  * MCP: the caller says which POST carries initialize and which request id.
  *
- * Header values are secrets: no message from here quotes them, and the URL
- * is shown without its user information and query; callers still mask
- * every message (values from ${VAR} may be anywhere in the URL). */
+ * Header values are secrets: every message from here is masked with the
+ * `mask` it was given (upstream/mask.h) before anything in it is cut. The
+ * URL is shown without its user information and query, and an error
+ * answer as a short excerpt (the JSON-RPC error's message, or the start of
+ * the body): a server may echo the request, headers and all. */
 #pragma once
 
 #include "core/buf.h"
@@ -20,6 +22,8 @@
 
 #include <jansson.h>
 #include <stdbool.h>
+
+struct mask;
 
 /* ---- response bodies into messages (no I/O; fed what libcurl reads) */
 
@@ -69,10 +73,12 @@ struct http_conn_ops {
 };
 
 /* `url` must be http:// or https://; `headers` ("Name: value", may be
- * NULL) are sent with every request; `max_message` bounds each message. */
-int http_conn_new(struct curl_loop *cl, const char *url, char *const *headers, size_t max_message,
-                  const struct http_conn_ops *ops, void *userdata, struct http_conn **ret,
-                  struct err *e);
+ * NULL) are sent with every request; `mask` (borrowed, may be NULL; it must
+ * outlive the connection) holds the secrets no message may show;
+ * `max_message` bounds each message. */
+int http_conn_new(struct curl_loop *cl, const char *url, char *const *headers, struct mask *mask,
+                  size_t max_message, const struct http_conn_ops *ops, void *userdata,
+                  struct http_conn **ret, struct err *e);
 /* Frees at once, or (from inside one of its own callbacks) once that
  * returns; no callback follows either way. Ends no session. Accepts NULL. */
 void http_conn_free(struct http_conn *c);

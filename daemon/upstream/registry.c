@@ -2,6 +2,7 @@
 
 #include "core/buf.h"
 #include "core/log.h"
+#include "upstream/mask.h"
 
 #include <ctype.h>
 #include <dirent.h>
@@ -22,7 +23,7 @@
 #define MAX_LIST      256        /* args, env and headers entries per server */
 #define MAX_SCAN      1024       /* entries looked at per servers object */
 #define MAX_DIR_FILES 256        /* files read from <xdg_config>/mcp/servers */
-#define MIN_SECRET    4          /* shorter values are not masked */
+#define MAX_ERROR     1000       /* bytes of an entry's error, once masked */
 
 #define OWN_SOURCE "corral config"
 
@@ -55,7 +56,7 @@ static int strv_push(char ***v, char *s)
 
 static int secret_add(char ***secrets, const char *value, size_t len)
 {
-        if (len < MIN_SECRET)
+        if (len < MASK_MIN)
                 return 0;
         for (size_t i = 0; *secrets && (*secrets)[i]; i++)
                 if (strlen((*secrets)[i]) == len && memcmp((*secrets)[i], value, len) == 0)
@@ -184,75 +185,10 @@ int registry_expand(const char *in, char ***secrets, char **ret, struct err *e)
 
 /* ---- masking */
 
-static int secret_cmp(const void *a, const void *b)
+char *registry_mask(const struct registry *r, const char *text, size_t max)
 {
-        const char *x = *(const char *const *)a, *y = *(const char *const *)b;
-        size_t lx = strlen(x), ly = strlen(y);
-        if (lx != ly)
-                return lx > ly ? -1 : 1;
-        return strcmp(x, y);
-}
-
-/* Replace each of `secrets` (sorted longest first) in `text` with "***".
- * Trying the longest first at each position means a token that contains a
- * shorter one is still hidden as a whole. */
-static char *mask_sorted(const char *const *secrets, size_t n, const char *text)
-{
-        size_t len = strlen(text);
-        /* Every secret is longer than "***", so the result is never longer. */
-        char *out = malloc(len + 1);
-        if (!out)
-                return NULL;
-        bool first[256] = {false};
-        for (size_t i = 0; i < n; i++)
-                first[(unsigned char)secrets[i][0]] = true;
-        size_t k = 0;
-        for (size_t i = 0; i < len;) {
-                size_t hit = 0;
-                if (first[(unsigned char)text[i]])
-                        for (size_t j = 0; j < n && !hit; j++) {
-                                size_t sl = strlen(secrets[j]);
-                                if (secrets[j][0] == text[i] && sl <= len - i &&
-                                    memcmp(text + i, secrets[j], sl) == 0)
-                                        hit = sl;
-                        }
-                if (hit) {
-                        memcpy(out + k, "***", 3);
-                        k += 3;
-                        i += hit;
-                } else {
-                        out[k++] = text[i++];
-                }
-        }
-        out[k] = '\0';
-        return out;
-}
-
-static char *mask_with(char **const *lists, size_t nlists, const char *text)
-{
-        size_t total = 0;
-        for (size_t i = 0; i < nlists; i++)
-                total += strv_len(lists[i]);
-        _cleanup_free_ const char **all = calloc(total ? total : 1, sizeof(char *));
-        if (!all)
-                return NULL;
-        size_t n = 0;
-        for (size_t i = 0; i < nlists; i++)
-                for (size_t j = 0; lists[i] && lists[i][j]; j++)
-                        all[n++] = lists[i][j];
-        qsort(all, n, sizeof(char *), secret_cmp);
-        return mask_sorted(all, n, text ? text : "");
-}
-
-char *registry_mask(const struct registry *r, const char *text)
-{
-        size_t n = r ? r->n : 0;
-        _cleanup_free_ char ***lists = calloc(n ? n : 1, sizeof(char **));
-        if (!lists)
-                return NULL;
-        for (size_t i = 0; i < n; i++)
-                lists[i] = r->v[i].secrets;
-        return mask_with((char **const *)lists, n, text);
+        text = text ? text : "";
+        return mask_text(r ? r->mask : NULL, text, strlen(text), max, 0);
 }
 
 /* ---- reading the hosts' files */
@@ -393,33 +329,58 @@ static void spec_free(struct upstream_spec *spec)
         *spec = (struct upstream_spec){0};
 }
 
-/* The entry cannot be used, for the reason in `msg`. In corral's own
- * config that stops start-up; elsewhere the entry stays, with the reason,
- * so list_servers can show it. Returns what the caller returns. */
-static int entry_reject(struct entry *x, bool fatal, const char *msg)
+/* The entry cannot be used, for the reason in `msg` (taken; NULL: out of
+ * memory). In corral's own config that stops start-up; elsewhere the entry
+ * stays, with the reason, so list_servers can show it. Returns what the
+ * caller returns.
+ *
+ * The reason may quote a value (a URL with a ${VAR} in it): it is masked
+ * whole and cut only after, never cut first. A kept reason is masked with
+ * this entry's secrets now and cut by registry_load, once every entry's
+ * secrets are known; a fatal one, with the secrets known so far. */
+static int entry_reject(struct entry *x, bool fatal, char *msg)
 {
         struct upstream_spec *spec = x->spec;
-        _cleanup_free_ char *masked = mask_with(&spec->secrets, 1, msg);
+        _cleanup_free_ char *raw = msg;
+        struct mask *m = mask_new();
+        int r = m && raw ? mask_add_strv(m, spec->secrets) : -ENOMEM;
+        bool stop = x->own && fatal;
+        for (size_t i = 0; r == 0 && stop && i < x->L->n; i++)
+                r = mask_add_strv(m, x->L->v[i].secrets);
+        if (r < 0) {
+                mask_free(m);
+                return err_set(x->e, ERR_INTERNAL, ENOMEM, "out of memory");
+        }
+        if (stop) {
+                if (x->e) {
+                        x->e->kind = ERR_CONFIG;
+                        x->e->code = -EINVAL;
+                        mask_into(m, raw, strlen(raw), 0, x->e->msg, sizeof(x->e->msg));
+                }
+                mask_free(m);
+                return -EINVAL;
+        }
+        char *masked = mask_text(m, raw, strlen(raw), 0, 0);
+        mask_free(m);
         if (!masked)
                 return err_set(x->e, ERR_INTERNAL, ENOMEM, "out of memory");
-        if (x->own && fatal)
-                return err_set(x->e, ERR_CONFIG, EINVAL, "%s", masked);
         spec_clear_launch(spec);
         free(spec->error);
-        spec->error = TAKE_PTR(masked);
+        spec->error = masked;
         return 0;
 }
 
 _printf_(2, 3) static int entry_invalid(struct entry *x, const char *fmt, ...)
 {
-        char msg[1024];
-        int k = snprintf(msg, sizeof(msg), "server '%s' in %s: ", x->name, x->source);
-        if (k < 0 || (size_t)k >= sizeof(msg))
-                k = (int)sizeof(msg) - 1; /* a very long path: the reason is cut */
+        char *reason = NULL, *msg = NULL;
         va_list ap;
         va_start(ap, fmt);
-        vsnprintf(msg + k, sizeof(msg) - (size_t)k, fmt, ap);
+        if (vasprintf(&reason, fmt, ap) < 0)
+                reason = NULL;
         va_end(ap);
+        if (reason && asprintf(&msg, "server '%s' in %s: %s", x->name, x->source, reason) < 0)
+                msg = NULL;
+        free(reason);
         return entry_reject(x, true, msg);
 }
 
@@ -494,9 +455,10 @@ static int entry_expand(struct entry *x, const char *in, const char *key, char *
         if (r == -ENOMEM)
                 return err_set(x->e, ERR_INTERNAL, ENOMEM, "out of memory");
         if (r < 0) {
-                char msg[1200];
-                snprintf(msg, sizeof(msg), "%s (used in %s of server '%s' in %s)", ee.msg, key,
-                         x->name, x->source);
+                char *msg = NULL;
+                if (asprintf(&msg, "%s (used in %s of server '%s' in %s)", ee.msg, key, x->name,
+                             x->source) < 0)
+                        msg = NULL;
                 /* A variable missing from this environment is no fault of
                  * the file: even corral's own entry stays, with the reason. */
                 return entry_reject(x, r != -ENOENT, msg);
@@ -681,7 +643,7 @@ static int entry_http(struct entry *x, json_t *entry)
         if ((r = entry_expand(x, json_string_value(url), "url", &spec->url)) <= 0)
                 return r;
         if (!url_ok(spec->url))
-                return entry_invalid(x, "url must be an http:// or https:// URL, not \"%.200s\"",
+                return entry_invalid(x, "url must be an http:// or https:// URL, not \"%s\"",
                                      spec->url);
         const char *k;
         json_t *v;
@@ -1051,12 +1013,22 @@ int registry_load(const struct registry_sources *src, struct registry *ret, stru
                 registry_free(&reg);
                 return r;
         }
+        /* Every entry's secrets, for every message from now on. */
+        reg.mask = mask_new();
+        for (size_t i = 0; reg.mask && i < reg.n; i++)
+                if (mask_add_strv(reg.mask, reg.v[i].secrets) < 0)
+                        reg.mask = mask_free(reg.mask);
+        if (!reg.mask) {
+                registry_free(&reg);
+                return err_set(e, ERR_INTERNAL, ENOMEM, "out of memory");
+        }
         /* An error may quote a value that another entry holds as a secret
-         * (the same token in two servers): mask each with all of them. */
+         * (the same token in two servers): mask each with all of them,
+         * then cut it. */
         for (size_t i = 0; i < reg.n; i++) {
                 if (!reg.v[i].error)
                         continue;
-                char *m = registry_mask(&reg, reg.v[i].error);
+                char *m = registry_mask(&reg, reg.v[i].error, MAX_ERROR);
                 if (!m) {
                         registry_free(&reg);
                         return err_set(e, ERR_INTERNAL, ENOMEM, "out of memory");
@@ -1078,6 +1050,7 @@ void registry_free(struct registry *r)
         free(r->v);
         r->v = NULL;
         r->n = 0;
+        r->mask = mask_free(r->mask);
 }
 
 const struct upstream_spec *registry_find(const struct registry *r, const char *name)

@@ -32,19 +32,23 @@ struct upstream_spec {
         char **headers; /* NULL-terminated "Name: value" */
         char *source;   /* the file this entry came from, or "corral config" */
         /* Non-NULL when the entry cannot be used (an undefined variable, an
-         * unsupported transport...): the reason, with secrets masked. */
+         * unsupported transport...): the reason, with every entry's secrets
+         * masked, at most 1000 bytes. */
         char *error;
         bool disabled; /* "disabled": true in the file */
         /* Values never to show: every env and header value and every value
-         * the environment gave a ${VAR} anywhere (only those of 4 or more
-         * bytes; ${VAR:-default} defaults and the paths ${workspaceFolder}
-         * and ${userHome} are not secrets). */
+         * the environment gave a ${VAR} anywhere (only those of MASK_MIN, 4,
+         * or more bytes; ${VAR:-default} defaults and the paths
+         * ${workspaceFolder} and ${userHome} are not secrets). */
         char **secrets; /* NULL-terminated */
 };
+
+struct mask;
 
 struct registry {
         struct upstream_spec *v;
         size_t n;
+        struct mask *mask; /* every entry's secrets (upstream/mask.h), or NULL */
 };
 
 struct registry_sources {
@@ -69,9 +73,10 @@ int registry_load(const struct registry_sources *src, struct registry *ret, stru
 void registry_free(struct registry *r);
 const struct upstream_spec *registry_find(const struct registry *r, const char *name);
 
-/* A copy of `text` with every secret of every entry replaced by "***"
- * (caller frees; NULL only when out of memory). */
-char *registry_mask(const struct registry *r, const char *text);
+/* A copy of `text` with every secret of every entry masked, then cut to at
+ * most `max` bytes (0: no limit), as upstream/mask.h says (caller frees;
+ * NULL only when out of memory). */
+char *registry_mask(const struct registry *r, const char *text, size_t max);
 
 /* Expand ${VAR}, ${VAR:-default} and ${env:VAR} in `in` from the
  * environment; the default applies when VAR is unset or empty. Returns 0

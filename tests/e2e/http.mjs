@@ -20,8 +20,9 @@
 //   down      a port where nothing listens
 //
 // Environment: CORRAL_ENGINE (required; exit 77 without it), CORRAL_BIN
-// (default ../../build/corral), CORRAL_IMAGE, E2E_VERBOSE=1 (what each test
-// saw, and corral's whole stderr on failure). Exit status: 0 passed, 1 failed, 77 skipped.
+// (default ../../build/corral), CORRAL_IMAGE, E2E_ONLY (run only the tests
+// whose name matches this regex), E2E_VERBOSE=1 (what each test saw, and
+// corral's whole stderr on failure). Exit status: 0 passed, 1 failed, 77 skipped.
 
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
@@ -238,6 +239,47 @@ async function startJsonServer() {
   return { ...srv, log };
 }
 
+// A server that echoes the request in its errors, headers and all, as some
+// frameworks' debug pages do. tools/call of "echo_text" answers 500 with a
+// text/plain body (the arguments, then every header, authorization first);
+// "echo_json" answers 500 with a JSON-RPC error whose message quotes the
+// arguments, then the headers. POST /init/N refuses initialize with a text body of N dots and
+// then the headers, the authorization header first.
+async function startEchoServer() {
+  const tools = ['echo_text', 'echo_json'].map((name) => ({ name, description: 'Fails, echoing the request',
+    inputSchema: { type: 'object', properties: { pad: { type: 'string' } } } }));
+  const headerText = (h) => Object.entries(h).map(([k, v]) => `${k}: ${v}`).join('\n');
+  return listen(async (req, res) => {
+    const body = (await readBody(req)).toString('utf8');
+    let m = null;
+    try { m = JSON.parse(body); } catch { /* not JSON */ }
+    const init = /^\/init\/(\d+)$/.exec(req.url);
+    const { authorization, ...rest } = req.headers;
+    if (init) {
+      res.writeHead(500, { 'content-type': 'text/plain' });
+      res.end(`refused: ${'.'.repeat(Number(init[1]))} authorization: ${authorization}\n${headerText(rest)}`);
+      return;
+    }
+    if (!m || m.id === undefined) { res.writeHead(202); res.end(); return; }
+    if (m.method === 'initialize' || m.method === 'tools/list' || m.method === 'ping') {
+      const result = m.method === 'initialize'
+        ? { protocolVersion: m.params?.protocolVersion, capabilities: { tools: {} }, serverInfo: { name: 'echo', version: '1' } }
+        : m.method === 'tools/list' ? { tools } : {};
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end(JSON.stringify({ jsonrpc: '2.0', id: m.id, result }));
+      return;
+    }
+    if (m.params?.name === 'echo_json') {
+      res.writeHead(500, { 'content-type': 'application/json' });
+      res.end(JSON.stringify({ jsonrpc: '2.0', id: m.id, error: { code: -32603,
+        message: `bad request ${JSON.stringify(m.params.arguments)} from ${JSON.stringify({ authorization, ...rest })}` } }));
+      return;
+    }
+    res.writeHead(500, { 'content-type': 'text/plain' });
+    res.end(`bad request: ${JSON.stringify(m.params?.arguments)}\nauthorization: ${authorization}\n${headerText(rest)}`);
+  });
+}
+
 // ---------------------------------------------------------------- corral
 
 class Corral {
@@ -299,7 +341,8 @@ const py = (body) => `${PRELUDE}\n${body}\nprint("@@" + json.dumps(_out))\n`;
 // ---------------------------------------------------------------- the tests
 
 const tests = [];
-const test = (name, fn, timeoutMs = 120000) => tests.push({ name, fn, timeoutMs });
+const ONLY = process.env.E2E_ONLY ? new RegExp(process.env.E2E_ONLY) : null;
+const test = (name, fn, timeoutMs = 120000) => { if (!ONLY || ONLY.test(name)) tests.push({ name, fn, timeoutMs }); };
 const S = {}; // shared by the tests, which run in order
 
 test('search_tools finds remote\'s echo (server-everything over streamable HTTP)', async (t) => {
@@ -539,6 +582,63 @@ rec("second", catch(lambda: mcp_remote.echo(message="two")))
   assert.match(S.corral.log, /server 'remote': http:\/\/127\.0\.0\.1:\d+\/mcp no longer knows the session/,
     'corral\'s log says the session was gone');
 }, 180000);
+
+test('an upstream that echoes request headers in its errors: no 4 bytes of the secret reach the sandbox, list_servers or the log, over 300 paddings', async (t) => {
+  // The attack: the code chooses the length of its arguments, so it can
+  // make corral's cut of the echo land anywhere inside the header value.
+  const secret = 'Zq7xK9mWv2Lp4Rt8Hs3N';
+  const windows = [...Array(secret.length - 3).keys()].map((i) => secret.slice(i, i + 4));
+  const leaks = (text) => windows.filter((w) => text.includes(w));
+  const echo = await startEchoServer();
+  const root = mkdtempSync(path.join(tmpdir(), 'corral-echo-'));
+  mkdirSync(path.join(root, 'cfg/corral'), { recursive: true });
+  // /init/N: the secret starts N + 32 bytes into the body; the excerpt is
+  // cut at 200 bytes, so N from 140 to 175 moves the cut across all of it.
+  const pads = [...Array(36).keys()].map((i) => 140 + i);
+  const servers = { echo: { type: 'http', url: `http://127.0.0.1:${echo.port}/mcp`, headers: { Authorization: `Bearer ${secret}` } } };
+  for (const n of pads)
+    servers[`init-${n}`] = { type: 'http', url: `http://127.0.0.1:${echo.port}/init/${n}`, headers: { Authorization: `Bearer ${secret}` } };
+  writeFileSync(path.join(root, 'cfg/corral/config.json'), JSON.stringify({ servers, host_servers: false, audit_log: 'off' }));
+  const c = await new Corral({ ...S.env, XDG_CONFIG_HOME: path.join(root, 'cfg'), HOME: root }).start();
+  try {
+    for (const tool of ['echo_text', 'echo_json']) {
+      const { sc, out: o } = await c.python(py(`
+msgs = []
+for n in range(300):
+    try:
+        mcp_echo.${tool}(pad="." * n)
+        msgs.append("no error")
+    except Exception as e:
+        msgs.append(str(e))
+rec("msgs", msgs)
+`), ['echo'], 120);
+      assert.equal(sc.status, 'ok', `${tool}: the run ended ok (${clip(sc.stderr, 300)})`);
+      assert.equal(o.msgs.length, 300, `${tool}: 300 calls`);
+      assert.ok(o.msgs.every((m) => /HTTP 500/.test(m)), `${tool}: every call failed with the server's 500: ${clip(o.msgs[0], 300)}`);
+      const leaked = o.msgs.map((m, n) => ({ pad: n, m, pieces: leaks(m) })).filter((x) => x.pieces.length);
+      t.result = { tool, leaked: leaked.length, examples: leaked.slice(0, 3) };
+      assert.equal(leaked.length, 0, `${tool}: no 4-byte piece of the secret in what the sandbox saw`);
+      const masked = o.msgs.filter((m) => m.includes('***')).length;
+      t.result = { tool, masked, first: o.msgs[0], last: o.msgs[299] };
+      assert.ok(masked >= 100, `${tool}: the secret, or its start, was in the excerpt and masked in many of them (${masked})`);
+    }
+    // search_tools starts every server: each init-N fails with the echo.
+    await c.tool('search_tools', { query: 'nothing-matches-this' });
+    const ls = await c.servers();
+    const errors = pads.map((n) => ls[`init-${n}`]?.error ?? '');
+    t.result = { errors: errors.slice(0, 3) };
+    assert.ok(errors.every((e) => /HTTP 500/.test(e)), `every init-N failed with the echo: ${clip(errors[0], 300)}`);
+    assert.ok(errors.filter((e) => e.includes('***')).length >= 20, 'the secret, or its start, was masked in most');
+    assert.deepEqual(errors.filter((e) => leaks(e).length), [], 'no 4-byte piece of the secret in list_servers');
+    assert.deepEqual(leaks(JSON.stringify(c.results)), [], 'nor in any tool result');
+  } finally {
+    await c.close();
+    await echo.stop();
+    rmSync(root, { recursive: true, force: true });
+  }
+  await sleep(200);
+  assert.deepEqual(leaks(c.log), [], 'nor in corral\'s log (debug level)');
+}, 240000);
 
 test('shutdown ends the session with DELETE; the secret shows nowhere', async (t) => {
   const before = S.proxy.log.length;

@@ -1,11 +1,14 @@
 /* The registry of upstream MCP servers: every host file it reads, their
- * precedence, corral's own config, ${VAR} expansion, secret masking, never
- * listing corral itself, and the bounds on what the files may hold. Each
- * test builds a fresh HOME and project directory under /tmp. */
+ * precedence, corral's own config, ${VAR} expansion, secret masking (and
+ * masking before any cut, upstream/mask.h), never listing corral itself,
+ * and the bounds on what the files may hold. Each test builds a fresh HOME
+ * and project directory under /tmp. */
 #include "upstream/registry.h"
 
+#include "core/buf.h"
 #include "core/log.h"
 #include "tap.h"
+#include "upstream/mask.h"
 
 #include <errno.h>
 #include <ftw.h>
@@ -676,11 +679,12 @@ static void test_masking(void)
              "a header value is masked in its own entry's error");
         ok(s && has_secret(s, "k3y-value"), "... which are secrets");
 
-        _cleanup_free_ char *m = registry_mask(&reg, "key=hunter22 url=sekrit99 pw=pa55word abc");
+        _cleanup_free_ char *m =
+            registry_mask(&reg, "key=hunter22 url=sekrit99 pw=pa55word abc", 0);
         is_str(m, "key=*** url=*** pw=*** abc", "registry_mask hides every secret, not short ones");
-        _cleanup_free_ char *plain = registry_mask(&reg, "nothing to hide");
+        _cleanup_free_ char *plain = registry_mask(&reg, "nothing to hide", 0);
         is_str(plain, "nothing to hide", "text with no secret is unchanged");
-        _cleanup_free_ char *empty = registry_mask(&reg, "");
+        _cleanup_free_ char *empty = registry_mask(&reg, "", 0);
         is_str(empty, "", "empty text");
         registry_free(&reg);
 
@@ -690,14 +694,227 @@ static void test_masking(void)
                             "\"abcdefgh\"}}, \"b\": {\"command\": \"b\", \"env\": {\"M\": "
                             "\"xabcdefghx\"}}}");
         is_int(load(own, true, &reg, &e), 0, "load nested secrets");
-        _cleanup_free_ char *n1 = registry_mask(&reg, "[abcdefgh] [abcd] [xabcdefghx] [abc]");
+        _cleanup_free_ char *n1 = registry_mask(&reg, "[abcdefgh] [abcd] [xabcdefghx] [abc]", 0);
         is_str(n1, "[***] [***] [***] [abc]", "longest first, across entries");
         registry_free(&reg);
         json_decref(own);
 
         struct registry none = {0};
-        _cleanup_free_ char *n2 = registry_mask(&none, "hunter22");
+        _cleanup_free_ char *n2 = registry_mask(&none, "hunter22", 0);
         is_str(n2, "hunter22", "an empty registry masks nothing");
+}
+
+/* ---- masking before cutting (upstream/mask.h) */
+
+static char *masked(struct mask *m, const char *text, size_t max, unsigned flags)
+{
+        return mask_text(m, text, strlen(text), max, flags);
+}
+
+/* Whether `s` holds `min` or more bytes in a row of `secret` anywhere. */
+static bool shows_part(const char *s, const char *secret, size_t min)
+{
+        size_t n = strlen(secret);
+        for (size_t i = 0; i + min <= n; i++) {
+                char part[256];
+                snprintf(part, sizeof(part), "%.*s", (int)min, secret + i);
+                if (strstr(s, part))
+                        return true;
+        }
+        return false;
+}
+
+/* The length of the longest end of `s` that starts `secret`. */
+static size_t ends_with_start(const char *s, const char *secret)
+{
+        size_t n = strlen(s), best = 0;
+        for (size_t k = 1; k <= n && k <= strlen(secret); k++)
+                if (strncmp(s + n - k, secret, k) == 0)
+                        best = k;
+        return best;
+}
+
+static void test_mask_forms(void)
+{
+        struct mask *m = mask_new();
+        ok(m && mask_add(m, "abc", 3) == 0 && mask_forms(m) == 0,
+           "a value under 4 bytes is no secret");
+        ok(mask_add(m, "s3cr3t-T0ken", 12) == 0 && mask_forms(m) == 1,
+           "a plain token is one form (it reads the same escaped)");
+        ok(mask_add(m, "s3cr3t-T0ken", 12) == 0 && mask_forms(m) == 1, "... added once");
+        _cleanup_free_ char *a = masked(m, "id s3cr3t-T0ken, again S3CR3T-t0KEN.", 0, 0);
+        is_str(a, "id ***, again ***.", "found in any ASCII case");
+
+        /* As JSON (jansson, JavaScript; PHP with \/; Python with \uXXXX)
+         * and a URL would write it. */
+        const char *odd = "ab\"cd/ef\\gh\tp\xc3\xa4ss";
+        ok(mask_add(m, odd, strlen(odd)) == 0, "a value JSON escapes");
+        const char *forms[] = {
+            "x ab\"cd/ef\\gh\tp\xc3\xa4ss y",        "x ab\\\"cd/ef\\\\gh\\tp\xc3\xa4ss y",
+            "x ab\\\"cd\\/ef\\\\gh\\tp\xc3\xa4ss y", "x ab\\\"cd/ef\\\\gh\\tp\\u00e4ss y",
+            "x ab\\\"cd\\/ef\\\\gh\\tp\\u00E4ss y",  "x ab%22cd%2Fef%5Cgh%09p%C3%A4ss y",
+            "x AB%22CD%2fEF%5cGH%09P%c3%a4SS y",
+        };
+        for (size_t i = 0; i < ARRAY_SIZE(forms); i++) {
+                _cleanup_free_ char *f = masked(m, forms[i], 0, 0);
+                is_str(f, "x *** y", "form %zu: %s", i, forms[i]);
+        }
+        const char *astral = "k\xf0\x9f\x94\x91y-1234";
+        mask_add(m, astral, strlen(astral));
+        _cleanup_free_ char *sp = masked(m, "[k\\ud83d\\udd11y-1234]", 0, 0);
+        is_str(sp, "[***]", "a character past U+FFFF as its surrogate pair");
+        mask_free(m);
+
+        /* Overlapping, nested and adjacent secrets: one mark, nothing of
+         * either left over. */
+        m = mask_new();
+        mask_add(m, "abcdefgh", 8);
+        mask_add(m, "efghijkl", 8);
+        mask_add(m, "cdef", 4);
+        _cleanup_free_ char *o1 = masked(m, "[abcdefghijkl] [xxcdefxx] [abcdefghabcdefgh]", 0, 0);
+        is_str(o1, "[***] [xx***xx] [***]", "overlapping, nested and adjacent secrets");
+        _cleanup_free_ char *o2 = masked(m, "[efghabcd]", 0, 0);
+        is_str(o2, "[efghabcd]", "text that merely shares letters stays");
+        mask_free(m);
+
+        _cleanup_free_ char *none = mask_text(NULL, "hello world", 11, 5, 0);
+        is_str(none, "hello", "no secrets: only the cut");
+}
+
+static void test_mask_ends(void)
+{
+        struct mask *m = mask_new();
+        mask_add(m, "s3cr3t-T0ken", 12);
+        /* The end of a text as it came: a start of 4 bytes or more goes. */
+        _cleanup_free_ char *a = masked(m, "the key is s3cr", 0, 0);
+        is_str(a, "the key is ***", "an end of 4 bytes that starts a secret is masked");
+        _cleanup_free_ char *b = masked(m, "status s3c", 0, 0);
+        is_str(b, "status s3c", "... one of 3 is not (its sender did not cut it)");
+        _cleanup_free_ char *c = masked(m, "status s3c", 0, MASK_CUT_BEFORE);
+        is_str(c, "status ***", "... unless the text may have been cut before");
+        _cleanup_free_ char *d = masked(m, "[s3cr3t] and on", 0, 0);
+        is_str(d, "[s3cr3t] and on", "a start of a secret inside the text stays");
+        /* Corral's own cut: a start of any length goes. */
+        _cleanup_free_ char *e = masked(m, "0123456789 xs3cr3t-T0", 12, 0);
+        is_str(e, "0123456789 x", "no start of a secret at this cut: a plain cut");
+        _cleanup_free_ char *f = masked(m, "0123456789 s3cr3t-X", 14, 0);
+        is_str(f, "0123456789 ***", "a start of 3 bytes at the cut is masked");
+        _cleanup_free_ char *g = masked(m, "0123456789 s3cr3t-X", 13, 0);
+        is_str(g, "0123456789***", "... the mark within the limit, the cut made earlier");
+        /* What precedes the mark must not start a secret either. */
+        mask_free(m);
+        m = mask_new();
+        mask_add(m, "abcdWXYZ", 8);
+        mask_add(m, "cdefghij", 8);
+        _cleanup_free_ char *h = masked(m, "--abcdefgh-----", 9, 0);
+        is_str(h, "--***", "a start that ends where another starts goes too");
+        mask_free(m);
+
+        /* A cut inside a UTF-8 sequence is never made. */
+        m = mask_new();
+        mask_add(m, "p\xc3\xa4sswort", 9);
+        _cleanup_free_ char *u = masked(m, "\xc3\xa4\xc3\xa4\xc3\xa4 p\xc3\xa4", 9, 0);
+        ok(u && utf8_text(u, strlen(u)) && strlen(u) <= 9, "the cut keeps UTF-8 whole: %s",
+           u ? u : "(null)");
+        ok(u && !strstr(u, "p\xc3"), "... and the start of the secret went");
+        mask_free(m);
+}
+
+/* The attack: code pads what it sends so that a cut of an echo of it
+ * lands anywhere in a secret. At every pad and every limit, nothing of the
+ * secret shows, and the result is the masked text cut, with a mark where a
+ * secret's start was at the cut. */
+static void test_mask_every_cut(void)
+{
+        const char *token = "Zq8-Vw2.Kp4-Jx9.Rm4";
+        const char *header = "Bearer Zq8-Vw2.Kp4-Jx9.Rm4";
+        struct mask *m = mask_new();
+        mask_add(m, header, strlen(header));
+        mask_add(m, token, strlen(token));
+        int bad_len = 0, bad_part = 0, bad_end = 0, bad_shape = 0, runs = 0;
+        for (int pad = 0; pad < 64; pad++) {
+                char text[512];
+                snprintf(text, sizeof(text),
+                         "{\"args\":\"%.*s\",\"headers\":{\"authorization\":\"%s\",\"x\":"
+                         "\"%s\"}} tail",
+                         pad, "................................................................",
+                         header, token);
+                _cleanup_free_ char *whole = masked(m, text, 0, 0);
+                size_t n = strlen(text);
+                for (size_t max = 1; max <= n + 1; max++) {
+                        _cleanup_free_ char *o = masked(m, text, max, 0);
+                        runs++;
+                        if (!o || strlen(o) > max) {
+                                bad_len++;
+                                continue;
+                        }
+                        if (shows_part(o, token, 4) || shows_part(o, "Bearer Z", 4))
+                                bad_part++;
+                        if (ends_with_start(o, header) || ends_with_start(o, token))
+                                bad_end++;
+                        /* A prefix of the masked whole, or one and a mark. */
+                        size_t ol = strlen(o);
+                        bool prefix = strncmp(o, whole, ol) == 0;
+                        bool marked = ol >= 3 && strcmp(o + ol - 3, "***") == 0 &&
+                                      strncmp(o, whole, ol - 3) == 0;
+                        if (!prefix && !marked)
+                                bad_shape++;
+                }
+        }
+        is_int(bad_len, 0, "%d cuts: none longer than its limit", runs);
+        is_int(bad_part, 0, "... none shows 4 bytes in a row of the secret");
+        is_int(bad_end, 0, "... none ends with the start of a secret");
+        is_int(bad_shape, 0, "... each is the masked text cut (and perhaps a mark)");
+        mask_free(m);
+}
+
+/* A URL with a ${VAR} in it, quoted by an entry's error: the variable's
+ * value is masked before the message is cut, wherever the cut falls. */
+static void test_error_cuts(void)
+{
+        fresh_dirs();
+        const char *token = "Zq8-Vw2.Kp4-Jx9.Rm4";
+        setenv("CRT_CUT_TOKEN", token, 1);
+        int shown_host = 0, shown_own = 0, tried = 0;
+        for (int pad = 150; pad < 260; pad++) {
+                char text[2048], pads[300];
+                memset(pads, 'p', (size_t)pad);
+                pads[pad] = '\0';
+                snprintf(text, sizeof(text),
+                         "{\"mcpServers\": {\"cut\": {\"type\": \"http\", \"url\": "
+                         "\"ftp://h/%s${CRT_CUT_TOKEN}/mcp\"}}}",
+                         pads);
+                put(cwd, ".mcp.json", text);
+                struct err e = {0};
+                struct registry reg;
+                tried++;
+                if (load(NULL, false, &reg, &e) == 0) {
+                        const struct upstream_spec *s = registry_find(&reg, "cut");
+                        if (!s || !s->error || shows_part(s->error, token, 4)) {
+                                if (!shown_host)
+                                        diag("pad %d: %s", pad, s && s->error ? s->error : "?");
+                                shown_host++;
+                        }
+                }
+                registry_free(&reg);
+                /* corral's own config: the same error stops start-up. */
+                snprintf(text, sizeof(text),
+                         "{\"cut\": {\"type\": \"http\", \"url\": \"ftp://h/%s${CRT_CUT_TOKEN}\"}}",
+                         pads);
+                json_t *own = parse(text);
+                e = (struct err){0};
+                if (load(own, true, &reg, &e) == 0 || shows_part(e.msg, token, 4)) {
+                        if (!shown_own)
+                                diag("pad %d: %s", pad, e.msg);
+                        shown_own++;
+                }
+                registry_free(&reg);
+                json_decref(own);
+        }
+        drop(cwd, ".mcp.json");
+        is_int(shown_host, 0, "%d URLs: no entry's error shows 4 bytes of the variable", tried);
+        is_int(shown_own, 0, "... nor does the error that stops start-up");
+        unsetenv("CRT_CUT_TOKEN");
 }
 
 static void test_bounds(void)
@@ -820,6 +1037,10 @@ int main(void)
         test_self();
         test_host_errors();
         test_masking();
+        test_mask_forms();
+        test_mask_ends();
+        test_mask_every_cut();
+        test_error_cuts();
         test_bounds();
         if (root[0])
                 nftw(root, rm_one, 16, FTW_DEPTH | FTW_PHYS);

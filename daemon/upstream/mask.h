@@ -1,0 +1,58 @@
+/* Secrets and the one way text that may show them leaves corral.
+ *
+ * A secret is a value the user gave an upstream server to keep (an env or
+ * header value, anything ${VAR} put in). Text from an upstream server, or
+ * made from its configuration, may hold one: an HTTP error body that echoes
+ * the request headers, a line of a server's stderr, a URL. Such text is
+ * masked whole first and cut after: cut first, a secret split at the cut
+ * no longer matches and its start goes out. Code in a sandbox controls the
+ * length of what it sends, so it can make a cut land anywhere.
+ *
+ * The rule:
+ *  - a value under MASK_MIN bytes is no secret (masking "1" or "on" would
+ *    garble every message and hide nothing worth hiding);
+ *  - a secret is found in any ASCII case, and also as JSON would escape it
+ *    (with and without "\/", with and without \uXXXX for non-ASCII) and
+ *    percent-encoded, as an error body that echoes it may show it;
+ *  - each run of text covered by secrets (overlapping or adjacent ones
+ *    too) becomes one MASK_MARK;
+ *  - where corral cuts the text, or its sender may have (MASK_CUT_BEFORE),
+ *    an end that is the start of a secret, of any length, is masked too; at
+ *    the end of text as it came, only a start of MASK_MIN bytes or more (a
+ *    message that ends in "1" is no leak of a secret "1abc...").
+ * A prefix of a secret in the middle of a text is not masked: only a
+ * sender that cut the secret itself can put one there. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#define MASK_MIN  4 /* bytes: shorter values are no secrets */
+#define MASK_MARK "***"
+
+struct mask;
+
+struct mask *mask_new(void);
+/* Accepts NULL; returns NULL. */
+struct mask *mask_free(struct mask *m);
+/* Add the secret value[0..len) and the forms it may take in text; a value
+ * under MASK_MIN bytes is ignored. 0 or -ENOMEM. */
+int mask_add(struct mask *m, const char *value, size_t len);
+/* mask_add each string of a NULL-terminated array (NULL: none). */
+int mask_add_strv(struct mask *m, char *const *values);
+/* Number of distinct forms held (for tests). */
+size_t mask_forms(struct mask *m);
+
+/* The text may have been cut at its end before it came here (a body or a
+ * line read up to a limit). */
+#define MASK_CUT_BEFORE 1u
+
+/* A copy of text[0..len) with every secret masked, then cut to at most
+ * `max` bytes (0: no limit) on a UTF-8 boundary, the end masked as the rule
+ * above says. `m` NULL masks nothing but still cuts. Caller frees; NULL
+ * only when out of memory. */
+char *mask_text(struct mask *m, const char *text, size_t len, size_t max, unsigned flags);
+/* The same into out[0..size) (size > 0), always NUL-terminated; when out
+ * of memory the whole text is withheld as MASK_MARK. Returns the length. */
+size_t mask_into(struct mask *m, const char *text, size_t len, unsigned flags, char *out,
+                 size_t size);
