@@ -5,6 +5,8 @@
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -79,16 +81,21 @@ size_t utf8_cut(const char *p, size_t n)
         return back + 1 >= need ? n : i - 1;
 }
 
-/* Length of the valid UTF-8 sequence at p (1-4), or 0 if it is invalid. */
-static size_t utf8_seq(const unsigned char *p)
+/* Length of the valid UTF-8 sequence at p (1-4), or 0 if it is invalid or
+ * longer than `avail` bytes; *ret_cp (if not NULL) gets its code point.
+ * Stops at the first byte that does not continue the sequence, so a NUL
+ * ends it in a C string. */
+static size_t utf8_seq(const unsigned char *p, size_t avail, unsigned *ret_cp)
 {
         unsigned char c = p[0];
         size_t n;
         unsigned min;
         unsigned cp;
-        if (c < 0x80)
-                return 1;
-        if ((c & 0xE0) == 0xC0) {
+        if (c < 0x80) {
+                n = 1;
+                cp = c;
+                min = 0;
+        } else if ((c & 0xE0) == 0xC0) {
                 n = 2;
                 cp = c & 0x1F;
                 min = 0x80;
@@ -103,6 +110,8 @@ static size_t utf8_seq(const unsigned char *p)
         } else {
                 return 0;
         }
+        if (n > avail)
+                return 0;
         for (size_t i = 1; i < n; i++) {
                 if ((p[i] & 0xC0) != 0x80)
                         return 0;
@@ -111,6 +120,8 @@ static size_t utf8_seq(const unsigned char *p)
         /* Overlong forms, surrogates and values past U+10FFFF are invalid. */
         if (cp < min || (cp >= 0xD800 && cp <= 0xDFFF) || cp > 0x10FFFF)
                 return 0;
+        if (ret_cp)
+                *ret_cp = cp;
         return n;
 }
 
@@ -118,7 +129,7 @@ char *utf8_scrub(char *s)
 {
         unsigned char *p = (unsigned char *)s;
         while (p && *p) {
-                size_t n = utf8_seq(p);
+                size_t n = utf8_seq(p, SIZE_MAX, NULL);
                 if (n == 0) {
                         *p++ = '?';
                         continue;
@@ -132,16 +143,10 @@ bool utf8_text(const char *s, size_t n)
 {
         const unsigned char *p = (const unsigned char *)s;
         for (size_t i = 0; i < n;) {
-                unsigned char c = p[i];
-                size_t need = c < 0x80             ? 1
-                              : (c & 0xE0) == 0xC0 ? 2
-                              : (c & 0xF0) == 0xE0 ? 3
-                              : (c & 0xF8) == 0xF0 ? 4
-                                                   : 0;
-                /* The length checked first: utf8_seq reads that many bytes. */
-                if (c == 0 || need == 0 || need > n - i || utf8_seq(p + i) != need)
+                size_t k = utf8_seq(p + i, n - i, NULL);
+                if (p[i] == 0 || k == 0)
                         return false;
-                i += need;
+                i += k;
         }
         return true;
 }
@@ -166,16 +171,35 @@ const char *buf_str(struct buf *b)
         return b->data;
 }
 
+/* A delivered line leaves at most this much allocated behind it: one large
+ * message must not hold its size for the rest of the run. */
+#define LINE_KEEP (64 << 10)
+
 void line_reader_init(struct line_reader *r, size_t max)
 {
         buf_init(&r->pending, max);
         r->max = max;
         r->skipping = false;
+        r->on_long = NULL;
+        r->long_userdata = NULL;
+}
+
+void line_reader_watch_long(struct line_reader *r, void (*fn)(void *, const char *, size_t),
+                            void *userdata)
+{
+        r->on_long = fn;
+        r->long_userdata = userdata;
 }
 
 void line_reader_free(struct line_reader *r)
 {
         buf_free(&r->pending);
+}
+
+static void line_reader_shrink(struct line_reader *r)
+{
+        if (r->pending.len == 0 && r->pending.cap > LINE_KEEP)
+                buf_free(&r->pending);
 }
 
 int line_reader_feed(struct line_reader *r, const char *p, size_t n, line_cb cb, void *userdata)
@@ -187,12 +211,25 @@ int line_reader_feed(struct line_reader *r, const char *p, size_t n, line_cb cb,
                 int k = 0;
 
                 if (r->skipping) {
-                        if (nl)
+                        if (r->on_long && seg)
+                                r->on_long(r->long_userdata, p, seg);
+                        if (nl) {
                                 r->skipping = false;
+                                if (r->on_long)
+                                        k = cb(userdata, NULL, 0);
+                        }
                 } else if (seg > r->max - r->pending.len) {
+                        if (r->on_long) {
+                                if (r->pending.len)
+                                        r->on_long(r->long_userdata, r->pending.data,
+                                                   r->pending.len);
+                                r->on_long(r->long_userdata, p, seg);
+                        }
                         r->pending.len = 0;
+                        line_reader_shrink(r);
                         r->skipping = !nl;
-                        k = cb(userdata, NULL, 0);
+                        if (!r->on_long || nl)
+                                k = cb(userdata, NULL, 0);
                 } else if (!nl) {
                         k = buf_append(&r->pending, p, seg);
                 } else if (r->pending.len == 0) {
@@ -204,6 +241,8 @@ int line_reader_feed(struct line_reader *r, const char *p, size_t n, line_cb cb,
                                 size_t len = r->pending.len;
                                 r->pending.len = 0;
                                 k = cb(userdata, r->pending.data, len);
+                                if (k == 0)
+                                        line_reader_shrink(r);
                         }
                 }
                 if (k < 0)
@@ -224,6 +263,75 @@ void str_printable(const char *s, char *out, size_t size)
                 k += 3;
         }
         out[k] = '\0';
+}
+
+/* Code points shown escaped though valid: they reorder the text around
+ * them or break its lines. */
+static bool shown_escaped(unsigned cp)
+{
+        return (cp >= 0x80 && cp <= 0x9F) || cp == 0x061C || cp == 0x200E || cp == 0x200F ||
+               (cp >= 0x2028 && cp <= 0x202E) || (cp >= 0x2066 && cp <= 0x2069);
+}
+
+/* The C escape letter of a control byte, or 0. */
+static char escape_letter(unsigned char c)
+{
+        switch (c) {
+        case '\a':
+                return 'a';
+        case '\b':
+                return 'b';
+        case '\t':
+                return 't';
+        case '\n':
+                return 'n';
+        case '\v':
+                return 'v';
+        case '\f':
+                return 'f';
+        case '\r':
+                return 'r';
+        case 0x1B:
+                return 'e';
+        case '\\':
+                return '\\';
+        default:
+                return 0;
+        }
+}
+
+size_t buf_append_shown(struct buf *b, const char *s, size_t n)
+{
+        const unsigned char *p = (const unsigned char *)s;
+        size_t escapes = 0;
+        for (size_t i = 0; i < n;) {
+                unsigned cp = 0;
+                size_t k = utf8_seq(p + i, n - i, &cp);
+                bool escape = k == 0 || (k == 1 && (cp < 0x20 || cp == 0x7F || cp == '\\')) ||
+                              (k > 1 && shown_escaped(cp));
+                if (!escape) {
+                        if (buf_append(b, p + i, k) < 0)
+                                break;
+                        i += k;
+                        continue;
+                }
+                /* A byte that is not UTF-8 alone; a character byte by byte. */
+                size_t bytes = k ? k : 1, len = 0;
+                char e[4 * 4 + 1];
+                for (size_t j = 0; j < bytes; j++) {
+                        char letter = k == 1 ? escape_letter(p[i]) : 0;
+                        if (letter)
+                                len += (size_t)snprintf(e + len, sizeof(e) - len, "\\%c", letter);
+                        else
+                                len +=
+                                    (size_t)snprintf(e + len, sizeof(e) - len, "\\x%02x", p[i + j]);
+                }
+                if (buf_append(b, e, len) < 0)
+                        break;
+                escapes++;
+                i += bytes;
+        }
+        return escapes;
 }
 
 int buf_read_file(const char *path, size_t max, struct buf *b)

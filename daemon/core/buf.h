@@ -31,6 +31,15 @@ bool utf8_text(const char *p, size_t n);
 /* Text from outside made fit for a message: non-printable bytes become '?'
  * and what does not fit in `size` is cut with "...". */
 void str_printable(const char *s, char *out, size_t size);
+/* A name from outside (a file name from a sandbox) appended to b as text fit
+ * to show a person or a model: control characters (C0, DEL, C1), the
+ * Unicode controls that reorder text or break lines (bidirectional marks,
+ * embeddings, overrides, isolates; line and paragraph separators), bytes
+ * that are not UTF-8, and the backslash itself become C escapes (\n, \t,
+ * \e, \x9b, \\), so a name can neither move a terminal's cursor nor pass
+ * for another. The rest is copied. What does not fit in b is left out
+ * (never half an escape). Returns the number of escapes written. */
+size_t buf_append_shown(struct buf *b, const char *s, size_t n);
 /* Drop the first n bytes. */
 void buf_consume(struct buf *b, size_t n);
 /* The whole of a regular file of at most `max` bytes into `b` (initialised
@@ -51,11 +60,14 @@ int base64_decode(struct buf *b, const char *s, size_t n);
 
 /* Splits a byte stream into newline-terminated lines of at most `max` bytes
  * (newline not counted). A longer line is reported once as too long and then
- * skipped up to its newline, so the stream stays in step. */
+ * skipped up to its newline, so the stream stays in step. A line held in
+ * pieces does not keep a large buffer allocated once it is delivered. */
 struct line_reader {
         struct buf pending;
         size_t max;
         bool skipping;
+        void (*on_long)(void *userdata, const char *p, size_t n);
+        void *long_userdata;
 };
 
 /* Called for each complete line (without its newline; not NUL-terminated),
@@ -65,5 +77,12 @@ struct line_reader {
 typedef int (*line_cb)(void *userdata, const char *line, size_t len);
 
 void line_reader_init(struct line_reader *r, size_t max);
+/* Let `fn` see every byte of a line that is too long (what was held, then
+ * the rest as it arrives; not its newline), in bounded memory, and report
+ * that line when its newline arrives rather than at once, so that the
+ * report can use what `fn` read (the id of a request, say). A line that
+ * never ends is then never reported. */
+void line_reader_watch_long(struct line_reader *r,
+                            void (*fn)(void *userdata, const char *p, size_t n), void *userdata);
 void line_reader_free(struct line_reader *r);
 int line_reader_feed(struct line_reader *r, const char *p, size_t n, line_cb cb, void *userdata);

@@ -175,3 +175,467 @@ char *jrpc_encode(json_t *msg, size_t *ret_len)
         *ret_len = n + 1;
         return out;
 }
+
+bool jrpc_id_equal(const json_t *a, const json_t *b)
+{
+        if (json_is_string(a) && json_is_string(b))
+                return json_string_length(a) == json_string_length(b) &&
+                       memcmp(json_string_value(a), json_string_value(b), json_string_length(a)) ==
+                           0;
+        if (json_is_integer(a) && json_is_integer(b))
+                return json_integer_value(a) == json_integer_value(b);
+        if (json_is_number(a) && json_is_number(b))
+                return json_number_value(a) == json_number_value(b);
+        return false;
+}
+
+/* ---- the id of a line too long to parse */
+
+enum {
+        SC_VALUE,        /* a value: the root, after ':', after ',' in an array */
+        SC_VALUE_OR_END, /* after '[' */
+        SC_KEY,          /* after ',' in an object */
+        SC_KEY_OR_END,   /* after '{' */
+        SC_COLON,
+        SC_NEXT, /* after a value in a container: ',' or its closing bracket */
+        SC_DONE, /* after the root value: whitespace only */
+        SC_STRING,
+        SC_ESCAPE,    /* after a backslash */
+        SC_HEX,       /* the digits of \uXXXX */
+        SC_LOW_SLASH, /* after a high surrogate: the low one's backslash */
+        SC_LOW_U,     /* ... and its 'u' */
+        SC_UTF8,      /* the continuation bytes of a UTF-8 sequence */
+        SC_MINUS,
+        SC_ZERO,
+        SC_INT,
+        SC_DOT,
+        SC_FRAC,
+        SC_EXP,
+        SC_EXP_SIGN,
+        SC_EXP_DIGITS,
+        SC_LITERAL,
+        SC_BAD, /* stays: nothing read from this line is used */
+};
+
+enum { MEMBER_OTHER, MEMBER_ID, MEMBER_METHOD };
+
+void jrpc_id_scan_init(struct jrpc_id_scan *s)
+{
+        /* Most of the struct is the id and the nesting bits: those need no
+         * clearing. */
+        s->depth = 0;
+        s->state = SC_VALUE;
+        s->in_key = s->root_object = s->method = s->low = s->capture = s->id_kept = false;
+        s->member = MEMBER_OTHER;
+        s->ids = 0;
+        s->hex = 0;
+        s->cp = 0;
+        s->utf8_left = 0;
+        s->literal = NULL;
+        s->literal_at = 0;
+        s->key_len = 0;
+        s->id_len = 0;
+}
+
+static bool sc_space(unsigned char c)
+{
+        return c == ' ' || c == '\t' || c == '\n' || c == '\r';
+}
+
+static bool sc_object(const struct jrpc_id_scan *s)
+{
+        unsigned i = s->depth - 1;
+        return s->objects[i / 8] >> (i % 8) & 1;
+}
+
+/* A byte of the id's text. */
+static void sc_keep(struct jrpc_id_scan *s, unsigned char c)
+{
+        if (!s->capture)
+                return;
+        if (s->id_len == sizeof(s->id)) {
+                s->capture = false; /* too long to answer with: not used */
+                return;
+        }
+        s->id[s->id_len++] = (char)c;
+}
+
+/* A decoded byte of a key of the root object (only its start matters). */
+static void sc_key_byte(struct jrpc_id_scan *s, unsigned char c)
+{
+        if (!s->in_key || s->depth != 1)
+                return;
+        if (s->key_len < sizeof(s->key))
+                s->key[s->key_len] = (char)c;
+        if (s->key_len <= sizeof(s->key))
+                s->key_len++;
+}
+
+static void sc_value_end(struct jrpc_id_scan *s)
+{
+        if (s->capture) {
+                s->capture = false;
+                s->id_kept = true;
+        }
+        s->state = s->depth == 0 ? SC_DONE : SC_NEXT;
+}
+
+static void sc_string_end(struct jrpc_id_scan *s)
+{
+        if (!s->in_key) {
+                sc_value_end(s);
+                return;
+        }
+        s->in_key = false;
+        s->state = SC_COLON;
+        if (s->depth != 1)
+                return;
+        if (s->key_len == 2 && memcmp(s->key, "id", 2) == 0) {
+                s->member = MEMBER_ID;
+                if (s->ids < 2)
+                        s->ids++;
+        } else if (s->key_len == 6 && memcmp(s->key, "method", 6) == 0) {
+                s->member = MEMBER_METHOD;
+        } else {
+                s->member = MEMBER_OTHER;
+        }
+}
+
+static void sc_value_start(struct jrpc_id_scan *s, unsigned char c)
+{
+        /* jansson counts the value itself: one more than the containers
+         * around it. */
+        if (s->depth >= JRPC_SCAN_DEPTH) {
+                s->state = SC_BAD;
+                return;
+        }
+        bool root_member = s->depth == 1 && s->root_object;
+        if (s->depth == 0)
+                s->root_object = c == '{';
+        s->capture = root_member && s->member == MEMBER_ID &&
+                     (c == '"' || c == '-' || (c >= '0' && c <= '9'));
+        if (s->capture)
+                s->id_len = 0;
+        sc_keep(s, c);
+        switch (c) {
+        case '{':
+        case '[': {
+                unsigned i = s->depth++;
+                if (c == '{')
+                        s->objects[i / 8] |= (unsigned char)(1u << (i % 8));
+                else
+                        s->objects[i / 8] &= (unsigned char)~(1u << (i % 8));
+                s->state = c == '{' ? SC_KEY_OR_END : SC_VALUE_OR_END;
+                return;
+        }
+        case '"':
+                if (root_member && s->member == MEMBER_METHOD)
+                        s->method = true;
+                s->in_key = false;
+                s->state = SC_STRING;
+                return;
+        case '-':
+                s->state = SC_MINUS;
+                return;
+        case '0':
+                s->state = SC_ZERO;
+                return;
+        case 't':
+        case 'f':
+        case 'n':
+                s->literal = c == 't' ? "true" : c == 'f' ? "false" : "null";
+                s->literal_at = 1;
+                s->state = SC_LITERAL;
+                return;
+        default:
+                s->state = c >= '1' && c <= '9' ? SC_INT : SC_BAD;
+                return;
+        }
+}
+
+static void sc_close(struct jrpc_id_scan *s)
+{
+        s->depth--;
+        sc_value_end(s);
+}
+
+/* The first byte of a UTF-8 sequence in a string: the bounds of the next
+ * byte exclude overlong forms, surrogates and values past U+10FFFF. */
+static void sc_utf8_lead(struct jrpc_id_scan *s, unsigned char c)
+{
+        s->utf8_lo = 0x80;
+        s->utf8_hi = 0xBF;
+        if (c >= 0xC2 && c <= 0xDF) {
+                s->utf8_left = 1;
+        } else if (c >= 0xE0 && c <= 0xEF) {
+                s->utf8_left = 2;
+                if (c == 0xE0)
+                        s->utf8_lo = 0xA0;
+                else if (c == 0xED)
+                        s->utf8_hi = 0x9F;
+        } else if (c >= 0xF0 && c <= 0xF4) {
+                s->utf8_left = 3;
+                if (c == 0xF0)
+                        s->utf8_lo = 0x90;
+                else if (c == 0xF4)
+                        s->utf8_hi = 0x8F;
+        } else {
+                s->state = SC_BAD;
+                return;
+        }
+        s->state = SC_UTF8;
+}
+
+static int sc_hex(unsigned char c)
+{
+        if (c >= '0' && c <= '9')
+                return c - '0';
+        if (c >= 'a' && c <= 'f')
+                return c - 'a' + 10;
+        if (c >= 'A' && c <= 'F')
+                return c - 'A' + 10;
+        return -1;
+}
+
+/* A \uXXXX escape complete: surrogates must pair, and a key may not hold
+ * U+0000 (jansson refuses both). */
+static void sc_escape_done(struct jrpc_id_scan *s)
+{
+        unsigned cp = s->cp;
+        s->state = SC_STRING;
+        if (s->low) {
+                s->low = false;
+                if (cp < 0xDC00 || cp > 0xDFFF)
+                        s->state = SC_BAD;
+                else
+                        sc_key_byte(s, 0xFF); /* not ASCII: no key that counts */
+                return;
+        }
+        if (cp >= 0xD800 && cp <= 0xDBFF) {
+                s->low = true;
+                s->state = SC_LOW_SLASH;
+        } else if ((cp >= 0xDC00 && cp <= 0xDFFF) || (cp == 0 && s->in_key)) {
+                s->state = SC_BAD;
+        } else {
+                sc_key_byte(s, cp < 0x80 ? (unsigned char)cp : 0xFF);
+        }
+}
+
+/* The end of a number: terminal states only. The byte that ended it is
+ * read again in the state after the value. */
+static bool sc_number_end(struct jrpc_id_scan *s)
+{
+        if (s->state != SC_ZERO && s->state != SC_INT && s->state != SC_FRAC &&
+            s->state != SC_EXP_DIGITS) {
+                s->state = SC_BAD;
+                return false;
+        }
+        sc_value_end(s);
+        return true;
+}
+
+static void sc_byte(struct jrpc_id_scan *s, unsigned char c)
+{
+        bool digit = c >= '0' && c <= '9';
+again:
+        switch (s->state) {
+        case SC_VALUE:
+        case SC_VALUE_OR_END:
+                if (sc_space(c))
+                        return;
+                if (c == ']' && s->state == SC_VALUE_OR_END)
+                        sc_close(s);
+                else
+                        sc_value_start(s, c);
+                return;
+        case SC_KEY:
+        case SC_KEY_OR_END:
+                if (sc_space(c))
+                        return;
+                if (c == '}' && s->state == SC_KEY_OR_END) {
+                        sc_close(s);
+                } else if (c == '"') {
+                        s->in_key = true;
+                        s->key_len = 0;
+                        s->state = SC_STRING;
+                } else {
+                        s->state = SC_BAD;
+                }
+                return;
+        case SC_COLON:
+                if (!sc_space(c))
+                        s->state = c == ':' ? SC_VALUE : SC_BAD;
+                return;
+        case SC_NEXT:
+                if (sc_space(c))
+                        return;
+                if (c == ',')
+                        s->state = sc_object(s) ? SC_KEY : SC_VALUE;
+                else if (c == (sc_object(s) ? '}' : ']'))
+                        sc_close(s);
+                else
+                        s->state = SC_BAD;
+                return;
+        case SC_DONE:
+                if (!sc_space(c))
+                        s->state = SC_BAD;
+                return;
+        case SC_STRING:
+                sc_keep(s, c);
+                if (c == '"') {
+                        sc_string_end(s);
+                } else if (c == '\\') {
+                        s->state = SC_ESCAPE;
+                } else if (c < 0x20) {
+                        s->state = SC_BAD;
+                } else {
+                        if (c >= 0x80)
+                                sc_utf8_lead(s, c);
+                        sc_key_byte(s, c);
+                }
+                return;
+        case SC_ESCAPE: {
+                sc_keep(s, c);
+                static const char from[] = "\"\\/bfnrt", to[] = "\"\\/\b\f\n\r\t";
+                const char *at = c ? strchr(from, c) : NULL;
+                if (c == 'u') {
+                        s->hex = 0;
+                        s->cp = 0;
+                        s->state = SC_HEX;
+                } else if (at) {
+                        sc_key_byte(s, (unsigned char)to[at - from]);
+                        s->state = SC_STRING;
+                } else {
+                        s->state = SC_BAD;
+                }
+                return;
+        }
+        case SC_HEX: {
+                sc_keep(s, c);
+                int v = sc_hex(c);
+                if (v < 0) {
+                        s->state = SC_BAD;
+                        return;
+                }
+                s->cp = s->cp << 4 | (unsigned)v;
+                if (++s->hex == 4)
+                        sc_escape_done(s);
+                return;
+        }
+        case SC_LOW_SLASH:
+                sc_keep(s, c);
+                s->state = c == '\\' ? SC_LOW_U : SC_BAD;
+                return;
+        case SC_LOW_U:
+                sc_keep(s, c);
+                if (c == 'u') {
+                        s->hex = 0;
+                        s->cp = 0;
+                        s->state = SC_HEX;
+                } else {
+                        s->state = SC_BAD;
+                }
+                return;
+        case SC_UTF8:
+                sc_keep(s, c);
+                if (c < s->utf8_lo || c > s->utf8_hi) {
+                        s->state = SC_BAD;
+                        return;
+                }
+                sc_key_byte(s, c);
+                s->utf8_lo = 0x80;
+                s->utf8_hi = 0xBF;
+                if (--s->utf8_left == 0)
+                        s->state = SC_STRING;
+                return;
+        case SC_MINUS:
+                if (digit)
+                        s->state = c == '0' ? SC_ZERO : SC_INT;
+                else
+                        s->state = SC_BAD;
+                sc_keep(s, c);
+                return;
+        case SC_ZERO:
+        case SC_INT:
+        case SC_FRAC:
+        case SC_EXP_DIGITS:
+                if (digit && s->state != SC_ZERO) {
+                        /* stays */
+                } else if (c == '.' && (s->state == SC_ZERO || s->state == SC_INT)) {
+                        s->state = SC_DOT;
+                } else if ((c == 'e' || c == 'E') && s->state != SC_EXP_DIGITS) {
+                        s->state = SC_EXP;
+                } else if (digit) {
+                        s->state = SC_BAD; /* a leading zero */
+                        return;
+                } else {
+                        if (sc_number_end(s))
+                                goto again;
+                        return;
+                }
+                sc_keep(s, c);
+                return;
+        case SC_DOT:
+                s->state = digit ? SC_FRAC : SC_BAD;
+                sc_keep(s, c);
+                return;
+        case SC_EXP:
+                s->state = digit ? SC_EXP_DIGITS : c == '+' || c == '-' ? SC_EXP_SIGN : SC_BAD;
+                sc_keep(s, c);
+                return;
+        case SC_EXP_SIGN:
+                s->state = digit ? SC_EXP_DIGITS : SC_BAD;
+                sc_keep(s, c);
+                return;
+        case SC_LITERAL:
+                if (c != (unsigned char)s->literal[s->literal_at]) {
+                        s->state = SC_BAD;
+                        return;
+                }
+                if (s->literal[++s->literal_at] == '\0')
+                        sc_value_end(s);
+                return;
+        default:
+                return;
+        }
+}
+
+void jrpc_id_scan_feed(struct jrpc_id_scan *s, const char *p, size_t n)
+{
+        const unsigned char *u = (const unsigned char *)p;
+        for (size_t i = 0; i < n && s->state != SC_BAD; i++) {
+                /* The bulk of a long line is string content nobody keeps:
+                 * step over plain ASCII at once. */
+                if (s->state == SC_STRING && !s->capture && !(s->in_key && s->depth == 1)) {
+                        while (i < n && u[i] >= 0x20 && u[i] < 0x80 && u[i] != '"' && u[i] != '\\')
+                                i++;
+                        if (i == n)
+                                break;
+                }
+                sc_byte(s, u[i]);
+        }
+}
+
+enum jrpc_scan_result jrpc_id_scan_end(struct jrpc_id_scan *s, json_t **ret_id)
+{
+        *ret_id = NULL;
+        /* A number at the very end of the line has nothing after it to end it. */
+        if (s->state == SC_ZERO || s->state == SC_INT || s->state == SC_FRAC ||
+            s->state == SC_EXP_DIGITS)
+                sc_number_end(s);
+        if (s->state != SC_DONE)
+                return JRPC_SCAN_INVALID;
+        if (!s->root_object)
+                return JRPC_SCAN_NO_ID;
+        if (s->ids == 0)
+                return s->method ? JRPC_SCAN_NOTIFICATION : JRPC_SCAN_NO_ID;
+        if (s->ids > 1 || !s->id_kept)
+                return JRPC_SCAN_NO_ID;
+        /* The kept text is one string or number token: jansson makes the
+         * value (and refuses a number out of its range). */
+        json_t *id = json_loadb(s->id, s->id_len, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
+        if (!id)
+                return JRPC_SCAN_NO_ID;
+        *ret_id = id;
+        return JRPC_SCAN_ID;
+}

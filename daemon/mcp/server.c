@@ -139,9 +139,12 @@ struct mcp_server {
         struct watch *in_watch, *out_watch;
         struct timer *file_timer; /* stdin that epoll cannot watch (a file) */
         struct line_reader lines;
+        size_t line_max;
+        struct jrpc_id_scan scan; /* the id of a line too long to take */
         struct buf out;
         struct call *calls;
         unsigned job_seq;
+        bool initialized; /* initialize answered */
         bool stopped;
         void (*on_eof)(void *);
         void *userdata;
@@ -1319,14 +1322,20 @@ static json_t *file_start_failed(int r)
 
 static void write_answer(struct file_call *fc)
 {
-        char text[FILES_PATH_MAX + 200];
-        snprintf(text, sizeof(text), "wrote %zu bytes to %s (session \"%s\")", fc->bytes, fc->path,
-                 fc->session);
-        utf8_scrub(text);
+        char head[64], tail[SESSION_NAME_MAX + 32];
+        struct buf text;
+        buf_init(&text, 16 << 10);
+        snprintf(head, sizeof(head), "wrote %zu bytes to ", fc->bytes);
+        snprintf(tail, sizeof(tail), " (session \"%s\")", fc->session);
+        buf_append_some(&text, head, strlen(head));
+        buf_append_shown(&text, fc->path, strlen(fc->path));
+        buf_append_some(&text, tail, strlen(tail));
+        utf8_scrub((char *)buf_str(&text));
         send_tool_result(fc->srv, fc->id,
                          text_result(json_pack("{s:s, s:s, s:I}", "session", fc->session, "path",
                                                fc->path, "bytes", (json_int_t)fc->bytes),
-                                     text));
+                                     buf_str(&text)));
+        buf_free(&text);
 }
 
 static void write_done(void *userdata, const struct files_result *r)
@@ -1437,11 +1446,16 @@ static void read_done(void *userdata, const struct files_result *r)
                                more ? json_integer((json_int_t)to) : json_null(), "truncated", more,
                                "encoding", text ? "utf-8" : "base64", "mime_type", mime);
         json_t *result = NULL;
-        char head[FILES_PATH_MAX + 300];
-        snprintf(head, sizeof(head), "%s: %zu bytes%s%s; bytes %zu to %zu%s", r->path, size,
+        char about[300];
+        snprintf(about, sizeof(about), ": %zu bytes%s%s; bytes %zu to %zu%s", size,
                  mime ? ", " : "", mime ? mime : "", from, to,
                  more ? " (more: read on from next_offset)" : "");
-        utf8_scrub(head);
+        struct buf shown;
+        buf_init(&shown, 16 << 10);
+        buf_append_shown(&shown, r->path, strlen(r->path));
+        buf_append_some(&shown, about, strlen(about));
+        utf8_scrub((char *)buf_str(&shown));
+        const char *head = buf_str(&shown);
         if (text) {
                 result =
                     json_pack("{s:[{s:s, s:s%}], s:o, s:b}", "content", "type", "text", "text",
@@ -1472,6 +1486,7 @@ static void read_done(void *userdata, const struct files_result *r)
                 else
                         json_decref(st);
         }
+        buf_free(&shown);
         send_tool_result(s, fc->id, result);
         fcall_free(fc);
 }
@@ -1538,7 +1553,7 @@ static void list_done(void *userdata, json_t *result, const char *error)
         json_t *entries = json_array();
         struct buf text;
         buf_init(&text, 4 << 20);
-        size_t i;
+        size_t i, escaped = 0;
         json_t *e;
         json_array_foreach(json_object_get(result, "entries"), i, e)
         {
@@ -1554,17 +1569,31 @@ static void list_done(void *userdata, json_t *result, const char *error)
                 if (!clean)
                         continue;
                 json_array_append_new(entries, clean);
-                char line[FILES_PATH_MAX * 2 + 100];
-                snprintf(line, sizeof(line), "%-7s %10lld  %s%s%s%s\n", type,
-                         (long long)json_integer_value(size), path,
-                         strcmp(type, "dir") == 0 ? "/" : "", target ? " -> " : "",
-                         target ? target : "");
+                /* Names are the sandbox's: shown escaped, so that none can
+                 * move a terminal's cursor or pass for another line; the
+                 * structured entries keep them exact. */
+                char line[100];
+                snprintf(line, sizeof(line), "%-7.20s %10lld  ", type,
+                         (long long)json_integer_value(size));
                 buf_append_some(&text, line, strlen(line));
+                escaped += buf_append_shown(&text, path, strlen(path));
+                if (strcmp(type, "dir") == 0)
+                        buf_append_some(&text, "/", 1);
+                if (target) {
+                        buf_append_some(&text, " -> ", 4);
+                        escaped += buf_append_shown(&text, target, strlen(target));
+                }
+                buf_append_some(&text, "\n", 1);
         }
         bool truncated = json_is_true(json_object_get(result, "truncated"));
-        char foot[sizeof(fc->path) + 100];
-        snprintf(foot, sizeof(foot), "%zu entries in %s%s", json_array_size(entries), fc->path,
-                 truncated ? " (more: raise limit)" : "");
+        char foot[200];
+        snprintf(foot, sizeof(foot), "%zu entries in ", json_array_size(entries));
+        buf_append_some(&text, foot, strlen(foot));
+        escaped += buf_append_shown(&text, fc->path, strlen(fc->path));
+        snprintf(foot, sizeof(foot), "%s%s", truncated ? " (more: raise limit)" : "",
+                 escaped ? "; control characters in names are shown as C escapes (\\n, \\e, "
+                           "\\xNN; \\\\ is a backslash), structuredContent has them exact"
+                         : "");
         buf_append_some(&text, foot, strlen(foot));
         utf8_scrub((char *)buf_str(&text));
         json_t *st = json_pack("{s:s, s:s, s:o, s:b}", "session", fc->session, "path", fc->path,
@@ -1837,13 +1866,13 @@ static void cancel_request(struct mcp_server *s, json_t *params)
         for (struct call *c = s->calls; c; c = c->next) {
                 /* A job_result waiting: it ends without an answer. */
                 for (struct job_wait *w = c->waits; w; w = w->next)
-                        if (json_equal(w->id, rid)) {
+                        if (jrpc_id_equal(w->id, rid)) {
                                 job_wait_free(w);
                                 return;
                         }
         }
         for (struct call *c = s->calls; c; c = c->next)
-                if (json_equal(c->id, rid) && !c->cancelled && !c->job_id[0]) {
+                if (jrpc_id_equal(c->id, rid) && !c->cancelled && !c->job_id[0]) {
                         const char *why = json_string_value(json_object_get(params, "reason"));
                         log_info("host cancelled a call%s%s", why ? ": " : "", why ? why : "");
                         c->cancelled = true;
@@ -1874,9 +1903,52 @@ static json_t *initialize_result(json_t *params)
             "code writes under /workspace/out/ come back with the result.");
 }
 
+/* Whether `id` names a request not answered yet: a second one with it
+ * would make the answers, and a notifications/cancelled, ambiguous. */
+static bool id_in_flight(struct mcp_server *s, const json_t *id)
+{
+        for (struct call *c = s->calls; c; c = c->next) {
+                /* A job or task was answered; a cancelled call never will be. */
+                if (!c->cancelled && !c->job_id[0] && jrpc_id_equal(c->id, id))
+                        return true;
+                for (struct job_wait *w = c->waits; w; w = w->next)
+                        if (jrpc_id_equal(w->id, id))
+                                return true;
+        }
+        for (struct file_call *fc = s->fcalls; fc; fc = fc->next)
+                if (jrpc_id_equal(fc->id, id))
+                        return true;
+        for (struct search *q = s->searches; q; q = q->next)
+                if (jrpc_id_equal(q->id, id))
+                        return true;
+        return false;
+}
+
 static void handle_request(struct mcp_server *s, struct jrpc_msg *m)
 {
         const char *method = m->method;
+        /* JSON-RPC gives no other way to answer than with the same id: the
+         * host sees this error under the id of its running request, whose
+         * own answer (or cancellation) still comes as if this one had not
+         * been sent. */
+        if (id_in_flight(s, m->id)) {
+                send_error(s, m->id, JRPC_INVALID_REQUEST,
+                           "this id belongs to a request still running: a request needs an id "
+                           "that no unanswered request of this session uses");
+                return;
+        }
+        /* MCP lifecycle: initialize first; ping is always answered. Requests
+         * between the initialize answer and notifications/initialized are
+         * served: SDK clients send them without waiting. */
+        if (!s->initialized && strcmp(method, "initialize") != 0 && strcmp(method, "ping") != 0) {
+                char msg[200];
+                snprintf(msg, sizeof(msg),
+                         "\"%.60s\" before initialize: send \"initialize\" first (only "
+                         "\"ping\" is answered before it)",
+                         method);
+                send_error(s, m->id, JRPC_INVALID_REQUEST, utf8_scrub(msg));
+                return;
+        }
         if (m->params && !json_is_object(m->params)) {
                 send_error(s, m->id, JRPC_INVALID_PARAMS, "params must be an object");
                 return;
@@ -1888,6 +1960,7 @@ static void handle_request(struct mcp_server *s, struct jrpc_msg *m)
                         return;
                 }
                 send_msg(s, jrpc_result(m->id, initialize_result(m->params)));
+                s->initialized = true;
         } else if (strcmp(method, "ping") == 0) {
                 send_msg(s, jrpc_result(m->id, json_object()));
         } else if (strcmp(method, "tools/list") == 0) {
@@ -1916,15 +1989,39 @@ static void handle_request(struct mcp_server *s, struct jrpc_msg *m)
         }
 }
 
+/* The bytes of a line too long to take go by the id scanner only. */
+static void long_line_bytes(void *userdata, const char *p, size_t n)
+{
+        struct mcp_server *s = userdata;
+        jrpc_id_scan_feed(&s->scan, p, n);
+}
+
+/* A line too long to take has ended: refused, under its id when it could
+ * be read, so that the host's request does not wait forever. */
+static void long_line_refused(struct mcp_server *s)
+{
+        json_t *id = NULL;
+        enum jrpc_scan_result k = jrpc_id_scan_end(&s->scan, &id);
+        jrpc_id_scan_init(&s->scan);
+        char msg[300];
+        snprintf(msg, sizeof(msg),
+                 "message larger than the limit of %zu bytes (max_frame, raised to fit a "
+                 "write_file of file_max_bytes in base64); skipped",
+                 s->line_max);
+        if (k == JRPC_SCAN_NOTIFICATION) {
+                log_warn("%s (a notification: no reply)", msg);
+                return;
+        }
+        log_warn("%s%s", msg, id ? "" : " (its id could not be read: answered with id null)");
+        send_error(s, id, JRPC_INVALID_REQUEST, msg);
+        json_decref(id);
+}
+
 static int on_line(void *userdata, const char *line, size_t len)
 {
         struct mcp_server *s = userdata;
-        char msg[200];
         if (!line) {
-                snprintf(msg, sizeof(msg), "message larger than the limit of %llu bytes; skipped",
-                         s->cfg->max_frame);
-                log_warn("%s", msg);
-                send_error(s, NULL, JRPC_INVALID_REQUEST, msg);
+                long_line_refused(s);
                 return 0;
         }
         /* Tolerate CRLF and blank lines. */
@@ -2033,7 +2130,10 @@ int mcp_server_new(struct loop *l, const struct config *cfg, struct sandbox_mgr 
                 }
                 used += (size_t)k;
         }
-        line_reader_init(&s->lines, cfg->max_frame);
+        s->line_max = tools_line_max(cfg);
+        line_reader_init(&s->lines, s->line_max);
+        line_reader_watch_long(&s->lines, long_line_bytes, s);
+        jrpc_id_scan_init(&s->scan);
         /* Output is ours to produce; the bound only catches a host that
          * stopped reading altogether. */
         buf_init(&s->out, 1ULL << 30);

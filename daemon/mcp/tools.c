@@ -353,6 +353,18 @@ void tools_request_free(struct sandbox_request *req)
         req->n_files = 0;
 }
 
+/* Room for the request around write_file's content: jsonrpc, id, method,
+ * the session's name and the path (even with every byte escaped as \uXXXX),
+ * encoding, _meta. */
+#define LINE_ROOM (64 << 10)
+
+size_t tools_line_max(const struct config *cfg)
+{
+        unsigned long long b64 = (cfg->file_max_bytes + 2) / 3 * 4;
+        unsigned long long want = b64 + LINE_ROOM;
+        return (size_t)(want > cfg->max_frame ? want : cfg->max_frame);
+}
+
 int tools_file_content(json_t *content, json_t *encoding, size_t max, struct buf *ret, char *msg,
                        size_t msg_size)
 {
@@ -650,10 +662,15 @@ static void add_out_files(json_t *result, json_t *out_files)
                                       json_pack("{s:s, s:I, s:s?, s:b, s:s*}", "path", path, "size",
                                                 size, "mime_type", mime, "returned", returned,
                                                 "note", returned ? NULL : note));
-                snprintf(line, sizeof(line), "\n[file %s: %lld bytes, %s%s%s]", path,
-                         (long long)size, how, returned || !note ? "" : ": ",
-                         returned || !note ? "" : note);
-                buf_append_some(&lines, line, strlen(line));
+                /* The name is the code's: shown escaped (the listing keeps it exact). */
+                append_text(&lines, "\n[file ");
+                buf_append_shown(&lines, path, strlen(path));
+                /* A note may say "not returned: why" itself. */
+                if (!returned && note && strncmp(note, how, strlen(how)) == 0)
+                        how = "";
+                snprintf(line, sizeof(line), ": %lld bytes, %s%s%s]", (long long)size, how,
+                         returned || !note || !how[0] ? "" : ": ", returned || !note ? "" : note);
+                append_text(&lines, line);
         }
         json_object_set_new(json_object_get(result, "structuredContent"), "files", listing);
         if (lines.len)

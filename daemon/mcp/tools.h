@@ -25,6 +25,10 @@ int tools_parse_call(const char *name, json_t *args, const struct config *cfg,
                      struct sandbox_request *req, char *msg, size_t msg_size);
 void tools_request_free(struct sandbox_request *req);
 
+/* The longest line the host may send: max_frame, or more when a write_file
+ * of file_max_bytes in base64, with its request around it, needs more. */
+size_t tools_line_max(const struct config *cfg);
+
 /* `content` of a file argument as bytes (utf-8 as is, or base64 decoded),
  * at most `max` of them: 0, or -EINVAL / -EFBIG with a message. */
 int tools_file_content(json_t *content, json_t *encoding, size_t max, struct buf *ret, char *msg,

@@ -912,15 +912,28 @@ static void collected(void *userdata, const struct files_result *r)
 }
 
 /* An entry of the runtime's out_files (the container's word), checked:
- * its path under /workspace/out relative to /workspace, or NULL. */
-static const char *out_path(json_t *f, char *full, size_t size)
+ * its path under /workspace/out relative to /workspace, or NULL. A path
+ * under out/ that corral cannot fetch (a control character in its name)
+ * gets the reason in `why` and its relative form in *ret_shown; anything
+ * else is malformed and `why` stays empty. */
+static const char *out_path(json_t *f, char *full, size_t size, char *why, size_t why_size,
+                            const char **ret_shown)
 {
         const char *path = json_string_value(json_object_get(f, "path"));
         json_t *bytes = json_object_get(f, "size");
-        char msg[600];
-        if (!path || !json_is_integer(bytes) || json_integer_value(bytes) < 0 ||
-            files_path(path, false, full, size, msg, sizeof(msg)) < 0 ||
-            strncmp(full, FILES_ROOT "/out/", strlen(FILES_ROOT "/out/")) != 0)
+        why[0] = '\0';
+        if (!path || !json_is_integer(bytes) || json_integer_value(bytes) < 0)
+                return NULL;
+        if (files_path(path, false, full, size, why, why_size) < 0) {
+                const char *rel = strncmp(path, FILES_ROOT "/", strlen(FILES_ROOT "/")) == 0
+                                      ? path + strlen(FILES_ROOT "/")
+                                      : path;
+                if (strncmp(rel, "out/", 4) != 0 || strstr(rel, "/../") || strstr(rel, "/./"))
+                        why[0] = '\0';
+                *ret_shown = rel;
+                return NULL;
+        }
+        if (strncmp(full, FILES_ROOT "/out/", strlen(FILES_ROOT "/out/")) != 0)
                 return NULL;
         return full + strlen(FILES_ROOT) + 1;
 }
@@ -933,10 +946,21 @@ static void collect_next(struct sandbox *s)
                json_array_size(s->res.out_files) < OUT_FILES_MAX) {
                 json_t *f = json_array_get(s->out_list, s->i_out);
                 json_t *size = json_object_get(f, "size");
-                char full[FILES_PATH_MAX + 64];
-                if (!out_path(f, full, sizeof(full))) {
-                        log_warn("sandbox %s: ignored a malformed out_files entry",
-                                 s->res.container_id);
+                char full[FILES_PATH_MAX + 64], why[300];
+                const char *shown = NULL;
+                if (!out_path(f, full, sizeof(full), why, sizeof(why), &shown)) {
+                        if (why[0]) {
+                                /* Listed, not lost: the result says why. */
+                                char note[400];
+                                snprintf(note, sizeof(note),
+                                         "not returned: %s; rename it (mv in run_shell) to "
+                                         "fetch it",
+                                         why);
+                                out_note(s, shown, json_integer_value(size), note);
+                        } else {
+                                log_warn("sandbox %s: ignored a malformed out_files entry",
+                                         s->res.container_id);
+                        }
                         s->i_out++;
                         continue;
                 }
@@ -1369,8 +1393,12 @@ static void on_timer(struct timer *t, void *userdata)
                        json_array_size(s->res.out_files) < OUT_FILES_MAX;
                      s->i_out++) {
                         json_t *f = json_array_get(s->out_list, s->i_out);
-                        char full[FILES_PATH_MAX + 64];
-                        const char *path = out_path(f, full, sizeof(full));
+                        char full[FILES_PATH_MAX + 64], why[300];
+                        const char *shown = NULL;
+                        const char *path =
+                            out_path(f, full, sizeof(full), why, sizeof(why), &shown);
+                        if (!path && why[0])
+                                path = shown;
                         if (path)
                                 out_note(s, path, json_integer_value(json_object_get(f, "size")),
                                          "not returned: fetching it took too long");

@@ -1852,30 +1852,84 @@ test('raw protocol: valid JSON that is not an object (42, "x", null, true) gets 
   assert.deepEqual(await raw.ping(17), { jsonrpc: '2.0', id: 17, result: {} }, 'next ping answered');
 });
 
-test('raw protocol: a 20 MiB line is refused with id null and the next ping is answered', async (t) => {
+test('raw protocol: a line over the limit is refused under its id when the id can be read (first or last), else with id null; the next ping is answered', async (t) => {
+  // The host's line limit is max_frame, raised to fit a write_file of
+  // file_max_bytes (16 MiB) in base64: about 21.4 MiB by default.
   const raw = t.raw();
   await raw.initialize();
-  const pad = 'a'.repeat(20 * MiB);
+  const pad = 'a'.repeat(24 * MiB);
   await raw.send(`{"jsonrpc":"2.0","id":21,"method":"ping","params":{"pad":"${pad}"}}\n`);
-  const e = await raw.next((m) => 'error' in m, 30000, 'error reply to the oversized line');
+  const e = await raw.next((m) => 'error' in m, 30000, 'error reply to the oversized line (id first)');
   assert.equal(e.error.code, -32600, 'oversized message: -32600');
-  assert.equal(e.id, null, 'id null');
-  const p = await raw.ping(22, 15000);
-  assert.deepEqual(p, { jsonrpc: '2.0', id: 22, result: {} }, 'the next ping is answered');
-  assert.equal(raw.msgs.find((m) => m.id === 21), undefined, 'the oversized ping itself was not answered');
-  // The limit is configurable: --max-frame / CORRAL_MAX_FRAME 64k refuse a
-  // 100 KiB line and still take a 50 KiB one.
-  for (const [env, args, how] of [[{}, ['--max-frame', '64k'], '--max-frame'], [{ CORRAL_MAX_FRAME: '64k' }, [], 'CORRAL_MAX_FRAME']]) {
+  assert.equal(e.id, 21, 'answered under its id, read from the start of the line');
+  assert.match(e.error.message, /larger than the limit/, `the message says why: ${e.error.message}`);
+  // An SDK may write "id" last, after the large params.
+  await raw.send(`{"jsonrpc":"2.0","method":"tools/call","params":{"name":"run_python","arguments":{"code":"${pad}"}},"id":"last-22"}\n`);
+  const e2 = await raw.next((m) => 'error' in m, 30000, 'error reply to the oversized line (id last)');
+  assert.equal(e2.id, 'last-22', 'answered under its id, read from the end of the line');
+  // Not one JSON value (an unterminated string): no id can be trusted.
+  await raw.send(`{"jsonrpc":"2.0","id":23,"method":"ping","params":{"pad":"${pad}}\n`);
+  const e3 = await raw.next((m) => 'error' in m, 30000, 'error reply to the oversized broken line');
+  assert.equal(e3.id, null, 'a line that is not one JSON value is answered with id null');
+  // A notification gets no reply, even an oversized one.
+  await raw.send(`{"jsonrpc":"2.0","method":"notifications/progress","params":{"pad":"${pad}"}}\n`);
+  const p = await raw.ping(24, 15000);
+  assert.deepEqual(p, { jsonrpc: '2.0', id: 24, result: {} }, 'the next ping is answered');
+  await sleep(300);
+  assert.deepEqual(raw.msgs, [], 'nothing else was sent (no reply to the notification, none to the oversized ping)');
+  assert.deepEqual(raw.garbage, [], 'every stdout line was JSON');
+  // The limit is configurable: --max-frame / CORRAL_MAX_FRAME 64k with a
+  // small file_max_bytes refuse a 100 KiB line and still take a 50 KiB one.
+  for (const [env, args, how] of [[{ CORRAL_FILE_MAX_BYTES: '1k' }, ['--max-frame', '64k'], '--max-frame'],
+    [{ CORRAL_MAX_FRAME: '64k', CORRAL_FILE_MAX_BYTES: '1k' }, [], 'CORRAL_MAX_FRAME']]) {
     const small = t.raw(env, args);
     await small.initialize();
-    await small.send(`{"jsonrpc":"2.0","id":23,"method":"ping","params":{"pad":"${'b'.repeat(100 * 1024)}"}}\n`);
-    const e2 = await small.next((m) => 'error' in m, 10000, `error reply under ${how} 64k`);
-    assert.equal(e2.error.code, -32600, `${how} 64k refuses 100 KiB`);
-    assert.equal(e2.id, null);
-    await small.send(`{"jsonrpc":"2.0","id":24,"method":"ping","params":{"pad":"${'c'.repeat(50 * 1024)}"}}\n`);
-    assert.deepEqual(await small.response(24), { jsonrpc: '2.0', id: 24, result: {} }, `${how} 64k takes 50 KiB`);
+    await small.send(`{"jsonrpc":"2.0","id":25,"method":"ping","params":{"pad":"${'b'.repeat(100 * 1024)}"}}\n`);
+    const e4 = await small.next((m) => 'error' in m, 10000, `error reply under ${how} 64k`);
+    assert.equal(e4.error.code, -32600, `${how} 64k refuses 100 KiB`);
+    assert.equal(e4.id, 25, 'under its id');
+    await small.send(`{"jsonrpc":"2.0","id":26,"method":"ping","params":{"pad":"${'c'.repeat(50 * 1024)}"}}\n`);
+    assert.deepEqual(await small.response(26), { jsonrpc: '2.0', id: 26, result: {} }, `${how} 64k takes 50 KiB`);
   }
-}, { timeoutMs: 60000 });
+}, { timeoutMs: 90000 });
+
+test('raw protocol: only ping is answered before initialize; a second request with an id still in flight is refused and the first is answered', async (t) => {
+  const raw = t.raw();
+  await raw.send({ jsonrpc: '2.0', id: 1, method: 'tools/list' });
+  const e = await raw.response(1);
+  assert.equal(e.error?.code, -32600, 'tools/list before initialize: -32600');
+  assert.match(e.error.message, /initialize/, `the message says to initialize first: ${e.error?.message}`);
+  await raw.send({ jsonrpc: '2.0', id: 2, method: 'tools/call', params: { name: 'run_python', arguments: { code: 'print(1)' } } });
+  assert.equal((await raw.response(2)).error?.code, -32600, 'tools/call before initialize: -32600');
+  assert.deepEqual(await raw.ping(3), { jsonrpc: '2.0', id: 3, result: {} }, 'ping before initialize is answered');
+  const init = await raw.initialize(4);
+  assert.equal(init.result?.serverInfo?.name, 'corral', 'then initialize works');
+  await raw.send({ jsonrpc: '2.0', id: 5, method: 'tools/list' });
+  assert.ok((await raw.response(5)).result?.tools?.length > 0, 'and tools/list after it');
+
+  // Duplicate ids: the second is refused at once, under the same id (JSON-RPC
+  // has no other way to answer); the first one's own answer still comes.
+  await raw.send({ jsonrpc: '2.0', id: 'dup', method: 'tools/call',
+    params: { name: 'run_python', arguments: { code: 'import time\ntime.sleep(2)\nprint("first")' } } });
+  await sleep(200);
+  await raw.send({ jsonrpc: '2.0', id: 'dup', method: 'tools/call',
+    params: { name: 'run_python', arguments: { code: 'print("second")' } } });
+  const d1 = await raw.response('dup', 15000);
+  assert.equal(d1.error?.code, -32600, `the duplicate is refused: ${clip(JSON.stringify(d1), 300)}`);
+  assert.match(d1.error.message, /still running/, 'saying why');
+  const d2 = await raw.response('dup', 30000);
+  assert.equal(d2.result?.structuredContent?.stdout, 'first\n', 'the first request is answered as if the second had not come');
+  // 7 and 7.0 are one id; once answered, an id may be used again.
+  await raw.send({ jsonrpc: '2.0', id: 7, method: 'tools/call',
+    params: { name: 'run_python', arguments: { code: 'import time\ntime.sleep(2)\nprint("seven")' } } });
+  await sleep(200);
+  await raw.send('{"jsonrpc":"2.0","id":7.0,"method":"ping"}\n');
+  const s1 = await raw.response(7, 15000);
+  assert.equal(s1.error?.code, -32600, '7.0 while 7 runs: refused');
+  assert.equal((await raw.response(7, 30000)).result?.structuredContent?.stdout, 'seven\n', 'and 7 is answered');
+  assert.deepEqual(await raw.ping(7), { jsonrpc: '2.0', id: 7, result: {} }, 'an answered id may be used again');
+  assert.deepEqual(raw.garbage, [], 'every stdout line was JSON');
+}, { timeoutMs: 90000 });
 
 test('raw protocol: invalid UTF-8 is refused and the next ping is answered', async (t) => {
   const raw = t.raw();
@@ -2265,6 +2319,39 @@ test('files: write_file then run_python reads it; a PNG under /workspace/out com
   const missing = await toolCall(t, d, 'read_file', { session: 'f', path: 'nope.txt' });
   assert.equal(missing.structuredContent.error?.type, 'NotFound', 'a missing file: NotFound');
 }, { timeoutMs: 120000 });
+
+test('files: a file of file_max_bytes goes through write_file as base64, one byte more is refused with an answer; names with control characters are shown escaped', async (t) => {
+  const d = await t.daemon('bigfile');
+  const bytes = Buffer.alloc(16 * MiB);
+  for (let i = 0; i < bytes.length; i += 4) bytes.writeUInt32LE((i * 2654435761) >>> 0, i);
+  const w = await toolCall(t, d, 'write_file', { session: 'b', path: 'big.bin', content: bytes.toString('base64'), encoding: 'base64' }, 120000);
+  assert.equal(w.isError, false, `16 MiB as base64 (a ~21.3 MiB line) is taken: ${clip(w.content[0].text, 300)}`);
+  assert.equal(w.structuredContent.bytes, 16 * MiB, 'all of it');
+  const h = await d.call(t, 'run_python', { session: 'b', code: 'import hashlib\nprint(hashlib.sha256(open("big.bin", "rb").read()).hexdigest())' });
+  assert.equal(h.structuredContent.stdout.trim(), sha256(bytes), 'the same bytes in the sandbox');
+  const over = await toolCall(t, d, 'write_file', { session: 'b', path: 'over.bin', content: Buffer.alloc(16 * MiB + 1).toString('base64'), encoding: 'base64' }, 120000);
+  assert.equal(over.isError, true, 'one byte more is refused');
+  assert.equal(over.structuredContent.status, 'invalid_arguments', `as invalid_arguments: ${clip(over.content[0].text, 300)}`);
+
+  // A name is the sandbox's: in the text it must not move a terminal's
+  // cursor, ring its bell, break a line or reorder what follows it.
+  const names = ['red\x1b[31m\x1b[2J.txt', 'two\nlines\r.txt', 'bell\x07.txt', 'rlo\u202egnp.exe', 'back\\slash.txt'];
+  await d.call(t, 'run_python', { session: 'b', code: `import json, os\nos.makedirs("out", exist_ok=True)\nfor n in json.loads(${JSON.stringify(JSON.stringify(names))}):\n    open("out/" + n, "w").write("x")` });
+  const ls = await toolCall(t, d, 'list_files', { session: 'b', path: 'out' });
+  const text = ls.content[0].text;
+  assert.deepEqual(ls.structuredContent.entries.map((e) => e.path).sort(), [...names].sort(), 'structuredContent has the exact names');
+  assert.doesNotMatch(text, /[\x00-\x08\x0b-\x1f\x7f\u202e]/, 'no control character in the text (newlines end its lines only)');
+  for (const shown of ['red\\e[31m\\e[2J.txt', 'two\\nlines\\r.txt', 'bell\\a.txt', 'rlo\\xe2\\x80\\xaegnp.exe', 'back\\\\slash.txt'])
+    assert.ok(text.includes(shown), `the text shows ${shown}`);
+  assert.equal(text.split('\n').length, names.length + 1, 'one line a name, and the footer');
+  assert.match(text, /shown as C escapes/, 'and says how names are shown');
+  // A run's files are listed the same way; one whose name corral cannot
+  // fetch is listed with the reason, not dropped.
+  const r = await d.call(t, 'run_python', { session: 'b', code: 'open("out/tab\\there.txt", "w").write("y")' });
+  assert.ok(r.content[0].text.includes('[file out/tab\\there.txt: 1 bytes, not returned: '), `the result text escapes it: ${clip(r.content[0].text, 300)}`);
+  assert.deepEqual(r.structuredContent.files.map((f) => [f.path, f.returned]), [['out/tab\there.txt', false]], 'its structuredContent has the exact name');
+  assert.match(r.structuredContent.files[0].note, /control character.*rename/, 'and says why it was not returned');
+}, { timeoutMs: 240000 });
 
 test('files: path escapes (.., absolute, symlinks out of /workspace) are refused with a clear error', async (t) => {
   const d = await t.daemon('escapes');

@@ -1,4 +1,5 @@
-/* Bounded buffers, the line reader and utf8_cut. */
+/* Bounded buffers, the line reader (and its watch on long lines), utf8_cut,
+ * and names shown escaped. */
 #include "core/buf.h"
 #include "core/util.h"
 
@@ -274,6 +275,168 @@ static void test_line_reader_bounded(void)
         buf_free(&c.out);
 }
 
+/* ---- line_reader_watch_long: a too-long line is reported at its newline,
+ * after the watcher saw its bytes; rendered "!{bytes seen}". */
+
+struct watched {
+        struct collect c;
+        struct buf seen;
+};
+
+static void watch_cb(void *userdata, const char *p, size_t n)
+{
+        struct watched *w = userdata;
+        buf_append(&w->seen, p, n);
+}
+
+static int watched_cb(void *userdata, const char *line, size_t len)
+{
+        struct watched *w = userdata;
+        int k = collect_cb(&w->c, line, len);
+        if (!line) {
+                buf_append(&w->c.out, "{", 1);
+                buf_append(&w->c.out, w->seen.data, w->seen.len);
+                buf_append(&w->c.out, "}", 1);
+                w->seen.len = 0;
+        }
+        return k;
+}
+
+static const struct watch_case {
+        const char *name;
+        size_t max;
+        const char *in;
+        const char *expect;
+        const char *left; /* seen, of a too-long line not ended */
+} watch_cases[] = {
+    {"short lines pass as before", 8, "a\nbb\n", "[a][bb]", ""},
+    {"too long: at its newline, every byte seen", 4, "abcdefghijk\nok\n", "!{abcdefghijk}[ok]", ""},
+    {"one byte over max", 4, "abcde\nx\n", "!{abcde}[x]", ""},
+    {"two in a row", 4, "aaaaaa\nbbbbbb\nc\n", "!{aaaaaa}!{bbbbbb}[c]", ""},
+    {"not ended: not reported yet", 3, "ok\ntoolong", "[ok]", "toolong"},
+    {"not yet too long: held, not seen", 8, "ok\nshort", "[ok]", ""},
+};
+
+static void test_line_reader_watch(void)
+{
+        for (size_t t = 0; t < ARRAY_SIZE(watch_cases); t++) {
+                const struct watch_case *tc = &watch_cases[t];
+                size_t n = strlen(tc->in);
+                int mismatches = 0;
+                /* All at once, one byte at a time, and every two-piece split. */
+                for (size_t step = 0; step <= n + 1; step++) {
+                        struct line_reader r;
+                        struct watched w = {0};
+                        line_reader_init(&r, tc->max);
+                        line_reader_watch_long(&r, watch_cb, &w);
+                        buf_init(&w.c.out, 1 << 16);
+                        buf_init(&w.seen, 1 << 16);
+                        size_t cut = step == n + 1 ? 0 : step;
+                        if (step == n + 1) { /* one byte at a time */
+                                for (size_t i = 0; i < n; i++)
+                                        line_reader_feed(&r, tc->in + i, 1, watched_cb, &w);
+                        } else {
+                                line_reader_feed(&r, tc->in, cut, watched_cb, &w);
+                                line_reader_feed(&r, tc->in + cut, n - cut, watched_cb, &w);
+                        }
+                        if (strcmp(buf_str(&w.c.out), tc->expect) != 0 ||
+                            strcmp(buf_str(&w.seen), tc->left) != 0) {
+                                if (!mismatches)
+                                        diag("%s, feed %zu: \"%s\", left \"%s\"", tc->name, step,
+                                             buf_str(&w.c.out), buf_str(&w.seen));
+                                mismatches++;
+                        }
+                        line_reader_free(&r);
+                        buf_free(&w.c.out);
+                        buf_free(&w.seen);
+                }
+                is_int(mismatches, 0, "watch: %s (every split)", tc->name);
+        }
+}
+
+/* One large line must not keep its buffer once delivered or skipped. */
+static void test_line_reader_release(void)
+{
+        struct line_reader r;
+        struct collect c = {0};
+        line_reader_init(&r, 1 << 20);
+        buf_init(&c.out, 1 << 20);
+        char chunk[4096];
+        memset(chunk, 'x', sizeof(chunk));
+        for (int i = 0; i < 75; i++)
+                line_reader_feed(&r, chunk, sizeof(chunk), collect_cb, &c);
+        ok(r.pending.cap >= 75 * sizeof(chunk), "a 300 KiB line in pieces is held (cap %zu)",
+           r.pending.cap);
+        line_reader_feed(&r, "\n", 1, collect_cb, &c);
+        is_int(c.out.len, 75 * sizeof(chunk) + 2, "... and delivered whole");
+        ok(r.pending.cap <= 64 << 10, "... then its buffer is released (cap %zu)", r.pending.cap);
+        for (int i = 0; i < 300; i++)
+                line_reader_feed(&r, chunk, sizeof(chunk), collect_cb, &c);
+        line_reader_feed(&r, "\nok\n", 4, collect_cb, &c);
+        ok(r.pending.cap <= 64 << 10, "a line over max is dropped with its buffer (cap %zu)",
+           r.pending.cap);
+        line_reader_free(&r);
+        buf_free(&c.out);
+}
+
+/* ---- buf_append_shown */
+
+#define S(lit) lit, sizeof(lit) - 1 /* a literal with its exact length (NULs too) */
+
+static void test_shown(void)
+{
+        static const struct {
+                const char *in;
+                size_t len;
+                const char *out;
+                size_t escapes;
+        } cases[] = {
+            {S("plain name.txt"), "plain name.txt", 0},
+            {S("caf\xc3\xa9 \xf0\x9f\x98\x80 \xe4\xb8\xad"),
+             "caf\xc3\xa9 \xf0\x9f\x98\x80 \xe4\xb8\xad", 0},
+            {S("red\x1b[31mX"), "red\\e[31mX", 1},
+            {S("bell\a"), "bell\\a", 1},
+            {S("two\nlines\r"), "two\\nlines\\r", 2},
+            {S("\t\b\v\f"), "\\t\\b\\v\\f", 4},
+            {S("\x01\x7f"), "\\x01\\x7f", 2},
+            {S("a\0b"), "a\\x00b", 1},
+            {S("back\\slash"), "back\\\\slash", 1},
+            {S("csi\xc2\x9b"
+               "2J"),
+             "csi\\xc2\\x9b2J", 1},                 /* C1 */
+            {S("\xc2\xa0nbsp"), "\xc2\xa0nbsp", 0}, /* U+00A0 is printable */
+            {S("abc\xe2\x80\xae"
+               "fdp.exe"),
+             "abc\\xe2\\x80\\xaefdp.exe", 1},                                       /* RLO */
+            {S("\xe2\x81\xa6x\xe2\x81\xa9"), "\\xe2\\x81\\xa6x\\xe2\\x81\\xa9", 2}, /* isolates */
+            {S("line\xe2\x80\xa8sep"), "line\\xe2\\x80\\xa8sep", 1},
+            {S("\xff"), "\\xff", 1},
+            {S("cut \xe2\x82"), "cut \\xe2\\x82", 2},
+            {S("\xc0\xaf"), "\\xc0\\xaf", 2},          /* overlong */
+            {S("\xed\xa0\x80"), "\\xed\\xa0\\x80", 3}, /* surrogate */
+        };
+        for (size_t i = 0; i < ARRAY_SIZE(cases); i++) {
+                struct buf b;
+                buf_init(&b, 1024);
+                size_t k = buf_append_shown(&b, cases[i].in, cases[i].len);
+                is_str(buf_str(&b), cases[i].out, "shown: case %zu", i);
+                is_int(k, cases[i].escapes, "shown: case %zu, escapes", i);
+                ok(utf8_text(b.data, b.len), "shown: case %zu is text", i);
+                buf_free(&b);
+        }
+        /* Bounded: never half an escape. */
+        struct buf b;
+        buf_init(&b, 9);
+        is_int(buf_append_shown(&b, "abcdefgh\x1b", 9), 0,
+               "an escape that does not fit is left out");
+        is_str(buf_str(&b), "abcdefgh", "... whole");
+        buf_free(&b);
+        buf_init(&b, 10);
+        buf_append_shown(&b, "abcdefgh\x1b", 9);
+        is_str(buf_str(&b), "abcdefgh\\e", "... and in when it fits");
+        buf_free(&b);
+}
+
 /* ---- utf8_cut */
 
 static void check_cuts(const char *text, const size_t *bounds, size_t nbounds, const char *what)
@@ -435,6 +598,9 @@ int main(void)
         test_line_reader_binary();
         test_line_reader_stop();
         test_line_reader_bounded();
+        test_line_reader_watch();
+        test_line_reader_release();
+        test_shown();
         test_utf8_cut();
         return done_testing();
 }

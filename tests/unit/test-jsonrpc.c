@@ -1,9 +1,11 @@
 /* The JSON-RPC codec: classification, the error code for each kind of bad
- * input, id recovery, and the exact bytes the encoder writes. */
+ * input, id recovery, the exact bytes the encoder writes, id equality, and
+ * the id scanner for lines too long to parse. */
 #include "core/jsonrpc.h"
 
 #include "tap.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #define KIND_NONE -1
@@ -266,9 +268,176 @@ static void test_encode(void)
         free(s);
 }
 
+static void test_id_equal(void)
+{
+        static const struct {
+                const char *a, *b;
+                bool equal;
+        } cases[] = {
+            {"1", "1", true},           {"1", "\"1\"", false},   {"\"a\"", "\"a\"", true},
+            {"\"a\"", "\"a \"", false}, {"1", "1.0", true},      {"1.5", "1.5", true},
+            {"1", "2", false},          {"-0", "0", true},       {"\"a\\u0000b\"", "\"a\"", false},
+            {"null", "null", false},    {"true", "true", false}, {"1", "null", false},
+        };
+        for (size_t i = 0; i < ARRAY_SIZE(cases); i++) {
+                json_t *a = json_loads(cases[i].a, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
+                json_t *b = json_loads(cases[i].b, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
+                ok(jrpc_id_equal(a, b) == cases[i].equal && jrpc_id_equal(b, a) == cases[i].equal,
+                   "id %s %s id %s", cases[i].a, cases[i].equal ? "equals" : "differs from",
+                   cases[i].b);
+                json_decref(a);
+                json_decref(b);
+        }
+        ok(!jrpc_id_equal(NULL, NULL), "no id equals no id: never in flight");
+}
+
+static const struct scan_case {
+        const char *name;
+        const char *in;
+        size_t len;
+        enum jrpc_scan_result result;
+        const char *id; /* compact JSON of the id */
+} scan_cases[] = {
+    {"id first", S("{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"tools/call\",\"params\":{}}"),
+     JRPC_SCAN_ID, "7"},
+    /* The TypeScript SDK writes method and params first, id last. */
+    {"id last, after params holding an id",
+     S("{\"method\":\"tools/call\",\"params\":{\"id\":1,\"a\":[{\"id\":2}]},\"jsonrpc\":\"2.0\","
+       "\"id\":\"r-9\"}"),
+     JRPC_SCAN_ID, "\"r-9\""},
+    {"string id with escapes", S("{\"id\":\"\\u0041\\n\\\"\\ud83d\\ude00\"}"), JRPC_SCAN_ID,
+     "\"A\\n\\\"\xf0\x9f\x98\x80\""},
+    {"key written with an escape", S("{\"\\u0069d\":3}"), JRPC_SCAN_ID, "3"},
+    {"real id", S("{\"id\":-1.5e+3}"), JRPC_SCAN_ID, "-1500.0"},
+    {"whitespace everywhere", S(" { \"id\" :\t5 , \"method\" : \"m\" } \r"), JRPC_SCAN_ID, "5"},
+    {"only params has an id", S("{\"jsonrpc\":\"2.0\",\"params\":{\"id\":1},\"x\":1}"),
+     JRPC_SCAN_NO_ID, NULL},
+    {"a notification", S("{\"jsonrpc\":\"2.0\",\"method\":\"notifications/x\",\"params\":{}}"),
+     JRPC_SCAN_NOTIFICATION, NULL},
+    {"method not a string, no id", S("{\"method\":5}"), JRPC_SCAN_NO_ID, NULL},
+    {"id null", S("{\"id\":null,\"method\":\"m\"}"), JRPC_SCAN_NO_ID, NULL},
+    {"id an object", S("{\"id\":{\"id\":1},\"method\":\"m\"}"), JRPC_SCAN_NO_ID, NULL},
+    {"id true", S("{\"id\":true}"), JRPC_SCAN_NO_ID, NULL},
+    {"two ids", S("{\"id\":1,\"method\":\"m\",\"id\":2}"), JRPC_SCAN_NO_ID, NULL},
+    {"two ids, one escaped", S("{\"id\":1,\"i\\u0064\":1}"), JRPC_SCAN_NO_ID, NULL},
+    {"a key that only starts like id", S("{\"idx\":1,\"i\":2,\"\\u0069d\\ud83d\\ude00\":3}"),
+     JRPC_SCAN_NO_ID, NULL},
+    {"integer id out of range", S("{\"id\":99999999999999999999}"), JRPC_SCAN_NO_ID, NULL},
+    {"an array", S("[{\"id\":1}]"), JRPC_SCAN_NO_ID, NULL},
+    {"a number", S("12"), JRPC_SCAN_NO_ID, NULL},
+    {"cut short", S("{\"id\":1,\"params\":{\"a\":\"xyz"), JRPC_SCAN_INVALID, NULL},
+    {"trailing garbage", S("{\"id\":1} x"), JRPC_SCAN_INVALID, NULL},
+    {"two values", S("{\"id\":1}{}"), JRPC_SCAN_INVALID, NULL},
+    {"empty", S(""), JRPC_SCAN_INVALID, NULL},
+    {"missing colon", S("{\"id\" 1}"), JRPC_SCAN_INVALID, NULL},
+    {"trailing comma", S("{\"id\":1,}"), JRPC_SCAN_INVALID, NULL},
+    {"array closed by a brace", S("{\"id\":1,\"a\":[1}"), JRPC_SCAN_INVALID, NULL},
+    {"leading zero", S("{\"id\":01}"), JRPC_SCAN_INVALID, NULL},
+    {"bare minus", S("{\"id\":-}"), JRPC_SCAN_INVALID, NULL},
+    {"no digit after the point", S("{\"id\":1.}"), JRPC_SCAN_INVALID, NULL},
+    {"no digit in the exponent", S("{\"id\":1e+}"), JRPC_SCAN_INVALID, NULL},
+    {"a cut literal", S("{\"id\":1,\"a\":tru}"), JRPC_SCAN_INVALID, NULL},
+    {"a capital literal", S("{\"id\":1,\"a\":True}"), JRPC_SCAN_INVALID, NULL},
+    {"lone high surrogate", S("{\"id\":1,\"a\":\"\\ud800x\"}"), JRPC_SCAN_INVALID, NULL},
+    {"lone low surrogate", S("{\"id\":1,\"a\":\"\\udc00\"}"), JRPC_SCAN_INVALID, NULL},
+    {"bad escape", S("{\"id\":1,\"a\":\"\\x41\"}"), JRPC_SCAN_INVALID, NULL},
+    {"short \\u escape", S("{\"id\":1,\"a\":\"\\u41\"}"), JRPC_SCAN_INVALID, NULL},
+    {"raw control character", S("{\"id\":1,\"a\":\"\x1b\"}"), JRPC_SCAN_INVALID, NULL},
+    {"invalid UTF-8", S("{\"id\":1,\"a\":\"\xff\"}"), JRPC_SCAN_INVALID, NULL},
+    {"overlong UTF-8", S("{\"id\":1,\"a\":\"\xc0\xaf\"}"), JRPC_SCAN_INVALID, NULL},
+    {"UTF-8 surrogate", S("{\"id\":1,\"a\":\"\xed\xa0\x80\"}"), JRPC_SCAN_INVALID, NULL},
+    {"past U+10FFFF", S("{\"id\":1,\"a\":\"\xf4\x90\x80\x80\"}"), JRPC_SCAN_INVALID, NULL},
+    {"UTF-8 outside a string", S("{\"id\":1}\xc2\xa0"), JRPC_SCAN_INVALID, NULL},
+    {"\\u0000 in a key", S("{\"id\":1,\"a\\u0000\":1}"), JRPC_SCAN_INVALID, NULL},
+    {"raw NUL after a number", S("{\"id\":1\0}"), JRPC_SCAN_INVALID, NULL},
+    {"\\u0000 in a value", S("{\"id\":\"a\\u0000\"}"), JRPC_SCAN_ID, "\"a\\u0000\""},
+};
+
+/* Feeds in pieces of `step` bytes (0: all at once). */
+static enum jrpc_scan_result scan_in_steps(struct jrpc_id_scan *s, const char *in, size_t len,
+                                           size_t step, json_t **ret_id)
+{
+        jrpc_id_scan_init(s);
+        for (size_t at = 0; at < len;) {
+                size_t k = step && step < len - at ? step : len - at;
+                jrpc_id_scan_feed(s, in + at, k);
+                at += k;
+        }
+        return jrpc_id_scan_end(s, ret_id);
+}
+
+static void test_id_scan(void)
+{
+        static struct jrpc_id_scan s;
+        for (size_t i = 0; i < ARRAY_SIZE(scan_cases); i++) {
+                const struct scan_case *tc = &scan_cases[i];
+                for (size_t step = 0; step <= 3; step += 3) {
+                        json_t *id = NULL;
+                        enum jrpc_scan_result r = scan_in_steps(&s, tc->in, tc->len, step, &id);
+                        char *got = dump_any(id);
+                        ok(r == tc->result && (tc->id ? got && strcmp(got, tc->id) == 0 : !got),
+                           "scan %s%s: result %d, id %s", tc->name, step ? " (3 bytes a feed)" : "",
+                           (int)r, got ? got : "none");
+                        free(got);
+                        json_decref(id);
+                }
+        }
+
+        /* Nesting: jansson takes values 2048 deep, and so does the scanner. */
+        size_t deep = 2047;
+        char *line = malloc(2 * deep + 64);
+        size_t n = (size_t)sprintf(line, "{\"id\":8,\"p\":");
+        memset(line + n, '[', deep);
+        n += deep;
+        memset(line + n, ']', deep);
+        n += deep;
+        line[n++] = '}';
+        json_t *id = NULL;
+        ok(scan_in_steps(&s, line, n, 0, &id) == JRPC_SCAN_ID && json_integer_value(id) == 8,
+           "2048 levels deep: the id is read");
+        json_decref(id);
+        id = NULL;
+        memmove(line + 12 + deep + 1, line + 12 + deep, n - 12 - deep);
+        line[12 + deep] = '1';
+        ok(scan_in_steps(&s, line, n + 1, 0, &id) == JRPC_SCAN_INVALID && !id,
+           "a value 2049 deep is refused, as jansson refuses it");
+        ok(!json_loadb(line, n + 1, JSON_DECODE_ANY, NULL), "... (jansson does)");
+        free(line);
+
+        /* An id longer than the scanner keeps is not used; one that fits is. */
+        char big[JRPC_SCAN_ID_MAX + 64];
+        n = (size_t)sprintf(big, "{\"id\":\"");
+        memset(big + n, 'x', JRPC_SCAN_ID_MAX - 2);
+        n += JRPC_SCAN_ID_MAX - 2;
+        n += (size_t)sprintf(big + n, "\"}");
+        ok(scan_in_steps(&s, big, n, 7, &id) == JRPC_SCAN_ID &&
+               json_string_length(id) == JRPC_SCAN_ID_MAX - 2,
+           "an id of JRPC_SCAN_ID_MAX bytes of JSON is kept");
+        json_decref(id);
+        id = NULL;
+        memmove(big + 8, big + 7, n - 7);
+        big[7] = 'y';
+        ok(scan_in_steps(&s, big, n + 1, 7, &id) == JRPC_SCAN_NO_ID && !id,
+           "one byte more: not used");
+
+        /* Megabytes of params before the id, fed as a reader would. */
+        size_t pad = 3 << 20;
+        char *huge = malloc(pad + 100);
+        n = (size_t)sprintf(huge, "{\"method\":\"tools/call\",\"params\":{\"content\":\"");
+        memset(huge + n, 'Q', pad);
+        n += pad;
+        n += (size_t)sprintf(huge + n, "\"},\"jsonrpc\":\"2.0\",\"id\":42}");
+        ok(scan_in_steps(&s, huge, n, 65536, &id) == JRPC_SCAN_ID && json_integer_value(id) == 42,
+           "the id after 3 MiB of params is read");
+        json_decref(id);
+        free(huge);
+}
+
 int main(void)
 {
         test_parse_table();
         test_encode();
+        test_id_equal();
+        test_id_scan();
         return done_testing();
 }

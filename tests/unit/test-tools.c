@@ -756,7 +756,7 @@ static void test_out_files(void)
                "not returned: too big", "the big one says why");
         const char *text = json_string_value(json_object_get(json_array_get(content, 0), "text"));
         like(text, "[file out/p.png: 3 bytes, returned as an image]", "the text lists the image");
-        like(text, "[file out/big.dat: 100 bytes, not returned: not returned: too big]",
+        like(text, "[file out/big.dat: 100 bytes, not returned: too big]",
              "...and the one left out");
         json_t *sess = json_object_get(json_object_get(r, "structuredContent"), "session");
         is_str(json_string_value(json_object_get(sess, "name")), "s1", "session name");
@@ -793,9 +793,58 @@ static void test_out_files(void)
         buf_free(&res.err.data);
 }
 
+/* The names of out files come from the code: the text shows them escaped,
+ * the listing keeps them exact. */
+static void test_out_file_names(void)
+{
+        struct sandbox_result res = {.status = ST_OK, .has_exit_code = true};
+        buf_init(&res.out.data, 100);
+        buf_init(&res.err.data, 100);
+        res.out_files = json_loads("[{\"path\":\"out/a\\u009b2J\\u202eb\\\\c.txt\",\"size\":1,"
+                                   "\"note\":\"too big\"}]",
+                                   0, NULL);
+        json_t *r = tools_result(&res, NULL);
+        const char *text = json_string_value(
+            json_object_get(json_array_get(json_object_get(r, "content"), 0), "text"));
+        like(text, "[file out/a\\xc2\\x9b2J\\xe2\\x80\\xaeb\\\\c.txt: 1 bytes, not returned",
+             "an out file's C1 and bidi controls and backslash are escaped in the text");
+        json_t *f =
+            json_array_get(json_object_get(json_object_get(r, "structuredContent"), "files"), 0);
+        is_str(json_string_value(json_object_get(f, "path")),
+               "out/a\xc2\x9b"
+               "2J\xe2\x80\xae"
+               "b\\c.txt",
+               "...and kept exact in structuredContent");
+        json_decref(r);
+        json_decref(res.out_files);
+        buf_free(&res.out.data);
+        buf_free(&res.err.data);
+}
+
+/* The host's line limit lets a write_file of file_max_bytes in base64 in. */
+static void test_line_max(void)
+{
+        struct config cfg;
+        config_defaults(&cfg);
+        size_t b64 = (cfg.file_max_bytes + 2) / 3 * 4;
+        size_t max = tools_line_max(&cfg);
+        ok(max > b64 + 8192 && max >= cfg.max_frame,
+           "defaults: %zu bytes, above max_frame and the %zu of a 16 MiB file in base64", max, b64);
+        ok(max <= b64 + (128 << 10), "...with bounded room for the request around it");
+        config_set(&cfg, "max_frame", "64m", "test", NULL);
+        is_int(tools_line_max(&cfg), 64 << 20, "a larger max_frame wins");
+        config_set(&cfg, "max_frame", "64k", "test", NULL);
+        config_set(&cfg, "file_max_bytes", "3k", "test", NULL);
+        ok(tools_line_max(&cfg) >= 4096 + 1024 && tools_line_max(&cfg) < 200 << 10,
+           "small settings: small limit (%zu)", tools_line_max(&cfg));
+        config_free(&cfg);
+}
+
 int main(void)
 {
         test_list();
+        test_out_file_names();
+        test_line_max();
         test_parse_files();
         test_out_files();
         test_status_names();
