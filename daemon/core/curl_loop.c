@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <sys/epoll.h>
 
+#define CURL_LOOP_IDLE_MAX 8 /* idle connections kept, all hosts together */
+
 /* One added transfer: what to call when it ends. */
 struct xfer {
         struct xfer *prev, *next;
@@ -149,6 +151,10 @@ int curl_loop_new(struct loop *l, struct curl_loop **ret)
         curl_multi_setopt(cl->multi, CURLMOPT_SOCKETDATA, cl);
         curl_multi_setopt(cl->multi, CURLMOPT_TIMERFUNCTION, multi_timer_cb);
         curl_multi_setopt(cl->multi, CURLMOPT_TIMERDATA, cl);
+        /* Idle connections kept for reuse. libcurl's default grows with the
+         * peak number of transfers at once (four each), so a burst would
+         * leave its descriptors open for good: a fixed bound instead. */
+        curl_multi_setopt(cl->multi, CURLMOPT_MAXCONNECTS, (long)CURL_LOOP_IDLE_MAX);
         *ret = cl;
         return 0;
 }
