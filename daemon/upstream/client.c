@@ -10,6 +10,7 @@
 
 #include <fcntl.h>
 #include <math.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -417,7 +418,8 @@ static void initialized(struct upstream *u, json_t *result, json_t *error)
                 return;
         }
         const char *v = json_string_value(json_object_get(result, "protocolVersion"));
-        log_debug("upstream %s: protocol %s", u->spec->name, v ? v : "?");
+        _cleanup_free_ char *shown = upstream_mask(u->set, v ? v : "?", 100);
+        log_debug("upstream %s: protocol %s", u->spec->name, shown ? shown : "?");
         /* Over HTTP every later request names the version agreed on. */
         if (u->http && http_conn_set_protocol_version(u->http, v) < 0)
                 http_conn_set_protocol_version(u->http, PROTOCOL_VERSION);
@@ -447,8 +449,10 @@ static void answer_server(struct upstream *u, struct jrpc_msg *m)
                                    "corral does not offer sampling to servers", NULL);
         else
                 reply = jrpc_error(m->id, JRPC_METHOD_NOT_FOUND, "method not found", NULL);
-        if (send_json(u, reply) < 0)
-                log_warn("upstream %s: cannot answer its %s", u->spec->name, m->method);
+        if (send_json(u, reply) < 0) {
+                _cleanup_free_ char *shown = upstream_mask(u->set, m->method, 100);
+                log_warn("upstream %s: cannot answer its %s", u->spec->name, shown ? shown : "?");
+        }
 }
 
 static struct upstream_call *call_with_id(struct upstream *u, json_int_t id)
@@ -744,15 +748,23 @@ static void u_died(struct upstream *u, const char *why)
         u->retry_at_ms = now_ms() + u->backoff_ms;
         timer_arm(u->timer, 0);
         log_warn("%s", u->last_error ? u->last_error : "upstream died");
-        /* Everything fails: calls in flight, and calls queued for a start
-         * that failed. */
+        /* What the server had fails: calls in flight, and calls queued for
+         * a start that failed. A call not yet sent to a server that was
+         * ready waits for the next one (the timer starts it). A callback
+         * may end other calls: the walk starts over each time. */
         for (;;) {
                 struct upstream_call *c = u->calls;
+                while (c && !was_starting && !c->id && !c->ready_wait)
+                        c = c->next;
                 if (!c)
                         break;
                 call_fail(c, UPE_UNAVAILABLE, "%s (corral restarts it on the next call)",
                           u->last_error ? u->last_error : "the server is gone");
         }
+        /* Calls wait to be sent: the next server starts for them, after
+         * the back-off (-1: at once). */
+        if (u->state == U_DEAD && u->calls)
+                timer_arm(u->timer, u->backoff_ms ? u->backoff_ms : -1);
 }
 
 /* What a server inherits of corral's environment: enough to run a program
@@ -1154,10 +1166,27 @@ static void call_timeout(struct timer *t, void *userdata)
                   u->state == U_STARTING ? " (the server is still starting)" : "");
 }
 
+/* Whether a stdio server that still counts as ready is visibly gone: its
+ * stdout ended (it is awaited briefly for its exit status), or the loop has
+ * yet to read that or its exit. Every writer of that pipe is the server's
+ * (the guardian keeps none), so neither sign can be wrong. */
+static bool looks_gone(struct upstream *u)
+{
+        if (u->state != U_READY || u->http)
+                return false;
+        if (u->out_eof)
+                return true;
+        struct pollfd p[2] = {{.fd = u->out_fd, .events = POLLIN},
+                              {.fd = u->pidfd, .events = POLLIN}};
+        return poll(p, 2, 0) > 0 &&
+               ((p[0].revents & (POLLHUP | POLLERR)) || (p[1].revents & POLLIN));
+}
+
 static int add_call(struct upstream *u, const char *method, json_t *params, double timeout_s,
                     size_t max_result, bool ready_wait, upstream_cb cb, void *userdata,
                     struct upstream_call **ret)
 {
+
         struct upstream_call *c = calloc(1, sizeof(*c));
         if (!c) {
                 json_decref(params);
@@ -1188,7 +1217,10 @@ static int add_call(struct upstream *u, const char *method, json_t *params, doub
                 call_fail(c, UPE_UNAVAILABLE, "corral is shutting down");
                 return 0;
         }
-        if (u->state == U_READY) {
+        if (u->state == U_READY && !ready_wait && looks_gone(u)) {
+                /* Not sent to a dead server: it waits, unsent, while the
+                 * loop settles the death, and starts the next server. */
+        } else if (u->state == U_READY) {
                 if (ready_wait)
                         call_finish(c, u->tools, NULL);
                 else

@@ -3323,6 +3323,19 @@ rec("grouped", mcp_grouped.echo(message="g").text)`, ['everything', 'grouped']);
   t.note('after_restart', after);
   assert.equal(after.length, 1, 'one everything process runs again');
   assert.notEqual(after[0].pid, before[0].pid, 'a new one');
+  // A call made after the server died but before its exit is known: its
+  // guardian (its parent, which reaps it and reports the exit) is stopped,
+  // so corral sees only the server's stdout end. The call must wait for a
+  // new server rather than go to the dead one.
+  const stat = readFileSync(`/proc/${after[0].pid}/stat`, 'utf8');
+  const guardian = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+  process.kill(guardian, 'SIGSTOP');
+  process.kill(after[0].pid, 'SIGKILL');
+  const dead = await waitFor(() => ({ done: !procsWith(tag).some((p) => p.pid === after[0].pid) }), { timeoutMs: 5000 });
+  assert.ok(dead.done, 'the killed server is down (a zombie its stopped guardian has not reaped)');
+  const third = await bridgeRun(t, d, 'rec("echo", mcp_everything.echo(message="three").text)', ['everything']);
+  assert.equal(third.out.echo, 'Echo: three', 'a call made before corral knew of the death succeeds, on a new server');
+  assert.equal(procsWith(tag).length, 1, 'one everything process runs');
   const listed = await listServers(t, d);
   assert.equal(listed.everything.status, 'connected', 'list_servers shows it connected');
   const close = await d.close();
