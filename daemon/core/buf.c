@@ -237,7 +237,8 @@ int line_reader_feed(struct line_reader *r, const char *p, size_t n, line_cb cb,
                 } else {
                         k = buf_append(&r->pending, p, seg);
                         if (k == 0) {
-                                /* Reset before the callback: it may feed. */
+                                /* Emptied before the callback, which may
+                                 * reset the reader (and then returns < 0). */
                                 size_t len = r->pending.len;
                                 r->pending.len = 0;
                                 k = cb(userdata, r->pending.data, len);

@@ -71,9 +71,10 @@ struct line_reader {
 };
 
 /* Called for each complete line (without its newline; not NUL-terminated),
- * or with line == NULL for a line that was too long. A negative return stops
- * the feed and is returned from line_reader_feed (use it when the callback
- * may have freed the reader's owner). */
+ * or with line == NULL for a line that was too long. `line` may point into
+ * the reader, so the callback must not feed this reader again. A negative
+ * return stops the feed and is returned from line_reader_feed: the way to
+ * say that the callback reset or freed the reader (or its owner). */
 typedef int (*line_cb)(void *userdata, const char *line, size_t len);
 
 void line_reader_init(struct line_reader *r, size_t max);

@@ -75,11 +75,14 @@ static int load_filter(unsigned *ret_n, struct err *e)
                 n += r == 0;
         }
         /* clone with any namespace flag: one rule per flag, since a rule's
-         * comparisons must all hold. */
+         * comparisons must all hold. The flags are clone's first argument,
+         * but its second on s390 and s390x (stack, flags, ...). */
+        uint32_t arch = seccomp_arch_native();
+        unsigned flags_arg = arch == SCMP_ARCH_S390X || arch == SCMP_ARCH_S390 ? 1 : 0;
         for (size_t i = 0; i < ARRAY_SIZE(clone_ns_flags) && r == 0; i++)
                 r = seccomp_rule_add(
                     ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(clone), 1,
-                    SCMP_A0(SCMP_CMP_MASKED_EQ, clone_ns_flags[i], clone_ns_flags[i]));
+                    SCMP_CMP(flags_arg, SCMP_CMP_MASKED_EQ, clone_ns_flags[i], clone_ns_flags[i]));
         /* clone3 keeps its flags in memory where no filter can read them;
          * ENOSYS makes the C library use clone (threads, posix_spawn). */
         if (r == 0)

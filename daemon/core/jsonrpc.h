@@ -53,7 +53,11 @@ bool jrpc_id_equal(const json_t *a, const json_t *b);
  * params). A strict scanner with a few kilobytes of state and no tree: it
  * accepts the syntax jrpc_parse's decoder accepts (UTF-8, escapes,
  * surrogate pairs, numbers, its nesting limit; but no NUL byte anywhere),
- * so an id is only taken from a line that is one well-formed JSON value. */
+ * so an id is only taken from a line that is one well-formed JSON value.
+ * It is laxer than jrpc_parse in two harmless ways: a line with duplicate
+ * keys, which jrpc_parse refuses with id null, is still refused under its
+ * single "id"; and an empty or odd "method" is not checked (the line is
+ * refused either way, only the id matters). */
 #define JRPC_SCAN_DEPTH  2048 /* jansson's nesting limit: values at most this deep */
 #define JRPC_SCAN_ID_MAX 1024 /* bytes of an id's JSON text kept; a longer id is not used */
 

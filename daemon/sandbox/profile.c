@@ -135,6 +135,12 @@ static int parse_condition(struct parser *p, char **tok, size_t n, struct seccom
                 return perr(p, "expected \"allow CALL argN in V...\" or "
                                "\"allow CALL argN & MASK == V\" (N from 0 to 5)");
         r->arg = tok[2][3] - '0';
+        /* The policy names clone's arguments as most architectures order
+         * them (flags first); s390 and s390x take (stack, flags, ...). */
+        uint32_t arch = seccomp_arch_native();
+        if (strcmp(tok[1], "clone") == 0 && r->arg < 2 &&
+            (arch == SCMP_ARCH_S390X || arch == SCMP_ARCH_S390))
+                r->arg = 1 - r->arg;
         if (strcmp(tok[3], "in") == 0) {
                 if (n - 4 > ARRAY_SIZE(r->vals))
                         return perr(p, "at most %zu values", ARRAY_SIZE(r->vals));

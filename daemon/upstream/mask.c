@@ -2,11 +2,13 @@
 
 #include "core/buf.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #define MARK_LEN (sizeof(MASK_MARK) - 1)
 
@@ -97,12 +99,19 @@ static long utf8_decode(const unsigned char *p, size_t n, size_t *ret_len)
         return cp;
 }
 
-/* The value as it reads inside a JSON string: `slash` also escapes "/" (as
- * PHP does), `ascii` writes non-ASCII as \uXXXX (as Python does by
- * default). -EILSEQ for `ascii` when the value is not UTF-8 (no encoder
- * would write it so), or -ENOMEM. */
-static int json_form(const char *v, size_t len, bool slash, bool ascii, char **ret, size_t *ret_len)
+/* How JSON encoders write a string. */
+enum {
+        JSON_SLASH = 1, /* "/" as "\/" (PHP) */
+        JSON_ASCII = 2, /* non-ASCII as \uXXXX, DEL too (Python's default) */
+        JSON_HTML = 4,  /* "<", ">", "&" as \u003c... (Go's encoding/json) */
+};
+
+/* The value as it reads inside a JSON string, written as `how` says.
+ * -EILSEQ for JSON_ASCII when the value is not UTF-8 (no encoder would
+ * write it so), or -ENOMEM. */
+static int json_form(const char *v, size_t len, unsigned how, char **ret, size_t *ret_len)
 {
+        bool slash = how & JSON_SLASH, ascii = how & JSON_ASCII, html = how & JSON_HTML;
         /* At most 6 bytes out for one in (a control character). */
         char *out = malloc(6 * len + 1);
         if (!out)
@@ -142,7 +151,8 @@ static int json_form(const char *v, size_t len, bool slash, bool ascii, char **r
                         memcpy(out + k, esc, 2);
                         k += 2;
                         i++;
-                } else if (c < 0x20) {
+                } else if (c < 0x20 || (html && (c == '<' || c == '>' || c == '&')) ||
+                           (ascii && c == 0x7f)) {
                         k += (size_t)sprintf(out + k, "\\u%04x", c);
                         i++;
                 } else if (c < 0x80 || !ascii) {
@@ -171,8 +181,9 @@ static int json_form(const char *v, size_t len, bool slash, bool ascii, char **r
         return 0;
 }
 
-/* The value percent-encoded: all but RFC 3986's unreserved characters. */
-static char *percent_form(const char *v, size_t len, size_t *ret_len)
+/* The value percent-encoded: all but RFC 3986's unreserved characters and
+ * `keep`; a space as "+" when `plus` (HTML forms). */
+static char *percent_form(const char *v, size_t len, const char *keep, bool plus, size_t *ret_len)
 {
         static const char hex[] = "0123456789ABCDEF";
         char *out = malloc(3 * len + 1);
@@ -181,8 +192,11 @@ static char *percent_form(const char *v, size_t len, size_t *ret_len)
         size_t k = 0;
         for (size_t i = 0; i < len; i++) {
                 unsigned char c = (unsigned char)v[i];
-                if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                    c == '-' || c == '.' || c == '_' || c == '~') {
+                if (plus && c == ' ') {
+                        out[k++] = '+';
+                } else if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                           (c >= '0' && c <= '9') || c == '-' || c == '.' || c == '_' || c == '~' ||
+                           (c && strchr(keep, c))) {
                         out[k++] = (char)c;
                 } else {
                         out[k++] = '%';
@@ -205,24 +219,78 @@ static int form_add(struct mask *m, const char *v, size_t len, char *s, size_t s
         return form_push(m, s, slen);
 }
 
-int mask_add(struct mask *m, const char *value, size_t len)
+/* One value and the forms it takes in text. */
+static int add_forms(struct mask *m, const char *value, size_t len)
 {
         if (len < MASK_MIN)
                 return 0;
         int r = form_push(m, strndup(value, len), len);
-        for (int i = 0; r == 0 && i < 4; i++) {
+        for (unsigned how = 0; r == 0 && how < 8; how++) {
                 char *s = NULL;
                 size_t n = 0;
-                r = json_form(value, len, i & 1, i & 2, &s, &n);
+                r = json_form(value, len, how, &s, &n);
                 if (r == 0)
                         r = form_add(m, value, len, s, n);
                 else if (r == -EILSEQ)
                         r = 0;
         }
-        if (r == 0) {
+        /* RFC 3986; JavaScript's encodeURIComponent; HTML forms. */
+        static const struct {
+                const char *keep;
+                bool plus;
+        } pct[] = {{"", false}, {"!'()*", false}, {"", true}};
+        for (size_t i = 0; r == 0 && i < sizeof(pct) / sizeof(pct[0]); i++) {
                 size_t n = 0;
-                char *s = percent_form(value, len, &n);
+                char *s = percent_form(value, len, pct[i].keep, pct[i].plus, &n);
                 r = s ? form_add(m, value, len, s, n) : -ENOMEM;
+        }
+        return r;
+}
+
+/* "Scheme credentials" (an Authorization value): the credentials alone
+ * are a secret too, and Basic's decoded "user:password" and password. */
+static int add_credentials(struct mask *m, const char *value, size_t len)
+{
+        size_t i = 0;
+        while (i < len && (isalnum((unsigned char)value[i]) || strchr("-._~+/", value[i])))
+                i++;
+        size_t scheme = i;
+        while (i < len && (value[i] == ' ' || value[i] == '\t'))
+                i++;
+        if (scheme == 0 || i == scheme || i == len)
+                return 0;
+        const char *cred = value + i;
+        size_t n = len - i;
+        int r = add_forms(m, cred, n);
+        if (r < 0 || scheme != 5 || strncasecmp(value, "basic", 5) != 0)
+                return r;
+        struct buf plain;
+        buf_init(&plain, n);
+        if (base64_decode(&plain, cred, n) == 0 && plain.len && utf8_text(plain.data, plain.len)) {
+                r = add_forms(m, plain.data, plain.len);
+                const char *colon = memchr(plain.data, ':', plain.len);
+                if (r == 0 && colon)
+                        r = add_forms(m, colon + 1, plain.len - (size_t)(colon + 1 - plain.data));
+        }
+        buf_free(&plain);
+        return r;
+}
+
+int mask_add(struct mask *m, const char *value, size_t len)
+{
+        if (len < MASK_MIN)
+                return 0;
+        int r = add_forms(m, value, len);
+        if (r == 0)
+                r = add_credentials(m, value, len);
+        /* A secret of several lines (a PEM key) is printed a line at a time
+         * as often as whole: each line is one too. */
+        for (const char *p = value, *end = value + len;
+             r == 0 && memchr(value, '\n', len) && p < end;) {
+                const char *nl = memchr(p, '\n', (size_t)(end - p));
+                size_t n = (size_t)((nl ? nl : end) - p);
+                r = add_forms(m, p, n > 0 && p[n - 1] == '\r' ? n - 1 : n);
+                p = nl ? nl + 1 : end;
         }
         return r;
 }
@@ -380,6 +448,10 @@ char *mask_text(struct mask *m, const char *text, size_t len, size_t max, unsign
 size_t mask_into(struct mask *m, const char *text, size_t len, unsigned flags, char *out,
                  size_t size)
 {
+        if (size == 1) { /* max 0 would mean "no limit" */
+                out[0] = '\0';
+                return 0;
+        }
         char *s = mask_text(m, text, len, size - 1, flags);
         if (!s)
                 snprintf(out, size, "%s", size > MARK_LEN ? MASK_MARK : "");

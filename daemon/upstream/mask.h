@@ -11,9 +11,14 @@
  * The rule:
  *  - a value under MASK_MIN bytes is no secret (masking "1" or "on" would
  *    garble every message and hide nothing worth hiding);
- *  - a secret is found in any ASCII case, and also as JSON would escape it
- *    (with and without "\/", with and without \uXXXX for non-ASCII) and
- *    percent-encoded, as an error body that echoes it may show it;
+ *  - a secret is found in any ASCII case, and also as JSON encoders write
+ *    it ("\/" or not, \uXXXX for non-ASCII or not, <>& as \u003c... as Go
+ *    does or not) and percent-encoded (RFC 3986, encodeURIComponent, HTML
+ *    forms), as an error body that echoes it may show it;
+ *  - parts of a secret that text may show alone are secrets too: each line
+ *    of one with several (a PEM key), the credentials of "Scheme
+ *    credentials" (an Authorization value), and for Basic the decoded
+ *    "user:password" and the password;
  *  - each run of text covered by secrets (overlapping or adjacent ones
  *    too) becomes one MASK_MARK;
  *  - where corral cuts the text, or its sender may have (MASK_CUT_BEFORE),

@@ -779,6 +779,39 @@ static void test_mask_forms(void)
 
         _cleanup_free_ char *none = mask_text(NULL, "hello world", 11, 5, 0);
         is_str(none, "hello", "no secrets: only the cut");
+
+        /* Parts of a secret that text may hold alone. */
+        m = mask_new();
+        const char *bearer = "Bearer sk-live-abc123";
+        mask_add(m, bearer, strlen(bearer));
+        _cleanup_free_ char *b1 = masked(m, "401: invalid api key sk-live-abc123", 0, 0);
+        is_str(b1, "401: invalid api key ***", "the credentials of \"Bearer X\" alone");
+        _cleanup_free_ char *b2 = masked(m, "Bearer is a scheme", 0, 0);
+        is_str(b2, "Bearer is a scheme", "...not the scheme's name");
+        const char *basic = "Basic dXNlcjpodW50ZXIyMg=="; /* user:hunter22 */
+        mask_add(m, basic, strlen(basic));
+        _cleanup_free_ char *b3 =
+            masked(m, "[dXNlcjpodW50ZXIyMg==] [user:hunter22] [pw hunter22]", 0, 0);
+        is_str(b3, "[***] [***] [pw ***]", "Basic: the base64, user:password and the password");
+        const char *pem = "-----BEGIN KEY-----\nMIIEabcdefgh\r\nQWERTYUIOP12\n-----END KEY-----";
+        mask_add(m, pem, strlen(pem));
+        _cleanup_free_ char *b4 = masked(m, "read: MIIEabcdefgh and QWERTYUIOP12", 0, 0);
+        is_str(b4, "read: *** and ***", "each line of a secret of several lines");
+        const char *html = "a<b>&c-123";
+        mask_add(m, html, strlen(html));
+        _cleanup_free_ char *b5 = masked(m, "{\"k\":\"a\\u003cb\\u003e\\u0026c-123\"}", 0, 0);
+        is_str(b5, "{\"k\":\"***\"}", "as Go's encoding/json writes it (<, >, & escaped)");
+        const char *words = "two words (here)!";
+        mask_add(m, words, strlen(words));
+        _cleanup_free_ char *b6 =
+            masked(m, "q=two+words+%28here%29%21&r=two%20words%20(here)!", 0, 0);
+        is_str(b6, "q=***&r=***", "as an HTML form and encodeURIComponent write it");
+        mask_free(m);
+
+        char one[1] = {'x'};
+        is_int((long long)mask_into(NULL, "abc", 3, 0, one, 1), 0,
+               "mask_into with room for the NUL alone");
+        is_int(one[0], 0, "...writes only the NUL");
 }
 
 static void test_mask_ends(void)
