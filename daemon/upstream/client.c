@@ -122,25 +122,33 @@ static char *masked_n(const struct upstream_set *set, const char *text, size_t l
         return utf8_scrub(mask_text(set->reg.mask, text, len, max, flags));
 }
 
-/* A message made whole, then masked and cut to fit in e->msg: what it
- * quotes (a command, a path, a server's words) may hold a secret. */
+/* A message made whole, then masked and cut to fit in out[0..size): what
+ * it quotes (a command, a path, a server's words) may hold a secret. */
+static void masked_message(const struct upstream_set *set, char *out, size_t size, const char *fmt,
+                           va_list ap) _printf_(4, 0);
+static void masked_message(const struct upstream_set *set, char *out, size_t size, const char *fmt,
+                           va_list ap)
+{
+        char *msg = NULL;
+        if (vasprintf(&msg, fmt, ap) < 0) {
+                snprintf(out, size, "out of memory");
+                return;
+        }
+        mask_into(set->reg.mask, msg, strlen(msg), 0, out, size);
+        utf8_scrub(out);
+        free(msg);
+}
+
 static int err_masked(const struct upstream_set *set, struct err *e, enum err_kind kind, int code,
                       const char *fmt, ...) _printf_(5, 6);
 static int err_masked(const struct upstream_set *set, struct err *e, enum err_kind kind, int code,
                       const char *fmt, ...)
 {
-        char *msg = NULL;
+        err_set(e, kind, code, "out of memory");
         va_list ap;
         va_start(ap, fmt);
-        if (vasprintf(&msg, fmt, ap) < 0)
-                msg = NULL;
+        masked_message(set, e->msg, sizeof(e->msg), fmt, ap);
         va_end(ap);
-        err_set(e, kind, code, "out of memory");
-        if (msg) {
-                mask_into(set->reg.mask, msg, strlen(msg), 0, e->msg, sizeof(e->msg));
-                utf8_scrub(e->msg);
-        }
-        free(msg);
         return e->code;
 }
 
@@ -205,19 +213,10 @@ static void call_fail(struct upstream_call *c, int code, const char *fmt, ...) _
 static void call_fail(struct upstream_call *c, int code, const char *fmt, ...)
 {
         struct err e = {.kind = ERR_INTERNAL, .code = code};
-        char *msg = NULL;
         va_list ap;
         va_start(ap, fmt);
-        if (vasprintf(&msg, fmt, ap) < 0)
-                msg = NULL;
+        masked_message(c->u->set, e.msg, sizeof(e.msg), fmt, ap);
         va_end(ap);
-        if (msg) {
-                mask_into(c->u->set->reg.mask, msg, strlen(msg), 0, e.msg, sizeof(e.msg));
-                utf8_scrub(e.msg);
-        } else {
-                snprintf(e.msg, sizeof(e.msg), "out of memory");
-        }
-        free(msg);
         call_finish(c, NULL, &e);
 }
 
