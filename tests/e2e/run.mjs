@@ -2812,6 +2812,22 @@ function checkAuditLine(l, t0 = 0) {
 const normTool = (s) => String(s).toLowerCase().replace(/[-_]/g, '');
 
 // Live processes whose command line contains `needle` (zombies have none).
+// A process's state letter from /proc/PID/stat (Z: a zombie, whose files
+// are closed), or null once it is reaped.
+function procState(pid) {
+  try {
+    const st = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return st.slice(st.lastIndexOf(')') + 2).split(' ')[0];
+  } catch { return null; }
+}
+const procParent = (pid) => {
+  const st = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  return Number(st.slice(st.lastIndexOf(')') + 2).split(' ')[1]);
+};
+// Dead as far as anyone can tell: a zombie or reaped. (An empty cmdline is
+// not enough: the kernel drops it before it closes the process's files.)
+const procDead = (pid) => [null, 'Z', 'X'].includes(procState(pid));
+
 function procsWith(needle) {
   const found = [];
   for (const ent of readdirSync('/proc')) {
@@ -3314,9 +3330,13 @@ rec("grouped", mcp_grouped.echo(message="g").text)`, ['everything', 'grouped']);
   const grand = procsWith(`grandchild-${b.root}`);
   t.note('grandchild', grand);
   assert.equal(grand.length, 1, 'the grouped server\'s background child runs');
+  const guardian0 = procParent(before[0].pid);
   process.kill(before[0].pid, 'SIGKILL');
-  const gone = await waitFor(() => ({ done: !procsWith(tag).some((p) => p.pid === before[0].pid) }), { timeoutMs: 5000 });
-  assert.ok(gone.done, 'the killed server is gone');
+  // Gone as corral can see it: the server's files closed and its guardian
+  // (the parent that reports its exit) exited. A call sent before any sign
+  // of the death cannot be told from one the server took, and fails.
+  const gone = await waitFor(() => ({ done: procDead(before[0].pid) && procDead(guardian0) }), { timeoutMs: 5000 });
+  assert.ok(gone.done, 'the killed server and its guardian are gone');
   const second = await bridgeRun(t, d, 'rec("echo", mcp_everything.echo(message="two").text)', ['everything']);
   assert.equal(second.out.echo, 'Echo: two', 'the next run\'s call succeeds');
   const after = procsWith(tag);
@@ -3327,12 +3347,11 @@ rec("grouped", mcp_grouped.echo(message="g").text)`, ['everything', 'grouped']);
   // guardian (its parent, which reaps it and reports the exit) is stopped,
   // so corral sees only the server's stdout end. The call must wait for a
   // new server rather than go to the dead one.
-  const stat = readFileSync(`/proc/${after[0].pid}/stat`, 'utf8');
-  const guardian = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+  const guardian = procParent(after[0].pid);
   process.kill(guardian, 'SIGSTOP');
   process.kill(after[0].pid, 'SIGKILL');
-  const dead = await waitFor(() => ({ done: !procsWith(tag).some((p) => p.pid === after[0].pid) }), { timeoutMs: 5000 });
-  assert.ok(dead.done, 'the killed server is down (a zombie its stopped guardian has not reaped)');
+  const dead = await waitFor(() => ({ done: procState(after[0].pid) === 'Z' }), { timeoutMs: 5000 });
+  assert.ok(dead.done, 'the killed server is a zombie its stopped guardian has not reaped');
   const third = await bridgeRun(t, d, 'rec("echo", mcp_everything.echo(message="three").text)', ['everything']);
   assert.equal(third.out.echo, 'Echo: three', 'a call made before corral knew of the death succeeds, on a new server');
   assert.equal(procsWith(tag).length, 1, 'one everything process runs');
