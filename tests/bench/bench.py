@@ -65,7 +65,7 @@ def leftovers(url, pid):
     q = urllib.parse.quote(json.dumps({'label': ['io.corral.pid=%d' % pid]}))
     _, found = engine_get(url, 'GET', '/containers/json?all=true&filters=' + q)
     for c in found or []:
-        engine_get(url, 'DELETE', '/containers/%s?force=true' % c['Id'])
+        engine_get(url, 'DELETE', '/containers/%s?force=true&v=true' % c['Id'])
     return [c['Id'][:12] for c in found or []]
 
 

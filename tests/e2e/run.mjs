@@ -156,7 +156,7 @@ function corralAlive(pid) {
 async function removeContainers(cs) {
   const done = [];
   for (const c of cs) {
-    const r = await engineRequest('DELETE', `/v1.41/containers/${c.id}?force=1`, 30000).catch((e) => ({ status: e.message }));
+    const r = await engineRequest('DELETE', `/v1.41/containers/${c.id}?force=1&v=1`, 30000).catch((e) => ({ status: e.message }));
     done.push(`${c.id.slice(0, 12)}: ${r.status}`);
   }
   return done;
@@ -1585,7 +1585,7 @@ test('pool: a ready sandbox removed behind corral\'s back is replaced and the ne
   const d = await t.daemon('rm-ready');
   const { instance, ready } = await twoReady(t, d);
   const victim = ready[0];
-  const del = await engineRequest('DELETE', `/v1.41/containers/${victim.id}?force=1`, 30000);
+  const del = await engineRequest('DELETE', `/v1.41/containers/${victim.id}?force=1&v=1`, 30000);
   t.note('delete', { id: victim.id.slice(0, 12), status: del.status, body: del.body });
   assert.ok([200, 204].includes(del.status), `the engine removed ${victim.id.slice(0, 12)} (HTTP ${del.status})`);
   const r = await d.call(t, 'run_python', { code: 'print("after rm")' }, { timeoutMs: 60000 });
@@ -2460,7 +2460,7 @@ test('sessions: a time limit or job_cancel stops the run but keeps the session; 
   const z = await d.call(t, 'run_python', { session: 's', code: 'print(z)' });
   assert.equal(z.structuredContent.stdout, '1\n', 'and the session goes on');
   // The container removed by someone else between calls.
-  const rm = await engineRequest('DELETE', `/v1.41/containers/${container}?force=1`, 30000);
+  const rm = await engineRequest('DELETE', `/v1.41/containers/${container}?force=1&v=1`, 30000);
   assert.ok([200, 204].includes(rm.status), `removed the container behind corral's back (${rm.status})`);
   const w = await waitFor(async () => {
     const l = await toolCall(t, d, 'session_list', {});
@@ -3660,7 +3660,7 @@ test('cleanup: no corral container is left on the engine', async (t) => {
     const removed = [];
     for (const c of left.cs)
       if (c.created >= suiteStart && c.state === 'exited') {
-        const r = await engineRequest('DELETE', `/v1.41/containers/${c.id}?force=1`).catch((e) => ({ status: e.message }));
+        const r = await engineRequest('DELETE', `/v1.41/containers/${c.id}?force=1&v=1`).catch((e) => ({ status: e.message }));
         removed.push(`${c.id.slice(0, 12)}: ${r.status}`);
       }
     t.note('removed_by_the_suite', removed);
