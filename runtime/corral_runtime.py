@@ -27,6 +27,7 @@ MEMORY_FILES = ('/sys/fs/cgroup/memory.current',             # cgroup v2
                 '/sys/fs/cgroup/memory/memory.usage_in_bytes')  # cgroup v1
 WORKSPACE = os.environ.get('CORRAL_WORKSPACE') or '/workspace'  # tests set another
 OUT_DIR = WORKSPACE + '/out'       # files the code writes here come back with the result
+IMAGE_DIR = os.environ.get('CORRAL_IMAGE_DIR') or '/usr/share/corral'  # images/build.sh: profile.json, tmp/ (tests set another)
 OUT_FILES_MAX = 64                 # files reported per run
 OUT_SCAN_MAX = 4096                # entries looked at, at most
 OUT_DEPTH_MAX = 8
@@ -211,7 +212,12 @@ def worker(sup, pipes, api_fd, go_r, set_w=None):
             pass
     main = prepare_python()    # before the request: a warm call skips it
     if set_w is not None:
-        if sup.pooled:         # else the request is due now: nothing to win
+        if sup.pooled is not None:  # else the request is due now: nothing to win
+            for line in preload(sup.pooled):
+                try:  # the supervisor logs it
+                    os.write(set_w, (line + '\n').encode('utf-8', 'replace')[:2048])
+                except OSError:
+                    pass
             rehearse(main, api_fd, sup.max_frame)
         os.close(set_w)
     me = os.getpid()
@@ -410,13 +416,117 @@ def warm_up():
     made for the warm pool (CORRAL_PRELOAD=1) also imports asyncio, which
     top-level await and the API's awaitables use: ~70 ms that a pool sandbox
     pays before any call, and a sandbox made for a call waiting now should
-    pay only if its code needs it."""
+    pay only if its code needs it.  Returns the modules its worker preloads
+    (None: not a pool sandbox)."""
     load_site()
     import builtins, linecache, traceback, types  # noqa: F401,E401
-    preload = os.environ.pop('CORRAL_PRELOAD', '') == '1'
-    if preload:
-        import asyncio  # noqa: F401
-    return preload
+    set_thread_counts()
+    modules = apply_image_profile()
+    if os.environ.pop('CORRAL_PRELOAD', '') != '1':
+        return None
+    import asyncio  # noqa: F401
+    return modules
+
+
+def cpu_limit():
+    """The CPUs the sandbox may use (its cgroup's CFS quota), at least 1;
+    None when there is no quota (outside a container)."""
+    for path, parse in (('/sys/fs/cgroup/cpu.max', lambda t: t.split()),  # v2: "quota period"
+                        ('/sys/fs/cgroup/cpu/cpu.cfs_quota_us', None)):   # v1
+        try:
+            with open(path) as f:
+                text = f.read()
+            if parse:
+                quota, period = parse(text)
+            else:
+                quota = text.strip()
+                with open('/sys/fs/cgroup/cpu/cpu.cfs_period_us') as f:
+                    period = f.read().strip()
+            if quota in ('max', '-1'):
+                return None
+            return max(1, int(quota) // int(period))
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+def set_thread_counts():
+    """Numeric libraries start a thread per host CPU; in a sandbox held to
+    fewer CPUs the spare ones spin on the CPU quota and the kernel throttles
+    the code (measured: a matplotlib savefig 85 ms instead of 37).  As many
+    threads as the sandbox has CPUs, unless the container says otherwise."""
+    n = cpu_limit()
+    if n is not None:
+        for var in ('OPENBLAS_NUM_THREADS', 'OMP_NUM_THREADS', 'MKL_NUM_THREADS', 'NUMEXPR_NUM_THREADS'):
+            os.environ.setdefault(var, str(n))
+
+
+def apply_image_profile():
+    """What an image built by corral asks for at start (IMAGE_DIR/profile.json):
+    its variables, unless the container has them already, and its files for
+    /tmp (matplotlib's font cache: /tmp is the only writable place it may
+    use).  Returns the modules a pool sandbox preloads: CORRAL_PRELOAD_MODULES
+    (the daemon's `preload` setting, comma-separated) when set, else the
+    profile's list."""
+    try:
+        with open(IMAGE_DIR + '/profile.json', encoding='utf-8') as f:
+            profile = json.loads(f.read(1 << 20))
+    except (OSError, ValueError):
+        profile = {}
+    if not isinstance(profile, dict):
+        profile = {}
+    env = profile.get('env')
+    for k, v in (env.items() if isinstance(env, dict) else ()):
+        if isinstance(k, str) and isinstance(v, str) and k and '=' not in k and '\0' not in k + v:
+            os.environ.setdefault(k, v)
+    skel = IMAGE_DIR + '/tmp'
+    for d, dirs, files in os.walk(skel):
+        to = '/tmp' + d[len(skel):]
+        try:
+            os.makedirs(to, exist_ok=True)
+            for name in files:
+                with open(os.path.join(d, name), 'rb') as src, open(os.path.join(to, name), 'wb') as dst:
+                    dst.write(src.read())
+        except OSError as e:
+            log('cannot copy %s into /tmp: %s' % (d, e))
+    asked = os.environ.pop('CORRAL_PRELOAD_MODULES', None)
+    if asked is not None:
+        return [m for m in asked.split(',') if m]
+    modules = profile.get('preload')
+    modules = [m for m in modules if isinstance(m, str)] if isinstance(modules, list) else []
+    warm = profile.get('warm')
+    if isinstance(warm, str) and warm.strip():
+        modules.append(Warm(warm))
+    return modules
+
+
+class Warm(str):
+    """The profile's warm-up code, in the preload list after the modules."""
+
+
+def preload(modules):
+    """Import the image's heavy modules in a pool sandbox's worker while it
+    waits, so that its call does not pay for them.  A module that fails to
+    import is skipped (the call will see the same error itself); returns
+    what to log about the failures (the worker's stderr is the code's)."""
+    failed = []
+    for name in modules:
+        try:
+            if isinstance(name, Warm):
+                exec(compile(name, '<image warm-up>', 'exec'), {'__name__': '__warm__'})
+            else:
+                __import__(name)
+        except BaseException as e:  # SystemExit from a module is no reason to stop
+            what = 'the warm-up' if isinstance(name, Warm) else name
+            failed.append('preloading %s failed: %s: %s' % (what, type(e).__name__, str(e)[:200]))
+    if modules:
+        # What the imports made lives as long as the worker: out of the
+        # collector's reach, a collection during the call does not walk the
+        # millions of objects numpy, pandas and matplotlib leave.
+        import gc
+        gc.collect()
+        gc.freeze()
+    return failed
 
 
 def prepare_python():
@@ -1475,6 +1585,8 @@ class Job:
     """One sandbox/exec: its request id, the worker running it, what it
     printed and reported."""
 
+    out_inline = 0  # bytes of base64 of /workspace/out files its result may carry
+
     def __init__(self, sup, rid, worker, language, limit, oom_before, keep, restarted, out_before,
                  token, time_limit):
         self.sup, self.rid, self.worker = sup, rid, worker
@@ -1652,6 +1764,62 @@ def out_files(before):
     now = out_scan()
     changed = sorted(p for p, stamp in now.items() if before.get(p) != stamp)
     return [{'path': p, 'size': now[p][1]} for p in changed[:OUT_FILES_MAX]]
+
+
+def read_out_file(rel, most):
+    """The bytes of WORKSPACE/rel, a regular file of at most `most` bytes,
+    or None.  Opened a component at a time with O_NOFOLLOW, so that no
+    symlink on the path is followed (this process is PID 1: through /proc/1
+    a link could reach its own descriptors)."""
+    parts = rel.split('/')
+    if not parts or any(p in ('', '.', '..') for p in parts):
+        return None
+    fd = None
+    try:
+        fd = os.open(WORKSPACE, os.O_RDONLY | os.O_DIRECTORY)
+        for p in parts[:-1]:
+            nfd = os.open(p, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            os.close(fd)
+            fd = nfd
+        ffd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=fd)
+    except OSError:
+        return None
+    finally:
+        if fd is not None:
+            os.close(fd)
+    try:
+        import stat
+        if not stat.S_ISREG(os.fstat(ffd).st_mode):
+            return None
+        data = bytearray()
+        while len(data) <= most:
+            chunk = os.read(ffd, min(CHUNK, most + 1 - len(data)))
+            if not chunk:
+                return bytes(data)
+            data += chunk
+        return None
+    except OSError:
+        return None
+    finally:
+        os.close(ffd)
+
+
+def inline_out_files(result, budget):
+    """Put what fits of the run's /workspace/out files into its result, as
+    base64 `data`, in order, within `budget` bytes of base64: the daemon then
+    need not fetch them through the engine (a round trip each).  For a
+    single-use run, once every process of its code is gone: nothing can
+    change a file while it is read."""
+    import binascii
+    for f in result.get('out_files') or ():
+        size = f.get('size', 0)
+        if 4 * ((size + 2) // 3) > budget:
+            continue
+        data = read_out_file(f['path'], size)
+        if data is None or len(data) != size:
+            continue
+        f['data'] = binascii.b2a_base64(data, newline=False).decode('ascii')
+        budget -= len(f['data'])
 
 
 def list_dir(params, max_bytes=DEFAULT_MAX_FRAME // 2):
@@ -1854,7 +2022,8 @@ class Supervisor:
         self.lost = False     # a session's worker ended: its next run starts afresh
         self.spent = False    # a single-use run answered: only waiting to be removed
         self.frozen_until = None  # sandbox/freeze: when it ends by itself
-        self.pooled = False
+        self.pooled = None  # the modules a pool sandbox's worker preloads
+        self.out_inline = 0
         # PID 1 only gets signals it has handlers for; SIGINT's Python handler
         # would raise KeyboardInterrupt in here, so ignore it.  SIGCHLD wakes
         # poll() through the wakeup pipe.
@@ -2153,10 +2322,18 @@ class Supervisor:
         # Say ready only once the worker is: a call that came sooner would
         # wait for its set-up anyway, while the pool believed it ready.
         set_r = w.set_r
-        try:
-            select.select([set_r], [], [], PREFORK_WAIT)
+        end = time.monotonic() + PREFORK_WAIT
+        said = b''
+        try:  # until the worker closes it: what it wrote is for the log
+            while time.monotonic() < end and select.select([set_r], [], [], end - time.monotonic())[0]:
+                chunk = os.read(set_r, 4096)
+                if not chunk:
+                    break
+                said = (said + chunk)[-8192:]
         except OSError:
             pass
+        for line in said.decode('utf-8', 'replace').splitlines():
+            log(line)
         os.close(set_r)
         self.pre = w
 
@@ -2207,6 +2384,10 @@ class Supervisor:
         limit = p.get('output_limit', DEFAULT_OUTPUT_LIMIT)
         keep = p.get('keep', False)
         time_limit = p.get('time_limit_ms')
+        out_inline = p.get('out_inline_max', 0)
+        if not isinstance(out_inline, int) or isinstance(out_inline, bool) or out_inline < 0:
+            out_inline = 0
+        self.out_inline = out_inline  # for the Job made below
         if language not in ('python', 'shell') or not isinstance(code, str) \
                 or not isinstance(limit, int) or isinstance(limit, bool) or limit < 0 \
                 or not isinstance(keep, bool) or not (time_limit is None or (
@@ -2227,6 +2408,11 @@ class Supervisor:
             # a stopped worker would never take the request
             log('an exec came while frozen: thawing first')
             self.freeze(False)
+        # /workspace/out exists when the code starts, as the tools promise
+        try:
+            os.makedirs(OUT_DIR, exist_ok=True)
+        except OSError:
+            pass
         # taken before the worker has the request: it may be done at once
         out_before = out_scan() if os.path.isdir(OUT_DIR) else {}
         # A session's worker, else the one forked ahead, else a new one.
@@ -2257,6 +2443,7 @@ class Supervisor:
         restarted, self.lost = self.lost, False
         w.runs += 1
         self.job = Job(self, rid, w, language, limit, oom_before, keep, restarted, out_before, *run)
+        self.job.out_inline = self.out_inline
 
     def reap(self):
         # PID 1 inherits every orphan: reap them all, note the workers'.
@@ -2310,10 +2497,14 @@ class Supervisor:
             self.lost = job.keep
         if not job.keep:
             self.kill_leftovers(w)  # single-use: nothing of the code's outlives its run
+            if result['out_files'] and job.out_inline > 0:
+                # What the frame has room for, a margin kept for escaping.
+                room = self.max_frame - len(encode(result)) - 65536
+                inline_out_files(result, min(job.out_inline, room))
         self.send({'jsonrpc': '2.0', 'id': job.rid, 'result': result})
         if keep or job.keep:
             return False  # a session: wait for the next exec
-        if result['out_files']:
+        if any('data' not in f for f in result['out_files']):
             # The daemon fetches them through the engine, which needs the
             # container (and its tmpfs) still there: stay until it is done
             # and closes stdin or removes us.

@@ -167,6 +167,11 @@ int cli_run(int argc, char **argv)
         struct sandbox_request req = {
             .lang = shell ? LANG_SHELL : LANG_PYTHON, .code = code, .timeout_s = cfg.timeout_s};
         int k = sandbox_mgr_new(r.loop, &cfg, ce.eng, &r.mgr);
+        struct err pe = {0};
+        if (k == 0 && sandbox_mgr_prepare(r.mgr, &pe) < 0) {
+                fprintf(stderr, "corral run: %s\n", pe.msg);
+                k = -EPERM; /* said already */
+        }
         if (k == 0)
                 k = loop_signal(r.loop, SIGINT, on_signal, &r);
         if (k == 0)

@@ -204,6 +204,11 @@ int cli_serve(int argc, char **argv)
                 return 2;
         }
         r = sandbox_mgr_new(s.loop, &cfg, ce.eng, &s.mgr);
+        struct err pe = {0};
+        if (r == 0 && sandbox_mgr_prepare(s.mgr, &pe) < 0) {
+                log_err("%s", pe.msg);
+                r = -EINVAL;
+        }
         if (r == 0) {
                 sandbox_mgr_set_bridge(s.mgr, s.bridge);
                 sandbox_mgr_sweep(s.mgr);

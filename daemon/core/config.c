@@ -8,7 +8,9 @@
 #include <stdio.h>
 #include <string.h>
 
-enum key_type { K_STRING, K_SIZE, K_LONG, K_DOUBLE, K_LEVEL, K_BOOL };
+enum key_type { K_STRING, K_SIZE, K_LONG, K_DOUBLE, K_LEVEL, K_BOOL, K_LIST };
+
+#define LIST_MAX 64 /* items of a list setting */
 
 static const struct config_key {
         const char *name;
@@ -18,6 +20,9 @@ static const struct config_key {
 } keys[] = {
     {"engine", K_STRING, offsetof(struct config, engine), 0, 0},
     {"image", K_STRING, offsetof(struct config, image), 0, 0},
+    {"images", K_LIST, offsetof(struct config, images), 0, 0},
+    {"mounts", K_LIST, offsetof(struct config, mounts), 0, 0},
+    {"preload", K_LIST, offsetof(struct config, preload), 0, 0},
     {"memory", K_SIZE, offsetof(struct config, memory), 6 << 20, 1e15},
     {"pids", K_LONG, offsetof(struct config, pids), 8, 1 << 22},
     {"cpus", K_DOUBLE, offsetof(struct config, cpus), 0.01, 1024},
@@ -53,7 +58,7 @@ static const struct config_key {
 void config_defaults(struct config *c)
 {
         *c = (struct config){
-            .image = strdup("corral-python:latest"),
+            .image = strdup("corral-data:latest"),
             .memory = 512ULL << 20,
             .pids = 128,
             .cpus = 1.0,
@@ -95,6 +100,9 @@ void config_free(struct config *c)
         free(c->audit_log);
         free(c->seccomp);
         json_decref(c->servers);
+        c->images = strv_free(c->images);
+        c->mounts = strv_free(c->mounts);
+        c->preload = strv_free(c->preload);
         c->engine = c->image = c->config_file = c->policy = c->audit_log = c->seccomp = NULL;
         c->servers = NULL;
 }
@@ -107,6 +115,44 @@ static const struct config_key *key_find(const char *name)
         return NULL;
 }
 
+/* One item of a list, or the value of a string setting: 1 to 4096
+ * characters, none of them a control character. */
+static int text_ok(const char *value, const char *source, const char *name, struct err *e)
+{
+        if (!*value || strlen(value) > 4096)
+                return err_set(e, ERR_CONFIG, EINVAL, "%s: %s must be 1 to 4096 characters", source,
+                               name);
+        for (const char *p = value; *p; p++)
+                if (iscntrl((unsigned char)*p))
+                        return err_set(e, ERR_CONFIG, EINVAL, "%s: %s contains a control character",
+                                       source, name);
+        return 0;
+}
+
+/* A list setting from n items (each checked), replacing what it held. */
+static int list_set(char ***field, const char *const *items, size_t n, const char *source,
+                    const char *name, struct err *e)
+{
+        if (n > LIST_MAX)
+                return err_set(e, ERR_CONFIG, EINVAL, "%s: %s has more than %d items", source, name,
+                               LIST_MAX);
+        char **v = calloc(n + 1, sizeof(char *));
+        if (!v)
+                return -ENOMEM;
+        for (size_t i = 0; i < n; i++) {
+                int r = text_ok(items[i], source, name, e);
+                if (r == 0 && !(v[i] = strdup(items[i])))
+                        r = -ENOMEM;
+                if (r < 0) {
+                        strv_free(v);
+                        return r;
+                }
+        }
+        strv_free(*field);
+        *field = v;
+        return 0;
+}
+
 int config_set(struct config *c, const char *name, const char *value, const char *source,
                struct err *e)
 {
@@ -117,13 +163,9 @@ int config_set(struct config *c, const char *name, const char *value, const char
         char *end = NULL;
         switch (k->type) {
         case K_STRING: {
-                if (!*value || strlen(value) > 4096)
-                        return err_set(e, ERR_CONFIG, EINVAL, "%s: %s must be 1 to 4096 characters",
-                                       source, name);
-                for (const char *p = value; *p; p++)
-                        if (iscntrl((unsigned char)*p))
-                                return err_set(e, ERR_CONFIG, EINVAL,
-                                               "%s: %s contains a control character", source, name);
+                int r = text_ok(value, source, name, e);
+                if (r < 0)
+                        return r;
                 char *s = strdup(value);
                 if (!s)
                         return -ENOMEM;
@@ -173,6 +215,30 @@ int config_set(struct config *c, const char *name, const char *value, const char
                                        "%s: %s must be true or false, not \"%s\"", source, name,
                                        value);
                 return 0;
+        case K_LIST: {
+                /* From a flag or a variable: items separated by commas,
+                 * spaces around them dropped; "" is the empty list. */
+                const char *items[LIST_MAX + 1];
+                char copy[4096 * 4];
+                size_t n = 0;
+                if (strlen(value) >= sizeof(copy))
+                        return err_set(e, ERR_CONFIG, EINVAL, "%s: %s is too long", source, name);
+                snprintf(copy, sizeof(copy), "%s", value);
+                for (char *save = NULL, *t = strtok_r(copy, ",", &save); t;
+                     t = strtok_r(NULL, ",", &save)) {
+                        while (isspace((unsigned char)*t))
+                                t++;
+                        size_t len = strlen(t);
+                        while (len && isspace((unsigned char)t[len - 1]))
+                                t[--len] = '\0';
+                        if (!len)
+                                continue;
+                        if (n == LIST_MAX + 1)
+                                break;
+                        items[n++] = t;
+                }
+                return list_set((char ***)field, items, n, source, name, e);
+        }
         case K_LEVEL:
                 if (log_level_parse(value, (enum log_level *)field) < 0)
                         return err_set(e, ERR_CONFIG, EINVAL,
@@ -247,11 +313,38 @@ int config_load_file(struct config *c, const char *path, bool required, struct e
                         c->servers = json_incref(v);
                         continue;
                 }
-                if (!key_find(name)) {
+                const struct config_key *k = key_find(name);
+                if (!k) {
                         /* Unknown keys are refused so a typo does not pass
                          * unnoticed. */
                         r = err_set(e, ERR_CONFIG, EINVAL, "%s: unknown setting", source);
                         break;
+                }
+                if (k->type == K_LIST) {
+                        const char *items[LIST_MAX + 1];
+                        size_t i, count = 0;
+                        json_t *item;
+                        if (!json_is_array(v)) {
+                                r = err_set(e, ERR_CONFIG, EINVAL, "%s: must be a list of strings",
+                                            source);
+                                break;
+                        }
+                        json_array_foreach(v, i, item)
+                        {
+                                if (!json_is_string(item)) {
+                                        r = err_set(e, ERR_CONFIG, EINVAL,
+                                                    "%s: item %zu is not a string", source, i + 1);
+                                        break;
+                                }
+                                if (count <= LIST_MAX)
+                                        items[count++] = json_string_value(item);
+                        }
+                        if (r == 0)
+                                r = list_set((char ***)((char *)c + k->offset), items, count,
+                                             source, name, e);
+                        if (r < 0)
+                                break;
+                        continue;
                 }
                 if (json_is_boolean(v)) {
                         val = json_is_true(v) ? "true" : "false";
@@ -281,8 +374,130 @@ int config_load_file(struct config *c, const char *path, bool required, struct e
         return r;
 }
 
+/* A path with no empty, "." or ".." component, not ending in "/". */
+static bool path_plain(const char *p)
+{
+        if (p[0] != '/' || (p[1] && p[strlen(p) - 1] == '/'))
+                return false;
+        for (const char *q = p; *q;) {
+                q++;
+                const char *end = strchrnul(q, '/');
+                size_t n = (size_t)(end - q);
+                if ((n == 0 && *end) || (n == 1 && q[0] == '.') ||
+                    (n == 2 && q[0] == '.' && q[1] == '.'))
+                        return false;
+                q = end;
+        }
+        return true;
+}
+
+static bool path_within(const char *p, const char *dir)
+{
+        size_t n = strlen(dir);
+        return strncmp(p, dir, n) == 0 && (p[n] == '\0' || p[n] == '/');
+}
+
+int config_mount_parse(const char *spec, char *host, char *target, size_t size, char *msg,
+                       size_t msg_size)
+{
+        /* Places the image's system lives in (a mount over them would replace
+         * it) and places corral or the engine manage. */
+        static const char *const system[] = {"/bin",   "/boot",   "/etc",  "/lib", "/lib32",
+                                             "/lib64", "/libx32", "/sbin", "/usr", "/var",
+                                             "/home",  "/opt",    "/root", "/srv", "/mnt"};
+        static const char *const managed[] = {"/proc", "/sys",     "/dev",      "/run",
+                                              "/tmp",  "/var/tmp", "/workspace"};
+        const char *colon = strchr(spec, ':');
+        const char *second = colon ? strchr(colon + 1, ':') : NULL;
+        size_t hl = colon ? (size_t)(colon - spec) : 0;
+        size_t tl = colon ? (second ? (size_t)(second - colon - 1) : strlen(colon + 1)) : 0;
+        if (!colon || (second && strcmp(second, ":ro") != 0) || hl == 0 || tl == 0 || hl >= size ||
+            tl >= size) {
+                snprintf(msg, msg_size,
+                         "mount \"%.200s\" must be HOST:SANDBOX, two absolute paths (it is "
+                         "always read-only)",
+                         spec);
+                return -EINVAL;
+        }
+        memcpy(host, spec, hl);
+        host[hl] = '\0';
+        memcpy(target, colon + 1, tl);
+        target[tl] = '\0';
+        if (!path_plain(host) || !path_plain(target) || strcmp(target, "/") == 0) {
+                snprintf(msg, msg_size,
+                         "mount \"%.200s\": both paths must be absolute, without \".\", "
+                         "\"..\" or \"//\", and the sandbox's not /",
+                         spec);
+                return -EINVAL;
+        }
+        for (size_t i = 0; i < ARRAY_SIZE(system); i++)
+                if (path_within(system[i], target)) {
+                        snprintf(msg, msg_size,
+                                 "mount \"%.200s\": %s would hide the image's %s; mount it "
+                                 "under a new directory such as /data or /mnt/NAME",
+                                 spec, target, system[i]);
+                        return -EINVAL;
+                }
+        for (size_t i = 0; i < ARRAY_SIZE(managed); i++)
+                if (path_within(target, managed[i]) || path_within(managed[i], target)) {
+                        snprintf(msg, msg_size,
+                                 "mount \"%.200s\": %s is corral's or the engine's (%s); "
+                                 "choose another place such as /data",
+                                 spec, target, managed[i]);
+                        return -EINVAL;
+                }
+        return 0;
+}
+
+static bool module_name_ok(const char *s)
+{
+        bool start = true;
+        for (; *s; s++) {
+                if (*s == '.' && !start) {
+                        start = true;
+                        continue;
+                }
+                if (!(isalpha((unsigned char)*s) || *s == '_' ||
+                      (!start && isdigit((unsigned char)*s))))
+                        return false;
+                start = false;
+        }
+        return !start;
+}
+
+bool config_image_name_ok(const char *s)
+{
+        if (!*s || strlen(s) > 255)
+                return false;
+        for (; *s; s++)
+                if (!strchr("abcdefghijklmnopqrstuvwxyz0123456789._-/:@", *s))
+                        return false;
+        return true;
+}
+
 int config_check(const struct config *c, struct err *e)
 {
+        char host[4096], target[4096], msg[700];
+        for (size_t i = 0; c->mounts && c->mounts[i]; i++)
+                if (config_mount_parse(c->mounts[i], host, target, sizeof(host), msg, sizeof(msg)) <
+                    0)
+                        return err_set(e, ERR_CONFIG, EINVAL, "%s", msg);
+        for (size_t i = 0; c->preload && c->preload[i]; i++)
+                if (!module_name_ok(c->preload[i]))
+                        return err_set(e, ERR_CONFIG, EINVAL,
+                                       "preload: \"%.200s\" is not a Python module name",
+                                       c->preload[i]);
+        for (size_t i = 0; c->images && c->images[i]; i++)
+                if (!config_image_name_ok(c->images[i]))
+                        return err_set(e, ERR_CONFIG, EINVAL,
+                                       "images: \"%.200s\" is not an image name (lower case, "
+                                       "digits and ._-/:@)",
+                                       c->images[i]);
+        if (!config_image_name_ok(c->image))
+                return err_set(e, ERR_CONFIG, EINVAL,
+                               "image: \"%.200s\" is not an image name (lower case, digits and "
+                               "._-/:@)",
+                               c->image);
         if (c->timeout_s > c->max_timeout_s)
                 return err_set(e, ERR_CONFIG, EINVAL,
                                "timeout_s (%g) must not exceed max_timeout_s (%g)", c->timeout_s,

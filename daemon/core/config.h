@@ -12,7 +12,13 @@
 
 struct config {
         char *engine;                      /* unix:///path or tcp://host:port; NULL: discover */
-        char *image;                       /* sandbox image */
+        char *image;                       /* sandbox image: the default of every call */
+        char **images;                     /* images a call may ask for; NULL: those
+                                            * corral built on the engine, and `image` */
+        char **mounts;                     /* "HOST:SANDBOX" bind mounts, read-only; NULL:
+                                            * none */
+        char **preload;                    /* modules a ready sandbox imports; NULL: the
+                                            * image's own list (its profile.json) */
         unsigned long long memory;         /* bytes; swap is set equal (none) */
         long pids;                         /* pids limit */
         double cpus;                       /* CPU share (NanoCpus / 1e9) */
@@ -66,5 +72,13 @@ int config_load_env(struct config *c, struct err *e);
 int config_check(const struct config *c, struct err *e);
 /* The default file path (caller frees), or NULL. */
 char *config_default_path(void);
+/* A "HOST:SANDBOX" (or "HOST:SANDBOX:ro") mount: both absolute, SANDBOX
+ * neither a system directory nor in one of the places corral or the engine
+ * manages (/proc, /sys, /dev, /run, /tmp, /workspace). The paths go to
+ * host[0..size) and target[0..size); 0, or -EINVAL with a message. */
+int config_mount_parse(const char *spec, char *host, char *target, size_t size, char *msg,
+                       size_t msg_size);
+/* An engine's image reference: lower case, digits and ._-/:@, 1 to 255. */
+bool config_image_name_ok(const char *s);
 /* Names of all keys, for --help; NULL-terminated. */
 const char *const *config_key_names(void);

@@ -1702,7 +1702,8 @@ static void tools_call(struct mcp_server *s, json_t *id, json_t *params)
                         others[i].fn(s, id, args);
                         return;
                 }
-        int r = tools_parse_call(name, args, s->cfg, &req, msg, sizeof(msg));
+        int r = tools_parse_call(name, args, s->cfg, sandbox_mgr_images(s->mgr), &req, msg,
+                                 sizeof(msg));
         if (r == 0 && req.servers && json_array_size(req.servers) > 0) {
                 if (!s->bridge) {
                         snprintf(msg, sizeof(msg), "no MCP servers are configured for sandboxes");
@@ -1964,7 +1965,10 @@ static void handle_request(struct mcp_server *s, struct jrpc_msg *m)
         } else if (strcmp(method, "ping") == 0) {
                 send_msg(s, jrpc_result(m->id, json_object()));
         } else if (strcmp(method, "tools/list") == 0) {
-                send_msg(s, jrpc_result(m->id, json_pack("{s:o}", "tools", tools_list(s->names))));
+                send_msg(
+                    s, jrpc_result(m->id, json_pack("{s:o}", "tools",
+                                                    tools_list(s->names, sandbox_mgr_images(s->mgr),
+                                                               sandbox_mgr_mounts(s->mgr)))));
         } else if (strcmp(method, "tools/call") == 0) {
                 tools_call(s, m->id, m->params);
         } else if (strcmp(method, "tasks/get") == 0 || strcmp(method, "tasks/result") == 0 ||

@@ -2,6 +2,7 @@
 
 #include "core/buf.h"
 #include "sandbox/files.h"
+#include "sandbox/images.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -71,11 +72,72 @@ static json_t *tool(const char *name, const char *title, const char *desc, const
             "openWorldHint", 0);
 }
 
+/* What a sandbox is made of, for the tools' descriptions: the default
+ * image and its packages, the others a call may choose, host data. */
+static void environment_text(const struct sandbox_images *images, json_t *mounts, struct buf *b)
+{
+        const struct sandbox_image *def = NULL;
+        for (size_t i = 0; images && i < images->n; i++)
+                if (images->v[i].is_default)
+                        def = &images->v[i];
+        char line[1200];
+        if (def) {
+                snprintf(line, sizeof(line), " Image: %s%s%s%s.",
+                         def->short_name ? def->short_name : def->name,
+                         def->packages && *def->packages ? " (Python 3 with " : "",
+                         def->packages && *def->packages ? def->packages : "",
+                         def->packages && *def->packages ? ")" : "");
+                buf_append_some(b, line, strlen(line));
+        }
+        for (size_t i = 0; images && i < images->n; i++) {
+                const struct sandbox_image *x = &images->v[i];
+                if (x->is_default)
+                        continue;
+                snprintf(line, sizeof(line), " With image \"%s\": %s.",
+                         x->short_name ? x->short_name : x->name,
+                         x->packages && *x->packages ? x->packages : "Python 3 alone");
+                buf_append_some(b, line, strlen(line));
+        }
+        size_t i;
+        json_t *m;
+        json_array_foreach(mounts, i, m)
+        {
+                snprintf(line, sizeof(line), "%s%s", i ? ", " : " Host data, read-only: ",
+                         json_string_value(json_object_get(m, "Target")));
+                buf_append_some(b, line, strlen(line));
+                if (i + 1 == json_array_size(mounts))
+                        buf_append_some(b, ".", 1);
+        }
+}
+
 /* run_python and run_shell: a call that outlives sync_wait_s becomes a job;
- * `session` keeps the sandbox for later calls; `files` go in first. */
-static json_t *with_sync_wait(json_t *t)
+ * `session` keeps the sandbox for later calls; `files` go in first; `image`
+ * picks one of those corral offers. */
+static json_t *with_sync_wait(json_t *t, const struct sandbox_images *images, json_t *mounts)
 {
         json_t *props = json_object_get(json_object_get(t, "inputSchema"), "properties");
+        struct buf env;
+        buf_init(&env, 16 << 10);
+        environment_text(images, mounts, &env);
+        if (env.len) {
+                struct buf d;
+                buf_init(&d, 32 << 10);
+                const char *old = json_string_value(json_object_get(t, "description"));
+                buf_append_some(&d, old, strlen(old));
+                buf_append_some(&d, env.data, env.len);
+                json_object_set_new(t, "description", json_string(buf_str(&d)));
+                buf_free(&d);
+        }
+        buf_free(&env);
+        json_t *choices = images ? sandbox_images_choices(images) : NULL;
+        if (json_array_size(choices) > 1)
+                json_object_set_new(props, "image",
+                                    json_pack("{s:s, s:o, s:s}", "type", "string", "enum", choices,
+                                              "description",
+                                              "The sandbox image (default: the first). A session "
+                                              "keeps the image it opened with."));
+        else
+                json_decref(choices);
         /* MCP tasks (2025-11-25): a host may run them as tasks. */
         json_object_set_new(t, "execution", json_pack("{s:s}", "taskSupport", "optional"));
         json_object_set_new(
@@ -276,14 +338,15 @@ static json_t *session_tools(void)
                            json_pack("[s]", "session"), true, false, true));
 }
 
-json_t *tools_list(const char *servers)
+json_t *tools_list(const char *servers, const struct sandbox_images *images, json_t *mounts)
 {
         json_t *list = json_pack(
-            "[o,o,o,o,o]", with_sync_wait(run_python_tool(servers)),
+            "[o,o,o,o,o]", with_sync_wait(run_python_tool(servers), images, mounts),
             with_sync_wait(tool("run_shell", "Run a shell command in a sandbox",
                                 "Run a command with /bin/sh -c in an isolated sandbox (Debian "
                                 "userland with python3). " SANDBOX_RULES,
-                                "command", "Shell command line, run with /bin/sh -c.")),
+                                "command", "Shell command line, run with /bin/sh -c."),
+                           images, mounts),
             status_tool(),
             object_tool("list_servers", "List MCP servers for sandboxed code",
                         "The MCP servers that code in run_python may call (pass their names in "
@@ -326,14 +389,16 @@ json_t *tools_status_result(json_t *status)
 }
 
 static int parse_call(const char *name, json_t *args, const struct config *cfg,
-                      struct sandbox_request *req, char *msg, size_t msg_size);
+                      const struct sandbox_images *images, struct sandbox_request *req, char *msg,
+                      size_t msg_size);
 
 int tools_parse_call(const char *name, json_t *args, const struct config *cfg,
-                     struct sandbox_request *req, char *msg, size_t msg_size)
+                     const struct sandbox_images *images, struct sandbox_request *req, char *msg,
+                     size_t msg_size)
 {
         req->files = NULL;
         req->n_files = 0;
-        int r = parse_call(name, args, cfg, req, msg, msg_size);
+        int r = parse_call(name, args, cfg, images, req, msg, msg_size);
         /* Messages quote names from the host cut at a byte limit. */
         if (r < 0) {
                 utf8_scrub(msg);
@@ -465,8 +530,50 @@ static int parse_files(json_t *files, const struct config *cfg, struct sandbox_r
         return 0;
 }
 
+/* The images a call may ask for, for a message: "data (the default),
+ * python". */
+static void image_choices(const struct sandbox_images *images, char *out, size_t size)
+{
+        json_t *names = images ? sandbox_images_choices(images) : NULL;
+        size_t i, k = 0;
+        json_t *v;
+        out[0] = '\0';
+        json_array_foreach(names, i, v)
+        {
+                int n = snprintf(out + k, size - k, "%s%s%s", i ? ", " : "", json_string_value(v),
+                                 i ? "" : " (the default)");
+                if (n < 0 || (size_t)n >= size - k)
+                        break;
+                k += (size_t)n;
+        }
+        json_decref(names);
+}
+
+/* `image`: one of `images`, by name or short name; req->image borrows the
+ * catalogue's name. */
+static int parse_image(json_t *image, const struct sandbox_images *images,
+                       struct sandbox_request *req, char *msg, size_t msg_size)
+{
+        const struct sandbox_image *x = json_is_string(image) && images
+                                            ? sandbox_images_find(images, json_string_value(image))
+                                            : NULL;
+        if (!x) {
+                char choices[600];
+                image_choices(images, choices, sizeof(choices));
+                snprintf(msg, msg_size,
+                         "argument \"image\" must name an image this corral offers: %s. Another "
+                         "is built with `corral image build --profile NAME` and offered when the "
+                         "`images` setting lists it",
+                         choices[0] ? choices : "none");
+                return -EINVAL;
+        }
+        req->image = x->name;
+        return 0;
+}
+
 static int parse_call(const char *name, json_t *args, const struct config *cfg,
-                      struct sandbox_request *req, char *msg, size_t msg_size)
+                      const struct sandbox_images *images, struct sandbox_request *req, char *msg,
+                      size_t msg_size)
 {
         const char *code_key;
         if (strcmp(name, "run_python") == 0) {
@@ -494,11 +601,11 @@ static int parse_call(const char *name, json_t *args, const struct config *cfg,
         {
                 if (strcmp(key, code_key) != 0 && strcmp(key, "timeout_s") != 0 &&
                     strcmp(key, "sync_wait_s") != 0 && strcmp(key, "session") != 0 &&
-                    strcmp(key, "files") != 0 &&
+                    strcmp(key, "files") != 0 && strcmp(key, "image") != 0 &&
                     (strcmp(key, "servers") != 0 || req->lang != LANG_PYTHON)) {
                         snprintf(msg, msg_size,
                                  "unknown argument \"%.100s\" (%s takes %s, timeout_s, "
-                                 "sync_wait_s, session, files%s)",
+                                 "sync_wait_s, session, files, image%s)",
                                  key, name, code_key, req->lang == LANG_PYTHON ? ", servers" : "");
                         return -EINVAL;
                 }
@@ -551,6 +658,13 @@ static int parse_call(const char *name, json_t *args, const struct config *cfg,
                 if (r < 0)
                         return r;
                 req->session = json_string_value(session);
+        }
+        req->image = NULL;
+        json_t *image = json_object_get(args, "image");
+        if (image) {
+                int r = parse_image(image, images, req, msg, msg_size);
+                if (r < 0)
+                        return r;
         }
         req->files = NULL;
         req->n_files = 0;

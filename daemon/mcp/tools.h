@@ -15,14 +15,20 @@
 
 /* The `tools` array for tools/list (new reference). `servers` names the
  * MCP servers sandboxed code may call, for run_python's description. */
-json_t *tools_list(const char *servers);
+struct sandbox_images;
+/* `images` and `mounts` (may be NULL) shape run_python's and run_shell's
+ * `image` argument and descriptions. */
+json_t *tools_list(const char *servers, const struct sandbox_images *images, json_t *mounts);
 
 /* Validate a tools/call of run_python or run_shell. Returns 0 and fills
  * *req (borrowing from args; `files` are decoded into memory that
  * tools_request_free releases), or -ENOENT for an unknown tool (a protocol
  * error) or -EINVAL for bad arguments, with a message for the caller. */
+struct sandbox_images;
+/* `images`: what `image` may name (NULL: only the default). */
 int tools_parse_call(const char *name, json_t *args, const struct config *cfg,
-                     struct sandbox_request *req, char *msg, size_t msg_size);
+                     const struct sandbox_images *images, struct sandbox_request *req, char *msg,
+                     size_t msg_size);
 void tools_request_free(struct sandbox_request *req);
 
 /* The longest line the host may send: max_frame, or more when a write_file

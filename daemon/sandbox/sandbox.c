@@ -1,5 +1,7 @@
 #include "sandbox/sandbox.h"
 
+#include "sandbox/images.h"
+
 #include "bridge/bridge.h"
 #include "core/jsonrpc.h"
 #include "core/log.h"
@@ -53,6 +55,7 @@ struct sandbox {
         struct sandbox *qnext;       /* mgr queue */
         struct sandbox *rnext;       /* mgr ready list */
         bool pooled;                 /* started by the pool, before any request */
+        char *image;                 /* the image a call asked for; NULL: the default */
         long long t_created;
         enum sandbox_state state;
         enum sandbox_lang lang;
@@ -183,8 +186,10 @@ struct sandbox_mgr {
         char last_error[1400];
         long long refill_ms[128]; /* creation to ready, newest last */
         unsigned n_refill;
-        struct leftover *leftovers; /* being removed by the sweep */
-        struct bridge *bridge;      /* NULL: sandboxes call no MCP servers */
+        struct leftover *leftovers;   /* being removed by the sweep */
+        struct bridge *bridge;        /* NULL: sandboxes call no MCP servers */
+        struct sandbox_images images; /* what a call may ask for (sandbox_mgr_prepare) */
+        json_t *mounts;               /* HostConfig.Mounts binds of every sandbox, or NULL */
         void (*drained)(void *);
         void *drained_ud;
 };
@@ -224,9 +229,10 @@ static const struct identity *host_identity(void)
 }
 
 json_t *sandbox_create_body(const struct config *cfg, const struct sandbox_profile *prof,
-                            const char *instance, const char *runtime_src, bool preload,
-                            enum engine_kind kind)
+                            const char *instance, const char *runtime_src,
+                            const struct sandbox_spec *spec, enum engine_kind kind)
 {
+        bool preload = spec && spec->preload;
         char tmp_opts[128], ws_opts[128], vol_opts[128], frame_env[64], pid_label[32];
         snprintf(tmp_opts, sizeof(tmp_opts), "rw,nosuid,nodev,exec,size=%llu,mode=1777",
                  cfg->tmp_size);
@@ -251,7 +257,7 @@ json_t *sandbox_create_body(const struct config *cfg, const struct sandbox_profi
                 " s:{s:s, s:b, s:[s], s:[s], s:I, s:I, s:I, s:I, s:s,"
                 "    s:{s:s, s:s},"
                 "    s:[{s:s,s:i,s:i},{s:s,s:i,s:i},{s:s,s:i,s:i}]}}",
-                "Image", cfg->image,
+                "Image", spec && spec->image ? spec->image : cfg->image,
                 "Cmd", "python3", "-I", "-S", "-B", "-c", runtime_src,
                 "Env", "HOME=/tmp", "PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C.UTF-8", frame_env,
                 "User", "65534:65534",
@@ -306,11 +312,56 @@ json_t *sandbox_create_body(const struct config *cfg, const struct sandbox_profi
                 json_decref(body);
                 return NULL;
         }
-        /* A pool sandbox has time to import more before its call comes. */
-        if (body && preload &&
-            json_array_append_new(json_object_get(body, "Env"), json_string("CORRAL_PRELOAD=1"))) {
+        /* Host data the user chose: read-only, nosuid, nodev. Podman takes
+         * those options on a bind (and keeps it private); Docker refuses
+         * them there, and gets them through its local volume driver, a
+         * bind the engine mounts with them (removed with the container). */
+        json_t *hc = body ? json_object_get(body, "HostConfig") : NULL;
+        for (size_t i = 0; hc && spec && i < json_array_size(spec->mounts); i++) {
+                json_t *x = json_array_get(spec->mounts, i);
+                const char *src = json_string_value(json_object_get(x, "Source"));
+                const char *dst = json_string_value(json_object_get(x, "Target"));
+                const char *key = kind == ENGINE_DOCKER ? "Mounts" : "Binds";
+                json_t *list = json_object_get(hc, key), *item = NULL;
+                if (!list && json_object_set_new(hc, key, list = json_array()) < 0)
+                        list = NULL;
+                if (src && dst && kind == ENGINE_DOCKER) {
+                        item = json_pack("{s:s, s:s, s:{s:b, s:{s:s, s:{s:s, s:s, s:s}}}}", "Type",
+                                         "volume", "Target", dst, "VolumeOptions", "NoCopy", 1,
+                                         "DriverConfig", "Name", "local", "Options", "type", "none",
+                                         "device", src, "o", "bind,ro,nosuid,nodev");
+                } else if (src && dst) {
+                        char bind[2 * 4096 + 64];
+                        snprintf(bind, sizeof(bind), "%s:%s:ro,nosuid,nodev,rprivate", src, dst);
+                        item = json_string(bind);
+                }
+                if (!list || !item || json_array_append_new(list, item) < 0) {
+                        json_decref(body);
+                        return NULL;
+                }
+        }
+        /* A pool sandbox has time to import more before its call comes:
+         * asyncio, and the image's modules or those `preload` names. */
+        json_t *env = body ? json_object_get(body, "Env") : NULL;
+        if (env && preload && json_array_append_new(env, json_string("CORRAL_PRELOAD=1")) < 0) {
                 json_decref(body);
                 return NULL;
+        }
+        if (env && preload && cfg->preload) {
+                struct buf list;
+                buf_init(&list, 16 << 10);
+                buf_append_some(&list, "CORRAL_PRELOAD_MODULES=", 23);
+                for (size_t i = 0; cfg->preload[i]; i++) {
+                        if (i)
+                                buf_append_some(&list, ",", 1);
+                        buf_append_some(&list, cfg->preload[i], strlen(cfg->preload[i]));
+                }
+                int r = json_array_append_new(env, json_string(buf_str(&list)));
+                buf_free(&list);
+                if (r < 0) {
+                        json_decref(body);
+                        return NULL;
+                }
         }
         return body;
 }
@@ -341,6 +392,47 @@ int sandbox_mgr_new(struct loop *l, const struct config *cfg, struct engine *eng
                 snprintf(m->instance + 2 * i, 3, "%02x", rnd[i]);
         *ret = m;
         return 0;
+}
+
+int sandbox_mgr_prepare(struct sandbox_mgr *m, struct err *e)
+{
+        const struct engine_endpoint *ep = m->eng ? engine_endpoint(m->eng) : NULL;
+        struct engine_endpoint parsed = {0};
+        /* No engine yet: the configured one still tells local from remote. */
+        if (!ep && m->cfg->engine && engine_endpoint_parse(m->cfg->engine, &parsed, NULL) == 0)
+                ep = &parsed;
+        json_decref(m->mounts);
+        m->mounts = sandbox_mounts_resolve(m->cfg, ep, e);
+        engine_endpoint_done(&parsed);
+        if (!m->mounts)
+                return -EINVAL;
+        sandbox_images_free(&m->images);
+        int r = sandbox_images_load(m->eng, m->cfg, &m->images, e);
+        if (r < 0)
+                return r;
+        for (size_t i = 0; i < m->images.n; i++)
+                log_info("image %s%s%s%s%s", m->images.v[i].name,
+                         m->images.v[i].is_default ? " (the default)" : "",
+                         m->images.v[i].profile ? ", profile " : "",
+                         m->images.v[i].profile ? m->images.v[i].profile : "",
+                         m->images.v[i].profile ? "" : ", not built by corral");
+        for (size_t i = 0; i < json_array_size(m->mounts); i++) {
+                json_t *x = json_array_get(m->mounts, i);
+                log_info("mount %s read-only at %s",
+                         json_string_value(json_object_get(x, "Source")),
+                         json_string_value(json_object_get(x, "Target")));
+        }
+        return 0;
+}
+
+const struct sandbox_images *sandbox_mgr_images(const struct sandbox_mgr *m)
+{
+        return &m->images;
+}
+
+json_t *sandbox_mgr_mounts(const struct sandbox_mgr *m)
+{
+        return m->mounts;
 }
 
 static void sandbox_step(struct sandbox *s);
@@ -458,6 +550,7 @@ static void sandbox_free(struct sandbox *s)
         free(s->res.error_traceback);
         free(s->res.container_id);
         free(s->code);
+        free(s->image);
         free(s->id);
         free(s);
 }
@@ -585,7 +678,9 @@ static void start_remove(struct sandbox *s)
 
 static void fail(struct sandbox *s, enum sandbox_status st, const char *type, const char *msg)
 {
-        if (st == ST_ENGINE_ERROR && s->state < S_READY && !s->killing)
+        /* Only the default image's starts count: a call that asked for
+         * another image must not make the pool's calls fail fast. */
+        if (st == ST_ENGINE_ERROR && s->state < S_READY && !s->killing && !s->image)
                 note_start_failure(s->mgr, msg);
         if (!s->have_result) {
                 s->res.status = st;
@@ -938,6 +1033,32 @@ static const char *out_path(json_t *f, char *full, size_t size, char *why, size_
         return full + strlen(FILES_ROOT) + 1;
 }
 
+/* A file the runtime put in its result (a single-use run's, read by PID 1
+ * as the sandbox's user once the code's processes were gone): taken when
+ * its base64 is sound, of the size listed and within `max`; else the
+ * engine fetches it like any other. */
+static bool inline_taken(struct sandbox *s, json_t *f, size_t max)
+{
+        json_t *data = json_object_get(f, "data");
+        json_int_t size = json_integer_value(json_object_get(f, "size"));
+        if (!json_is_string(data) || size < 0 || (unsigned long long)size > max ||
+            json_string_length(data) != ((size_t)size + 2) / 3 * 4)
+                return false;
+        struct buf raw;
+        buf_init(&raw, (size_t)size);
+        bool ok = base64_decode(&raw, json_string_value(data), json_string_length(data)) == 0 &&
+                  raw.len == (size_t)size;
+        buf_free(&raw);
+        if (!ok)
+                return false;
+        const char *path = json_string_value(json_object_get(f, "path"));
+        json_array_append_new(s->res.out_files,
+                              json_pack("{s:s, s:I, s:s?, s:O}", "path", path, "size", size,
+                                        "mime_type", files_mime_type(path), "data", data));
+        s->out_bytes += (unsigned long long)size;
+        return true;
+}
+
 /* One file at a time, each checked on its way, up to out_max_bytes in all. */
 static void collect_next(struct sandbox *s)
 {
@@ -980,6 +1101,10 @@ static void collect_next(struct sandbox *s)
                 /* The entry's path, relative, for the result. */
                 json_object_set_new(f, "path", json_string(full + strlen(FILES_ROOT) + 1));
                 size_t max = room < cfg->file_max_bytes ? room : cfg->file_max_bytes;
+                if (inline_taken(s, f, max)) {
+                        s->i_out++;
+                        continue;
+                }
                 if (files_read(s->mgr->eng, s->id, full, max, collected, s, &s->fop) < 0) {
                         out_note(s, full + strlen(FILES_ROOT) + 1, json_integer_value(size),
                                  "out of memory");
@@ -1026,6 +1151,14 @@ static int send_exec(struct sandbox *s)
                       (json_int_t)s->mgr->cfg->output_limit, "time_limit_ms", (json_int_t)ms);
         if (params && s->keep)
                 json_object_set_new(params, "keep", json_true());
+        /* A single-use run may send its /workspace/out files in its result
+         * (up to this much base64), sparing a fetch through the engine. */
+        if (params && !s->keep && s->want_out) {
+                unsigned long long most = (s->mgr->cfg->out_max_bytes + 2) / 3 * 4;
+                if (most > s->mgr->cfg->max_frame / 2)
+                        most = s->mgr->cfg->max_frame / 2;
+                json_object_set_new(params, "out_inline_max", json_integer((json_int_t)most));
+        }
         if (params && s->bridge) {
                 bridge_run_set_sandbox(s->bridge, s->res.container_id);
                 json_object_set_new(params, "servers", bridge_run_exec_servers(s->bridge));
@@ -1409,7 +1542,8 @@ static void on_timer(struct timer *t, void *userdata)
                          "the sandbox did not start within %g s: check the engine with "
                          "`corral doctor`",
                          s->mgr->cfg->start_timeout_s);
-                note_start_failure(s->mgr, msg);
+                if (!s->image)
+                        note_start_failure(s->mgr, msg);
                 sandbox_kill(s, ST_ENGINE_ERROR, msg);
         }
 }
@@ -1431,9 +1565,10 @@ static void sandbox_step(struct sandbox *s)
                                      "cannot start an engine request");
                         return;
                 }
-                json_t *body =
-                    sandbox_create_body(m->cfg, &m->profile, m->instance, corral_runtime_src,
-                                        s->pooled && !s->cb, engine_kind(m->eng));
+                struct sandbox_spec spec = {
+                    .image = s->image, .mounts = m->mounts, .preload = s->pooled && !s->cb};
+                json_t *body = sandbox_create_body(m->cfg, &m->profile, m->instance,
+                                                   corral_runtime_src, &spec, engine_kind(m->eng));
                 if (!body) {
                         fail(s, ST_ERROR, "InternalError", "cannot build the container spec");
                         return;
@@ -1990,8 +2125,11 @@ int sandbox_run(struct sandbox_mgr *m, const struct sandbox_request *req, sandbo
         if (m->shutting_down)
                 return -ESHUTDOWN;
         m->last_call_ms = now_ms();
+        /* The pool holds the default image: a call for another gets a
+         * sandbox made for it. */
+        bool other = req->image && strcmp(req->image, m->cfg->image) != 0;
         /* The warm path: a ready sandbox, taken in constant time. */
-        struct sandbox *s = m->ready;
+        struct sandbox *s = other ? NULL : m->ready;
         if (s) {
                 if (assign(s, req, cb, userdata) < 0)
                         return -ENOMEM;
@@ -2007,7 +2145,7 @@ int sandbox_run(struct sandbox_mgr *m, const struct sandbox_request *req, sandbo
                 return 0;
         }
         /* A pool sandbox already on its way: it will run this call. */
-        for (s = m->all; s && !pool_starting(s); s = s->next)
+        for (s = other ? NULL : m->all; s && !pool_starting(s); s = s->next)
                 ;
         if (s) {
                 if (assign(s, req, cb, userdata) < 0)
@@ -2020,7 +2158,7 @@ int sandbox_run(struct sandbox_mgr *m, const struct sandbox_request *req, sandbo
         if (m->active >= m->cfg->max_sandboxes && m->queued >= m->cfg->max_queue)
                 return -EBUSY;
         s = sandbox_alloc(m);
-        if (!s || assign(s, req, cb, userdata) < 0) {
+        if (!s || (other && !(s->image = strdup(req->image))) || assign(s, req, cb, userdata) < 0) {
                 if (s)
                         sandbox_free(s);
                 return -ENOMEM;
@@ -2389,5 +2527,7 @@ void sandbox_mgr_free(struct sandbox_mgr *m)
         if (m->owns_eng)
                 engine_free(m->eng);
         sandbox_profile_done(&m->profile);
+        sandbox_images_free(&m->images);
+        json_decref(m->mounts);
         free(m);
 }

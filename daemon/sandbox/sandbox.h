@@ -42,7 +42,8 @@ struct sandbox_request {
         bool keep;           /* a session's run: the sandbox stays for the next (sandbox_exec) */
         const struct sandbox_file *files; /* written first (copied), n_files of them */
         size_t n_files;
-        bool want_out; /* fetch what the code writes under /workspace/out (out_files) */
+        bool want_out;     /* fetch what the code writes under /workspace/out (out_files) */
+        const char *image; /* an image of sandbox_mgr_images (its name), NULL: the default */
         /* Optional, called while the code runs (with hook_userdata, else
          * sandbox_run's userdata): each piece of output as it arrives (valid
          * UTF-8, not NUL-ended), and each progress report of the code's own
@@ -157,14 +158,29 @@ void sandbox_ask_cancel(struct sandbox_ask *a);
  * final). Valid until its done callback. */
 const struct sandbox_result *sandbox_partial(const struct sandbox *s);
 
+/* What differs between sandboxes of one manager. */
+struct sandbox_spec {
+        const char *image; /* NULL: cfg->image */
+        json_t *mounts;    /* [{Source, Target}] (sandbox/images.h; borrowed), or NULL */
+        bool preload;      /* for the warm pool: the runtime imports more up front
+                            * (CORRAL_PRELOAD=1, and cfg->preload's modules) */
+};
+
 /* The hardened create body for the engine (exposed for tests). Steals
- * nothing. preload: the sandbox is for the warm pool, so the runtime may
- * import more up front (CORRAL_PRELOAD=1). kind: on Docker /workspace is a
- * tmpfs-backed volume, elsewhere a Tmpfs mount (the archive endpoints must
- * see it). */
+ * nothing; spec may be NULL. kind: on Docker /workspace is a tmpfs-backed
+ * volume, elsewhere a Tmpfs mount (the archive endpoints must see it). */
 struct sandbox_profile;
 json_t *sandbox_create_body(const struct config *cfg, const struct sandbox_profile *prof,
-                            const char *instance, const char *runtime_src, bool preload,
-                            enum engine_kind kind);
+                            const char *instance, const char *runtime_src,
+                            const struct sandbox_spec *spec, enum engine_kind kind);
+/* At start-up, after sandbox_mgr_new: the images a call may ask for and the
+ * mounts, checked (sandbox/images.h). -EINVAL with a message for a mount
+ * that cannot be. Blocks on the engine. */
+int sandbox_mgr_prepare(struct sandbox_mgr *m, struct err *e);
+struct sandbox_images;
+const struct sandbox_images *sandbox_mgr_images(const struct sandbox_mgr *m);
+/* The mounts, [{Source, Target}] (borrowed; an empty array when none, NULL
+ * before prepare). */
+json_t *sandbox_mgr_mounts(const struct sandbox_mgr *m);
 /* The profile every sandbox of this manager gets (its summary for doctor). */
 const struct sandbox_profile *sandbox_mgr_profile(const struct sandbox_mgr *m);

@@ -11,6 +11,7 @@ struct session {
         struct session_mgr *mgr;
         struct session *next;
         char name[SESSION_NAME_MAX + 1];
+        char image[256]; /* what it opened with: its calls keep it */
         struct sandbox *sb;
         bool open;     /* its first run ended with the sandbox kept */
         bool busy;     /* a call runs in it */
@@ -251,6 +252,13 @@ int session_run(struct session_mgr *m, const struct sandbox_request *req, sandbo
         if (r < 0)
                 return r;
         struct session *x = find(m, name);
+        if (x && req->image && strcmp(req->image, x->image) != 0) {
+                snprintf(msg, msg_size,
+                         "session \"%s\" runs image %s, and a session keeps the image it opened "
+                         "with: call without \"image\", or use another session name for %s",
+                         name, x->image, req->image);
+                return -EINVAL;
+        }
         if (x) {
                 if (x->busy || !x->open || !x->sb || !sandbox_idle(x->sb)) {
                         snprintf(msg, msg_size,
@@ -309,6 +317,7 @@ int session_run(struct session_mgr *m, const struct sandbox_request *req, sandbo
                 return -ENOMEM;
         x->mgr = m;
         snprintf(x->name, sizeof(x->name), "%s", name);
+        snprintf(x->image, sizeof(x->image), "%s", req->image ? req->image : m->cfg->image);
         x->t_open = x->t_last = now_ms();
         x->memory_bytes = -1;
         x->busy = true;
@@ -412,7 +421,8 @@ json_t *session_list(struct session_mgr *m)
                 const char *id = x->sb ? sandbox_container(x->sb) : NULL;
                 json_array_append_new(
                     list,
-                    json_pack("{s:s, s:s, s:f, s:f, s:I, s:o, s:s%}", "name", x->name, "state",
+                    json_pack("{s:s, s:s, s:s, s:f, s:f, s:I, s:o, s:s%}", "name", x->name, "image",
+                              x->image, "state",
                               x->busy   ? (x->open ? "busy" : "starting")
                               : x->open ? "idle"
                                         : "starting",

@@ -1326,5 +1326,97 @@ o, _, r, _ = s2.run("print(1)", keep=False)
 rc, err = s2.close()
 check(o == '1\n' and 'state' not in r and rc == 0, 'no keep: one run, no session fields, then exit', (r, rc, err))
 
+# --- images: profile.json, preloading, /workspace/out, files in the result --
+def owned_dir(prefix):
+    d = tempfile.mkdtemp(prefix=prefix)
+    os.chmod(d, 0o755)
+    if os.geteuid() == 0:
+        os.chown(d, 65534, 65534)
+    return d
+
+
+IMG = tempfile.mkdtemp(prefix='corral-image-')
+os.chmod(IMG, 0o755)
+SKEL = 'corral-rt-skel-%d' % os.getpid()
+os.makedirs(os.path.join(IMG, 'tmp', SKEL))
+with open(os.path.join(IMG, 'tmp', SKEL, 'cache.json'), 'w') as f:
+    f.write('{"fonts": 1}')
+with open(os.path.join(IMG, 'profile.json'), 'w') as f:
+    json.dump({'profile': 'test', 'preload': ['colorsys', 'no_such_module_xyz'],
+               'env': {'CORRAL_T_FROM_PROFILE': 'yes', 'PATH': '/nowhere', 'BAD=NAME': 'x'}}, f)
+for root, dirs, files in os.walk(IMG):
+    for n in dirs + files:
+        os.chmod(os.path.join(root, n), 0o755 if n in dirs else 0o644)
+PROBE = ("import os, sys\nprint(os.environ.get('CORRAL_T_FROM_PROFILE'), os.environ['PATH'] != '/nowhere', "
+         "'BAD=NAME' in os.environ, 'colorsys' in sys.modules, "
+         "open('/tmp/%s/cache.json').read(), 'CORRAL_PRELOAD_MODULES' in os.environ)" % SKEL)
+out, res, rt, _ = run(PROBE, env={'CORRAL_IMAGE_DIR': IMG, 'CORRAL_PRELOAD': '1'})
+check(text(out, 'stdout') == 'yes True False True {"fonts": 1} False\n' and res.get('status') == 'ok',
+      "image profile: its variables (never over the container's own, never a bad name), its /tmp files, "
+      "its modules preloaded in a pool sandbox", (out, res, rt.err[-500:]))
+check('preloading no_such_module_xyz failed: ModuleNotFoundError' in rt.err,
+      'a module that cannot be preloaded is logged and skipped', rt.err[-500:])
+out, res, rt, _ = run(PROBE, env={'CORRAL_IMAGE_DIR': IMG})
+check(text(out, 'stdout').split()[3] == 'False', 'a sandbox made for a waiting call preloads nothing', (out, res))
+out, res, rt, _ = run(PROBE, env={'CORRAL_IMAGE_DIR': IMG, 'CORRAL_PRELOAD': '1', 'CORRAL_PRELOAD_MODULES': ''})
+check(text(out, 'stdout').split()[3] == 'False' and text(out, 'stdout').split()[-1] == 'False',
+      "the daemon's `preload` (here none) replaces the image's list, and is not left for the code", (out, res))
+out, res, rt, _ = run("import sys\nprint('colorsys' in sys.modules)",
+                      env={'CORRAL_IMAGE_DIR': IMG, 'CORRAL_PRELOAD': '1', 'CORRAL_PRELOAD_MODULES': 'colorsys'})
+check(text(out, 'stdout') == 'True\n', "`preload` modules are imported ahead", (out, res))
+import shutil  # noqa: E402
+shutil.rmtree('/tmp/' + SKEL, ignore_errors=True)
+for warm, want, logged in (("import sys\nsys.modules['colorsys'] = 'rehearsed'", 'rehearsed\n', None),
+                           ("raise ValueError('no fonts')", 'absent\n',
+                            'preloading the warm-up failed: ValueError: no fonts')):
+    with open(os.path.join(IMG, 'profile.json'), 'w') as f:
+        json.dump({'preload': [], 'warm': warm}, f)
+    out, res, rt, _ = run("import sys\nprint(sys.modules.get('colorsys', 'absent'))",
+                          env={'CORRAL_IMAGE_DIR': IMG, 'CORRAL_PRELOAD': '1'})
+    check(text(out, 'stdout') == want and res.get('status') == 'ok' and (logged is None or logged in rt.err),
+          "image warm-up: run in a pool sandbox's worker after its preloads%s" % (
+              '' if logged is None else '; one that fails is logged and the sandbox serves'), (out, res, rt.err[-300:]))
+
+WS2 = owned_dir('corral-ws-out-')
+out, res, rt, _ = run("import os\nprint(os.path.isdir(os.environ['CORRAL_WORKSPACE'] + '/out'))",
+                      env={'CORRAL_WORKSPACE': WS2})
+check(text(out, 'stdout') == 'True\n', '/workspace/out exists when the code starts', (out, res))
+
+# A single-use run's out files ride in its result, within out_inline_max.
+WS3 = owned_dir('corral-ws-inline-')
+rt = Runtime({'CORRAL_WORKSPACE': WS3})
+rt.ready()
+rt.send({'jsonrpc': '2.0', 'id': 7, 'method': 'sandbox/exec', 'params': {
+    'language': 'python', 'output_limit': 1 << 20, 'out_inline_max': 16,
+    'code': "import os\nopen('out/a.txt', 'w').write('hello')\nopen('out/b.bin', 'wb').write(b'x' * 40)\n"
+            "os.symlink('/etc/passwd', 'out/link')"}})
+_, resp = rt.response(7)
+rc, err = rt.close()
+files = {f['path']: f for f in ((resp or {}).get('result') or {}).get('out_files') or []}
+check(files.get('out/a.txt', {}).get('data') == 'aGVsbG8=' and 'data' not in files.get('out/b.bin', {'data': 1})
+      and 'out/link' not in files and rc == 0,
+      'out files: what fits in out_inline_max comes inline (base64), the rest is listed for the daemon to fetch',
+      (resp, err[-300:]))
+
+# read_out_file, called in the runtime's own code: no link on the path is
+# followed, nothing but a regular file within the size is read.
+ns = {'__name__': 'corral_runtime_test'}
+exec(compile(SOURCE, 'corral_runtime.py', 'exec'), ns)
+RD = tempfile.mkdtemp(prefix='corral-read-')
+os.makedirs(os.path.join(RD, 'out', 'dir'))
+with open(os.path.join(RD, 'out', 'dir', 'f.txt'), 'w') as f:
+    f.write('data')
+os.symlink(os.path.join(RD, 'out', 'dir'), os.path.join(RD, 'out', 'dirlink'))
+os.symlink(os.path.join(RD, 'out', 'dir', 'f.txt'), os.path.join(RD, 'out', 'filelink'))
+os.mkfifo(os.path.join(RD, 'out', 'fifo'))
+ns['WORKSPACE'] = RD
+reads = {p: ns['read_out_file'](p, 100) for p in
+         ('out/dir/f.txt', 'out/dirlink/f.txt', 'out/filelink', 'out/fifo', 'out/../out/dir/f.txt', 'out/dir')}
+reads['too big'] = ns['read_out_file']('out/dir/f.txt', 3)
+check(reads == {'out/dir/f.txt': b'data', 'out/dirlink/f.txt': None, 'out/filelink': None, 'out/fifo': None,
+                'out/../out/dir/f.txt': None, 'out/dir': None, 'too big': None},
+      'read_out_file: a regular file within the size, never through a link, a FIFO or ".."', reads)
+shutil.rmtree(RD, ignore_errors=True)
+
 print('1..%d' % len(results))
 sys.exit(0 if all(results) else 1)

@@ -15,7 +15,8 @@ static void test_defaults(void)
         struct config c;
         config_defaults(&c);
         ok(c.engine == NULL, "default engine: discover");
-        is_str(c.image, "corral-python:latest", "default image");
+        is_str(c.image, "corral-data:latest", "default image: the data profile");
+        ok(!c.images && !c.mounts && !c.preload, "no images, mounts or preload set");
         is_int(c.memory, 512LL << 20, "default memory 512 MiB");
         is_int(c.pids, 128, "default pids");
         ok(c.cpus == 1.0, "default cpus 1");
@@ -46,7 +47,7 @@ static void test_defaults(void)
         size_t n = 0;
         while (names[n])
                 n++;
-        is_int(n, 32, "config_key_names lists 32 keys, NULL-terminated");
+        is_int(n, 35, "config_key_names lists 35 keys, NULL-terminated");
         is_str(names[0], "engine", "... starting with engine");
 }
 
@@ -534,6 +535,105 @@ static void test_check(void)
         }
 }
 
+static void test_lists(void)
+{
+        struct config c;
+        struct err e = {0};
+        config_defaults(&c);
+        is_int(config_set(&c, "images", " corral-data:latest , corral-python:latest,,",
+                          "CORRAL_IMAGES", &e),
+               0, "a list from text: items split at commas, spaces dropped");
+        ok(c.images && c.images[0] && c.images[1] && !c.images[2], "...two items");
+        is_str(c.images ? c.images[1] : NULL, "corral-python:latest", "...in order");
+        is_int(config_set(&c, "preload", "", "CORRAL_PRELOAD", &e), 0, "\"\": the empty list");
+        ok(c.preload && !c.preload[0], "...which is set, and empty (not the image's default)");
+        char many[64 * 3 + 8] = "";
+        for (int i = 0; i < 65; i++)
+                strcat(many, "a,");
+        is_int(config_set(&c, "preload", many, "CORRAL_PRELOAD", &e), -EINVAL, "65 items: refused");
+        like(e.msg, "more than 64", "...saying the bound");
+        is_int(config_set(&c, "mounts", "/a\x01:/b", "--mounts", &e), -EINVAL,
+               "a control character: refused");
+        char *path = write_file("lists.json",
+                                "{\"mounts\": [\"/srv/data:/data\", \"/x:/y:ro\"], "
+                                "\"preload\": []}",
+                                strlen("{\"mounts\": [\"/srv/data:/data\", \"/x:/y:ro\"], "
+                                       "\"preload\": []}"));
+        is_int(config_load_file(&c, path, true, &e), 0, "lists from a JSON file (%s)", e.msg);
+        is_str(c.mounts ? c.mounts[0] : NULL, "/srv/data:/data", "...its items");
+        ok(c.preload && !c.preload[0], "...[] is the empty list");
+        is_int(config_check(&c, &e), 0, "...and they pass config_check (%s)", e.msg);
+        const char *bad_text = "{\"mounts\": \"/a:/b\"}", *bad2_text = "{\"images\": [1]}";
+        char *bad = write_file("lists-bad.json", bad_text, strlen(bad_text));
+        is_int(config_load_file(&c, bad, true, &e), -EINVAL, "a list given as a string: refused");
+        like(e.msg, "must be a list of strings", "...saying so");
+        char *bad2 = write_file("lists-bad2.json", bad2_text, strlen(bad2_text));
+        is_int(config_load_file(&c, bad2, true, &e), -EINVAL, "an item that is no string: refused");
+        like(e.msg, "item 1 is not a string", "...naming it");
+        free(path);
+        free(bad);
+        free(bad2);
+        config_free(&c);
+        ok(!c.images && !c.mounts && !c.preload, "config_free clears the lists");
+
+        static const struct {
+                const char *spec, *host, *target, *why;
+        } mounts[] = {
+            {"/home/me/data:/data", "/home/me/data", "/data", NULL},
+            {"/srv/x:/mnt/x:ro", "/srv/x", "/mnt/x", NULL},
+            {"/srv/x:/mnt/x:rw", NULL, NULL, "HOST:SANDBOX"},
+            {"/srv/x", NULL, NULL, "HOST:SANDBOX"},
+            {"relative:/data", NULL, NULL, "absolute"},
+            {"/srv/x:/data/../etc", NULL, NULL, "absolute"},
+            {"/srv/x:/data/", NULL, NULL, "absolute"},
+            {"/srv/x:/", NULL, NULL, "absolute"},
+            {"/srv/x:/etc", NULL, NULL, "hide the image's /etc"},
+            {"/srv/x:/usr", NULL, NULL, "hide the image's /usr"},
+            {"/srv/x:/mnt", NULL, NULL, "hide the image's /mnt"},
+            {"/srv/x:/workspace/in", NULL, NULL, "corral's or the engine's"},
+            {"/srv/x:/tmp", NULL, NULL, "corral's or the engine's"},
+            {"/srv/x:/proc/x", NULL, NULL, "corral's or the engine's"},
+            {"/srv/x:/var/tmp/d", NULL, NULL, "corral's or the engine's"},
+        };
+        for (size_t i = 0; i < ARRAY_SIZE(mounts); i++) {
+                char host[256], target[256], msg[700];
+                int r = config_mount_parse(mounts[i].spec, host, target, sizeof(host), msg,
+                                           sizeof(msg));
+                if (mounts[i].host) {
+                        is_int(r, 0, "mount %s is taken (%s)", mounts[i].spec, r ? msg : "");
+                        is_str(host, mounts[i].host, "...host %s", mounts[i].host);
+                        is_str(target, mounts[i].target, "...sandbox %s", mounts[i].target);
+                } else {
+                        is_int(r, -EINVAL, "mount %s is refused", mounts[i].spec);
+                        like(msg, mounts[i].why, "...because: %s", mounts[i].why);
+                }
+        }
+        static const struct {
+                const char *key, *value;
+                bool good;
+        } names[] = {
+            {"preload", "numpy,matplotlib.pyplot,_x", true},
+            {"preload", "os.path.", false},
+            {"preload", "1abc", false},
+            {"preload", "a-b", false},
+            {"images", "localhost/corral-data:1.0", true},
+            {"images", "Corral:latest", false},
+            {"image", "corral data", false},
+        };
+        for (size_t i = 0; i < ARRAY_SIZE(names); i++) {
+                config_defaults(&c);
+                int r = config_set(&c, names[i].key, names[i].value, "test", &e);
+                if (r == 0)
+                        r = config_check(&c, &e);
+                if (names[i].good)
+                        is_int(r, 0, "%s %s passes", names[i].key, names[i].value);
+                else
+                        is_int(r, -EINVAL, "%s %s is refused (%s)", names[i].key, names[i].value,
+                               e.msg);
+                config_free(&c);
+        }
+}
+
 static void test_default_path(void)
 {
         char *saved_xdg = getenv("XDG_CONFIG_HOME") ? strdup(getenv("XDG_CONFIG_HOME")) : NULL;
@@ -576,6 +676,7 @@ int main(void)
         test_env();
         test_file();
         test_check();
+        test_lists();
         test_default_path();
         rmdir(tmpdir);
         return done_testing();

@@ -104,9 +104,9 @@ static void check_volume(json_t *mounts, const struct config *cfg, const char *w
 static void check_body_docker(const struct config *cfg, const char *what)
 {
         json_t *b =
-            sandbox_create_body(cfg, &prof, "0123456789abcdef", "pass", false, ENGINE_DOCKER);
+            sandbox_create_body(cfg, &prof, "0123456789abcdef", "pass", NULL, ENGINE_DOCKER);
         json_t *p =
-            sandbox_create_body(cfg, &prof, "0123456789abcdef", "pass", false, ENGINE_PODMAN);
+            sandbox_create_body(cfg, &prof, "0123456789abcdef", "pass", NULL, ENGINE_PODMAN);
         if (!ok(b && p, "%s (Docker): the body builds", what))
                 goto out;
         json_t *hc = json_object_get(b, "HostConfig");
@@ -162,7 +162,7 @@ static void check_body(const struct config *cfg, const char *what)
 {
         static const char runtime[] = "import sys\nprint('runtime')\n";
         json_t *b =
-            sandbox_create_body(cfg, &prof, "0123456789abcdef", runtime, false, ENGINE_PODMAN);
+            sandbox_create_body(cfg, &prof, "0123456789abcdef", runtime, NULL, ENGINE_PODMAN);
         if (!ok(b != NULL, "%s: the body builds", what))
                 return;
         json_t *hc = json_object_get(b, "HostConfig");
@@ -279,8 +279,9 @@ static void check_body(const struct config *cfg, const char *what)
         free(s);
 
         /* The same body for the pool, plus the preload flag and nothing else. */
+        struct sandbox_spec pool = {.preload = true};
         json_t *p =
-            sandbox_create_body(cfg, &prof, "0123456789abcdef", runtime, true, ENGINE_PODMAN);
+            sandbox_create_body(cfg, &prof, "0123456789abcdef", runtime, &pool, ENGINE_PODMAN);
         json_t *penv = json_object_get(p, "Env");
         ok(array_has(penv, "CORRAL_PRELOAD=1"), "%s: a pool sandbox gets CORRAL_PRELOAD=1", what);
         is_int((long long)json_array_size(penv), (long long)json_array_size(env) + 1,
@@ -288,6 +289,47 @@ static void check_body(const struct config *cfg, const char *what)
         ok(json_equal(json_object_get(p, "HostConfig"), hc),
            "%s: a pool sandbox has the same HostConfig", what);
         json_decref(p);
+
+        /* Another image, host mounts, and the `preload` setting. */
+        json_t *mounts = json_pack("[{s:s, s:s}]", "Source", "/srv/data", "Target", "/data");
+        struct sandbox_spec spec = {.image = "corral-python:latest", .mounts = mounts};
+        json_t *o =
+            sandbox_create_body(cfg, &prof, "0123456789abcdef", runtime, &spec, ENGINE_PODMAN);
+        is_str(json_string_value(json_object_get(o, "Image")), "corral-python:latest",
+               "%s: the image a call asked for", what);
+        json_t *binds = json_object_get(json_object_get(o, "HostConfig"), "Binds");
+        is_str(json_string_value(json_array_get(binds, 0)),
+               "/srv/data:/data:ro,nosuid,nodev,rprivate",
+               "%s (podman): a private read-only, nosuid, nodev bind", what);
+        json_decref(o);
+        o = sandbox_create_body(cfg, &prof, "0123456789abcdef", runtime, &spec, ENGINE_DOCKER);
+        json_t *om = json_object_get(json_object_get(o, "HostConfig"), "Mounts");
+        json_t *vol = json_array_get(om, json_array_size(om) - 1);
+        json_t *opts = json_object_get(
+            json_object_get(json_object_get(vol, "VolumeOptions"), "DriverConfig"), "Options");
+        is_str(json_string_value(json_object_get(vol, "Target")), "/data",
+               "%s (docker): a volume at /data, beside /workspace's", what);
+        is_str(json_string_value(json_object_get(opts, "device")), "/srv/data",
+               "%s: of the host path", what);
+        is_str(json_string_value(json_object_get(opts, "o")), "bind,ro,nosuid,nodev",
+               "%s: bound read-only, nosuid, nodev by the local driver", what);
+        ok(!json_object_get(json_object_get(o, "HostConfig"), "Binds"), "%s (docker): no Binds",
+           what);
+        json_decref(o);
+        char *list[] = {"numpy", "matplotlib.pyplot", NULL};
+        struct config with = *cfg; /* shallow: not freed */
+        with.preload = list;
+        json_t *pl =
+            sandbox_create_body(&with, &prof, "0123456789abcdef", runtime, &pool, ENGINE_PODMAN);
+        ok(array_has(json_object_get(pl, "Env"), "CORRAL_PRELOAD_MODULES=numpy,matplotlib.pyplot"),
+           "%s: `preload` reaches a pool sandbox's runtime", what);
+        json_decref(pl);
+        json_t *np =
+            sandbox_create_body(&with, &prof, "0123456789abcdef", runtime, NULL, ENGINE_PODMAN);
+        ok(!array_has(json_object_get(np, "Env"), "CORRAL_PRELOAD_MODULES=numpy,matplotlib.pyplot"),
+           "%s: ...and not a call's own", what);
+        json_decref(np);
+        json_decref(mounts);
         json_decref(b);
         check_body_docker(cfg, what);
 }
@@ -320,7 +362,7 @@ int main(void)
         static const char *const cpus[] = {"2.01", "4.1", "1.001"};
         for (size_t i = 0; i < ARRAY_SIZE(cpus); i++) {
                 config_set(&cfg, "cpus", cpus[i], "test", &e);
-                json_t *b = sandbox_create_body(&cfg, &prof, "x", "pass", false, ENGINE_PODMAN);
+                json_t *b = sandbox_create_body(&cfg, &prof, "x", "pass", NULL, ENGINE_PODMAN);
                 long long nano = num(json_object_get(b, "HostConfig"), "NanoCpus");
                 long long want = (long long)(strtod(cpus[i], NULL) * 1e9 + 0.5);
                 is_int(nano, want, "cpus %s gives NanoCpus %lld", cpus[i], want);

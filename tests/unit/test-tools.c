@@ -3,6 +3,14 @@
 #include "mcp/tools.h"
 
 #include "tap.h"
+#include "sandbox/images.h"
+
+/* What a call may name: the default (data) and python. */
+static struct sandbox_image image_v[] = {
+    {.name = "corral-data:latest", .short_name = "data", .profile = "data", .is_default = true},
+    {.name = "corral-python:latest", .short_name = "python", .profile = "python"},
+};
+static const struct sandbox_images images = {.v = image_v, .n = 2};
 
 #include <math.h>
 #include <string.h>
@@ -15,9 +23,44 @@ static bool valid_utf8(const char *s)
         return j != NULL;
 }
 
+static void test_list_images(void)
+{
+        /* With images and mounts: run_python and run_shell offer `image`,
+         * and their descriptions say what the sandbox holds. */
+        image_v[0].packages = "numpy 1.24.2, pandas 1.5.3";
+        json_t *mounts = json_pack("[{s:s}, {s:s}]", "Target", "/data", "Target", "/ref");
+        json_t *list = tools_list(NULL, &images, mounts);
+        for (size_t i = 0; i < 2; i++) {
+                json_t *t = json_array_get(list, i);
+                const char *name = json_string_value(json_object_get(t, "name"));
+                json_t *im = json_object_get(
+                    json_object_get(json_object_get(t, "inputSchema"), "properties"), "image");
+                ok(json_is_object(im), "%s: takes `image`", name);
+                json_t *want = json_pack("[s,s]", "data", "python");
+                ok(json_equal(json_object_get(im, "enum"), want),
+                   "%s: data or python, the default first", name);
+                json_decref(want);
+                const char *d = json_string_value(json_object_get(t, "description"));
+                like(d, "Image: data (Python 3 with numpy 1.24.2, pandas 1.5.3).",
+                     "%s: names the default image's packages", name);
+                like(d, "With image \"python\": Python 3 alone.", "%s: and the other image", name);
+                like(d, "Host data, read-only: /data, /ref.", "%s: and the mounts", name);
+        }
+        json_decref(list);
+        json_decref(mounts);
+        image_v[0].packages = NULL;
+        /* One image and no mounts: nothing to choose, nothing said. */
+        struct sandbox_images one = {.v = image_v, .n = 1};
+        list = tools_list(NULL, &one, NULL);
+        json_t *props =
+            json_object_get(json_object_get(json_array_get(list, 0), "inputSchema"), "properties");
+        ok(!json_object_get(props, "image"), "one image: no `image` argument");
+        json_decref(list);
+}
+
 static void test_list(void)
 {
-        json_t *list = tools_list("everything, fs");
+        json_t *list = tools_list("everything, fs", NULL, NULL);
         if (!ok(json_is_array(list) && json_array_size(list) == 14, "tools_list has 14 tools"))
                 return;
         /* The session tools: session_list, session_close, write_file,
@@ -294,6 +337,50 @@ static const struct call_case {
     {"run_python", "\"print(1)\"", -EINVAL, 0, NULL, 0, "arguments must be an object"},
 };
 
+static void test_parse_image(void)
+{
+        struct config cfg;
+        config_defaults(&cfg);
+        static const struct {
+                const char *arg, *want;
+                int rc;
+        } cases[] = {
+            {"\"python\"", "corral-python:latest", 0},
+            {"\"corral-python\"", "corral-python:latest", 0},
+            {"\"corral-python:latest\"", "corral-python:latest", 0},
+            {"\"data\"", "corral-data:latest", 0},
+            {"\"corral-data:latest\"", "corral-data:latest", 0},
+            {"\"ubuntu:latest\"", NULL, -EINVAL},
+            {"\"\"", NULL, -EINVAL},
+            {"7", NULL, -EINVAL},
+        };
+        for (size_t i = 0; i < ARRAY_SIZE(cases); i++) {
+                char text[200], msg[512] = "";
+                snprintf(text, sizeof(text), "{\"code\": \"1\", \"image\": %s}", cases[i].arg);
+                json_t *args = json_loads(text, 0, NULL);
+                struct sandbox_request req = {0};
+                int rc =
+                    tools_parse_call("run_python", args, &cfg, &images, &req, msg, sizeof(msg));
+                is_int(rc, cases[i].rc, "image %s: returns %d", cases[i].arg, cases[i].rc);
+                if (rc == 0)
+                        is_str(req.image, cases[i].want, "...the image %s",
+                               cases[i].want ? cases[i].want : "(the default)");
+                else
+                        like(msg, "data (the default), python",
+                             "...and the message lists what may be named");
+                tools_request_free(&req);
+                json_decref(args);
+        }
+        json_t *args = json_pack("{s:s, s:s}", "command", "true", "image", "python");
+        struct sandbox_request req = {0};
+        char msg[512];
+        is_int(tools_parse_call("run_shell", args, &cfg, &images, &req, msg, sizeof(msg)), 0,
+               "run_shell takes image too");
+        tools_request_free(&req);
+        json_decref(args);
+        config_free(&cfg);
+}
+
 static void test_parse_call(void)
 {
         struct config cfg;
@@ -308,7 +395,7 @@ static void test_parse_call(void)
                 }
                 struct sandbox_request req = {.timeout_s = -1};
                 char msg[512] = "";
-                int rc = tools_parse_call(tc->tool, args, &cfg, &req, msg, sizeof(msg));
+                int rc = tools_parse_call(tc->tool, args, &cfg, &images, &req, msg, sizeof(msg));
                 const char *what = tc->args ? tc->args : "(no arguments)";
                 is_int(rc, tc->rc, "%s %s: returns %d", tc->tool, what, tc->rc);
                 if (tc->rc == 0) {
@@ -341,7 +428,7 @@ static void test_parse_call(void)
                 json_t *a = json_loads(waits[i].args, 0, NULL);
                 struct sandbox_request r = {0};
                 char m[512] = "";
-                int rc = tools_parse_call("run_python", a, &cfg, &r, m, sizeof(m));
+                int rc = tools_parse_call("run_python", a, &cfg, &images, &r, m, sizeof(m));
                 is_int(rc, waits[i].rc, "%s: returns %d", waits[i].args, waits[i].rc);
                 if (rc == 0)
                         ok(r.sync_wait_s == waits[i].want, "... sync_wait_s %g (got %g)",
@@ -359,7 +446,7 @@ static void test_parse_call(void)
         struct sandbox_request req;
         char msg[512];
         json_t *args = json_pack("{s:s%}", "code", "a\0b", (size_t)3);
-        is_int(tools_parse_call("run_python", args, &cfg, &req, msg, sizeof(msg)), -EINVAL,
+        is_int(tools_parse_call("run_python", args, &cfg, &images, &req, msg, sizeof(msg)), -EINVAL,
                "code with a NUL is refused");
         like(msg, "NUL", "... saying why");
         json_decref(args);
@@ -370,13 +457,13 @@ static void test_parse_call(void)
         memset(code, 'x', (32 << 10) + 1);
         code[32 << 10] = '\0';
         args = json_pack("{s:s}", "code", code);
-        is_int(tools_parse_call("run_python", args, &cfg, &req, msg, sizeof(msg)), 0,
+        is_int(tools_parse_call("run_python", args, &cfg, &images, &req, msg, sizeof(msg)), 0,
                "code of max_frame / 2 bytes is accepted");
         json_decref(args);
         code[32 << 10] = 'x';
         code[(32 << 10) + 1] = '\0';
         args = json_pack("{s:s}", "code", code);
-        is_int(tools_parse_call("run_python", args, &cfg, &req, msg, sizeof(msg)), -EINVAL,
+        is_int(tools_parse_call("run_python", args, &cfg, &images, &req, msg, sizeof(msg)), -EINVAL,
                "one byte more is refused");
         like(msg, "32768", "... naming the limit");
         json_decref(args);
@@ -385,12 +472,12 @@ static void test_parse_call(void)
         /* The cap follows the configuration. */
         cfg.max_timeout_s = 10;
         args = json_pack("{s:s, s:f}", "code", "x", "timeout_s", 20.0);
-        tools_parse_call("run_python", args, &cfg, &req, msg, sizeof(msg));
+        tools_parse_call("run_python", args, &cfg, &images, &req, msg, sizeof(msg));
         ok(req.timeout_s == 10, "timeout_s is capped at max_timeout_s (10)");
         json_decref(args);
         cfg.timeout_s = 7;
         args = json_pack("{s:s}", "code", "x");
-        tools_parse_call("run_python", args, &cfg, &req, msg, sizeof(msg));
+        tools_parse_call("run_python", args, &cfg, &images, &req, msg, sizeof(msg));
         ok(req.timeout_s == 7, "no timeout_s: the configured default");
         json_decref(args);
 
@@ -405,12 +492,12 @@ static void test_parse_call(void)
         char argtext[160];
         snprintf(argtext, sizeof(argtext), "{\"code\":\"x\",\"%s\":1}", name);
         args = json_loads(argtext, 0, NULL);
-        tools_parse_call("run_python", args, &cfg, &req, msg, sizeof(msg));
+        tools_parse_call("run_python", args, &cfg, &images, &req, msg, sizeof(msg));
         ok(valid_utf8(msg), "unknown-argument message is valid UTF-8");
         json_t *r = tools_error_result("invalid_arguments", "InvalidArguments", msg);
         ok(r != NULL, "... and can be sent as a tool error");
         json_decref(r);
-        tools_parse_call(name, args, &cfg, &req, msg, sizeof(msg));
+        tools_parse_call(name, args, &cfg, &images, &req, msg, sizeof(msg));
         ok(valid_utf8(msg), "unknown-tool message is valid UTF-8");
         json_decref(args);
         config_free(&cfg);
@@ -616,7 +703,7 @@ static void test_error_result(void)
         json_decref(r);
 
         /* Every field of the output schema is present in both shapes. */
-        json_t *list = tools_list(NULL);
+        json_t *list = tools_list(NULL, NULL, NULL);
         json_t *props =
             json_object_get(json_object_get(json_array_get(list, 0), "outputSchema"), "properties");
         r = tools_error_result("busy", "Busy", "every sandbox slot is in use");
@@ -676,7 +763,7 @@ static void test_parse_files(void)
             0, NULL);
         struct sandbox_request req = {0};
         char msg[512] = "";
-        is_int(tools_parse_call("run_python", args, &cfg, &req, msg, sizeof(msg)), 0,
+        is_int(tools_parse_call("run_python", args, &cfg, &images, &req, msg, sizeof(msg)), 0,
                "three files parse (%s)", msg);
         is_str(req.session, "s", "the session name");
         ok(req.want_out, "run_python fetches /workspace/out");
@@ -701,7 +788,7 @@ static void test_parse_files(void)
         big[1100] = '\0';
         args =
             json_pack("{s:s, s:[{s:s, s:s}]}", "code", "x", "files", "path", "f", "content", big);
-        is_int(tools_parse_call("run_python", args, &cfg, &req, msg, sizeof(msg)), -EINVAL,
+        is_int(tools_parse_call("run_python", args, &cfg, &images, &req, msg, sizeof(msg)), -EINVAL,
                "a file over file_max_bytes is refused");
         like(msg, "file_max_bytes", "...naming the setting");
         json_decref(args);
@@ -709,7 +796,7 @@ static void test_parse_files(void)
         for (int i = 0; i < FILES_PER_CALL + 1; i++)
                 json_array_append_new(many, json_pack("{s:s, s:s}", "path", "f", "content", ""));
         args = json_pack("{s:s, s:o}", "code", "x", "files", many);
-        is_int(tools_parse_call("run_python", args, &cfg, &req, msg, sizeof(msg)), -EINVAL,
+        is_int(tools_parse_call("run_python", args, &cfg, &images, &req, msg, sizeof(msg)), -EINVAL,
                "%d files are refused", FILES_PER_CALL + 1);
         json_decref(args);
         config_free(&cfg);
@@ -849,6 +936,8 @@ int main(void)
         test_out_files();
         test_status_names();
         test_parse_call();
+        test_parse_image();
+        test_list_images();
         test_result_table();
         test_error_result();
         return done_testing();
