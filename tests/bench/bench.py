@@ -17,8 +17,20 @@ FLAGS = ['--network', 'none', '--read-only', '--cap-drop', 'all',
          '--tmpfs', '/workspace:rw,nosuid,nodev,size=256m',
          '--ulimit', 'nofile=1024:1024', '--ulimit', 'nproc=4096:4096', '--ulimit', 'core=0:0',
          '--ipc', 'private']
-IMAGE = os.environ.get('CORRAL_IMAGE', 'corral-python:latest')  # corral reads it too
-COLD_ENV = {'CORRAL_POOL_MAX': '0'}
+IMAGE = os.environ.get('CORRAL_IMAGE', 'corral-python:latest')  # of the print(1) rows, for corral too
+COLD_ENV = {'CORRAL_POOL_MAX': '0', 'CORRAL_IMAGE': IMAGE}
+# The data image's rows: a program that imports numpy, pandas and
+# matplotlib and saves one plot.
+DATA_IMAGE = 'corral-data:latest'
+DATA_CODE = ('import numpy as np, pandas as pd, matplotlib.pyplot as plt\n'
+             'df = pd.DataFrame({"x": np.arange(50), "y": np.arange(50) ** 0.5})\n'
+             'df.plot(x="x", y="y")\n'
+             'plt.savefig("/workspace/out/plot.png")\n'
+             'print(len(df))')
+# `podman run` gets what corral's runtime does before the code: out/, and
+# matplotlib's font cache copied where matplotlib may write.
+DATA_PRELUDE = ('import os, shutil\nos.makedirs("/workspace/out", exist_ok=True)\n'
+                'shutil.copytree("/usr/share/corral/tmp/matplotlib", "/tmp/matplotlib")\n')
 CALL_TIMEOUT = 120
 READY_TIMEOUT = 60
 
@@ -219,14 +231,14 @@ def pct(xs, p):
     return 1000 * s[max(0, math.ceil(p / 100 * len(s)) - 1)]
 
 
-def timed_cmd(argv, n):
+def timed_cmd(argv, n, want=b'1\n'):
     subprocess.run(argv, capture_output=True)  # warm-up, not counted
     out = []
     for _ in range(n):
         t = time.perf_counter()
         r = subprocess.run(argv, capture_output=True)
         out.append(time.perf_counter() - t)
-        if r.returncode != 0 or r.stdout != b'1\n':
+        if r.returncode != 0 or r.stdout != want:
             raise Broken('%s: exit %d, %r' % (argv[0], r.returncode, (r.stdout + r.stderr)[-300:]))
     return out
 
@@ -336,6 +348,75 @@ def measure_session(c, n):
     return {'session': calls, 'write_1m': writes, 'read_1m': reads}
 
 
+def sandbox_pss(engine, corral_pid):
+    """Host memory of one ready sandbox of corral's: PSS and RSS (kB) of
+    every process of its container and of the engine's monitor above it
+    (conmon, containerd-shim), from /proc/PID/smaps_rollup."""
+    q = urllib.parse.quote(json.dumps({'label': ['io.corral.pid=%d' % corral_pid], 'status': ['running']}))
+    _, found = engine_get(engine, 'GET', '/containers/json?filters=' + q)
+    if not found:
+        return None
+    _, info = engine_get(engine, 'GET', '/containers/%s/json' % found[0]['Id'])
+    init = (info or {}).get('State', {}).get('Pid')
+    if not init:
+        return None
+    parent = {}
+    for name in os.listdir('/proc'):
+        if name.isdigit():
+            try:
+                with open('/proc/%s/stat' % name) as f:
+                    parent[int(name)] = int(f.read().rsplit(')', 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                pass
+    pids, todo = [init, parent.get(init)], [init]
+    while todo:
+        p = todo.pop()
+        kids = [c for c, pp in parent.items() if pp == p]
+        pids += kids
+        todo += kids
+    pss = rss = 0
+    for p in pids:
+        try:
+            with open('/proc/%d/smaps_rollup' % p) as f:
+                kv = dict(line.split(':', 1) for line in f if ':' in line)
+            pss += int(kv['Pss'].split()[0])
+            rss += int(kv['Rss'].split()[0])
+        except (OSError, KeyError, ValueError):
+            pass
+    return {'pss_kb': pss, 'rss_kb': rss, 'processes': len(pids)}
+
+
+def measure_data(a, n, R, lat, cli, start):
+    """The data image: warm (paced) and cold calls of DATA_CODE, the same
+    program under `podman run --rm`, and the host memory of one ready
+    sandbox. Skipped (with a note) when the engine lacks the image.
+    Returns the containers the corrals left (removed)."""
+    status, _ = engine_get(a.engine, 'GET', '/images/%s/json' % DATA_IMAGE)
+    if status != 200:
+        print('\n(no %s on the engine: `corral image build --profile data` makes it; data rows skipped)'
+              % DATA_IMAGE)
+        return []
+    ok = lambda sc: (sc.get('status') == 'ok' and sc.get('stdout') == '50\n' and
+                     [f.get('path') for f in sc.get('files') or []] == ['out/plot.png'])
+    args = {'code': DATA_CODE}
+    warm = start({'CORRAL_IMAGE': DATA_IMAGE})
+    warm.wait_ready(quiet=True)
+    R['data_sandbox'] = sandbox_pss(a.engine, warm.pid)
+    warm.tool('run_python', args, ok)  # warm-up, not counted
+    lat['data_warm'] = []
+    for _ in range(n['data_warm']):
+        warm.wait_ready(quiet=True)
+        lat['data_warm'].append(warm.tool('run_python', args, ok))
+    leaked = warm.close()  # before the cold runs: its pool would take CPU from them
+    cold = start(dict(COLD_ENV, CORRAL_IMAGE=DATA_IMAGE))
+    lat['data_cold'] = [cold.tool('run_python', args, ok) for _ in range(n['data_cold'] + 1)][1:]
+    leaked += cold.close()
+    lat['data_podman'] = timed_cmd(cli + ['run', '--rm', '-e', 'MPLBACKEND=Agg', '-e', 'MPLCONFIGDIR=/tmp/matplotlib']
+                                   + FLAGS + [DATA_IMAGE, 'python3', '-c', DATA_PRELUDE + DATA_CODE],
+                                   n['data_podman'], want=b'50\n')
+    return leaked
+
+
 def main():
     ap = argparse.ArgumentParser(description="Benchmark corral's warm sandbox pool.")
     ap.add_argument('--engine', default=os.environ.get('CORRAL_ENGINE', 'unix:///run/podman/podman.sock'))
@@ -344,7 +425,8 @@ def main():
     ap.add_argument('--quick', action='store_true', help='few samples, for a CI smoke run')
     ap.add_argument('--json', metavar='FILE', help='also write the results as JSON')
     a = ap.parse_args()
-    n = dict(cold=10, podman=5, host=10, warm=20) if a.quick else dict(cold=30, podman=20, host=50, warm=200)
+    n = dict(cold=10, podman=5, host=10, warm=20, data_warm=10, data_cold=3, data_podman=3) if a.quick else \
+        dict(cold=30, podman=20, host=50, warm=200, data_warm=50, data_cold=10, data_podman=10)
     n['warm'] = a.calls or n['warm']
     lat, corrals, leaked, broken = {}, [], [], False
 
@@ -371,9 +453,11 @@ def main():
         cold = start(COLD_ENV)
         lat['cold'] = measure_cold(cold, n['cold'], R)
         leaked += cold.close()
-        warm = start({})
+        warm = start({'CORRAL_IMAGE': IMAGE})
         lat['warm'] = measure_warm(warm, n['warm'], R, pct(lat['cold'], 50))
         lat.update(measure_session(warm, n['warm']))
+        leaked += warm.close()
+        leaked += measure_data(a, n, R, lat, cli, start)
     except (Broken, OSError) as e:
         print('\nBROKEN: %s' % e, file=sys.stderr)
         broken = True
@@ -406,6 +490,16 @@ def report(R, lat):
                      ('read_1m', 'corral read_file, 1 MiB, in that session')):
         print('%-50s %5d %9.1f %9.1f' % (label, len(lat[k]), p50[k], p95[k]))
     print('a call in an open session / a warm call: %.2f' % (p50['session'] / p50['warm']))
+    if 'data_warm' in lat:
+        print('\n%-50s %5s %9s %9s' % ('the data image: numpy, pandas, matplotlib, one plot', 'n', 'p50 ms', 'p95 ms'))
+        for k, label in (('data_podman', '%s run --rm, same image, flags and program' % kind),
+                         ('data_cold', 'corral run_python, cold (CORRAL_POOL_MAX=0)'),
+                         ('data_warm', 'corral run_python, warm (modules preloaded), paced')):
+            print('%-50s %5d %9.1f %9.1f' % (label, len(lat[k]), p50[k], p95[k]))
+        ds = R.get('data_sandbox')
+        if ds:
+            print('one ready data sandbox on the host: PSS %.1f MiB (RSS %.1f MiB), %d processes with its monitor'
+                  % (ds['pss_kb'] / 1024, ds['rss_kb'] / 1024, ds['processes']))
     hits = lambda k: '   (pool hits %(hits)d, misses %(misses)d)' % R['pool_hits'][k] if R['pool_hits'][k] else ''
     if pool:
         print('pool: min %d, max %d; paced calls %s' % (pool['min'], pool['max'], hits('paced').strip()))
@@ -437,6 +531,8 @@ def report(R, lat):
               ('warm p50 (ms)', p50['warm'], '<=', 10, '%.2f'),
               ('cold p50 / %s run p50' % kind, p50['cold'] / p50['podman'], '<=', 0.8, '%.3f'),
               ('concurrency-4 rate / %s run rate' % kind, r['c4'] / r['podman_sequential'], '>=', 2, '%.2f')]
+    if 'data_warm' in lat:
+        checks.append(('data warm p50, plot saved (ms)', p50['data_warm'], '<=', 100, '%.1f'))
     print('\n%-40s %10s %12s' % ('target', 'measured', 'target'))
     R['targets'] = {}
     for name, val, op, want, fmt in checks:
