@@ -1034,6 +1034,11 @@ for root, dirs, files in os.walk("/"):
         continue
     cands.add(root)
 writable = sorted(d for d in cands if not d.startswith(("/proc", "/sys")) and creatable(d))
+# A directory inside a writable place, on its file system, is that place
+# (/workspace/out, made by the runtime, is part of /workspace); another
+# mount inside one still counts on its own.
+dev = lambda p: os.stat(p).st_dev
+writable = [d for d in writable if not any(d.startswith(w + "/") and dev(d) == dev(w) for w in writable)]
 masked = {}
 for p in ("/proc/config.gz", "/proc/kcore", "/proc/keys", "/proc/timer_list", "/proc/sched_debug",
           "/proc/kallsyms", "/proc/modules", "/proc/latency_stats"):
