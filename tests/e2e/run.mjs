@@ -2205,12 +2205,12 @@ test('sessions: globals and files persist within a session, other sessions and c
   assert.equal(a2.structuredContent.stdout, '42 "kept"\n', 'the global, the import and the file are there in the next call');
   assert.equal(a2.structuredContent.container, container, 'the same container serves the session');
   const sh = await d.call(t, 'run_shell', { session: 'alpha', command: 'cat notes.txt; echo; ls' });
-  assert.equal(sh.structuredContent.stdout, 'kept\nnotes.txt\n', 'run_shell in the session sees its files');
+  assert.equal(sh.structuredContent.stdout, 'kept\nnotes.txt\nout\n', 'run_shell in the session sees its files (and out/, there from the start)');
   const a3 = await d.call(t, 'run_python', { session: 'alpha', code: 'print(x)' });
   assert.equal(a3.structuredContent.stdout, '41\n', 'a shell call leaves the Python state alone');
 
   const b = await d.call(t, 'run_python', { session: 'beta', code: 'import os\nprint("x" in globals(), os.path.exists("notes.txt"), os.listdir("."))' });
-  assert.equal(b.structuredContent.stdout, 'False False []\n', 'another session sees neither the global nor the file');
+  assert.equal(b.structuredContent.stdout, "False False ['out']\n", 'another session sees neither the global nor the file (only its own empty out/)');
   assert.notEqual(b.structuredContent.container, container, 'another session has its own container');
   const plain = await d.call(t, 'run_python', { code: 'import os\nprint("x" in globals(), os.path.exists("notes.txt"))' });
   assert.equal(plain.structuredContent.stdout, 'False False\n', 'a call without a session sees nothing of it either');
