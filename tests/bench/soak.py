@@ -158,7 +158,7 @@ def file_content(n):
 def item_files(m, n):
     """Files in with `files`, files out of /workspace/out, checked byte for byte."""
     text, blob = file_content(n)
-    code = ('import os\nos.makedirs("out")\n'
+    code = ('import os\nos.makedirs("out", exist_ok=True)\n'
             't = open("in/a.txt").read()\nb = open("in/b.bin", "rb").read()\n'
             'open("out/a.txt", "w").write(t.upper())\nopen("out/b.bin", "wb").write(b[::-1])\n'
             'print(len(t), len(b))')
