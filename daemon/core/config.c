@@ -1,6 +1,7 @@
 #include "core/config.h"
 
 #include "core/buf.h"
+#include "runtime/protocol.h"
 
 #include <ctype.h>
 #include <jansson.h>
@@ -30,7 +31,7 @@ static const struct config_key {
     {"max_timeout_s", K_DOUBLE, offsetof(struct config, max_timeout_s), 0.1, 86400},
     {"start_timeout_s", K_DOUBLE, offsetof(struct config, start_timeout_s), 1, 3600},
     {"output_limit", K_SIZE, offsetof(struct config, output_limit), 1024, 1 << 30},
-    {"max_frame", K_SIZE, offsetof(struct config, max_frame), 64 << 10, 1 << 30},
+    {"max_frame", K_SIZE, offsetof(struct config, max_frame), RT_MIN_MAX_FRAME, 1 << 30},
     {"tmp_size", K_SIZE, offsetof(struct config, tmp_size), 1 << 20, 1e13},
     {"workspace_size", K_SIZE, offsetof(struct config, workspace_size), 1 << 20, 1e13},
     {"shm_size", K_SIZE, offsetof(struct config, shm_size), 1 << 20, 1e13},
@@ -66,7 +67,7 @@ void config_defaults(struct config *c)
             .max_timeout_s = 600,
             .start_timeout_s = 60,
             .output_limit = 1 << 20,
-            .max_frame = 16 << 20,
+            .max_frame = RT_DEFAULT_MAX_FRAME,
             .tmp_size = 64 << 20,
             .workspace_size = 256 << 20,
             .shm_size = 64 << 20,

@@ -9,6 +9,7 @@
 #include "mcp/tools.h"
 #include "sandbox/files.h"
 #include "sandbox/session.h"
+#include "runtime/protocol.h"
 
 #include <fcntl.h>
 #include <math.h>
@@ -1560,7 +1561,7 @@ static void list_done(void *userdata, json_t *result, const char *error)
                 const char *path = json_string_value(json_object_get(e, "path"));
                 const char *type = json_string_value(json_object_get(e, "type"));
                 json_t *size = json_object_get(e, "size");
-                if (!path || !type || !json_is_integer(size) || i >= 10000)
+                if (!path || !type || !json_is_integer(size) || i >= RT_LIST_MAX)
                         continue;
                 const char *target = json_string_value(json_object_get(e, "target"));
                 json_t *clean = json_pack("{s:s, s:s, s:O, s:O?, s:O?, s:s?}", "path", path, "type",
@@ -1620,8 +1621,8 @@ static void list_files_tool(struct mcp_server *s, json_t *id, json_t *args)
         size_t limit = 1000;
         if (!window_arg(s, id, args, "limit", &limit, 1))
                 return;
-        if (limit > 10000)
-                limit = 10000;
+        if (limit > RT_LIST_MAX)
+                limit = RT_LIST_MAX;
         struct sandbox *sb = file_session(s, id, name);
         if (!sb)
                 return;

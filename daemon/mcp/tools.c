@@ -3,6 +3,7 @@
 #include "core/buf.h"
 #include "sandbox/files.h"
 #include "sandbox/images.h"
+#include "runtime/protocol.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -333,7 +334,7 @@ static json_t *session_tools(void)
                                      "A directory under /workspace (default: /workspace).",
                                      "recursive", "type", "boolean", "description",
                                      "Also list what is below (default false).", "limit", "type",
-                                     "integer", "minimum", 1, "maximum", 10000, "description",
+                                     "integer", "minimum", 1, "maximum", RT_LIST_MAX, "description",
                                      "Entries at most (default 1000)."),
                            json_pack("[s]", "session"), true, false, true));
 }

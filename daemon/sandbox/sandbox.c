@@ -8,6 +8,7 @@
 #include "engine/attach.h"
 #include "sandbox/files.h"
 #include "sandbox/profile.h"
+#include "runtime/protocol.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -23,8 +24,9 @@ extern const char corral_runtime_src[];
 #define INTERRUPT_GRACE_MS 3000
 #define COLLECT_MAX_MS     30000 /* fetching /workspace/out after a run */
 #define ASK_TIMEOUT_MS     30000 /* a request to the runtime (sandbox/list, freeze) */
-#define FREEZE_RENEW_MS    20000 /* the runtime lifts a freeze after 30 s by itself */
-#define OUT_FILES_MAX      64
+/* A freeze is renewed well before the runtime lifts it by itself. */
+#define FREEZE_RENEW_MS (RT_FREEZE_MAX_S * 1000 * 2 / 3)
+#define OUT_FILES_MAX   RT_OUT_FILES_MAX
 
 enum sandbox_state {
         S_QUEUED,

@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """Host-side test of runtime/corral_runtime.py, printing TAP.
 
-Usage: test_runtime.py [path/to/corral_runtime.py]
+Usage: test_runtime.py
 (CORRAL_RUNTIME_PYTHON=/path/to/python3 runs the runtime on another interpreter.)
+The runtime is assembled from runtime/*.py as the build does
+(runtime/assemble.py), so the program tested is the one the daemon sends.
 
 Each case starts the runtime the way the daemon does (python3 -I -S -c
 <source>) with pipes for stdin/stdout, speaks frames to it and checks what
@@ -20,11 +22,13 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-RUNTIME = sys.argv[1] if len(sys.argv) > 1 else os.path.join(HERE, '..', '..', 'runtime', 'corral_runtime.py')
+RUNTIME_DIR = os.path.join(HERE, '..', '..', 'runtime')
 # the interpreter the runtime runs on (the container's python3); default: ours
 PYTHON = os.environ.get('CORRAL_RUNTIME_PYTHON', sys.executable)
-with open(RUNTIME, encoding='utf-8') as f:
-    SOURCE = f.read()
+sys.path.insert(0, RUNTIME_DIR)
+import assemble  # noqa: E402
+SOURCE = assemble.assemble(os.path.join(RUNTIME_DIR, 'protocol.h'),
+                           [os.path.join(RUNTIME_DIR, p) for p in assemble.PARTS])
 
 results = []
 

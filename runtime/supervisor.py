@@ -1,0 +1,925 @@
+# The supervisor: PID 1 of the container, the only holder of the frame
+# channel. It forks the worker, relays its output and its MCP requests, holds
+# the time limit and the interrupts, and answers the daemon.
+
+class Stream:
+    """One of the worker's output streams as one run sees it: what it
+    forwarded and counted.  The pipe itself is the Worker's (in a session it
+    outlives the run)."""
+
+    def __init__(self, sup, name, limit):
+        self.sup, self.name, self.limit = sup, name, limit
+        self.total = self.sent = 0
+        self.ended = False
+        # per stream, so a character split across reads is decoded whole
+        self.decoder = codecs.getincrementaldecoder('utf-8')(errors='replace')
+
+    def feed(self, data):
+        self.total += len(data)
+        room = self.limit - self.sent
+        if room > 0:
+            part = data[:room]
+            self.sent += len(part)
+            self.emit(self.decoder.decode(part))
+
+    def end(self):
+        if not self.ended:
+            self.ended = True
+            if self.sent < self.limit:  # past the limit a cut character is just dropped
+                self.emit(self.decoder.decode(b'', True))
+
+    def emit(self, text):
+        raw = text.encode('utf-8')
+        while raw:
+            n = min(len(raw), self.sup.out_chunk)
+            while n < len(raw) and raw[n] & 0xC0 == 0x80:  # never split a character
+                n -= 1
+            self.sup.send({'jsonrpc': '2.0', 'method': 'sandbox/output',
+                           'params': {'stream': self.name, 'data': raw[:n].decode('utf-8')}})
+            raw = raw[n:]
+
+
+class Worker:
+    """A forked worker and the supervisor's ends of its pipes: stdout,
+    stderr, the report pipe (non-blocking), the go pipe its requests go down
+    (blocking: a request is written whole), and the API socket's relay.  In
+    a session it serves one run after another."""
+
+    def __init__(self, sup, pid, out_r, err_r, rep_r, go_w, api_r, oom_before):
+        self.pid = pid
+        self.fds = {'stdout': out_r, 'stderr': err_r, 'report': rep_r}
+        for fd in self.fds.values():
+            os.set_blocking(fd, False)
+        self.go = go_w
+        os.set_blocking(api_r, False)
+        self.relay = Relay(sup, api_r)
+        self.oom_before = oom_before   # taken at fork time, for its first run
+        self.wait_status = None        # from waitpid: it is gone
+        self.runs = 0
+
+    def open_fds(self):
+        return [fd for fd in self.fds.values() if fd is not None]
+
+    def name_of(self, fd):
+        for name, f in self.fds.items():
+            if f == fd:
+                return name
+        return None
+
+    def read(self, name):
+        """A chunk from one of its pipes: bytes, b'' at EOF (the pipe is then
+        closed), None when nothing is there now."""
+        fd = self.fds[name]
+        if fd is None:
+            return b''
+        try:
+            data = os.read(fd, CHUNK)
+        except BlockingIOError:
+            return None
+        except OSError:
+            data = b''
+        if not data:
+            os.close(fd)
+            self.fds[name] = None
+        return data
+
+    def send(self, request):
+        """Hands it a request; False when it is gone."""
+        try:
+            write_all(self.go, json.dumps(request).encode() + b'\n')
+            return True
+        except OSError:
+            return False
+
+    def alive(self):
+        return self.wait_status is None
+
+    def close(self):
+        for name, fd in self.fds.items():
+            if fd is not None:
+                os.close(fd)
+                self.fds[name] = None
+        if self.go is not None:
+            os.close(self.go)
+            self.go = None
+        self.relay.close()
+
+
+class Job:
+    """One sandbox/exec: its request id, the worker running it, what it
+    printed and reported."""
+
+    out_inline = 0  # bytes of base64 of /workspace/out files its result may carry
+
+    def __init__(self, sup, rid, worker, language, limit, oom_before, keep, restarted, out_before,
+                 token, time_limit):
+        self.sup, self.rid, self.worker = sup, rid, worker
+        self.language, self.keep, self.restarted = language, keep, restarted
+        self.streams = {'stdout': Stream(sup, 'stdout', limit), 'stderr': Stream(sup, 'stderr', limit)}
+        # The report pipe is reachable by user code (a Python run shares the
+        # worker's process): only the line with this run's token counts.
+        self.token, self.tag = token, b'"token": "%s"' % token.encode()
+        self.reports = LineReader(REPORT_CAP)
+        self.record = None         # the worker's own end record, checked
+        self.oom_before = oom_before
+        self.deadline = None
+        self.kill_at = None        # an interrupt not heeded by then: kill
+        self.next_sigint = None    # and until then it is repeated
+        self.interrupted = False
+        # The run's own time limit, enforced here too: the daemon acts at the
+        # limit, this is for when it cannot (killed, stopped, cut off).
+        self.limit_at = None if time_limit is None else time.monotonic() + time_limit + LIMIT_GRACE
+        self.timed_out = False
+        self.out_before = out_before  # /workspace/out before: what differs after is its own
+
+    @property
+    def pid(self):
+        return self.worker.pid
+
+    @property
+    def relay(self):
+        return self.worker.relay
+
+    def feed_report(self, data):
+        """Report pipe bytes: every complete line is looked at, and kept only
+        if it is the worker's end record for this run (its token, its pid: a
+        child forked without exec has both, but not the pid).  Forged lines
+        cost their writer CPU, never the record a bounded buffer's room."""
+        for line in self.reports.feed(data):
+            if self.record is not None or line is None or self.tag not in line:
+                continue
+            try:
+                rec = json.loads(line.decode('utf-8'))
+            except (ValueError, RecursionError):
+                continue
+            if not isinstance(rec, dict) or rec.get('token') != self.token or rec.get('pid') != self.pid:
+                continue
+            code = rec.get('end')
+            if not isinstance(code, int) or isinstance(code, bool) or not 0 <= code <= 255:
+                continue
+            self.record = rec
+            # A session's worker lives on: its record is the end of the run.
+            # A single-use worker's end is its exit, which only the kernel tells.
+            if self.keep:
+                self.ended()
+
+    def ended(self):
+        """The worker is done: a single-use one exited (the kernel says so),
+        a session's sent its end record, or it died.  One-shot: wait
+        DRAIN_SECONDS at most for its pipes to close.  A session's worker
+        keeps them open: what it wrote before its record is in them already,
+        so drain them now and be done."""
+        if self.deadline is not None:
+            return
+        # What the code sent on its API socket before it ended (a
+        # corral.progress() report, say) goes before the answer.
+        self.relay.drain()
+        if self.keep and self.worker.alive():
+            self.drain()
+            self.deadline = time.monotonic()
+        else:
+            self.deadline = time.monotonic() + DRAIN_SECONDS
+        if self.relay is not None and not self.keep:  # late responses are dropped from now on
+            self.relay.close()
+
+    def drain(self):
+        """Reads what the output pipes hold now (bounded: a background process
+        may keep writing)."""
+        for name in ('stdout', 'stderr'):
+            for _ in range(64):
+                data = self.worker.read(name)
+                if not data:
+                    break
+                self.streams[name].feed(data)
+
+    def done(self):
+        if self.deadline is None:
+            return False
+        w = self.worker
+        return time.monotonic() >= self.deadline or (
+            w.fds['stdout'] is None and w.fds['stderr'] is None)
+
+    def error(self, rec, budget):
+        """The error of the worker's end record, checked and cut to fit."""
+        e = rec.get('error') if rec is not None else None
+        if not isinstance(e, dict) or not isinstance(e.get('type'), str):
+            return None
+        text = lambda v: v if isinstance(v, str) else ''
+        return {'type': e['type'][:256], 'message': text(e.get('message'))[:budget // 2],
+                'traceback': tail(text(e.get('traceback')), budget)}
+
+    def result(self, budget):
+        rec, st = self.record, self.worker.wait_status
+        if self.keep and rec is not None and st is None:
+            # A session's run that ended in a worker that lives on.
+            code, signum = rec['end'], rec.get('signal')
+            if not isinstance(signum, int) or isinstance(signum, bool) or not 0 < signum < 65:
+                signum = None
+        elif st is not None:  # the kernel's word
+            signum = os.WTERMSIG(st) if os.WIFSIGNALED(st) else None
+            code = 128 + signum if signum is not None else os.WEXITSTATUS(st)
+            if rec is not None and (rec['end'] != code or signum is not None):
+                rec = None  # its record is not how it ended
+        else:  # neither a record nor a wait status: it vanished
+            signum, code, rec = None, 1, None
+        error = self.error(rec, budget) if code != 0 else None
+        if self.timed_out:
+            status = 'timeout'
+        elif error is not None and error['type'] == 'MemoryError':
+            status = 'oom'
+        elif signum is not None:
+            status = 'oom' if signum == signal.SIGKILL and self.oom_killed() else 'killed'
+        elif code == 0:
+            status = 'ok'
+        else:  # e.g. a shell whose child was OOM-killed exits 137
+            status = 'oom' if self.oom_killed() else 'error'
+        return {'status': status, 'exit_code': code, 'signal': signum,
+                'stdout_bytes': self.streams['stdout'].total,
+                'stderr_bytes': self.streams['stderr'].total, 'error': error}
+
+    def oom_killed(self):
+        after = oom_kills()
+        return None not in (self.oom_before, after) and after > self.oom_before
+
+
+class LineReader:
+    """Splits a byte stream into lines of at most max_frame bytes (newline
+    excluded); an over-long line gives None once, as soon as it passes the
+    limit, and is skipped up to its newline.  Blank lines are dropped."""
+
+    def __init__(self, max_frame):
+        self.max_frame = max_frame
+        self.buf, self.scanned, self.skipping = bytearray(), 0, False
+
+    def feed(self, data):
+        buf = self.buf
+        buf += data
+        while True:
+            i = buf.find(b'\n', self.scanned)  # only scan new bytes: lines may be huge
+            if i < 0:
+                self.scanned = len(buf)
+                if not self.skipping and len(buf) > self.max_frame:
+                    self.skipping = True  # answer now, the newline may never come
+                    yield None
+                if self.skipping:
+                    del buf[:]
+                    self.scanned = 0
+                return
+            line = bytes(buf[:i])
+            del buf[:i + 1]
+            self.scanned = 0
+            if self.skipping:
+                self.skipping = False
+            elif len(line) > self.max_frame:
+                yield None
+            elif line.strip():
+                yield line
+
+
+class Relay:
+    """The supervisor's end of the worker's API socket.  What comes in is
+    user code's (untrusted): lines bounded by max_frame, checked, and only
+    requests for the daemon go on.  What goes out (daemon responses, our
+    errors) waits in a queue of at most 2 * max_frame bytes: the socket is
+    non-blocking and PID 1 never waits for the worker; past the bound,
+    whole lines are dropped."""
+
+    def __init__(self, sup, fd):
+        self.sup, self.fd = sup, fd
+        self.lines = LineReader(sup.max_frame)
+        self.out = bytearray()
+        self.cap = 2 * sup.max_frame
+        self.dropped = 0
+
+    def queue(self, data):
+        if self.fd is None:
+            return
+        if len(self.out) + len(data) > self.cap:
+            self.dropped += 1
+            if self.dropped == 1:
+                log('the worker does not read its API socket: dropping frames toward it')
+            return
+        self.out += data
+        self.flush()
+
+    def flush(self):
+        while self.out and self.fd is not None:
+            try:
+                n = os.write(self.fd, self.out)
+            except BlockingIOError:
+                return
+            except OSError:  # the worker and all its children are gone
+                return self.close()
+            del self.out[:n]
+
+    def error(self, rid, code, message):
+        self.queue(encode({'jsonrpc': '2.0', 'id': rid, 'error': {
+            'code': code, 'message': message, 'data': {'type': 'ProtocolError'}}}))
+
+    def read(self):
+        """One chunk from the worker; False when there was nothing to read."""
+        try:
+            data = os.read(self.fd, CHUNK)
+        except BlockingIOError:
+            return False
+        except OSError:
+            data = b''
+        if not data:
+            self.close()
+            return False
+        for line in self.lines.feed(data):
+            self.sup.from_worker(self, line)
+            if self.fd is None:
+                return False
+        return True
+
+    def drain(self):
+        """What the socket holds now (bounded: a background thread may keep
+        sending)."""
+        for _ in range(64):
+            if self.fd is None or not self.read():
+                return
+
+    def close(self):
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+        if self.dropped:
+            log('dropped %d frames toward the worker (queue full)' % self.dropped)
+            self.dropped = 0
+        self.out = bytearray()
+
+
+class Supervisor:
+    def __init__(self):
+        # Private close-on-exec copies of the channel; fd 0/1 become /dev/null
+        # so nothing we start inherits the channel by accident.
+        self.frame_in, self.frame_out = os.dup(0), os.dup(1)
+        null = os.open(os.devnull, os.O_RDWR)
+        os.dup2(null, 0)
+        os.dup2(null, 1)
+        os.close(null)
+        os.set_blocking(self.frame_out, True)  # frames are written whole, in order
+        if not set_dumpable(0):
+            log('warning: cannot clear the dumpable flag; same-uid processes may reach /proc/%d/fd'
+                % os.getpid())
+        try:
+            self.max_frame = int(os.environ.get('CORRAL_MAX_FRAME', ''))
+        except ValueError:
+            self.max_frame = 0
+        if self.max_frame <= 0:
+            self.max_frame = DEFAULT_MAX_FRAME
+        self.max_frame = max(self.max_frame, MIN_MAX_FRAME)
+        # Our own frames must fit the daemon's limit too.  JSON escapes a
+        # control character as 6 bytes, so text gets at most 1/8 of a frame
+        # (output data) or 1/16 + 1/32 (traceback + message).
+        self.out_chunk = min(CHUNK, self.max_frame // 8)
+        self.text_budget = min(TRACEBACK_CAP, self.max_frame // 16)
+        self.lines, self.eof = LineReader(self.max_frame), False
+        self.job = None
+        self.pre = None       # the worker forked ahead, waiting for its first request
+        self.worker = None    # a session's worker, kept between runs
+        self.lost = False     # a session's worker ended: its next run starts afresh
+        self.spent = False    # a single-use run answered: only waiting to be removed
+        self.frozen_until = None  # sandbox/freeze: when it ends by itself
+        self.pooled = None  # the modules a pool sandbox's worker preloads
+        self.out_inline = 0
+        # PID 1 only gets signals it has handlers for; SIGINT's Python handler
+        # would raise KeyboardInterrupt in here, so ignore it.  SIGCHLD wakes
+        # poll() through the wakeup pipe.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        self.wake_r, wake_w = os.pipe()
+        os.set_blocking(self.wake_r, False)
+        os.set_blocking(wake_w, False)
+        self.wake_w = wake_w
+        signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+
+    def send(self, obj):
+        try:
+            line = encode(obj)
+        except ValueError as e:  # not JSON (inf); our frames never are
+            return log('cannot encode a frame: %s' % e)
+        self.send_line(line)
+
+    def send_line(self, line):
+        # One write loop per frame on a blocking fd, single thread: frames
+        # never interleave.
+        try:
+            write_all(self.frame_out, line)
+        except OSError as e:
+            log('frame channel lost (%s), exiting' % e)
+            self.kill_leftovers()
+            os._exit(1)
+
+    def reply_error(self, rid, code, message):
+        self.send({'jsonrpc': '2.0', 'id': rid, 'error': {'code': code, 'message': message}})
+
+    def serve(self):
+        self.pooled = warm_up()
+        self.prefork()
+        self.send({'jsonrpc': '2.0', 'method': 'sandbox/ready',
+                   'params': {'protocol': PROTOCOL, 'runtime': 'corral-runtime',
+                              'python': sys.version.split()[0]}})
+        while True:
+            self.reap()
+            if self.frozen_until is not None and time.monotonic() >= self.frozen_until:
+                log('a freeze was not lifted in %g s: continuing the processes' % FREEZE_MAX_S)
+                self.freeze(False)
+            job = self.job
+            if job is not None and self.eof:
+                # The daemon is gone (killed, crashed, cut off): nobody will
+                # take the answer or stop the code, so stop it now.  PID 1's
+                # exit ends the container, and every process in it.
+                log('stdin closed while an exec runs: ending it and exiting')
+                self.kill_leftovers()
+                return 0
+            if job is not None and job.limit_at is not None and job.deadline is None \
+                    and time.monotonic() >= job.limit_at:
+                self.over_time(job)
+            if job is not None and job.kill_at is not None and job.deadline is None \
+                    and time.monotonic() >= job.kill_at and self.frozen_until is None:
+                self.kill_worker(job.worker)
+                job.kill_at = None
+            if job is not None and job.kill_at is not None and job.deadline is None \
+                    and time.monotonic() >= job.next_sigint:
+                self.sigint(job)
+            if job is not None and job.done():
+                if self.finish():
+                    return 0
+                continue
+            if job is None and self.eof:
+                self.kill_leftovers()
+                return 0
+            poller = select.poll()
+            fds = [self.wake_r] + ([] if self.eof else [self.frame_in])
+            # the running worker's pipes, or between a session's runs the
+            # kept worker's (drained: a background thread may still print)
+            w = job.worker if job is not None else self.worker
+            if w is not None:
+                fds += w.open_fds()
+                relay = w.relay
+                if relay.fd is not None:
+                    poller.register(relay.fd, select.POLLIN | (select.POLLOUT if relay.out else 0))
+            for fd in fds:
+                poller.register(fd, select.POLLIN)
+            timeout = None
+            if job is not None:
+                end = job.deadline if job.deadline is not None else \
+                    job.next_sigint if job.kill_at is not None else job.limit_at
+                # 1 s: reap() fallback should a SIGCHLD wakeup get lost
+                timeout = 1000 if end is None else max(0, int((end - time.monotonic()) * 1000) + 1)
+            if self.frozen_until is not None:
+                left = max(0, int((self.frozen_until - time.monotonic()) * 1000) + 1)
+                timeout = left if timeout is None else min(timeout, left)
+            for fd, events in poller.poll(timeout):
+                self.ready(fd, events)
+
+    def ready(self, fd, events):
+        job = self.job
+        w = job.worker if job is not None else self.worker
+        if fd == self.wake_r:
+            try:
+                while os.read(fd, 512):
+                    pass
+            except BlockingIOError:
+                pass
+        elif fd == self.frame_in:
+            try:
+                data = os.read(fd, CHUNK)
+            except OSError:
+                data = b''
+            if not data:
+                self.eof = True  # a running exec is ended: serve() sees to it
+            for line in self.lines.feed(data):
+                self.handle(line)
+        elif w is not None and fd == w.relay.fd:
+            if events & select.POLLOUT:
+                w.relay.flush()
+            if w.relay.fd is not None and events & ~select.POLLOUT:
+                w.relay.read()
+        elif w is not None and w.name_of(fd) is not None:
+            name = w.name_of(fd)
+            data = w.read(name)
+            if not data or job is None:
+                return  # between a session's runs output has no run to go to
+            if name == 'report':
+                job.feed_report(data)
+            else:
+                job.streams[name].feed(data)
+
+    def handle(self, line):
+        if line is None:
+            log('dropped a frame longer than %d bytes' % self.max_frame)
+            return self.reply_error(None, -32600, 'frame longer than %d bytes' % self.max_frame)
+        try:
+            msg = json.loads(line.decode('utf-8'), parse_constant=reject_constant)
+        except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+            return self.reply_error(None, -32700, 'parse error')
+        if not isinstance(msg, dict):  # batches are not part of the protocol
+            return self.reply_error(None, -32600, 'invalid request')
+        rid = msg.get('id')
+        if msg.get('jsonrpc') == '2.0' and 'method' not in msg and 'id' in msg \
+                and ('result' in msg or 'error' in msg):
+            return self.to_worker(line)
+        id_ok = rid is None or (isinstance(rid, (str, int, float)) and not isinstance(rid, bool))
+        if isinstance(rid, float) and rid - rid != 0:  # 1e400 parses as inf: cannot be sent back
+            id_ok = False
+        if msg.get('jsonrpc') != '2.0' or not isinstance(msg.get('method'), str) or not id_ok:
+            return self.reply_error(rid if id_ok else None, -32600, 'invalid request')
+        method = msg['method']
+        if 'id' not in msg:  # a notification: never answered
+            if method == 'notifications/cancelled':
+                params = msg.get('params')
+                self.interrupt(params.get('requestId') if isinstance(params, dict) else None)
+            else:
+                log('ignored notification %r' % method[:100])
+        elif method == 'sandbox/list':
+            result, problem = list_dir(msg.get('params'), self.max_frame // 2)
+            if problem is not None:
+                self.reply_error(rid, -32602, problem)
+            else:
+                self.send({'jsonrpc': '2.0', 'id': rid, 'result': result})
+        elif method in ('sandbox/freeze', 'sandbox/thaw'):
+            self.freeze(method == 'sandbox/freeze')
+            self.send({'jsonrpc': '2.0', 'id': rid, 'result': {'frozen': self.frozen_until is not None}})
+        elif method != 'sandbox/exec':
+            self.reply_error(rid, -32601, 'method not found: %s' % method[:100])
+        elif self.job is not None:
+            self.reply_error(rid, -32000, 'an exec is already running')
+        elif self.spent:
+            self.reply_error(rid, -32000, 'this sandbox was single-use and has run its exec')
+        else:
+            self.start(rid, msg.get('params'))
+
+    def interrupt(self, rid):
+        """notifications/cancelled for the running exec (a session's time
+        limit or cancellation): SIGINT to the worker, which ends the run
+        with KeyboardInterrupt (a shell: its process group is killed) and
+        keeps the session's state; if the run has not ended INTERRUPT_GRACE
+        later, the worker is killed."""
+        job = self.job
+        if job is None or rid is None or isinstance(rid, bool) or rid != job.rid \
+                or job.interrupted or job.deadline is not None:
+            return
+        job.interrupted = True
+        job.kill_at = time.monotonic() + INTERRUPT_GRACE
+        self.sigint(job)
+
+    def over_time(self, job):
+        """The run passed its time limit and LIMIT_GRACE, and the daemon has
+        not stopped it: stop it as the daemon would.  A session's run is
+        interrupted (its state may live on); a single-use one is killed."""
+        job.limit_at = None
+        job.timed_out = True
+        log('the run passed its time limit: stopping it')
+        if job.keep:
+            self.interrupt(job.rid)
+        else:
+            self.kill_worker(job.worker)
+
+    def sigint(self, job):
+        """SIGINT to the worker, repeated every INTERRUPT_REPEAT until its
+        run ends (one that came before the run began is kept for it, but a
+        worker may also clear it as a leftover of an earlier run)."""
+        job.next_sigint = time.monotonic() + INTERRUPT_REPEAT
+        try:
+            os.kill(job.pid, signal.SIGINT)
+        except OSError:
+            pass
+
+    def freeze(self, on):
+        """Stops (SIGSTOP) or continues every other process of the container
+        while the daemon reads or writes files through the engine: the
+        engine resolves paths as root, so no process of the code may swap a
+        checked directory for a symlink meanwhile.  Outside a container,
+        only the workers' process groups.  A freeze ends by itself after
+        FREEZE_MAX_S seconds."""
+        sig = signal.SIGSTOP if on else signal.SIGCONT
+        self.frozen_until = time.monotonic() + FREEZE_MAX_S if on else None
+        job = self.job
+        if not on and job is not None and job.kill_at is not None:
+            # a stopped worker could not heed an interrupt: its grace starts now
+            job.kill_at = max(job.kill_at, time.monotonic() + INTERRUPT_GRACE)
+        try:
+            if os.getpid() == 1:
+                os.kill(-1, sig)
+                return
+        except OSError:
+            return
+        for w in (self.worker, self.job.worker if self.job is not None else None, self.pre):
+            if w is not None:
+                try:
+                    os.killpg(w.pid, sig)
+                except OSError:
+                    pass
+
+    def kill_worker(self, w):
+        # As PID 1 every other process of the container goes (a session's
+        # shell runs in a process group of its own); elsewhere (tests) the
+        # worker's group.
+        try:
+            if os.getpid() == 1:
+                os.kill(-1, signal.SIGKILL)
+            else:
+                os.killpg(w.pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+    def to_worker(self, line):
+        """A daemon response to a request of the worker's: passed on as it
+        came while the worker runs, dropped otherwise (it ended, or a shell)."""
+        job = self.job
+        if job is not None and job.deadline is None and job.language == 'python':
+            job.relay.queue(line + b'\n')
+
+    def from_worker(self, relay, line):
+        """A line from user code: requests other than sandbox/* and
+        notifications/cancelled go to the daemon, re-encoded; everything
+        else is answered with an error (when it has an id) or dropped."""
+        if line is None:
+            return relay.error(None, -32600, 'frame longer than %d bytes' % self.max_frame)
+        try:
+            msg = json.loads(line.decode('utf-8'), parse_constant=reject_constant)
+        except (ValueError, RecursionError):
+            return relay.error(None, -32700, 'parse error')
+        if not isinstance(msg, dict):
+            return relay.error(None, -32600, 'invalid request')
+        rid, method = msg.get('id'), msg.get('method')
+        # ids the daemon can take back as they are: strings and int64s
+        id_ok = isinstance(rid, str) or (isinstance(rid, int) and not isinstance(rid, bool)
+                                         and -ID_RANGE <= rid < ID_RANGE)
+        if msg.get('jsonrpc') != '2.0' or not isinstance(method, str) or ('id' in msg and not id_ok):
+            return relay.error(rid if id_ok else None, -32600, 'invalid request')
+        if 'id' not in msg:
+            if method not in ('notifications/cancelled', 'corral/progress'):
+                return  # notifications are never answered
+        elif method.startswith('sandbox/'):
+            return relay.error(rid, -32600, 'method not allowed: %s' % method[:100])
+        frame = {'jsonrpc': '2.0', 'method': method}
+        if 'id' in msg:
+            frame['id'] = rid
+        if 'params' in msg:
+            frame['params'] = msg['params']
+        try:
+            data = encode(frame)
+        except (ValueError, RecursionError):  # e.g. 1e400 parsed as inf
+            data = None
+        if data is None or len(data) > self.max_frame + 1:
+            if 'id' in msg:
+                relay.error(rid, -32600, 'invalid request' if data is None
+                            else 'frame longer than %d bytes' % self.max_frame)
+            return
+        self.send_line(data)
+
+    def prefork(self):
+        """Fork the worker now, before `sandbox/ready`: it sets itself up and
+        waits for its request, so a call from the warm pool skips the fork.
+        Failure is fine: start() then forks as before."""
+        w = self.fork_worker(ahead=True)
+        if w is None:
+            return
+        # Say ready only once the worker is: a call that came sooner would
+        # wait for its set-up anyway, while the pool believed it ready.
+        set_r = w.set_r
+        end = time.monotonic() + PREFORK_WAIT
+        said = b''
+        try:  # until the worker closes it: what it wrote is for the log
+            while time.monotonic() < end and select.select([set_r], [], [], end - time.monotonic())[0]:
+                chunk = os.read(set_r, 4096)
+                if not chunk:
+                    break
+                said = (said + chunk)[-8192:]
+        except OSError:
+            pass
+        for line in said.decode('utf-8', 'replace').splitlines():
+            log(line)
+        os.close(set_r)
+        self.pre = w
+
+    def fork_worker(self, ahead=False):
+        """A new worker (a Worker), or None when the fork failed (logged)."""
+        made = []
+        try:
+            for _ in range(3 if ahead else 2):
+                made += os.pipe()
+            # The report and go channels are one-way sockets, not pipes: a
+            # pipe can be reopened for the other direction through
+            # /proc/self/fd (a socket cannot), so user code could have put a
+            # request in the go pipe or taken the worker's record out of the
+            # report pipe.
+            made += one_way_pair()  # report: worker -> supervisor
+            go_r, go_w = one_way_pair()
+            made += [go_r, go_w]
+            made += socket_pair()
+            oom_before = oom_kills()  # nothing runs until the request: as good as later
+            # The only fork the supervisor makes per worker: a fork bomb in
+            # user code exhausting pids cannot starve it later.
+            pid = os.fork()
+        except OSError as e:
+            for fd in made:
+                os.close(fd)
+            log('cannot fork the worker%s: %s' % (' ahead' if ahead else '', e))
+            return None
+        out_r, out_w = made[:2]
+        err_r, err_w = made[2:4]
+        set_r, set_w = made[4:6] if ahead else (None, None)
+        rep_r, rep_w, go_r, go_w = made[-6:-2]
+        api_r, api_w = made[-2:]
+        if pid == 0:
+            try:
+                os.close(go_w)
+                worker(self, (out_w, err_w, rep_w), api_w, go_r, set_w)
+            finally:
+                os._exit(127)
+        for fd in (out_w, err_w, rep_w, go_r, api_w) + ((set_w,) if ahead else ()):
+            os.close(fd)
+        w = Worker(self, pid, out_r, err_r, rep_r, go_w, api_r, oom_before)
+        w.set_r = set_r
+        return w
+
+    def start(self, rid, params):
+        p = params if isinstance(params, dict) else {}
+        language, code = p.get('language'), p.get('code')
+        limit = p.get('output_limit', DEFAULT_OUTPUT_LIMIT)
+        keep = p.get('keep', False)
+        time_limit = p.get('time_limit_ms')
+        out_inline = p.get('out_inline_max', 0)
+        if not isinstance(out_inline, int) or isinstance(out_inline, bool) or out_inline < 0:
+            out_inline = 0
+        self.out_inline = out_inline  # for the Job made below
+        if language not in ('python', 'shell') or not isinstance(code, str) \
+                or not isinstance(limit, int) or isinstance(limit, bool) or limit < 0 \
+                or not isinstance(keep, bool) or not (time_limit is None or (
+                    isinstance(time_limit, int) and not isinstance(time_limit, bool)
+                    and 0 < time_limit <= TIME_LIMIT_MAX_S * 1000)):
+            return self.reply_error(rid, -32602, 'invalid params: want language "python"|"shell", '
+                                    'code string, output_limit >= 0, keep boolean, '
+                                    'time_limit_ms 1..%d' % (TIME_LIMIT_MAX_S * 1000))
+        servers = check_servers(p.get('servers'))
+        if servers is None:
+            return self.reply_error(rid, -32602, 'invalid params: want servers a list of '
+                                    '{"name": string, "alias": Python identifier}, names and aliases unique')
+        token = os.urandom(16).hex()
+        request = {'language': language, 'code': code, 'servers': servers, 'keep': keep, 'token': token}
+        run = (token, None if time_limit is None else time_limit / 1000.0)
+        if self.frozen_until is not None:
+            # the daemon waits for its file operations first; should it not,
+            # a stopped worker would never take the request
+            log('an exec came while frozen: thawing first')
+            self.freeze(False)
+        # /workspace/out exists when the code starts, as the tools promise
+        try:
+            os.makedirs(OUT_DIR, exist_ok=True)
+        except OSError:
+            pass
+        # taken before the worker has the request: it may be done at once
+        out_before = out_scan() if os.path.isdir(OUT_DIR) else {}
+        # A session's worker, else the one forked ahead, else a new one.
+        for w in (self.worker, self.pre):
+            if w is None:
+                continue
+            if w is self.worker:
+                self.worker = None
+            else:
+                self.pre = None
+            if w.alive() and w.send(request):
+                oom_before = oom_kills() if w.runs else w.oom_before
+                return self.started(rid, w, language, limit, oom_before, keep, out_before, run)
+            # it died waiting: fork afresh below (a session's state is gone)
+            log('the waiting worker is gone; forking again')
+            self.lost = self.lost or w.runs > 0
+            if w.alive():
+                self.kill_worker(w)
+            w.close()
+        w = self.fork_worker()
+        if w is None or not w.send(request):
+            if w is not None:
+                w.close()
+            return self.reply_error(rid, -32603, 'cannot start worker')
+        self.started(rid, w, language, limit, w.oom_before, keep, out_before, run)
+
+    def started(self, rid, w, language, limit, oom_before, keep, out_before, run):
+        restarted, self.lost = self.lost, False
+        w.runs += 1
+        self.job = Job(self, rid, w, language, limit, oom_before, keep, restarted, out_before, *run)
+        self.job.out_inline = self.out_inline
+
+    def reap(self):
+        # PID 1 inherits every orphan: reap them all, note the workers'.
+        while True:
+            try:
+                pid, st = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            job = self.job
+            for w in (job.worker if job is not None else None, self.worker, self.pre):
+                if w is not None and w.pid == pid:
+                    w.wait_status = st
+            if job is not None and pid == job.pid:
+                job.ended()
+            elif self.worker is not None and pid == self.worker.pid:
+                # a session's worker died between runs (OOM killer, a thread
+                # calling os._exit): its state is gone; the next run says so
+                log('the session worker ended between runs')
+                self.worker.close()
+                self.worker = None
+                self.lost = True
+
+    def finish(self):
+        """Answers the exec.  True when the runtime is done (single-use)."""
+        job, self.job = self.job, None
+        w = job.worker
+        while w.fds['report'] is not None:  # written before the worker ended
+            data = w.read('report')
+            if data is None:
+                if job.keep and w.alive():
+                    break
+                os.close(w.fds['report'])  # a user process still holds it: stop here
+                w.fds['report'] = None
+            elif data:
+                job.feed_report(data)
+        for st in job.streams.values():
+            st.end()
+        result = job.result(self.text_budget)
+        result['memory_bytes'] = memory_bytes()
+        result['out_files'] = out_files(job.out_before)
+        keep = job.keep and w.alive()
+        if job.keep:
+            result['state'] = 'kept' if keep else 'lost'
+            result['restarted'] = job.restarted
+        if keep:
+            self.worker = w
+        else:
+            w.close()
+            self.lost = job.keep
+        if not job.keep:
+            self.kill_leftovers(w)  # single-use: nothing of the code's outlives its run
+            if result['out_files'] and job.out_inline > 0:
+                # What the frame has room for, a margin kept for escaping.
+                room = self.max_frame - len(encode(result)) - 65536
+                inline_out_files(result, min(job.out_inline, room))
+        self.send({'jsonrpc': '2.0', 'id': job.rid, 'result': result})
+        if keep or job.keep:
+            return False  # a session: wait for the next exec
+        if any('data' not in f for f in result['out_files']):
+            # The daemon fetches them through the engine, which needs the
+            # container (and its tmpfs) still there: stay until it is done
+            # and closes stdin or removes us.
+            self.spent = True
+            return False
+        return True
+
+    def kill_leftovers(self, w=None):
+        # As PID 1 every other process of the container goes (our exit
+        # would do the same); elsewhere (tests, --init) the workers' process
+        # groups, so `sleep 100 &` goes too.
+        if os.getpid() == 1:
+            try:
+                os.kill(-1, signal.SIGKILL)
+            except OSError:
+                pass
+            return
+        # Found first: once the worker is dead, a session's shell (a group of
+        # its own) is no longer our descendant.
+        rest = descendants(os.getpid())
+        for x in (w, self.worker, self.job.worker if self.job is not None else None):
+            if x is not None:
+                try:
+                    os.killpg(x.pid, signal.SIGKILL)
+                except OSError:
+                    pass
+        for pid in rest:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+
+def descendants(root):
+    """Pids of root's descendants, from /proc (outside a container only)."""
+    parent = {}
+    try:
+        names = os.listdir('/proc')
+    except OSError:
+        return []
+    for name in names:
+        if name.isdigit():
+            try:
+                with open('/proc/%s/stat' % name, 'rb') as f:
+                    parent[int(name)] = int(f.read().rsplit(b')', 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                pass
+    found, todo = [], [root]
+    while todo:
+        p = todo.pop()
+        kids = [c for c, pp in parent.items() if pp == p]
+        found += kids
+        todo += kids
+    return found
+
+
+if __name__ == '__main__':
+    sys.exit(Supervisor().serve())
