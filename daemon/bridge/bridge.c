@@ -12,6 +12,7 @@
 #define DENIALS_AUDITED 100 /* per run; code in a loop must not fill the disk */
 
 struct bridge {
+        struct loop *loop;
         const struct config *cfg;
         struct upstream_set *ups;
         struct policy *pol;
@@ -45,15 +46,18 @@ struct bridge_run {
         long denials;   /* refused ones: only the first DENIALS_AUDITED are written */
         long in_flight; /* all requests being served */
         struct bcall *head;
+        /* Answers go out from the loop (core/loop.h), in order. */
+        json_t *outbox;
+        struct defer flush_d;
 };
 
-int bridge_new(const struct config *cfg, struct upstream_set *ups, struct policy *pol,
-               struct audit *audit, struct bridge **ret)
+int bridge_new(struct loop *l, const struct config *cfg, struct upstream_set *ups,
+               struct policy *pol, struct audit *audit, struct bridge **ret)
 {
         struct bridge *b = calloc(1, sizeof(*b));
         if (!b)
                 return -ENOMEM;
-        *b = (struct bridge){.cfg = cfg, .ups = ups, .pol = pol, .audit = audit};
+        *b = (struct bridge){.loop = l, .cfg = cfg, .ups = ups, .pol = pol, .audit = audit};
         *ret = b;
         return 0;
 }
@@ -164,7 +168,10 @@ int bridge_run_new(struct bridge *b, json_t *names, bridge_send_fn send, void *u
         r->userdata = userdata;
         size_t n = json_array_size(names);
         r->servers = calloc(n + 1, sizeof(char *));
-        if (!r->servers) {
+        r->outbox = json_array();
+        if (!r->servers || !r->outbox) {
+                free(r->servers);
+                json_decref(r->outbox);
                 free(r);
                 return -ENOMEM;
         }
@@ -234,12 +241,32 @@ static const char *type_of(int code)
         }
 }
 
+static void flush(void *userdata)
+{
+        struct bridge_run *r = userdata;
+        size_t i;
+        json_t *msg;
+        json_t *out = r->outbox;
+        r->outbox = json_array();
+        json_array_foreach(out, i, msg) r->send(r->userdata, json_incref(msg));
+        json_decref(out);
+}
+
+/* An answer to the sandbox (stolen): sent from the loop, never from inside
+ * the call that produced it. */
+static void send_later(struct bridge_run *r, json_t *msg)
+{
+        if (!msg || !r->outbox || json_array_append_new(r->outbox, msg) < 0)
+                return;
+        loop_defer(r->b->loop, &r->flush_d, flush, r);
+}
+
 static void reply_error(struct bridge_run *r, json_t *id, int code, const char *msg)
 {
         char text[1100];
         snprintf(text, sizeof(text), "%s", msg);
         utf8_scrub(text);
-        r->send(r->userdata, jrpc_error(id, code, text, json_pack("{s:s}", "type", type_of(code))));
+        send_later(r, jrpc_error(id, code, text, json_pack("{s:s}", "type", type_of(code))));
 }
 
 static void audit(struct bridge_run *r, const char *server, const char *tool, size_t argument_bytes,
@@ -317,6 +344,8 @@ void bridge_run_free(struct bridge_run *r)
                 r->denials = 0; /* this summary itself is written */
                 audit(r, "*", "*", 0, 0, 0, false, msg);
         }
+        defer_cancel(&r->flush_d); /* answers not sent yet go with it */
+        json_decref(r->outbox);
         for (size_t i = 0; i < r->n_servers; i++)
                 free(r->servers[i]);
         free(r->servers);
@@ -371,7 +400,7 @@ static void list_ready(void *userdata, json_t *tools, const struct err *e)
                         json_decref(list);
                         reply_error(r, c->id, BRIDGE_TOO_LARGE, msg);
                 } else {
-                        r->send(r->userdata, jrpc_result(c->id, json_pack("{s:o}", "tools", list)));
+                        send_later(r, jrpc_result(c->id, json_pack("{s:o}", "tools", list)));
                 }
         }
         bcall_free(c);
@@ -463,7 +492,7 @@ static void called(void *userdata, json_t *result, const struct err *e)
         audit(r, server, c->tool, c->argument_bytes, len, c->t0, true,
               json_is_true(json_object_get(result, "isError")) ? "the tool reported an error"
                                                                : NULL);
-        r->send(r->userdata, jrpc_result(c->id, json_incref(result)));
+        send_later(r, jrpc_result(c->id, json_incref(result)));
         bcall_free(c);
 }
 
@@ -642,7 +671,7 @@ static void handle_servers(struct bridge_run *r, json_t *id)
                 json_object_del(d, "source"); /* host paths are not the sandbox's business */
                 json_array_append_new(list, d);
         }
-        r->send(r->userdata, jrpc_result(id, json_pack("{s:o}", "servers", list)));
+        send_later(r, jrpc_result(id, json_pack("{s:o}", "servers", list)));
 }
 
 static void handle_cancel(struct bridge_run *r, json_t *params)

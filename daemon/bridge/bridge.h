@@ -25,8 +25,9 @@ struct bridge;
 struct bridge_run;
 
 /* Borrows all four (audit may be NULL: no audit log). */
-int bridge_new(const struct config *cfg, struct upstream_set *ups, struct policy *pol,
-               struct audit *audit, struct bridge **ret);
+struct loop;
+int bridge_new(struct loop *l, const struct config *cfg, struct upstream_set *ups,
+               struct policy *pol, struct audit *audit, struct bridge **ret);
 void bridge_free(struct bridge *b);
 struct upstream_set *bridge_upstreams(struct bridge *b);
 const struct policy *bridge_policy(const struct bridge *b);
@@ -48,6 +49,6 @@ void bridge_run_free(struct bridge_run *r);
 void bridge_run_set_sandbox(struct bridge_run *r, const char *id);
 /* `servers` for sandbox/exec: [{name, alias}] (new reference). */
 json_t *bridge_run_exec_servers(const struct bridge_run *r);
-/* A request or notification the runtime sent. Answers may come later, or
- * right away (then `send` runs before this returns). */
+/* A request or notification the runtime sent. Its answer goes to `send`
+ * from the loop, never before this returns (core/loop.h). */
 void bridge_run_handle(struct bridge_run *r, const struct jrpc_msg *m);

@@ -33,6 +33,8 @@ struct timer {
 struct loop {
         int epfd;
         bool quit;
+        struct defer *dq_head, *dq_tail; /* deferred calls, oldest first */
+        struct defer *bq_head, *bq_tail; /* those of the round being made */
         struct watch *dead; /* freed after the current dispatch round */
         int sigfd;
         struct watch *sigwatch;
@@ -88,12 +90,70 @@ void loop_quit(struct loop *l)
         l->quit = true;
 }
 
+void loop_defer(struct loop *l, struct defer *d, defer_cb cb, void *userdata)
+{
+        if (d->queued)
+                return;
+        *d = (struct defer){.loop = l, .cb = cb, .userdata = userdata, .prev = l->dq_tail,
+                            .queued = true};
+        if (l->dq_tail)
+                l->dq_tail->next = d;
+        else
+                l->dq_head = d;
+        l->dq_tail = d;
+}
+
+void defer_cancel(struct defer *d)
+{
+        if (!d || !d->queued)
+                return;
+        struct loop *l = d->loop;
+        struct defer **head = d->in_batch ? &l->bq_head : &l->dq_head;
+        struct defer **tail = d->in_batch ? &l->bq_tail : &l->dq_tail;
+        if (d->prev)
+                d->prev->next = d->next;
+        else
+                *head = d->next;
+        if (d->next)
+                d->next->prev = d->prev;
+        else
+                *tail = d->prev;
+        d->prev = d->next = NULL;
+        d->queued = d->in_batch = false;
+}
+
+bool defer_queued(const struct defer *d)
+{
+        return d && d->queued;
+}
+
+/* The calls asked for before this round's, in order: they move to the
+ * batch, and each is unlinked before it is made, so a call may cancel
+ * another of the batch, or free what held its own. Calls asked for
+ * meanwhile wait for the next round. */
+static void run_deferred(struct loop *l)
+{
+        l->bq_head = l->dq_head;
+        l->bq_tail = l->dq_tail;
+        l->dq_head = l->dq_tail = NULL;
+        for (struct defer *d = l->bq_head; d; d = d->next)
+                d->in_batch = true;
+        while (l->bq_head) {
+                struct defer *d = l->bq_head;
+                defer_cb cb = d->cb;
+                void *ud = d->userdata;
+                defer_cancel(d);
+                cb(ud);
+        }
+}
+
 int loop_iterate(struct loop *l, int timeout_ms)
 {
         struct epoll_event evs[64];
-        int n = epoll_wait(l->epfd, evs, (int)ARRAY_SIZE(evs), timeout_ms);
-        if (n < 0)
-                return errno == EINTR ? 0 : -errno;
+        /* Deferred calls waiting: look at the events without waiting. */
+        int n = epoll_wait(l->epfd, evs, (int)ARRAY_SIZE(evs), l->dq_head ? 0 : timeout_ms);
+        if (n < 0 && errno != EINTR)
+                return -errno;
         for (int i = 0; i < n; i++) {
                 struct watch *w = evs[i].data.ptr;
                 /* A callback earlier in this round may have removed it; dead
@@ -101,8 +161,9 @@ int loop_iterate(struct loop *l, int timeout_ms)
                 if (!w->dead)
                         w->cb(w, evs[i].events, w->userdata);
         }
+        run_deferred(l);
         loop_reap(l);
-        return n;
+        return n < 0 ? 0 : n;
 }
 
 int loop_run(struct loop *l)

@@ -1,5 +1,14 @@
 /* The single event loop: epoll over file descriptors, one timerfd per timer,
- * and a signalfd. Nothing registered here may block. */
+ * a signalfd, and deferred calls. Nothing registered here may block.
+ *
+ * Completions are always later. A function that starts work never calls
+ * its caller's callback before it returns: the callback runs from the loop,
+ * as a deferred call (loop_defer) or an event of a later round, with no
+ * caller's frame below it. Cancelling after the function returned means no
+ * callback. And what a callback closes stays allocated until the round
+ * ends (a watch, an attach stream, a sandbox), so the code that called out
+ * finds it closed, never freed. So no "was I freed meanwhile?" check is
+ * needed anywhere. */
 #pragma once
 
 #include <stdbool.h>
@@ -12,6 +21,18 @@ struct timer;
 typedef void (*watch_cb)(struct watch *w, uint32_t events, void *userdata);
 typedef void (*timer_cb)(struct timer *t, void *userdata);
 typedef void (*signal_cb)(int signo, void *userdata);
+typedef void (*defer_cb)(void *userdata);
+
+/* A deferred call, kept inside the object it is for (no allocation): made
+ * once, after the current round of event dispatch, in the order asked. */
+struct defer {
+        struct loop *loop;
+        defer_cb cb;
+        void *userdata;
+        struct defer *prev, *next;
+        bool queued;
+        bool in_batch; /* among the calls of the round being made */
+};
 
 int loop_new(struct loop **ret);
 void loop_free(struct loop *l);
@@ -33,6 +54,16 @@ int timer_add(struct loop *l, timer_cb cb, void *userdata, struct timer **ret);
 int timer_arm(struct timer *t, long long ms);
 /* Safe to call from inside the timer's own callback. Accepts NULL. */
 void timer_remove(struct timer *t);
+
+/* Ask for d->cb(userdata) after this round; asking again while queued
+ * changes nothing (the first callback and userdata stay). A call asked for
+ * from a deferred call is made in the next round. */
+void loop_defer(struct loop *l, struct defer *d, defer_cb cb, void *userdata);
+/* The call will not be made (if it was not made yet). Accepts NULL and an
+ * idle defer; must be called before freeing what holds a queued one. */
+void defer_cancel(struct defer *d);
+/* Whether a call is asked for and not made yet. */
+bool defer_queued(const struct defer *d);
 
 /* Block `signo` and deliver it through the loop. */
 int loop_signal(struct loop *l, int signo, signal_cb cb, void *userdata);

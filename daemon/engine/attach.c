@@ -56,7 +56,10 @@ struct attach {
         struct demux demux;
         const struct attach_ops *ops;
         void *userdata;
-        bool *closed_flag; /* set when closed during a callback */
+        /* Closed: no more callbacks. The memory stays until the round ends
+         * (core/loop.h), so code that called out finds it closed. */
+        bool closed;
+        struct defer free_d;
 };
 
 static void attach_fail(struct attach *a, struct err *e)
@@ -93,7 +96,8 @@ static int flush_out(struct attach *a)
 static int demux_to_ops(void *userdata, int stream, const char *p, size_t n)
 {
         struct attach *a = userdata;
-        return a->ops->on_data(a->userdata, stream, p, n);
+        int r = a->ops->on_data(a->userdata, stream, p, n);
+        return a->closed ? -1 : r;
 }
 
 /* Returns negative when the attach was closed (callbacks may close it). */
@@ -127,12 +131,9 @@ static int handle_bytes(struct attach *a, const char *p, size_t n)
                 /* What came after the head in this read is stream data. */
                 size_t used = head_len - (a->header.len - take);
                 a->state = A_STREAM;
-                bool closed = false;
-                a->closed_flag = &closed;
                 a->ops->on_open(a->userdata);
-                if (closed)
+                if (a->closed)
                         return -1;
-                a->closed_flag = NULL;
                 p += used;
                 n -= used;
         }
@@ -280,6 +281,8 @@ int attach_open(struct engine *eng, const char *container_id, const struct attac
 
 int attach_write(struct attach *a, const void *p, size_t n)
 {
+        if (a->closed)
+                return -EPIPE;
         int r = buf_append(&a->out, p, n);
         if (r < 0)
                 return r;
@@ -288,16 +291,23 @@ int attach_write(struct attach *a, const void *p, size_t n)
         return 0;
 }
 
-void attach_close(struct attach *a)
+static void attach_free(void *userdata)
 {
-        if (!a)
-                return;
-        if (a->closed_flag)
-                *a->closed_flag = true;
-        watch_remove(a->w);
-        if (a->fd >= 0)
-                close(a->fd);
+        struct attach *a = userdata;
         buf_free(&a->out);
         buf_free(&a->header);
         free(a);
+}
+
+void attach_close(struct attach *a)
+{
+        if (!a || a->closed)
+                return;
+        a->closed = true;
+        watch_remove(a->w);
+        a->w = NULL;
+        if (a->fd >= 0)
+                close(a->fd);
+        a->fd = -1;
+        loop_defer(engine_loop(a->eng), &a->free_d, attach_free, a);
 }

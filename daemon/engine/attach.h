@@ -28,8 +28,8 @@ struct attach;
 struct attach_ops {
         /* The engine switched protocols; stdin may be written from now on. */
         void (*on_open)(void *userdata);
-        /* Output: stream 1 stdout, 2 stderr. Return negative if the attach was
-         * closed inside the callback. */
+        /* Output: stream 1 stdout, 2 stderr. Return negative to stop reading
+         * (closing the attach inside the callback stops it too). */
         int (*on_data)(void *userdata, int stream, const char *p, size_t n);
         /* The stream ended: e is NULL at a clean EOF (the container exited). */
         void (*on_close)(void *userdata, const struct err *e);
@@ -41,5 +41,6 @@ int attach_open(struct engine *eng, const char *container_id, const struct attac
                 void *userdata, size_t max_out, struct attach **ret, struct err *e);
 /* Queue bytes for the container's stdin: -ENOBUFS past max_out. */
 int attach_write(struct attach *a, const void *p, size_t n);
-/* Close without any further callback. Accepts NULL. */
+/* Close without any further callback. Accepts NULL. Safe inside any of
+ * its callbacks: the attach is freed when the loop's round ends. */
 void attach_close(struct attach *a);

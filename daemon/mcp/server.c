@@ -1756,8 +1756,6 @@ static void tools_call(struct mcp_server *s, json_t *id, json_t *params)
                 /* A task answers at once; the run is followed with tasks/get. */
                 send_msg(s, jrpc_result(id, json_pack("{s:o}", "task", task_json(c))));
         } else if (timer_add(s->loop, call_detach, c, &c->sync_timer) == 0) {
-                /* Armed first: sandbox_run may finish (and free) the call at
-                 * once when it fails early; call_free removes the timer. */
                 long long ms = (long long)ceil(req.sync_wait_s * 1000);
                 timer_arm(c->sync_timer, ms > 0 ? ms : 1);
         }
@@ -1781,7 +1779,6 @@ static void tools_call(struct mcp_server *s, json_t *id, json_t *params)
         tools_request_free(&req); /* the sandbox has its copy */
         if (r < 0)
                 call_failed(c, failed);
-        /* On success the call may already be finished and freed. */
 }
 
 /* ---- MCP tasks */

@@ -112,31 +112,12 @@ struct sandbox {
         void (*run_then)(struct sandbox *);
         bool exec_pending;      /* its exec waits for a file operation to end */
         struct timer *fz_timer; /* renews a long freeze before the runtime lifts it */
-        struct guard *guards;   /* callers that must learn it was freed under them */
+        /* The caller hears of the result from the loop (core/loop.h), and
+         * a sandbox that is done is freed there too, after that: code that
+         * called out finds it S_DONE, never freed. */
+        struct defer deliver_d, free_d;
+        struct sandbox *dnext; /* mgr->done: released, not yet freed */
 };
-
-/* Calling out (to a caller's callback) may free the sandbox: a guard on the
- * stack tells the code around the call so. Guards nest. */
-struct guard {
-        bool freed;
-        struct guard *prev;
-};
-
-static void guard_push(struct sandbox *s, struct guard *g)
-{
-        g->freed = false;
-        g->prev = s->guards;
-        s->guards = g;
-}
-
-/* True when s was freed meanwhile (then s must not be touched). */
-static bool guard_pop(struct sandbox *s, struct guard *g)
-{
-        if (g->freed)
-                return true;
-        s->guards = g->prev;
-        return false;
-}
 
 struct sandbox_ask {
         struct sandbox *sb;
@@ -145,6 +126,11 @@ struct sandbox_ask {
         sandbox_ask_cb cb;
         void *userdata;
         struct timer *timer; /* ASK_TIMEOUT_MS: an answer that never comes */
+        /* Ended: the answer, handed over from the loop. */
+        bool ended;
+        json_t *result;
+        char *error;
+        struct defer d;
 };
 
 /* A read_file or write_file on a kept sandbox, run frozen. */
@@ -160,6 +146,12 @@ struct sandbox_fop {
         struct freeze_wait wait;
         bool waiting, frozen;
         struct files_op *op;
+        /* Failed before the engine answered: the error, handed over from
+         * the loop. */
+        bool failed;
+        int error;
+        char message[600];
+        struct defer d;
 };
 
 struct sandbox_mgr {
@@ -190,6 +182,8 @@ struct sandbox_mgr {
         unsigned n_refill;
         struct leftover *leftovers;   /* being removed by the sweep */
         struct bridge *bridge;        /* NULL: sandboxes call no MCP servers */
+        struct sandbox *done;         /* released sandboxes, freed from the loop */
+        bool freeing;                 /* sandbox_mgr_free: the loop runs no more */
         struct sandbox_images images; /* what a call may ask for (sandbox_mgr_prepare) */
         json_t *mounts;               /* HostConfig.Mounts binds of every sandbox, or NULL */
         void (*drained)(void *);
@@ -490,7 +484,7 @@ static void files_clear(struct sandbox *s)
         s->n_files = s->i_file = 0;
 }
 
-static void ask_end(struct sandbox_ask *a, json_t *result, const char *error)
+static void ask_unlink(struct sandbox_ask *a)
 {
         struct sandbox *s = a->sb;
         for (struct sandbox_ask **pp = &s->asks; *pp; pp = &(*pp)->next)
@@ -498,12 +492,33 @@ static void ask_end(struct sandbox_ask *a, json_t *result, const char *error)
                         *pp = a->next;
                         break;
                 }
-        sandbox_ask_cb cb = a->cb;
-        void *ud = a->userdata;
         timer_remove(a->timer);
+        a->timer = NULL;
+}
+
+static void ask_free(struct sandbox_ask *a)
+{
+        json_decref(a->result);
+        free(a->error);
         free(a);
-        if (cb)
-                cb(ud, result, error);
+}
+
+static void ask_deliver(void *userdata)
+{
+        struct sandbox_ask *a = userdata;
+        if (a->cb)
+                a->cb(a->userdata, a->result, a->error ? a->error : a->result ? NULL : "no answer");
+        ask_free(a);
+}
+
+/* The answer (or why there is none) goes to the caller from the loop. */
+static void ask_end(struct sandbox_ask *a, json_t *result, const char *error)
+{
+        ask_unlink(a);
+        a->ended = true;
+        a->result = json_incref(result);
+        a->error = error ? strdup(error) : NULL;
+        loop_defer(a->sb->mgr->loop, &a->d, ask_deliver, a);
 }
 
 static void ask_timeout(struct timer *t, void *userdata)
@@ -512,39 +527,22 @@ static void ask_timeout(struct timer *t, void *userdata)
         ask_end(userdata, NULL, "the sandbox's runtime did not answer in time");
 }
 
-static void sandbox_free(struct sandbox *s)
+static void fop_fail(struct sandbox_fop *f, int error, const char *message);
+static void fop_free(struct sandbox_fop *f);
+
+/* The last of it, from the loop: after its result was handed over. */
+static void sandbox_destroy(void *userdata)
 {
-        for (struct guard *g = s->guards; g; g = g->prev)
-                g->freed = true;
-        /* File operations under way end with an error; nothing waits for a
-         * freeze any more (the answer to it is ended just below). */
-        s->fz_waits = NULL;
-        while (s->fops) {
-                struct sandbox_fop *f = s->fops;
-                s->fops = f->next;
-                files_op_cancel(f->op);
-                struct files_result r = {
-                    .error = -EIO, .message = "the session's sandbox ended first", .path = f->path};
-                f->cb(f->userdata, &r);
-                free(f->data);
-                free(f);
-        }
-        /* Requests to its runtime get their answer: there will be none. */
-        while (s->asks)
-                ask_end(s->asks, NULL, "the sandbox ended before it answered");
-        sandbox_unlink(s);
-        files_op_cancel(s->fop);
-        files_clear(s);
-        json_decref(s->out_list);
+        struct sandbox *s = userdata;
+        struct sandbox_mgr *m = s->mgr;
+        for (struct sandbox **pp = &m->done; *pp; pp = &(*pp)->dnext)
+                if (*pp == s) {
+                        *pp = s->dnext;
+                        break;
+                }
+        defer_cancel(&s->deliver_d);
+        defer_cancel(&s->free_d);
         json_decref(s->res.out_files);
-        free(s->interrupt_msg);
-        timer_remove(s->fz_timer);
-        bridge_run_free(s->bridge);
-        engine_request_cancel(s->req);
-        attach_close(s->attach);
-        timer_remove(s->timer);
-        line_reader_free(&s->frames);
-        line_reader_free(&s->diag);
         buf_free(&s->res.out.data);
         buf_free(&s->res.err.data);
         free(s->res.error_type);
@@ -557,7 +555,69 @@ static void sandbox_free(struct sandbox *s)
         free(s);
 }
 
-/* Hand the result to the caller once. */
+/* Done: out of the manager's lists, nothing of it left running, and freed
+ * from the loop once its result is handed over (the result and the struct
+ * stay until then). */
+static void sandbox_release(struct sandbox *s)
+{
+        struct sandbox_mgr *m = s->mgr;
+        s->state = S_DONE;
+        /* File operations under way end with an error; nothing waits for a
+         * freeze any more (the answer to it is ended just below). */
+        s->fz_waits = NULL;
+        while (s->fops) {
+                if (m->freeing)
+                        fop_free(s->fops); /* nobody is left to tell */
+                else
+                        fop_fail(s->fops, -EIO, "the session's sandbox ended first");
+        }
+        /* Requests to its runtime get their answer: there will be none. */
+        while (s->asks) {
+                if (m->freeing)
+                        sandbox_ask_cancel(s->asks);
+                else
+                        ask_end(s->asks, NULL, "the sandbox ended before it answered");
+        }
+        sandbox_unlink(s);
+        files_op_cancel(s->fop);
+        s->fop = NULL;
+        files_clear(s);
+        json_decref(s->out_list);
+        s->out_list = NULL;
+        free(s->interrupt_msg);
+        s->interrupt_msg = NULL;
+        timer_remove(s->fz_timer);
+        s->fz_timer = NULL;
+        bridge_run_free(s->bridge);
+        s->bridge = NULL;
+        engine_request_cancel(s->req);
+        s->req = NULL;
+        attach_close(s->attach);
+        s->attach = NULL;
+        timer_remove(s->timer);
+        s->timer = NULL;
+        line_reader_free(&s->frames);
+        line_reader_free(&s->diag);
+        s->dnext = m->done;
+        m->done = s;
+        loop_defer(m->loop, &s->free_d, sandbox_destroy, s);
+}
+
+static void run_reset(struct sandbox *s);
+
+static void deliver_now(void *userdata)
+{
+        struct sandbox *s = userdata;
+        struct sandbox_mgr *m = s->mgr;
+        s->cb(s->userdata, &s->res);
+        /* A kept sandbox forgets the run, unless the callback began the next. */
+        if (s->state == S_IDLE && s->delivered)
+                run_reset(s);
+        /* The caller has its answer: now is the time to top the pool up. */
+        pool_refill(m);
+}
+
+/* The result is final: the caller hears of it once, from the loop. */
 static void deliver(struct sandbox *s)
 {
         if (s->delivered)
@@ -572,10 +632,7 @@ static void deliver(struct sandbox *s)
                 s->res.err.truncated = true;
         log_info("sandbox %s: %s in %lld ms", s->res.container_id ? s->res.container_id : "-",
                  sandbox_status_name(s->res.status), s->res.duration_ms);
-        struct sandbox_mgr *m = s->mgr;
-        s->cb(s->userdata, &s->res);
-        /* The caller has its answer: now is the time to top the pool up. */
-        pool_refill(m);
+        loop_defer(s->mgr->loop, &s->deliver_d, deliver_now, s);
 }
 
 static void slot_release(struct sandbox_mgr *m)
@@ -600,12 +657,8 @@ static void finish(struct sandbox *s)
 {
         struct sandbox_mgr *m = s->mgr;
         bool held_slot = s->state != S_QUEUED;
-        /* Out of reach before the caller hears of it: its callback may shut
-         * the manager down, which must not find (and free) s again. */
-        s->state = S_DONE;
-        sandbox_unlink(s);
         deliver(s);
-        sandbox_free(s);
+        sandbox_release(s);
         if (held_slot)
                 slot_release(m);
         else
@@ -665,14 +718,11 @@ static void start_remove(struct sandbox *s)
         timer_arm(s->timer, 0);
         engine_request_cancel(s->req);
         s->req = NULL;
-        /* Set first: delivering may lead the caller to shut everything down,
-         * which must not remove this container a second time. */
         s->state = S_REMOVING;
         if (!s->id) {
                 finish(s);
                 return;
         }
-        /* Deliver before sending: send_remove may finish (and free) s. */
         if (!s->killing)
                 deliver(s);
         send_remove(s);
@@ -841,13 +891,7 @@ static void end_run(struct sandbox *s)
         s->bridge = NULL;
         s->res.kept = true;
         s->state = S_IDLE;
-        struct guard g;
-        guard_push(s, &g);
-        deliver(s); /* the caller may run it again, or close it, right away */
-        if (guard_pop(s, &g))
-                return;
-        if (s->state == S_IDLE && s->delivered)
-                run_reset(s);
+        deliver(s); /* forgets the run once the caller has it */
 }
 
 /* The run ends before or without its code: status and message given. */
@@ -1209,8 +1253,6 @@ static int on_frame(void *userdata, const char *line, size_t len)
                 return 0;
         }
         int ret = 0;
-        struct guard g;
-        guard_push(s, &g);
         if (m.kind == JRPC_NOTIFICATION && strcmp(m.method, "sandbox/output") == 0) {
                 const char *stream = json_string_value(json_object_get(m.params, "stream"));
                 json_t *data = json_object_get(m.params, "data");
@@ -1302,10 +1344,7 @@ static int on_frame(void *userdata, const char *line, size_t len)
         }
         jrpc_msg_done(&m);
         json_decref(id);
-        /* A callback above may have freed s, or closed its stream: stop
-         * reading then (the line reader belongs to s). */
-        if (guard_pop(s, &g))
-                return -1;
+        /* Something above may have ended it: stop reading then. */
         if (!s->attach)
                 ret = -1;
         return ret;
@@ -1487,10 +1526,6 @@ static void on_timer(struct timer *t, void *userdata)
         (void)t;
         if (s->state == S_REMOVING) {
                 send_remove(s);
-        } else if (s->state == S_QUEUED && s->have_result) {
-                /* Refused before it started (fail_soon): hand the result over.
-                 * Not a start failure: nothing was started. */
-                sandbox_kill(s, ST_ENGINE_ERROR, NULL);
         } else if (s->state == S_BUSY && s->keep && s->interrupting == ST_OK) {
                 snprintf(msg, sizeof(msg), "the code ran longer than its time limit of %g s",
                          s->timeout_s);
@@ -1658,7 +1693,8 @@ void sandbox_cancel(struct sandbox *s)
 
 bool sandbox_idle(const struct sandbox *s)
 {
-        return s->state == S_IDLE && !s->closing;
+        /* Not while the last result is still on its way to the caller. */
+        return s->state == S_IDLE && !s->closing && !defer_queued(&s->deliver_d);
 }
 
 void sandbox_close(struct sandbox *s)
@@ -1724,8 +1760,11 @@ void sandbox_ask_cancel(struct sandbox_ask *a)
 {
         if (!a)
                 return;
-        a->cb = NULL;
-        ask_end(a, NULL, NULL);
+        if (a->ended)
+                defer_cancel(&a->d); /* its answer is not handed over */
+        else
+                ask_unlink(a);
+        ask_free(a);
 }
 
 /* ---- freezing a kept sandbox while its files move */
@@ -1734,10 +1773,6 @@ static void thaw(struct sandbox *s);
 static void thawed(struct sandbox *s);
 static void freeze_renew(struct timer *t, void *userdata);
 
-/* gcc cannot see that the guard is unlinked, or s freed, on every path. */
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wpragmas"
-#pragma GCC diagnostic ignored "-Wdangling-pointer"
 static void freeze_answer(void *userdata, json_t *result, const char *error)
 {
         struct sandbox *s = userdata;
@@ -1754,20 +1789,13 @@ static void freeze_answer(void *userdata, json_t *result, const char *error)
                 thaw(s); /* everyone gave up meanwhile */
                 return;
         }
-        struct guard g;
-        guard_push(s, &g);
         for (struct freeze_wait *next; w; w = next) {
                 next = w->next;
                 w->ready(w->userdata, frozen ? NULL : error ? error : "no answer");
-                if (g.freed)
-                        return; /* s is gone, and with it what waited */
         }
-        if (guard_pop(s, &g))
-                return;
-        if (!frozen)
+        if (!frozen && s->state != S_DONE)
                 thawed(s); /* a run waiting for the freeze to end need not wait */
 }
-#pragma GCC diagnostic pop
 
 /* Take a hold on the freeze: w->ready follows (at once when frozen). */
 static int freeze_get(struct sandbox *s, struct freeze_wait *w)
@@ -1844,7 +1872,9 @@ static void freeze_cancel(struct sandbox *s, struct freeze_wait *w)
                 }
 }
 
-static void fop_free(struct sandbox_fop *f)
+/* Out of the sandbox's hands: its freeze wait, file operation and hold
+ * given up. */
+static void fop_detach(struct sandbox_fop *f)
 {
         struct sandbox *s = f->sb;
         for (struct sandbox_fop **pp = &s->fops; *pp; pp = &(*pp)->next)
@@ -1854,38 +1884,51 @@ static void fop_free(struct sandbox_fop *f)
                 }
         if (f->waiting)
                 freeze_cancel(s, &f->wait);
+        f->waiting = false;
         files_op_cancel(f->op);
+        f->op = NULL;
         if (f->frozen)
                 freeze_put(s);
+        f->frozen = false;
+}
+
+static void fop_free(struct sandbox_fop *f)
+{
+        if (!f->failed)
+                fop_detach(f);
+        defer_cancel(&f->d);
         free(f->data);
         free(f);
 }
 
+/* The engine answered (from the loop): thawed before the answer goes out. */
 static void fop_done(void *userdata, const struct files_result *r)
 {
         struct sandbox_fop *f = userdata;
         f->op = NULL;
-        /* Thawed before the answer goes out. */
-        f->frozen = false;
-        freeze_put(f->sb);
-        files_cb cb = f->cb;
-        void *ud = f->userdata;
-        f->cb = NULL;
-        cb(ud, r);
+        fop_detach(f);
+        f->cb(f->userdata, r);
+        free(f->data);
+        free(f);
+}
+
+static void fop_failed(void *userdata)
+{
+        struct sandbox_fop *f = userdata;
+        struct files_result r = {.error = f->error, .message = f->message, .path = f->path};
+        f->cb(f->userdata, &r);
         fop_free(f);
 }
 
+/* The operation fails: the caller hears of it from the loop. */
 static void fop_fail(struct sandbox_fop *f, int error, const char *message)
 {
-        struct files_result r = {.error = error, .message = message, .path = f->path};
-        if (f->frozen) {
-                f->frozen = false;
-                freeze_put(f->sb);
-        }
-        files_cb cb = f->cb;
-        void *ud = f->userdata;
-        cb(ud, &r);
-        fop_free(f);
+        struct loop *l = f->sb->mgr->loop;
+        fop_detach(f);
+        f->failed = true;
+        f->error = error;
+        snprintf(f->message, sizeof(f->message), "%s", message);
+        loop_defer(l, &f->d, fop_failed, f);
 }
 
 static void fop_frozen(void *userdata, const char *error)
@@ -1932,15 +1975,13 @@ static int fop_start(struct sandbox *s, bool write, const char *path, const void
         s->fops = f;
         f->wait = (struct freeze_wait){.ready = fop_frozen, .userdata = f};
         f->waiting = true;
-        /* Set first: the answer may come before this returns. */
-        *ret = f;
         int r = freeze_get(s, &f->wait);
         if (r < 0) {
                 f->waiting = false;
-                *ret = NULL;
                 fop_free(f);
                 return r;
         }
+        *ret = f;
         return 0;
 }
 
@@ -2015,7 +2056,7 @@ static struct sandbox *sandbox_alloc(struct sandbox_mgr *m)
                 m->all->prev = s;
         m->all = s;
         if (timer_add(m->loop, on_timer, s, &s->timer) < 0) {
-                sandbox_free(s);
+                sandbox_release(s);
                 return NULL;
         }
         return s;
@@ -2110,15 +2151,15 @@ int sandbox_exec(struct sandbox *s, const struct sandbox_request *req, sandbox_d
         return 0;
 }
 
-/* Fail from the loop, not from inside sandbox_run: the caller holds the
- * handle only once sandbox_run has returned. */
-static void fail_soon(struct sandbox *s, const char *type, const char *msg)
+/* Refused before anything started (it holds no slot); the caller hears of
+ * it from the loop, like of any result. */
+static void refuse(struct sandbox *s, const char *type, const char *msg)
 {
-        s->state = S_QUEUED; /* holds no slot */
+        s->state = S_QUEUED;
         s->res.status = ST_ENGINE_ERROR;
         set_error(&s->res, type, msg);
         s->have_result = true;
-        timer_arm(s->timer, -1);
+        finish(s);
 }
 
 int sandbox_run(struct sandbox_mgr *m, const struct sandbox_request *req, sandbox_done_cb cb,
@@ -2161,15 +2202,17 @@ int sandbox_run(struct sandbox_mgr *m, const struct sandbox_request *req, sandbo
                 return -EBUSY;
         s = sandbox_alloc(m);
         if (!s || (other && !(s->image = strdup(req->image))) || assign(s, req, cb, userdata) < 0) {
-                if (s)
-                        sandbox_free(s);
+                if (s) {
+                        s->cb = NULL; /* nobody to tell */
+                        sandbox_release(s);
+                }
                 return -ENOMEM;
         }
         m->misses++;
         *ret = s;
         struct err e = {0};
         if (!mgr_engine(m, &e)) {
-                fail_soon(s, "EngineError", e.msg);
+                refuse(s, "EngineError", e.msg);
                 return 0;
         }
         /* Starts keep failing (image gone, engine broken): say why at once
@@ -2177,7 +2220,7 @@ int sandbox_run(struct sandbox_mgr *m, const struct sandbox_request *req, sandbo
          * back-off a call starts a sandbox again and so probes the cause
          * (the pool probes too, when there is one). */
         if (m->consecutive_failures >= POOL_FAIL_FAST && now_ms() < m->retry_at_ms) {
-                fail_soon(s, "EngineError", m->last_error);
+                refuse(s, "EngineError", m->last_error);
                 return 0;
         }
         if (m->active >= m->cfg->max_sandboxes) {
@@ -2487,7 +2530,7 @@ static void drain_deadline(struct timer *t, void *userdata)
                 struct sandbox *s = m->all;
                 bool held = s->state != S_QUEUED;
                 deliver(s);
-                sandbox_free(s);
+                sandbox_release(s);
                 if (held)
                         m->active--;
         }
@@ -2519,8 +2562,11 @@ void sandbox_mgr_free(struct sandbox_mgr *m)
 {
         if (!m)
                 return;
+        m->freeing = true;
         while (m->all)
-                sandbox_free(m->all);
+                sandbox_release(m->all);
+        while (m->done)
+                sandbox_destroy(m->done);
         timer_remove(m->drain_timer);
         timer_remove(m->tick);
         /* Their engine requests go with the engine, unanswered. */

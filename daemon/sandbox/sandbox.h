@@ -84,7 +84,9 @@ struct sandbox_result {
 struct sandbox;
 struct sandbox_mgr;
 
-/* Called exactly once per sandbox_run; the result is borrowed. */
+/* Called exactly once per sandbox_run or sandbox_exec, from the loop, never
+ * before the call that started the run returned (core/loop.h); the result
+ * is borrowed. The sandbox handle stays usable until then. */
 typedef void (*sandbox_done_cb)(void *userdata, const struct sandbox_result *res);
 
 /* `eng` may be NULL when no engine answered at start-up: each call then
@@ -111,14 +113,16 @@ json_t *sandbox_mgr_status(const struct sandbox_mgr *m);
 
 int sandbox_run(struct sandbox_mgr *m, const struct sandbox_request *req, sandbox_done_cb cb,
                 void *userdata, struct sandbox **ret);
-/* Kill the sandbox; its callback then reports ST_CANCELLED. A kept
- * sandbox's run is interrupted instead, and the sandbox stays. */
+/* Stop the run: kill the sandbox; its callback then reports ST_CANCELLED
+ * (unless the result was final already). A kept sandbox's run is
+ * interrupted instead, and the sandbox stays. */
 void sandbox_cancel(struct sandbox *s);
 
 /* Kept sandboxes (sessions). After a run with `keep` the sandbox waits,
  * idle, attached and with its container running. */
 bool sandbox_idle(const struct sandbox *s);
-/* Its next run; -EBUSY when it is not idle. `cb` as for sandbox_run. */
+/* Its next run; -EBUSY when it is not idle (also while the last result is
+ * on its way to the caller). `cb` as for sandbox_run. */
 int sandbox_exec(struct sandbox *s, const struct sandbox_request *req, sandbox_done_cb cb,
                  void *userdata);
 /* Remove it; a run in progress ends ST_CANCELLED (kept false). */
@@ -136,8 +140,8 @@ struct engine *sandbox_mgr_engine(const struct sandbox_mgr *m);
  * engine's archive endpoints (sandbox/files.h) while every other process of
  * the container is stopped (sandbox/freeze): the engine follows paths as
  * root, and code left running must not swap a checked directory for a
- * symlink meanwhile. `cb` once (perhaps before this returns; *ret is set
- * first), unless cancelled. -ENOTCONN when the sandbox is not there. */
+ * symlink meanwhile. `cb` once, from the loop, unless cancelled before it
+ * ran. -ENOTCONN when the sandbox is not there. */
 struct sandbox_fop;
 int sandbox_read_file(struct sandbox *s, const char *path, size_t max, files_cb cb, void *userdata,
                       struct sandbox_fop **ret);
@@ -146,8 +150,8 @@ int sandbox_write_file(struct sandbox *s, const char *path, const void *data, si
 void sandbox_fop_cancel(struct sandbox_fop *f);
 
 /* A request to a sandbox's runtime (sandbox/list): `cb` gets the result
- * object, or NULL and a message. Called once unless cancelled, also when
- * the sandbox ends first. `params` is stolen. */
+ * object, or NULL and a message, once, from the loop, unless cancelled
+ * before it ran; also when the sandbox ends first. `params` is stolen. */
 struct sandbox_ask;
 typedef void (*sandbox_ask_cb)(void *userdata, json_t *result, const char *error);
 int sandbox_ask(struct sandbox *s, const char *method, json_t *params, sandbox_ask_cb cb,

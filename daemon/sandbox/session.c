@@ -39,8 +39,6 @@ struct session_mgr {
         struct timer *tick;
         struct tombstone graves[TOMBSTONES];
         unsigned n_graves;        /* written so far; the newest TOMBSTONES are kept */
-        struct session *starting; /* being opened by session_run right now */
-        bool starting_ended;      /* ...and its first call ended within sandbox_run */
 };
 
 static void tick(struct timer *t, void *userdata);
@@ -209,8 +207,6 @@ static void session_done(void *userdata, const struct sandbox_result *res)
         struct session_mgr *m = x->mgr;
         sandbox_done_cb cb = x->cb;
         void *ud = x->userdata;
-        if (m->starting == x)
-                m->starting_ended = true;
         x->cb = NULL;
         x->busy = false;
         x->t_last = now_ms();
@@ -275,9 +271,6 @@ int session_run(struct session_mgr *m, const struct sandbox_request *req, sandbo
                 x->busy = true;
                 x->calls++;
                 x->t_last = now_ms();
-                /* Set first: the call may end (and its caller's state go)
-                 * before sandbox_exec returns. */
-                *ret = x->sb;
                 r = sandbox_exec(x->sb, &q, session_done, x);
                 if (r < 0) {
                         x->busy = false;
@@ -286,6 +279,7 @@ int session_run(struct session_mgr *m, const struct sandbox_request *req, sandbo
                                  strerror(-r));
                         return r;
                 }
+                *ret = x->sb;
                 return 0;
         }
         char why[400];
@@ -328,13 +322,7 @@ int session_run(struct session_mgr *m, const struct sandbox_request *req, sandbo
         m->all = x;
         struct sandbox_request q = *req;
         q.keep = true;
-        /* *ret is written before the call can end; if it ended within
-         * sandbox_run, x and the caller's state may be gone. */
-        m->starting = x;
-        m->starting_ended = false;
         r = sandbox_run(m->sm, &q, session_done, x, ret);
-        bool ended = m->starting_ended;
-        m->starting = NULL;
         if (r < 0) {
                 session_free(x);
                 if (r == -EBUSY)
@@ -348,10 +336,8 @@ int session_run(struct session_mgr *m, const struct sandbox_request *req, sandbo
                 return r;
         }
         log_info("session %s opening", name);
-        if (!ended) {
-                x->sb = *ret;
-                sandbox_set_owner(x->sb, gone, x);
-        }
+        x->sb = *ret;
+        sandbox_set_owner(x->sb, gone, x);
         arm(m);
         return 0;
 }

@@ -27,7 +27,7 @@ int session_name_check(const char *name, char *msg, size_t msg_size);
 
 /* Runs `req` in session req->session, opening it on first use. On success
  * *ret is the sandbox running it (for sandbox_cancel and sandbox_partial
- * until `cb`), and `cb` follows exactly once, perhaps before this returns.
+ * until `cb`), and `cb` follows exactly once, from the loop (core/loop.h).
  * Errors, with a message for the model to act on:
  *   -EBUSY    the session runs another call, or no sandbox slot is free
  *   -EUSERS   max_sessions sessions are open

@@ -62,6 +62,12 @@ struct upstream_call {
         struct timer *timer;
         upstream_cb cb;
         void *userdata;
+        /* Ended: its outcome, handed to the caller from the loop. */
+        bool ended;
+        json_t *result;
+        struct err err;
+        bool failed;
+        struct defer d;
 };
 
 struct upstream {
@@ -200,13 +206,40 @@ static void call_free(struct upstream_call *c)
 }
 
 /* Unlink, call back once, free. */
-static void call_finish(struct upstream_call *c, json_t *result, const struct err *e)
+static void call_deliver(void *userdata)
 {
-        call_unlink(c);
+        struct upstream_call *c = userdata;
         upstream_cb cb = c->cb;
         void *ud = c->userdata;
-        call_free(c);
-        cb(ud, result, e);
+        json_t *result = c->result;
+        struct err e = c->err;
+        bool failed = c->failed;
+        free(c);
+        cb(ud, result, failed ? &e : NULL);
+        json_decref(result);
+}
+
+/* The call is over: off the server's list now, its caller told from the
+ * loop (core/loop.h). `result` is borrowed. */
+static void call_finish(struct upstream_call *c, json_t *result, const struct err *e)
+{
+        struct loop *l = c->u->set->loop;
+        call_unlink(c);
+        if (c->id && c->u->http)
+                http_conn_forget(c->u->http, c->id);
+        timer_remove(c->timer);
+        c->timer = NULL;
+        json_decref(c->params);
+        c->params = NULL;
+        free(c->method);
+        c->method = NULL;
+        c->ended = true;
+        c->result = json_incref(result);
+        if (e) {
+                c->err = *e;
+                c->failed = true;
+        }
+        loop_defer(l, &c->d, call_deliver, c);
 }
 
 static void call_fail(struct upstream_call *c, int code, const char *fmt, ...) _printf_(3, 4);
@@ -1246,6 +1279,12 @@ void upstream_call_cancel(struct upstream_call *c)
 {
         if (!c)
                 return;
+        if (c->ended) { /* over, but not told yet: it will not be */
+                defer_cancel(&c->d);
+                json_decref(c->result);
+                free(c);
+                return;
+        }
         struct upstream *u = c->u;
         if (c->id && u->state == U_READY) {
                 json_t *p = json_pack("{s:I, s:s}", "requestId", (json_int_t)c->id, "reason",
