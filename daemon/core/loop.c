@@ -34,7 +34,7 @@ struct loop {
         int epfd;
         bool quit;
         struct list deferred; /* deferred calls, oldest first */
-        struct watch *dead;              /* freed after the current dispatch round */
+        struct watch *dead;   /* freed after the current dispatch round */
         int sigfd;
         struct watch *sigwatch;
         sigset_t sigmask;
@@ -129,7 +129,8 @@ int loop_iterate(struct loop *l, int timeout_ms)
 {
         struct epoll_event evs[64];
         /* Deferred calls waiting: look at the events without waiting. */
-        int n = epoll_wait(l->epfd, evs, (int)ARRAY_SIZE(evs), list_empty(&l->deferred) ? timeout_ms : 0);
+        int n = epoll_wait(l->epfd, evs, (int)ARRAY_SIZE(evs),
+                           list_empty(&l->deferred) ? timeout_ms : 0);
         if (n < 0 && errno != EINTR)
                 return -errno;
         for (int i = 0; i < n; i++) {

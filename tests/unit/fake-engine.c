@@ -408,8 +408,8 @@ static void handle_request(struct fake_conn *c, const char *method, const char *
                 respond(c, 200, json_array()); /* none built by corral */
         } else if (strncmp(path, "/images/", 8) == 0) {
                 /* Any image is there, with no labels. */
-                respond(c, 200, json_pack("{s:s, s:{s:{}}}", "Id", "sha256:fake", "Config",
-                                          "Labels"));
+                respond(c, 200,
+                        json_pack("{s:s, s:{s:{}}}", "Id", "sha256:fake", "Config", "Labels"));
         } else {
                 respond_error(c, 404, "fake engine: no such route");
         }

@@ -92,8 +92,8 @@ static json_t *call(const char *method, json_t *params, int ms)
  * error's code in *ret_code. */
 static json_t *tool(const char *name, json_t *args, int *ret_code)
 {
-        json_t *resp = call("tools/call", json_pack("{s:s, s:o}", "name", name, "arguments", args),
-                            10000);
+        json_t *resp =
+            call("tools/call", json_pack("{s:s, s:o}", "name", name, "arguments", args), 10000);
         json_t *result = json_incref(json_object_get(resp, "result"));
         if (ret_code)
                 *ret_code = (int)json_integer_value(
@@ -104,7 +104,8 @@ static json_t *tool(const char *name, json_t *args, int *ret_code)
 
 static const char *sc(json_t *result, const char *key)
 {
-        return json_string_value(json_object_get(json_object_get(result, "structuredContent"), key));
+        return json_string_value(
+            json_object_get(json_object_get(result, "structuredContent"), key));
 }
 
 static const char *err_type(json_t *result)
@@ -155,9 +156,9 @@ static void test_list(void)
         json_t *r = call("tools/list", json_object(), 2000);
         json_t *tools = json_object_get(json_object_get(r, "result"), "tools");
         static const char *const names[] = {
-            "run_python", "run_shell",  "sandbox_status", "job_status", "job_result",
-            "job_cancel", "job_list",   "session_list",   "session_close",
-            "write_file", "read_file",  "list_files",     "list_servers",  "search_tools"};
+            "run_python", "run_shell",  "sandbox_status", "job_status",    "job_result",
+            "job_cancel", "job_list",   "session_list",   "session_close", "write_file",
+            "read_file",  "list_files", "list_servers",   "search_tools"};
         for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
                 ok(has_tool(tools, names[i]), "tools/list: %s, with its input schema", names[i]);
         json_decref(r);
@@ -199,8 +200,8 @@ static void test_run(void)
 static void test_jobs(void)
 {
         int code = 0;
-        json_t *r = tool("run_python", json_pack("{s:s, s:f}", "code", "hang", "sync_wait_s", 0.2),
-                         &code);
+        json_t *r =
+            tool("run_python", json_pack("{s:s, s:f}", "code", "hang", "sync_wait_s", 0.2), &code);
         is_str(sc(r, "status"), "running", "a run past sync_wait_s becomes a job");
         const char *job = sc(r, "job_id");
         char id[64];
@@ -227,8 +228,8 @@ static void test_jobs(void)
 static void test_sessions(void)
 {
         int code = 0;
-        json_t *r = tool("run_python", json_pack("{s:s, s:s}", "code", "print:a", "session", "s1"),
-                         &code);
+        json_t *r =
+            tool("run_python", json_pack("{s:s, s:s}", "code", "print:a", "session", "s1"), &code);
         is_str(sc(r, "status"), "ok", "a session's first run");
         json_decref(r);
         r = tool("session_list", json_object(), &code);
@@ -270,8 +271,8 @@ static void test_busy(void)
         is_str(err_type(r), "Busy", "and error type Busy");
         json_decref(r);
         for (int i = 0; i < n; i++) {
-                json_decref(tool("job_cancel", json_pack("{s:s}", "job_id", sc(jobs[i], "job_id")),
-                                 &code));
+                json_decref(
+                    tool("job_cancel", json_pack("{s:s}", "job_id", sc(jobs[i], "job_id")), &code));
                 json_decref(jobs[i]);
         }
 }
