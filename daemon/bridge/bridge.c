@@ -1,6 +1,7 @@
 #include "bridge/bridge.h"
 
 #include "core/buf.h"
+#include "core/list.h"
 #include "core/log.h"
 
 #include <ctype.h>
@@ -24,7 +25,7 @@ enum bcall_kind { BC_LIST, BC_CALL };
 /* One request of the sandbox in flight. */
 struct bcall {
         struct bridge_run *run;
-        struct bcall *prev, *next;
+        struct list node; /* r->bcalls */
         enum bcall_kind kind;
         json_t *id; /* the runtime's */
         struct upstream *u;
@@ -42,10 +43,10 @@ struct bridge_run {
         char sandbox[64];
         bridge_send_fn send;
         void *userdata;
-        long calls;     /* tools/call requests this run */
-        long denials;   /* refused ones: only the first DENIALS_AUDITED are written */
-        long in_flight; /* all requests being served */
-        struct bcall *head;
+        long calls;         /* tools/call requests this run */
+        long denials;       /* refused ones: only the first DENIALS_AUDITED are written */
+        long in_flight;     /* all requests being served */
+        struct list bcalls; /* in flight */
         /* Answers go out from the loop (core/loop.h), in order. */
         json_t *outbox;
         struct defer flush_d;
@@ -166,6 +167,7 @@ int bridge_run_new(struct bridge *b, json_t *names, bridge_send_fn send, void *u
         r->b = b;
         r->send = send;
         r->userdata = userdata;
+        list_init(&r->bcalls);
         size_t n = json_array_size(names);
         r->servers = calloc(n + 1, sizeof(char *));
         r->outbox = json_array();
@@ -301,10 +303,7 @@ static struct bcall *bcall_new(struct bridge_run *r, enum bcall_kind kind, json_
         c->id = json_incref(id);
         c->u = u;
         c->t0 = now_ms();
-        c->next = r->head;
-        if (r->head)
-                r->head->prev = c;
-        r->head = c;
+        list_push(&r->bcalls, &c->node);
         r->in_flight++;
         return c;
 }
@@ -312,12 +311,7 @@ static struct bcall *bcall_new(struct bridge_run *r, enum bcall_kind kind, json_
 static void bcall_free(struct bcall *c)
 {
         struct bridge_run *r = c->run;
-        if (c->prev)
-                c->prev->next = c->next;
-        else
-                r->head = c->next;
-        if (c->next)
-                c->next->prev = c->prev;
+        list_del(&c->node);
         r->in_flight--;
         json_decref(c->id);
         json_decref(c->arguments);
@@ -329,8 +323,8 @@ void bridge_run_free(struct bridge_run *r)
 {
         if (!r)
                 return;
-        while (r->head) {
-                struct bcall *c = r->head;
+        while (!list_empty(&r->bcalls)) {
+                struct bcall *c = list_first(&r->bcalls, struct bcall, node);
                 upstream_call_cancel(c->uc);
                 if (c->kind == BC_CALL)
                         audit(r, upstream_spec(c->u)->name, c->tool, c->argument_bytes, 0, c->t0,
@@ -677,7 +671,11 @@ static void handle_servers(struct bridge_run *r, json_t *id)
 static void handle_cancel(struct bridge_run *r, json_t *params)
 {
         json_t *rid = json_object_get(params, "requestId");
-        for (struct bcall *c = r->head; rid && c; c = c->next)
+        struct bcall *c;
+        if (!rid)
+                return;
+        list_for_each(c, &r->bcalls, node)
+        {
                 if (json_equal(c->id, rid)) {
                         upstream_call_cancel(c->uc);
                         if (c->kind == BC_CALL)
@@ -686,6 +684,7 @@ static void handle_cancel(struct bridge_run *r, json_t *params)
                         bcall_free(c);
                         return;
                 }
+        }
 }
 
 void bridge_run_handle(struct bridge_run *r, const struct jrpc_msg *m)

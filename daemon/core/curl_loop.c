@@ -1,5 +1,6 @@
 #include "core/curl_loop.h"
 
+#include "core/list.h"
 #include "core/util.h"
 
 #include <stdbool.h>
@@ -10,7 +11,7 @@
 
 /* One added transfer: what to call when it ends. */
 struct xfer {
-        struct xfer *prev, *next;
+        struct list node; /* cl->xfers */
         CURL *easy;
         curl_done_cb cb;
         void *userdata;
@@ -20,7 +21,7 @@ struct curl_loop {
         struct loop *loop;
         CURLM *multi;
         struct timer *timer;
-        struct xfer *xfers;
+        struct list xfers;
 };
 
 /* A socket libcurl asked us to watch. */
@@ -29,16 +30,6 @@ struct sockinfo {
         curl_socket_t fd;
         struct watch *w;
 };
-
-static void xfer_unlink(struct curl_loop *cl, struct xfer *x)
-{
-        if (x->prev)
-                x->prev->next = x->next;
-        else
-                cl->xfers = x->next;
-        if (x->next)
-                x->next->prev = x->prev;
-}
 
 /* Called after every curl_multi_socket_action, outside libcurl's callbacks,
  * so that completion callbacks may add and remove handles. */
@@ -57,7 +48,7 @@ static void check_done(struct curl_loop *cl)
                 curl_easy_setopt(easy, CURLOPT_PRIVATE, NULL);
                 if (!x)
                         continue;
-                xfer_unlink(cl, x);
+                list_del(&x->node);
                 curl_done_cb cb = x->cb;
                 void *ud = x->userdata;
                 free(x);
@@ -143,6 +134,7 @@ int curl_loop_new(struct loop *l, struct curl_loop **ret)
         if (!cl)
                 return -ENOMEM;
         cl->loop = l;
+        list_init(&cl->xfers);
         if (!(cl->multi = curl_multi_init()) || timer_add(l, on_timer, cl, &cl->timer) < 0) {
                 curl_loop_free(cl);
                 return -ENOMEM;
@@ -163,8 +155,8 @@ void curl_loop_free(struct curl_loop *cl)
 {
         if (!cl)
                 return;
-        while (cl->xfers)
-                curl_loop_remove(cl, cl->xfers->easy);
+        while (!list_empty(&cl->xfers))
+                curl_loop_remove(cl, list_first(&cl->xfers, struct xfer, node)->easy);
         if (cl->multi)
                 curl_multi_cleanup(cl->multi);
         timer_remove(cl->timer);
@@ -190,10 +182,7 @@ int curl_loop_add(struct curl_loop *cl, CURL *easy, curl_done_cb cb, void *userd
                 free(x);
                 return -EIO;
         }
-        x->next = cl->xfers;
-        if (cl->xfers)
-                cl->xfers->prev = x;
-        cl->xfers = x;
+        list_push(&cl->xfers, &x->node);
         return 0;
 }
 
@@ -207,6 +196,6 @@ void curl_loop_remove(struct curl_loop *cl, CURL *easy)
                 return;
         curl_multi_remove_handle(cl->multi, easy);
         curl_easy_setopt(easy, CURLOPT_PRIVATE, NULL);
-        xfer_unlink(cl, x);
+        list_del(&x->node);
         free(x);
 }

@@ -1,5 +1,7 @@
 #include "engine/engine.h"
 
+#include "core/list.h"
+
 #include "core/buf.h"
 #include "core/curl_loop.h"
 #include "core/log.h"
@@ -19,12 +21,12 @@ struct engine {
         char *base_url;
         size_t max_body;
         enum engine_kind kind;
-        struct engine_req *reqs; /* in flight, for engine_free */
+        struct list reqs; /* in flight, for engine_free */
 };
 
 struct engine_req {
         struct engine *eng;
-        struct engine_req *prev, *next;
+        struct list node; /* eng->reqs */
         CURL *easy;
         struct curl_slist *headers;
         char *body;
@@ -182,6 +184,7 @@ int engine_new(struct loop *l, const char *url, size_t max_body, struct engine *
                 return -ENOMEM;
         eng->loop = l;
         eng->max_body = max_body;
+        list_init(&eng->reqs);
         int r = engine_endpoint_parse(url, &eng->ep, e);
         if (r < 0) {
                 free(eng);
@@ -214,13 +217,8 @@ static void req_free(struct engine_req *r)
         if (r->easy) {
                 curl_loop_remove(r->eng->curl, r->easy);
                 curl_easy_cleanup(r->easy);
-                if (r->prev)
-                        r->prev->next = r->next;
-                else
-                        r->eng->reqs = r->next;
-                if (r->next)
-                        r->next->prev = r->prev;
         }
+        list_del(&r->node);
         curl_slist_free_all(r->headers);
         free(r->body);
         buf_free(&r->resp);
@@ -233,8 +231,8 @@ void engine_free(struct engine *eng)
         if (!eng)
                 return;
         /* Requests still pending are abandoned, callbacks unsaid. */
-        while (eng->reqs)
-                req_free(eng->reqs);
+        while (!list_empty(&eng->reqs))
+                req_free(list_first(&eng->reqs, struct engine_req, node));
         curl_loop_free(eng->curl);
         engine_endpoint_done(&eng->ep);
         free(eng->base_url);
@@ -392,10 +390,7 @@ static int req_start(struct engine *eng, const char *method, const char *path, e
                 return -ENOMEM;
         }
         log_debug("engine: %s %s", method, path);
-        r->next = eng->reqs;
-        if (eng->reqs)
-                eng->reqs->prev = r;
-        eng->reqs = r;
+        list_push(&eng->reqs, &r->node);
         curl_easy_setopt(r->easy, CURLOPT_URL, url);
         free(url);
         if (eng->ep.unix_path)

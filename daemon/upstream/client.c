@@ -4,6 +4,7 @@
 #include "core/curl_loop.h"
 #include "core/jsonrpc.h"
 #include "core/confine.h"
+#include "core/list.h"
 #include "core/log.h"
 #include "upstream/http.h"
 #include "upstream/mask.h"
@@ -53,8 +54,8 @@ enum ustate {
 
 struct upstream_call {
         struct upstream *u;
-        struct upstream_call *prev, *next;
-        json_int_t id; /* 0 until sent */
+        struct list node; /* u->calls */
+        json_int_t id;    /* 0 until sent */
         char *method;
         json_t *params;
         bool ready_wait; /* upstream_when_ready: no request of its own */
@@ -86,8 +87,8 @@ struct upstream {
         int pages;
         unsigned long long listing_bytes; /* of the pages so far */
         bool relist;                      /* the list changed while it was being read */
-        struct upstream_call *calls;
-        struct timer *timer; /* start deadline, restart back-off, kill grace */
+        struct list calls;                /* newest first */
+        struct timer *timer;              /* start deadline, restart back-off, kill grace */
         char *last_error;
         char *last_stderr;
         long long started_ms, retry_at_ms;
@@ -184,14 +185,7 @@ static int pidfd_open_(pid_t pid)
 
 static void call_unlink(struct upstream_call *c)
 {
-        struct upstream *u = c->u;
-        if (c->prev)
-                c->prev->next = c->next;
-        else
-                u->calls = c->next;
-        if (c->next)
-                c->next->prev = c->prev;
-        c->prev = c->next = NULL;
+        list_del(&c->node);
 }
 
 static void call_free(struct upstream_call *c)
@@ -337,6 +331,18 @@ static void send_call(struct upstream_call *c)
                           u->spec->name);
 }
 
+/* The newest call not sent yet, or NULL. */
+static struct upstream_call *first_unsent(struct upstream *u)
+{
+        struct upstream_call *c;
+        list_for_each(c, &u->calls, node)
+        {
+                if (c->id == 0)
+                        return c;
+        }
+        return NULL;
+}
+
 static void became_ready(struct upstream *u)
 {
         u->state = U_READY;
@@ -345,18 +351,15 @@ static void became_ready(struct upstream *u)
         free(u->last_error);
         u->last_error = NULL;
         log_info("upstream %s: connected, %zu tools", u->spec->name, json_array_size(u->tools));
-        /* Callbacks may cancel other calls: restart the walk each time. */
-        for (;;) {
-                struct upstream_call *c = u->calls;
-                while (c && c->id != 0)
-                        c = c->next;
-                if (!c)
-                        break;
+        /* Those that waited go (their callers hear from the loop). Each
+         * step sends or ends one, and the walk starts over: whatever a
+         * step does to the list, no stale neighbour is followed. */
+        struct upstream_call *c;
+        while ((c = first_unsent(u)))
                 if (c->ready_wait)
                         call_finish(c, u->tools, NULL);
                 else
                         send_call(c);
-        }
 }
 
 static void request_tools(struct upstream *u, const char *cursor)
@@ -489,9 +492,12 @@ static void answer_server(struct upstream *u, struct jrpc_msg *m)
 
 static struct upstream_call *call_with_id(struct upstream *u, json_int_t id)
 {
-        for (struct upstream_call *c = u->calls; c; c = c->next)
+        struct upstream_call *c;
+        list_for_each(c, &u->calls, node)
+        {
                 if (c->id != 0 && c->id == id)
                         return c;
+        }
         return NULL;
 }
 
@@ -513,8 +519,9 @@ static int on_line(void *userdata, const char *line, size_t len)
                         json_t *why = json_pack("{s:s}", "message", "a page over the limit");
                         tools_page(u, NULL, why, 0);
                         json_decref(why);
-                } else if (u->calls && !u->calls->next && u->calls->id)
-                        call_fail(u->calls, UPE_TOO_LARGE,
+                } else if (list_length(&u->calls) == 1 &&
+                           list_first(&u->calls, struct upstream_call, node)->id)
+                        call_fail(list_first(&u->calls, struct upstream_call, node), UPE_TOO_LARGE,
                                   "server '%s' answered with a message over %llu bytes",
                                   u->spec->name, (unsigned long long)u->lines.max);
                 return 0;
@@ -782,20 +789,25 @@ static void u_died(struct upstream *u, const char *why)
         log_warn("%s", u->last_error ? u->last_error : "upstream died");
         /* What the server had fails: calls in flight, and calls queued for
          * a start that failed. A call not yet sent to a server that was
-         * ready waits for the next one (the timer starts it). A callback
-         * may end other calls: the walk starts over each time. */
+         * ready waits for the next one (the timer starts it). Each failed
+         * call leaves the list, and the walk starts over. */
         for (;;) {
-                struct upstream_call *c = u->calls;
-                while (c && !was_starting && !c->id && !c->ready_wait)
-                        c = c->next;
-                if (!c)
+                struct upstream_call *c, *found = NULL;
+                list_for_each(c, &u->calls, node)
+                {
+                        if (was_starting || c->id || c->ready_wait) {
+                                found = c;
+                                break;
+                        }
+                }
+                if (!found)
                         break;
-                call_fail(c, UPE_UNAVAILABLE, "%s (corral restarts it on the next call)",
+                call_fail(found, UPE_UNAVAILABLE, "%s (corral restarts it on the next call)",
                           u->last_error ? u->last_error : "the server is gone");
         }
         /* Calls wait to be sent: the next server starts for them, after
          * the back-off (-1: at once). */
-        if (u->state == U_DEAD && u->calls)
+        if (u->state == U_DEAD && !list_empty(&u->calls))
                 timer_arm(u->timer, u->backoff_ms ? u->backoff_ms : -1);
 }
 
@@ -1022,7 +1034,7 @@ static void u_timer(struct timer *t, void *userdata)
                                START_TIMEOUT_MS / 1000);
                 u_kill(u, SIGKILL);
                 u_died(u, NULL);
-        } else if (u->state == U_DEAD && u->calls) {
+        } else if (u->state == U_DEAD && !list_empty(&u->calls)) {
                 u_start(u); /* the back-off is over and calls wait */
         }
 }
@@ -1240,10 +1252,7 @@ static int add_call(struct upstream *u, const char *method, json_t *params, doub
                 call_free(c);
                 return r < 0 ? r : -ENOMEM;
         }
-        c->next = u->calls;
-        if (u->calls)
-                u->calls->prev = c;
-        u->calls = c;
+        list_push(&u->calls, &c->node);
         *ret = c;
         if (u->set->shutting_down) {
                 call_fail(c, UPE_UNAVAILABLE, "corral is shutting down");
@@ -1319,6 +1328,7 @@ int upstream_set_new(struct loop *l, const struct config *cfg, struct registry *
                 u->set = set;
                 u->spec = &set->reg.v[i];
                 u->pidfd = u->in_fd = u->out_fd = u->err_fd = -1;
+                list_init(&u->calls);
                 /* What may queue for its stdin: a few calls of a frame each. */
                 buf_init(&u->wbuf, 4 * cfg->max_frame);
                 /* Room for a result of a whole frame plus the envelope. */
@@ -1354,8 +1364,9 @@ void upstream_set_shutdown(struct upstream_set *set, void (*done)(void *), void 
         set->done_ud = userdata;
         for (size_t i = 0; i < set->n; i++) {
                 struct upstream *u = &set->v[i];
-                while (u->calls)
-                        call_fail(u->calls, UPE_UNAVAILABLE, "corral is shutting down");
+                while (!list_empty(&u->calls))
+                        call_fail(list_first(&u->calls, struct upstream_call, node),
+                                  UPE_UNAVAILABLE, "corral is shutting down");
                 if (u->http) {
                         /* End the session (best effort, briefly). */
                         u->stopping = true;
@@ -1383,8 +1394,8 @@ void upstream_set_free(struct upstream_set *set)
                 return;
         for (size_t i = 0; i < set->n; i++) {
                 struct upstream *u = &set->v[i];
-                while (u->calls) {
-                        struct upstream_call *c = u->calls;
+                while (!list_empty(&u->calls)) {
+                        struct upstream_call *c = list_first(&u->calls, struct upstream_call, node);
                         call_unlink(c);
                         call_free(c);
                 }

@@ -1,5 +1,6 @@
 #include "upstream/http.h"
 
+#include "core/list.h"
 #include "upstream/mask.h"
 
 #include <ctype.h>
@@ -173,8 +174,8 @@ int http_body_end(struct http_body *b, line_cb cb, void *userdata)
 
 /* What the event loop hands on: a message, or the end of a POST. */
 struct event {
-        struct event *next;
-        bool done; /* else a message */
+        struct list node; /* c->queue */
+        bool done;        /* else a message */
         json_int_t id;
         bool failed, lost;
         struct err e;
@@ -184,7 +185,7 @@ struct event {
 
 struct post {
         struct http_conn *c;
-        struct post *prev, *next;
+        struct list node; /* c->posts */
         CURL *easy;
         struct curl_slist *headers;
         char *url; /* this POST's target (after a redirect), or NULL: the connection's */
@@ -219,9 +220,9 @@ struct http_conn {
         char *protocol;
         const struct http_conn_ops *ops;
         void *userdata;
-        struct post *posts;
-        struct event *queue, *queue_tail;
-        size_t queued; /* message bytes waiting in the queue */
+        struct list posts;
+        struct list queue; /* struct event, oldest first */
+        size_t queued;     /* message bytes waiting in the queue */
         struct timer *kick;
         bool dispatching, doomed;
         bool closed;         /* shut down: no more requests */
@@ -319,11 +320,7 @@ static void kick(struct http_conn *c)
 
 static void enqueue(struct http_conn *c, struct event *ev)
 {
-        if (c->queue_tail)
-                c->queue_tail->next = ev;
-        else
-                c->queue = ev;
-        c->queue_tail = ev;
+        list_append(&c->queue, &ev->node);
         c->queued += ev->len;
         kick(c);
 }
@@ -347,12 +344,7 @@ static void post_free(struct post *po)
                 curl_loop_remove(c->cl, po->easy);
                 curl_easy_cleanup(po->easy);
         }
-        if (po->prev)
-                po->prev->next = po->next;
-        else if (c->posts == po)
-                c->posts = po->next;
-        if (po->next)
-                po->next->prev = po->prev;
+        list_del(&po->node);
         if (c->listen == po)
                 c->listen = NULL;
         curl_slist_free_all(po->headers);
@@ -365,19 +357,18 @@ static void post_free(struct post *po)
 
 static void queue_clear(struct http_conn *c)
 {
-        while (c->queue) {
-                struct event *ev = c->queue;
-                c->queue = ev->next;
+        while (!list_empty(&c->queue)) {
+                struct event *ev = list_first(&c->queue, struct event, node);
+                list_del(&ev->node);
                 free(ev);
         }
-        c->queue_tail = NULL;
         c->queued = 0;
 }
 
 static void conn_destroy(struct http_conn *c)
 {
-        while (c->posts)
-                post_free(c->posts);
+        while (!list_empty(&c->posts))
+                post_free(list_first(&c->posts, struct post, node));
         if (c->del) {
                 curl_loop_remove(c->cl, c->del);
                 curl_easy_cleanup(c->del);
@@ -404,8 +395,8 @@ void http_conn_free(struct http_conn *c)
                 /* From inside a callback: stop every transfer now, free the
                  * rest once the callback is back in dispatch(). */
                 c->doomed = true;
-                while (c->posts)
-                        post_free(c->posts);
+                while (!list_empty(&c->posts))
+                        post_free(list_first(&c->posts, struct post, node));
                 return;
         }
         conn_destroy(c);
@@ -417,11 +408,9 @@ static void dispatch(struct timer *t, void *userdata)
         struct http_conn *c = userdata;
         (void)t;
         c->dispatching = true;
-        while (c->queue && !c->doomed) {
-                struct event *ev = c->queue;
-                c->queue = ev->next;
-                if (!c->queue)
-                        c->queue_tail = NULL;
+        while (!list_empty(&c->queue) && !c->doomed) {
+                struct event *ev = list_first(&c->queue, struct event, node);
+                list_del(&ev->node);
                 c->queued -= ev->len;
                 if (ev->done)
                         c->ops->post_done(c->userdata, ev->id, ev->failed ? &ev->e : NULL,
@@ -437,11 +426,16 @@ static void dispatch(struct timer *t, void *userdata)
         }
         /* Transfers held back while the queue was full may go on. Resuming
          * may feed the queue again at once. */
-        for (struct post *po = c->posts; po && c->queued < c->max; po = po->next)
+        struct post *po;
+        list_for_each(po, &c->posts, node)
+        {
+                if (c->queued >= c->max)
+                        break;
                 if (po->paused) {
                         po->paused = false;
                         curl_easy_pause(po->easy, CURLPAUSE_CONT);
                 }
+        }
 }
 
 /* Header lines of every answer (a redirect's and a 1xx's too: each status
@@ -878,6 +872,8 @@ int http_conn_new(struct curl_loop *cl, const char *url, char *const *headers, s
         if (!c)
                 return -ENOMEM;
         c->cl = cl;
+        list_init(&c->posts);
+        list_init(&c->queue);
         c->mask = mask;
         c->max = max_message;
         c->ops = ops;
@@ -914,10 +910,7 @@ int http_conn_post(struct http_conn *c, const char *body, size_t len, json_int_t
         po->initialize = initialize;
         po->len = len;
         po->body = malloc(len ? len : 1);
-        po->next = c->posts;
-        if (c->posts)
-                c->posts->prev = po;
-        c->posts = po;
+        list_push(&c->posts, &po->node);
         if (!po->body) {
                 post_free(po);
                 return -ENOMEM;
@@ -938,10 +931,7 @@ int http_conn_listen(struct http_conn *c)
                 return -ENOMEM;
         po->c = c;
         po->get = true;
-        po->next = c->posts;
-        if (c->posts)
-                c->posts->prev = po;
-        c->posts = po;
+        list_push(&c->posts, &po->node);
         int r = post_start(po);
         if (r < 0) {
                 post_free(po);
@@ -967,11 +957,14 @@ void http_conn_forget(struct http_conn *c, json_int_t id)
 {
         if (!c || !id)
                 return;
-        for (struct post *po = c->posts; po; po = po->next)
+        struct post *po;
+        list_for_each(po, &c->posts, node)
+        {
                 if (po->id == id) {
                         post_free(po);
                         return;
                 }
+        }
 }
 
 static size_t discard(char *p, size_t size, size_t n, void *userdata)
@@ -999,8 +992,8 @@ bool http_conn_shutdown(struct http_conn *c, void (*done)(void *), void *userdat
 {
         c->closed = true;
         timer_arm(c->relisten, 0);
-        while (c->posts)
-                post_free(c->posts);
+        while (!list_empty(&c->posts))
+                post_free(list_first(&c->posts, struct post, node));
         queue_clear(c);
         if (!c->session || c->del || c->doomed)
                 return false;
