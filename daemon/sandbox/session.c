@@ -38,7 +38,7 @@ struct session_mgr {
         struct session *all;
         struct timer *tick;
         struct tombstone graves[TOMBSTONES];
-        unsigned n_graves;        /* written so far; the newest TOMBSTONES are kept */
+        unsigned n_graves; /* written so far; the newest TOMBSTONES are kept */
 };
 
 static void tick(struct timer *t, void *userdata);
