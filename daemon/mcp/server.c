@@ -1086,8 +1086,9 @@ static json_t *session_error_result(int r, const char *msg)
 {
         switch (r) {
         case -EBUSY:
-                return tools_error_result("busy", strstr(msg, "slot") ? "Busy" : "SessionBusy",
-                                          msg);
+                return tools_error_result("busy", "SessionBusy", msg);
+        case -EAGAIN:
+                return tools_error_result("busy", "Busy", msg);
         case -EUSERS:
                 return tools_error_result("busy", "TooManySessions", msg);
         case -ENOLINK:
@@ -1296,13 +1297,13 @@ static json_t *file_error_result(int error, const char *message)
 static struct sandbox *file_session(struct mcp_server *s, json_t *id, const char *name)
 {
         char msg[600];
-        struct sandbox *sb = session_sandbox(s->sessions, name, msg, sizeof(msg));
-        if (!sb) {
-                send_msg(s,
-                         jrpc_result(id, tools_error_result(
-                                             strstr(msg, "starting") ? "busy" : "invalid_arguments",
-                                             strstr(msg, "starting") ? "SessionBusy" : "NoSession",
-                                             utf8_scrub(msg))));
+        struct sandbox *sb;
+        int r = session_sandbox(s->sessions, name, &sb, msg, sizeof(msg));
+        if (r < 0) {
+                send_msg(s, jrpc_result(
+                                id, tools_error_result(r == -EAGAIN ? "busy" : "invalid_arguments",
+                                                       r == -EAGAIN ? "SessionBusy" : "NoSession",
+                                                       utf8_scrub(msg))));
                 return NULL;
         }
         if (!sandbox_mgr_engine(s->mgr) || !sandbox_container(sb)) {

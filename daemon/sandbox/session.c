@@ -333,7 +333,8 @@ int session_run(struct session_mgr *m, const struct sandbox_request *req, sandbo
                 else
                         snprintf(msg, msg_size, "cannot open session \"%s\": %s", name,
                                  strerror(-r));
-                return r;
+                /* -EBUSY would say that the session itself is busy. */
+                return r == -EBUSY ? -EAGAIN : r;
         }
         log_info("session %s opening", name);
         x->sb = *ret;
@@ -342,7 +343,8 @@ int session_run(struct session_mgr *m, const struct sandbox_request *req, sandbo
         return 0;
 }
 
-struct sandbox *session_sandbox(struct session_mgr *m, const char *name, char *msg, size_t msg_size)
+int session_sandbox(struct session_mgr *m, const char *name, struct sandbox **ret, char *msg,
+                    size_t msg_size)
 {
         struct session *x = find(m, name);
         char why[400];
@@ -354,17 +356,18 @@ struct sandbox *session_sandbox(struct session_mgr *m, const char *name, char *m
                                  "no session \"%s\": run_python or run_shell with "
                                  "\"session\" opens one (session_list shows those open)",
                                  name);
-                return NULL;
+                return -ENOENT;
         }
         if (!x->open || !x->sb) {
                 snprintf(msg, msg_size,
                          "session \"%s\" is still starting: try again when its "
                          "first call has ended",
                          name);
-                return NULL;
+                return -EAGAIN;
         }
         x->t_last = now_ms();
-        return x->sb;
+        *ret = x->sb;
+        return 0;
 }
 
 bool session_exists(struct session_mgr *m, const char *name)

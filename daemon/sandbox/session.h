@@ -29,7 +29,9 @@ int session_name_check(const char *name, char *msg, size_t msg_size);
  * *ret is the sandbox running it (for sandbox_cancel and sandbox_partial
  * until `cb`), and `cb` follows exactly once, from the loop (core/loop.h).
  * Errors, with a message for the model to act on:
- *   -EBUSY    the session runs another call, or no sandbox slot is free
+ *   -EBUSY    the session runs another call
+ *   -EAGAIN   it is not open yet and no sandbox slot is free (max_sandboxes
+ *             busy, max_queue calls waiting)
  *   -EUSERS   max_sessions sessions are open
  *   -ENOLINK  the session ended since its last call (why is in the
  *             message); it is forgotten, so the next call opens a new one
@@ -38,10 +40,12 @@ int session_name_check(const char *name, char *msg, size_t msg_size);
 int session_run(struct session_mgr *m, const struct sandbox_request *req, sandbox_done_cb cb,
                 void *userdata, struct sandbox **ret, char *msg, size_t msg_size);
 
-/* The sandbox of an open session, for its files (counts as activity), or
- * NULL with a message (no such session, ended, or still starting). */
-struct sandbox *session_sandbox(struct session_mgr *m, const char *name, char *msg,
-                                size_t msg_size);
+/* The sandbox of an open session, for its files (counts as activity): 0
+ * and *ret, or with a message:
+ *   -ENOENT   no such session (none opened, or it ended)
+ *   -EAGAIN   its first call has not ended yet (still starting) */
+int session_sandbox(struct session_mgr *m, const char *name, struct sandbox **ret, char *msg,
+                    size_t msg_size);
 /* Whether a session of that name is open (or starting). */
 bool session_exists(struct session_mgr *m, const char *name);
 
