@@ -7,16 +7,14 @@
 #include "core/loop.h"
 #include "core/util.h"
 #include "mcp/tools.h"
+#include "mcp/transport.h"
 #include "sandbox/files.h"
 #include "sandbox/session.h"
 #include "runtime/protocol.h"
 
-#include <fcntl.h>
 #include <math.h>
-#include <poll.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/epoll.h>
 #include <time.h>
 
 #ifndef CORRAL_VERSION
@@ -136,35 +134,18 @@ struct mcp_server {
         struct bridge *bridge; /* may be NULL */
         struct search *searches;
         char names[512]; /* the servers, for run_python's description */
-        int in_fd, out_fd;
-        struct watch *in_watch, *out_watch;
-        struct timer *file_timer; /* stdin that epoll cannot watch (a file) */
-        struct line_reader lines;
-        size_t line_max;
-        struct jrpc_id_scan scan; /* the id of a line too long to take */
-        struct buf out;
+        struct transport *transport;
+        size_t line_max; /* the longest message taken (tools_line_max) */
         struct call *calls;
         unsigned job_seq;
         bool initialized; /* initialize answered */
-        bool stopped;
         void (*on_eof)(void *);
         void *userdata;
 };
 
-static void flush_out(struct mcp_server *s);
-
 static void send_msg(struct mcp_server *s, json_t *msg)
 {
-        size_t len;
-        char *line = jrpc_encode(msg, &len);
-        if (!line) {
-                log_err("cannot encode a message for the host");
-                return;
-        }
-        if (buf_append(&s->out, line, len) < 0)
-                log_err("output to the host is backed up; dropped a %zu-byte message", len);
-        free(line);
-        flush_out(s);
+        transport_send(s->transport, msg);
 }
 
 static void send_error(struct mcp_server *s, json_t *id, int code, const char *message)
@@ -179,37 +160,6 @@ static void send_tool_result(struct mcp_server *s, json_t *id, json_t *result)
                 send_msg(s, jrpc_result(id, result));
         else
                 send_error(s, id, JRPC_INTERNAL_ERROR, "cannot encode the result");
-}
-
-static void out_ready(struct watch *w, uint32_t events, void *userdata)
-{
-        (void)w;
-        (void)events;
-        flush_out(userdata);
-}
-
-static void flush_out(struct mcp_server *s)
-{
-        while (s->out.len > 0) {
-                ssize_t k = write(s->out_fd, s->out.data, s->out.len);
-                if (k < 0) {
-                        if (errno == EINTR)
-                                continue;
-                        if (errno != EAGAIN) {
-                                log_err("writing to the host failed: %s", strerror(errno));
-                                s->out.len = 0;
-                        }
-                        break;
-                }
-                buf_consume(&s->out, (size_t)k);
-        }
-        if (s->out.len > 0 && !s->out_watch) {
-                if (watch_add(s->loop, s->out_fd, EPOLLOUT, out_ready, s, &s->out_watch) < 0)
-                        log_err("cannot wait for the host to read");
-        } else if (s->out.len == 0 && s->out_watch) {
-                watch_remove(s->out_watch);
-                s->out_watch = NULL;
-        }
 }
 
 /* ---- tools/call */
@@ -1992,54 +1942,35 @@ static void handle_request(struct mcp_server *s, struct jrpc_msg *m)
         }
 }
 
-/* The bytes of a line too long to take go by the id scanner only. */
-static void long_line_bytes(void *userdata, const char *p, size_t n)
+/* A message over the transport's limit: refused, under its id when it
+ * could be read, so that the host's request does not wait forever. */
+static void on_too_long(void *userdata, json_t *id, bool notification)
 {
         struct mcp_server *s = userdata;
-        jrpc_id_scan_feed(&s->scan, p, n);
-}
-
-/* A line too long to take has ended: refused, under its id when it could
- * be read, so that the host's request does not wait forever. */
-static void long_line_refused(struct mcp_server *s)
-{
-        json_t *id = NULL;
-        enum jrpc_scan_result k = jrpc_id_scan_end(&s->scan, &id);
-        jrpc_id_scan_init(&s->scan);
         char msg[300];
         snprintf(msg, sizeof(msg),
                  "message larger than the limit of %zu bytes (max_frame, raised to fit a "
                  "write_file of file_max_bytes in base64); skipped",
                  s->line_max);
-        if (k == JRPC_SCAN_NOTIFICATION) {
+        if (notification) {
                 log_warn("%s (a notification: no reply)", msg);
                 return;
         }
         log_warn("%s%s", msg, id ? "" : " (its id could not be read: answered with id null)");
         send_error(s, id, JRPC_INVALID_REQUEST, msg);
-        json_decref(id);
 }
 
-static int on_line(void *userdata, const char *line, size_t len)
+static void on_message(void *userdata, const char *text, size_t len)
 {
         struct mcp_server *s = userdata;
-        if (!line) {
-                long_line_refused(s);
-                return 0;
-        }
-        /* Tolerate CRLF and blank lines. */
-        if (len && line[len - 1] == '\r')
-                len--;
-        if (len == 0)
-                return 0;
         struct jrpc_msg m;
         json_t *id = NULL;
         struct err e = {0};
-        int code = jrpc_parse(line, len, &m, &id, &e);
+        int code = jrpc_parse(text, len, &m, &id, &e);
         if (code < 0) {
                 send_error(s, code == JRPC_PARSE_ERROR ? NULL : id, code, e.msg);
                 json_decref(id);
-                return 0;
+                return;
         }
         json_decref(id);
         switch (m.kind) {
@@ -2057,48 +1988,20 @@ static int on_line(void *userdata, const char *line, size_t len)
                 break;
         }
         jrpc_msg_done(&m);
-        return 0;
 }
 
-static void read_input(struct mcp_server *s)
+static void on_ended(void *userdata)
 {
-        char chunk[65536];
-        for (int i = 0; i < 16 && !s->stopped; i++) {
-                ssize_t k = read(s->in_fd, chunk, sizeof(chunk));
-                if (k < 0) {
-                        if (errno == EINTR)
-                                continue;
-                        if (errno == EAGAIN)
-                                return;
-                        log_err("reading from the host failed: %s", strerror(errno));
-                        k = 0;
-                }
-                if (k == 0) {
-                        log_info("the host closed stdin");
-                        mcp_server_stop(s);
-                        if (s->on_eof)
-                                s->on_eof(s->userdata);
-                        return;
-                }
-                line_reader_feed(&s->lines, chunk, (size_t)k, on_line, s);
-        }
-        /* More may be waiting on a plain file: come back after other work. */
-        if (s->file_timer)
-                timer_arm(s->file_timer, -1);
+        struct mcp_server *s = userdata;
+        if (s->on_eof)
+                s->on_eof(s->userdata);
 }
 
-static void in_ready(struct watch *w, uint32_t events, void *userdata)
-{
-        (void)w;
-        (void)events;
-        read_input(userdata);
-}
-
-static void in_file_tick(struct timer *t, void *userdata)
-{
-        (void)t;
-        read_input(userdata);
-}
+static const struct transport_events stdio_events = {
+    .message = on_message,
+    .too_long = on_too_long,
+    .ended = on_ended,
+};
 
 int mcp_server_new(struct loop *l, const struct config *cfg, struct sandbox_mgr *mgr,
                    struct session_mgr *sessions, struct bridge *bridge, int in_fd, int out_fd,
@@ -2111,8 +2014,6 @@ int mcp_server_new(struct loop *l, const struct config *cfg, struct sandbox_mgr 
                                  .cfg = cfg,
                                  .mgr = mgr,
                                  .sessions = sessions,
-                                 .in_fd = in_fd,
-                                 .out_fd = out_fd,
                                  .bridge = bridge,
                                  .on_eof = on_eof,
                                  .userdata = userdata};
@@ -2134,22 +2035,7 @@ int mcp_server_new(struct loop *l, const struct config *cfg, struct sandbox_mgr 
                 used += (size_t)k;
         }
         s->line_max = tools_line_max(cfg);
-        line_reader_init(&s->lines, s->line_max);
-        line_reader_watch_long(&s->lines, long_line_bytes, s);
-        jrpc_id_scan_init(&s->scan);
-        /* Output is ours to produce; the bound only catches a host that
-         * stopped reading altogether. */
-        buf_init(&s->out, 1ULL << 30);
-        fcntl(in_fd, F_SETFL, fcntl(in_fd, F_GETFL) | O_NONBLOCK);
-        fcntl(out_fd, F_SETFL, fcntl(out_fd, F_GETFL) | O_NONBLOCK);
-        int r = watch_add(l, in_fd, EPOLLIN, in_ready, s, &s->in_watch);
-        if (r == -EPERM) {
-                /* A regular file or /dev/null: always readable. */
-                s->in_watch = NULL;
-                r = timer_add(l, in_file_tick, s, &s->file_timer);
-                if (r == 0)
-                        r = timer_arm(s->file_timer, -1);
-        }
+        int r = transport_stdio_new(l, in_fd, out_fd, s->line_max, &stdio_events, s, &s->transport);
         if (r < 0) {
                 mcp_server_free(s);
                 return r;
@@ -2160,27 +2046,13 @@ int mcp_server_new(struct loop *l, const struct config *cfg, struct sandbox_mgr 
 
 void mcp_server_stop(struct mcp_server *s)
 {
-        if (s->stopped)
-                return;
-        s->stopped = true;
-        watch_remove(s->in_watch);
-        s->in_watch = NULL;
-        timer_remove(s->file_timer);
-        s->file_timer = NULL;
+        if (s->transport)
+                transport_stop(s->transport);
 }
 
 void mcp_server_flush(struct mcp_server *s, int timeout_ms)
 {
-        long long deadline = now_ms() + timeout_ms;
-        while (s->out.len > 0 && now_ms() < deadline) {
-                struct pollfd p = {.fd = s->out_fd, .events = POLLOUT};
-                if (poll(&p, 1, (int)(deadline - now_ms())) <= 0)
-                        break;
-                size_t before = s->out.len;
-                flush_out(s);
-                if (s->out.len == before)
-                        break;
-        }
+        transport_flush(s->transport, timeout_ms);
 }
 
 void mcp_server_free(struct mcp_server *s)
@@ -2194,8 +2066,6 @@ void mcp_server_free(struct mcp_server *s)
                 fcall_free(s->fcalls);
         while (s->searches)
                 search_free(s->searches);
-        watch_remove(s->out_watch);
-        line_reader_free(&s->lines);
-        buf_free(&s->out);
+        transport_free(s->transport);
         free(s);
 }
