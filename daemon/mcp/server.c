@@ -6,6 +6,7 @@
 #include "core/log.h"
 #include "core/loop.h"
 #include "core/util.h"
+#include "mcp/internal.h"
 #include "mcp/tools.h"
 #include "mcp/transport.h"
 #include "sandbox/files.h"
@@ -28,26 +29,6 @@ static const char *const protocol_versions[] = {
     "2024-11-05",
 };
 
-/* notifications/progress for a call whose host sent a progressToken. */
-#define PROGRESS_MIN_MS       200  /* at most five a second */
-#define PROGRESS_HEARTBEAT_MS 5000 /* and one at least this often */
-#define PROGRESS_TAIL         4096 /* bytes of newest output kept */
-#define PROGRESS_LINES        5    /* lines of it in a message */
-#define PROGRESS_MESSAGE_MAX  1000 /* bytes */
-
-struct progress {
-        json_t *token;
-        struct timer *timer;
-        long long last_ms; /* when we last sent */
-        double last;       /* the last progress value sent */
-        double done;       /* the code's last report, if above last */
-        double total;      /* the code's, < 0 when it gave none */
-        char *message;     /* the code's last message, or NULL */
-        bool pending;      /* something new since the last one */
-        char tail[PROGRESS_TAIL];
-        size_t tail_len;
-};
-
 /* A call still running after its sync_wait_s is answered "running" and
  * goes on as a job, followed with job_status / job_result / job_cancel. */
 #define JOB_KEEP_MAX 64   /* finished jobs kept at most; the oldest go first */
@@ -65,9 +46,8 @@ struct job_wait {
 
 /* MCP tasks (2025-11-25): a tools/call with `task` is a job from its start,
  * followed with tasks/get, tasks/result, tasks/cancel and tasks/list. */
-#define TASK_POLL_MS     1000
-#define TASK_TTL_MAX_MS  (24LL * 3600 * 1000)
-#define RELATED_TASK_KEY "io.modelcontextprotocol/related-task"
+#define TASK_POLL_MS    1000
+#define TASK_TTL_MAX_MS (24LL * 3600 * 1000)
 
 struct call {
         struct mcp_server *srv;
@@ -81,7 +61,7 @@ struct call {
         char *session;             /* the session it runs in, or NULL */
         long long t_start, t_end;
         struct timer *sync_timer; /* sync_wait_s */
-        char job_id[24];          /* "" until it becomes a job */
+        char job_id[JOB_ID_MAX];  /* "" until it becomes a job */
         json_t *result;           /* a finished job's result */
         struct timer *expire;     /* job_retention_s after it ended */
         struct job_wait *waits;
@@ -125,179 +105,38 @@ struct file_call {
         size_t bytes;         /* write_file's content */
 };
 
-struct mcp_server {
-        struct loop *loop;
-        const struct config *cfg;
-        struct sandbox_mgr *mgr;
-        struct session_mgr *sessions;
-        struct file_call *fcalls;
-        struct bridge *bridge; /* may be NULL */
-        struct search *searches;
-        char names[512]; /* the servers, for run_python's description */
-        struct transport *transport;
-        size_t line_max; /* the longest message taken (tools_line_max) */
-        struct call *calls;
-        unsigned job_seq;
-        bool initialized; /* initialize answered */
-        void (*on_eof)(void *);
-        void *userdata;
-};
-
-static void send_msg(struct mcp_server *s, json_t *msg)
+void mcp_send(struct mcp_server *s, json_t *msg)
 {
         transport_send(s->transport, msg);
 }
 
-static void send_error(struct mcp_server *s, json_t *id, int code, const char *message)
+void mcp_send_error(struct mcp_server *s, json_t *id, int code, const char *message)
 {
-        send_msg(s, jrpc_error(id, code, message, NULL));
+        mcp_send(s, jrpc_error(id, code, message, NULL));
 }
 
-/* A tool's result, stolen; NULL (it could not be built) is an internal error. */
-static void send_tool_result(struct mcp_server *s, json_t *id, json_t *result)
+void mcp_send_result(struct mcp_server *s, json_t *id, json_t *result)
 {
         if (result)
-                send_msg(s, jrpc_result(id, result));
+                mcp_send(s, jrpc_result(id, result));
         else
-                send_error(s, id, JRPC_INTERNAL_ERROR, "cannot encode the result");
+                mcp_send_error(s, id, JRPC_INTERNAL_ERROR, "cannot encode the result");
 }
 
 /* ---- tools/call */
 
-static void progress_free(struct progress *p)
-{
-        if (!p)
-                return;
-        timer_remove(p->timer);
-        json_decref(p->token);
-        free(p->message);
-        free(p);
-}
-
-/* The newest lines of output, at most PROGRESS_MESSAGE_MAX bytes. */
-static char *progress_lines(const struct progress *p)
-{
-        size_t end = p->tail_len;
-        while (end > 0 && (p->tail[end - 1] == '\n' || p->tail[end - 1] == '\r'))
-                end--;
-        size_t start = end;
-        for (int lines = 0; start > 0; start--)
-                if (p->tail[start - 1] == '\n' && ++lines == PROGRESS_LINES)
-                        break;
-        if (end - start > PROGRESS_MESSAGE_MAX)
-                start = end - PROGRESS_MESSAGE_MAX;
-        /* Never start inside a UTF-8 sequence. */
-        while (start < end && ((unsigned char)p->tail[start] & 0xC0) == 0x80)
-                start++;
-        return strndup(p->tail + start, end - start);
-}
-
-static void progress_send(struct call *c)
-{
-        struct progress *p = c->progress;
-        /* The value must grow with every notification: the code's own
-         * report counts when it does; otherwise a small step above the last
-         * (small, so that output between the code's reports does not run
-         * ahead of them). Rounded to the step so it prints short. */
-        double value = p->done > p->last ? p->done : round((p->last + 0.001) * 1000) / 1000;
-        char *lines = progress_lines(p);
-        const char *msg = p->message ? p->message : lines;
-        json_t *params = json_pack("{s:O, s:f}", "progressToken", p->token, "progress", value);
-        if (params && p->total >= 0)
-                json_object_set_new(params, "total", json_real(p->total));
-        if (params && msg && *msg)
-                json_object_set_new(params, "message", json_string(msg));
-        if (params && c->task) /* the tasks specification: tied to its task */
-                json_object_set_new(params, "_meta",
-                                    json_pack("{s:{s:s}}", RELATED_TASK_KEY, "taskId", c->job_id));
-        free(lines);
-        if (params)
-                send_msg(c->srv, jrpc_notification("notifications/progress", params));
-        p->last = value;
-        p->last_ms = now_ms();
-        p->pending = false;
-        timer_arm(p->timer, PROGRESS_HEARTBEAT_MS);
-}
-
-static void progress_tick(struct timer *t, void *userdata)
-{
-        struct call *c = userdata;
-        (void)t;
-        if (!c->cancelled)
-                progress_send(c);
-}
-
-/* Send now, or when PROGRESS_MIN_MS has passed since the last one. */
-static void progress_soon(struct call *c)
-{
-        struct progress *p = c->progress;
-        long long wait = p->last_ms + PROGRESS_MIN_MS - now_ms();
-        if (p->last_ms == 0 || wait <= 0)
-                progress_send(c);
-        else if (!p->pending) {
-                p->pending = true;
-                timer_arm(p->timer, wait);
-        }
-}
-
+/* The run's output and the code's own reports, for its progress. */
 static void call_output(void *userdata, bool is_stderr, const char *data, size_t n)
 {
         struct call *c = userdata;
-        struct progress *p = c->progress;
         (void)is_stderr;
-        if (!p || n == 0 || c->cancelled)
-                return;
-        if (n >= PROGRESS_TAIL) {
-                memcpy(p->tail, data + n - PROGRESS_TAIL, PROGRESS_TAIL);
-                p->tail_len = PROGRESS_TAIL;
-        } else {
-                if (p->tail_len + n > PROGRESS_TAIL) {
-                        size_t drop = p->tail_len + n - PROGRESS_TAIL;
-                        memmove(p->tail, p->tail + drop, p->tail_len - drop);
-                        p->tail_len -= drop;
-                }
-                memcpy(p->tail + p->tail_len, data, n);
-                p->tail_len += n;
-        }
-        /* The code's own message stays until it reports again. */
-        progress_soon(c);
+        progress_output(c->progress, data, n);
 }
 
 static void call_progress(void *userdata, double done, double total, const char *message)
 {
         struct call *c = userdata;
-        struct progress *p = c->progress;
-        if (!p || c->cancelled)
-                return;
-        free(p->message);
-        p->message = NULL;
-        if (message) {
-                size_t n = strlen(message);
-                if (n > PROGRESS_MESSAGE_MAX)
-                        n = utf8_cut(message, PROGRESS_MESSAGE_MAX);
-                p->message = strndup(message, n);
-        }
-        p->total = total;
-        p->done = done;
-        progress_soon(c);
-}
-
-/* A progressToken in tools/call's _meta: a string or an integer. */
-static struct progress *progress_new(struct mcp_server *s, json_t *params, struct call *c)
-{
-        json_t *tok = json_object_get(json_object_get(params, "_meta"), "progressToken");
-        if (!json_is_string(tok) && !json_is_integer(tok))
-                return NULL;
-        struct progress *p = calloc(1, sizeof(*p));
-        if (!p || timer_add(s->loop, progress_tick, c, &p->timer) < 0) {
-                free(p);
-                log_warn("cannot follow a call's progress: out of memory");
-                return NULL;
-        }
-        p->token = json_incref(tok);
-        p->total = -1;
-        timer_arm(p->timer, PROGRESS_HEARTBEAT_MS);
-        return p;
+        progress_report(c->progress, done, total, message);
 }
 
 static void job_wait_free(struct job_wait *w)
@@ -459,7 +298,7 @@ static void job_store(struct call *c, json_t *result)
         c->updated_wall = wall_ms();
         while (c->waits) {
                 struct job_wait *w = c->waits;
-                send_tool_result(s, w->id, w->timer ? json_deep_copy(c->result) : task_payload(c));
+                mcp_send_result(s, w->id, w->timer ? json_deep_copy(c->result) : task_payload(c));
                 job_wait_free(w);
         }
         long long keep = (long long)(s->cfg->job_retention_s * 1000);
@@ -467,7 +306,7 @@ static void job_store(struct call *c, json_t *result)
                 /* Kept job_retention_s after its end, and its ttl from its start. */
                 long long by_ttl = c->created_wall + c->ttl_ms - c->updated_wall;
                 keep = by_ttl > keep ? by_ttl : keep;
-                send_msg(s, jrpc_notification("notifications/tasks/status", task_json(c)));
+                mcp_send(s, jrpc_notification("notifications/tasks/status", task_json(c)));
         }
         if (timer_add(s->loop, job_expire, c, &c->expire) == 0)
                 timer_arm(c->expire, keep > 0 ? keep : 1);
@@ -494,7 +333,7 @@ static void call_detach(struct timer *t, void *userdata)
         progress_free(c->progress);
         c->progress = NULL;
         log_info("%s goes on as %s", c->tool, c->job_id);
-        send_tool_result(s, c->id, job_running_result(c));
+        mcp_send_result(s, c->id, job_running_result(c));
 }
 
 static void call_done(void *userdata, const struct sandbox_result *res)
@@ -509,7 +348,7 @@ static void call_done(void *userdata, const struct sandbox_result *res)
         }
         /* A withdrawn call gets no response (MCP cancellation rules). */
         if (!c->cancelled)
-                send_tool_result(c->srv, c->id, tools_result(res, c->session));
+                mcp_send_result(c->srv, c->id, tools_result(res, c->session));
         call_free(c);
 }
 
@@ -540,7 +379,7 @@ static json_t *servers_listing(struct mcp_server *s)
 static void list_servers(struct mcp_server *s, json_t *id, json_t *args)
 {
         if (args && (!json_is_object(args) || json_object_size(args) > 0)) {
-                send_msg(s, jrpc_result(id, tool_error("list_servers takes no arguments")));
+                mcp_send(s, jrpc_result(id, tool_error("list_servers takes no arguments")));
                 return;
         }
         json_t *list = servers_listing(s);
@@ -575,7 +414,7 @@ static void list_servers(struct mcp_server *s, json_t *id, json_t *args)
             json_pack("{s:[{s:s, s:s}], s:{s:o}, s:b}", "content", "type", "text", "text",
                       buf_str(&text), "structuredContent", "servers", list, "isError", 0);
         buf_free(&text);
-        send_msg(s, jrpc_result(id, result));
+        mcp_send(s, jrpc_result(id, result));
 }
 
 static void search_free(struct search *q)
@@ -718,7 +557,7 @@ static void search_answer(struct search *q)
                                    "text", buf_str(&text), "structuredContent", "tools", tools,
                                    "errors", errors, "isError", 0);
         buf_free(&text);
-        send_msg(s, jrpc_result(q->id, result));
+        mcp_send(s, jrpc_result(q->id, result));
         search_free(q);
 }
 
@@ -743,7 +582,7 @@ static void search_tools(struct mcp_server *s, json_t *id, json_t *args)
         json_object_foreach(args, key, v)
         {
                 if (strcmp(key, "query") && strcmp(key, "server") && strcmp(key, "limit")) {
-                        send_msg(s, jrpc_result(id, tool_error("search_tools takes query, server "
+                        mcp_send(s, jrpc_result(id, tool_error("search_tools takes query, server "
                                                                "and limit")));
                         return;
                 }
@@ -751,7 +590,7 @@ static void search_tools(struct mcp_server *s, json_t *id, json_t *args)
         if (!query || strlen(query) > 1000 || (server && !json_is_string(server)) ||
             (limit && (!json_is_integer(limit) || json_integer_value(limit) < 1 ||
                        json_integer_value(limit) > 200))) {
-                send_msg(s, jrpc_result(id, tool_error("search_tools needs a \"query\" string "
+                mcp_send(s, jrpc_result(id, tool_error("search_tools needs a \"query\" string "
                                                        "(at most 1000 bytes), an optional "
                                                        "\"server\" name and a \"limit\" from 1 "
                                                        "to 200")));
@@ -766,7 +605,7 @@ static void search_tools(struct mcp_server *s, json_t *id, json_t *args)
                                      -EINVAL);
                 json_decref(one);
                 if (r < 0) {
-                        send_msg(s, jrpc_result(id, tool_error(utf8_scrub(msg))));
+                        mcp_send(s, jrpc_result(id, tool_error(utf8_scrub(msg))));
                         return;
                 }
         }
@@ -777,7 +616,7 @@ static void search_tools(struct mcp_server *s, json_t *id, json_t *args)
                 if (q)
                         free(q->query);
                 free(q);
-                send_error(s, id, JRPC_INTERNAL_ERROR, "out of memory");
+                mcp_send_error(s, id, JRPC_INTERNAL_ERROR, "out of memory");
                 return;
         }
         q->srv = s;
@@ -834,14 +673,14 @@ static struct call *job_find(struct mcp_server *s, json_t *id, json_t *args, con
                                  "unknown argument \"%.100s\" (%s takes job_id%s%s)", key, tool,
                                  extra ? " and " : "", extra ? extra : "");
                         utf8_scrub(msg);
-                        send_msg(s, jrpc_result(id, tool_error(msg)));
+                        mcp_send(s, jrpc_result(id, tool_error(msg)));
                         return NULL;
                 }
         }
         const char *job = json_string_value(json_object_get(args, "job_id"));
         if (!job) {
                 snprintf(msg, sizeof(msg), "%s needs \"job_id\", a string", tool);
-                send_msg(s, jrpc_result(id, tool_error(msg)));
+                mcp_send(s, jrpc_result(id, tool_error(msg)));
                 return NULL;
         }
         for (struct call *c = s->calls; c; c = c->next)
@@ -852,7 +691,7 @@ static struct call *job_find(struct mcp_server *s, json_t *id, json_t *args, con
                  "still kept (%.0f s after they end)",
                  job, s->cfg->job_retention_s);
         utf8_scrub(msg);
-        send_msg(s, jrpc_result(id, tool_error(msg)));
+        mcp_send(s, jrpc_result(id, tool_error(msg)));
         return NULL;
 }
 
@@ -898,7 +737,7 @@ static void job_status(struct mcp_server *s, json_t *id, json_t *args)
             text, sizeof(text), "%s (%s): %s, %lld ms%s", c->job_id, c->tool, job_status_name(c),
             (long long)json_integer_value(json_object_get(st, "duration_ms")),
             c->sb ? "; job_result with wait_s waits for the end" : "; job_result gives the result");
-        send_msg(s, jrpc_result(id, job_text_result(st, text)));
+        mcp_send(s, jrpc_result(id, job_text_result(st, text)));
 }
 
 static void job_wait_tick(struct timer *t, void *userdata)
@@ -906,7 +745,7 @@ static void job_wait_tick(struct timer *t, void *userdata)
         struct job_wait *w = userdata;
         struct call *c = w->job;
         (void)t;
-        send_tool_result(c->srv, w->id, job_running_result(c));
+        mcp_send_result(c->srv, w->id, job_running_result(c));
         job_wait_free(w);
 }
 
@@ -921,21 +760,21 @@ static void job_result(struct mcp_server *s, json_t *id, json_t *args)
                 char msg[128];
                 snprintf(msg, sizeof(msg), "argument \"wait_s\" must be a number from 0 to %.0f",
                          JOB_WAIT_MAX_S);
-                send_msg(s, jrpc_result(id, tool_error(msg)));
+                mcp_send(s, jrpc_result(id, tool_error(msg)));
                 return;
         }
         if (!c->sb) {
-                send_tool_result(s, id, json_deep_copy(c->result));
+                mcp_send_result(s, id, json_deep_copy(c->result));
                 return;
         }
         if (wait <= 0) {
-                send_tool_result(s, id, job_running_result(c));
+                mcp_send_result(s, id, job_running_result(c));
                 return;
         }
         struct job_wait *jw = calloc(1, sizeof(*jw));
         if (!jw || timer_add(s->loop, job_wait_tick, jw, &jw->timer) < 0) {
                 free(jw);
-                send_error(s, id, JRPC_INTERNAL_ERROR, "out of memory");
+                mcp_send_error(s, id, JRPC_INTERNAL_ERROR, "out of memory");
                 return;
         }
         jw->job = c;
@@ -956,7 +795,7 @@ static void job_cancel(struct mcp_server *s, json_t *id, json_t *args)
                 json_object_set_new(st, "cancelled", json_false());
                 snprintf(text, sizeof(text), "%s had already ended (%s): nothing to cancel",
                          c->job_id, job_status_name(c));
-                send_msg(s, jrpc_result(id, job_text_result(st, text)));
+                mcp_send(s, jrpc_result(id, job_text_result(st, text)));
                 return;
         }
         log_info("host cancelled %s", c->job_id);
@@ -967,13 +806,13 @@ static void job_cancel(struct mcp_server *s, json_t *id, json_t *args)
         json_t *st = json_pack("{s:s, s:b}", "job_id", c->job_id, "cancelled", 1);
         /* May finish the job at once (then c holds its result). */
         sandbox_cancel(c->sb);
-        send_msg(s, jrpc_result(id, job_text_result(st, text)));
+        mcp_send(s, jrpc_result(id, job_text_result(st, text)));
 }
 
 static void job_list(struct mcp_server *s, json_t *id, json_t *args)
 {
         if (args && (!json_is_object(args) || json_object_size(args) > 0)) {
-                send_msg(s, jrpc_result(id, tool_error("job_list takes no arguments")));
+                mcp_send(s, jrpc_result(id, tool_error("job_list takes no arguments")));
                 return;
         }
         json_t *jobs = json_array();
@@ -985,7 +824,7 @@ static void job_list(struct mcp_server *s, json_t *id, json_t *args)
                 }
         char text[128];
         snprintf(text, sizeof(text), "%zu job(s), %zu running", json_array_size(jobs), running);
-        send_msg(s, jrpc_result(id, job_text_result(json_pack("{s:o}", "jobs", jobs), text)));
+        mcp_send(s, jrpc_result(id, job_text_result(json_pack("{s:o}", "jobs", jobs), text)));
 }
 
 /* A call of run_python or run_shell, linked; with `task`, a task (a job
@@ -994,7 +833,7 @@ static struct call *call_new(struct mcp_server *s, json_t *id, json_t *task, con
 {
         struct call *c = calloc(1, sizeof(*c));
         if (!c) {
-                send_error(s, id, JRPC_INTERNAL_ERROR, "out of memory");
+                mcp_send_error(s, id, JRPC_INTERNAL_ERROR, "out of memory");
                 return NULL;
         }
         c->srv = s;
@@ -1025,7 +864,7 @@ static void call_failed(struct call *c, json_t *result)
                 job_store(c, result);
                 return;
         }
-        send_tool_result(c->srv, c->id, result);
+        mcp_send_result(c->srv, c->id, result);
         call_free(c);
 }
 
@@ -1071,7 +910,7 @@ static bool only_keys(struct mcp_server *s, json_t *id, json_t *args, const char
                                          k == keys ? "" : ", ", *k);
                         snprintf(msg, sizeof(msg), "unknown argument \"%.100s\" (%s takes %s)", key,
                                  tool, list);
-                        send_msg(s, jrpc_result(id, tool_error(utf8_scrub(msg))));
+                        mcp_send(s, jrpc_result(id, tool_error(utf8_scrub(msg))));
                         return false;
                 }
         }
@@ -1085,11 +924,11 @@ static const char *session_arg(struct mcp_server *s, json_t *id, json_t *args, c
         char msg[300];
         if (!name) {
                 snprintf(msg, sizeof(msg), "%s needs \"session\", a session's name", tool);
-                send_msg(s, jrpc_result(id, tool_error(msg)));
+                mcp_send(s, jrpc_result(id, tool_error(msg)));
                 return NULL;
         }
         if (session_name_check(name, msg, sizeof(msg)) < 0) {
-                send_msg(s, jrpc_result(id, tool_error(utf8_scrub(msg))));
+                mcp_send(s, jrpc_result(id, tool_error(utf8_scrub(msg))));
                 return NULL;
         }
         return name;
@@ -1112,12 +951,12 @@ static const char *file_args(struct mcp_server *s, json_t *id, json_t *args, con
         char msg[600];
         if ((p && !json_is_string(p)) || (!p && !dflt)) {
                 snprintf(msg, sizeof(msg), "%s needs \"path\", a string", tool);
-                send_msg(s, jrpc_result(id, tool_error(msg)));
+                mcp_send(s, jrpc_result(id, tool_error(msg)));
                 return NULL;
         }
         if (files_path(p ? json_string_value(p) : dflt, allow_root, full, full_size, msg,
                        sizeof(msg)) < 0) {
-                send_msg(s, jrpc_result(id, tools_error_result("invalid_arguments", "InvalidPath",
+                mcp_send(s, jrpc_result(id, tools_error_result("invalid_arguments", "InvalidPath",
                                                                utf8_scrub(msg))));
                 return NULL;
         }
@@ -1165,7 +1004,7 @@ static void session_list_tool(struct mcp_server *s, json_t *id, json_t *args)
         json_t *st = json_pack("{s:o, s:I, s:f, s:f}", "sessions", list, "max_sessions",
                                (json_int_t)session_max(s->sessions), "session_idle_s",
                                s->cfg->session_idle_s, "session_max_s", s->cfg->session_max_s);
-        send_tool_result(s, id, st ? text_result(st, buf_str(&text)) : NULL);
+        mcp_send_result(s, id, st ? text_result(st, buf_str(&text)) : NULL);
         buf_free(&text);
 }
 
@@ -1179,12 +1018,12 @@ static void session_close_tool(struct mcp_server *s, json_t *id, json_t *args)
                 return;
         char msg[600], text[200];
         if (session_close(s->sessions, name, msg, sizeof(msg)) < 0) {
-                send_msg(s, jrpc_result(id, tool_error(utf8_scrub(msg))));
+                mcp_send(s, jrpc_result(id, tool_error(utf8_scrub(msg))));
                 return;
         }
         snprintf(text, sizeof(text), "session \"%s\" closed: its sandbox is being removed", name);
-        send_tool_result(s, id,
-                         text_result(json_pack("{s:s, s:b}", "session", name, "closed", 1), text));
+        mcp_send_result(s, id,
+                        text_result(json_pack("{s:s, s:b}", "session", name, "closed", 1), text));
 }
 
 static void fcall_free(struct file_call *fc)
@@ -1207,7 +1046,7 @@ static struct file_call *fcall_new(struct mcp_server *s, json_t *id, const char 
 {
         struct file_call *fc = calloc(1, sizeof(*fc));
         if (!fc) {
-                send_error(s, id, JRPC_INTERNAL_ERROR, "out of memory");
+                mcp_send_error(s, id, JRPC_INTERNAL_ERROR, "out of memory");
                 return NULL;
         }
         fc->srv = s;
@@ -1250,14 +1089,14 @@ static struct sandbox *file_session(struct mcp_server *s, json_t *id, const char
         struct sandbox *sb;
         int r = session_sandbox(s->sessions, name, &sb, msg, sizeof(msg));
         if (r < 0) {
-                send_msg(s, jrpc_result(
+                mcp_send(s, jrpc_result(
                                 id, tools_error_result(r == -EAGAIN ? "busy" : "invalid_arguments",
                                                        r == -EAGAIN ? "SessionBusy" : "NoSession",
                                                        utf8_scrub(msg))));
                 return NULL;
         }
         if (!sandbox_mgr_engine(s->mgr) || !sandbox_container(sb)) {
-                send_msg(s, jrpc_result(id, tools_error_result("engine_error", "EngineError",
+                mcp_send(s, jrpc_result(id, tools_error_result("engine_error", "EngineError",
                                                                "no container engine answers")));
                 return NULL;
         }
@@ -1283,10 +1122,10 @@ static void write_answer(struct file_call *fc)
         buf_append_shown(&text, fc->path, strlen(fc->path));
         buf_append_some(&text, tail, strlen(tail));
         utf8_scrub((char *)buf_str(&text));
-        send_tool_result(fc->srv, fc->id,
-                         text_result(json_pack("{s:s, s:s, s:I}", "session", fc->session, "path",
-                                               fc->path, "bytes", (json_int_t)fc->bytes),
-                                     buf_str(&text)));
+        mcp_send_result(fc->srv, fc->id,
+                        text_result(json_pack("{s:s, s:s, s:I}", "session", fc->session, "path",
+                                              fc->path, "bytes", (json_int_t)fc->bytes),
+                                    buf_str(&text)));
         buf_free(&text);
 }
 
@@ -1295,7 +1134,7 @@ static void write_done(void *userdata, const struct files_result *r)
         struct file_call *fc = userdata;
         fc->fop = NULL;
         if (r->error)
-                send_tool_result(fc->srv, fc->id, file_error_result(r->error, r->message));
+                mcp_send_result(fc->srv, fc->id, file_error_result(r->error, r->message));
         else
                 write_answer(fc);
         fcall_free(fc);
@@ -1308,7 +1147,7 @@ static void write_opened(void *userdata, const struct sandbox_result *res)
         if (res->status == ST_OK)
                 write_answer(fc);
         else
-                send_tool_result(fc->srv, fc->id, tools_result(res, fc->session));
+                mcp_send_result(fc->srv, fc->id, tools_result(res, fc->session));
         fcall_free(fc);
 }
 
@@ -1325,7 +1164,7 @@ static void write_file_tool(struct mcp_server *s, json_t *id, json_t *args)
             tools_file_content(json_object_get(args, "content"), json_object_get(args, "encoding"),
                                s->cfg->file_max_bytes, &data, msg, sizeof(msg));
         if (r < 0) {
-                send_msg(s,
+                mcp_send(s,
                          jrpc_result(id, tools_error_result(
                                              "invalid_arguments",
                                              r == -EFBIG ? "TooLarge" : "InvalidArguments", msg)));
@@ -1343,7 +1182,7 @@ static void write_file_tool(struct mcp_server *s, json_t *id, json_t *args)
                                             write_done, fc, &fc->fop)
                        : 1;
                 if (r < 0)
-                        send_tool_result(s, id, file_start_failed(r));
+                        mcp_send_result(s, id, file_start_failed(r));
                 if (r != 0)
                         fcall_free(fc);
                 buf_free(&data);
@@ -1363,7 +1202,7 @@ static void write_file_tool(struct mcp_server *s, json_t *id, json_t *args)
         r = session_run(s->sessions, &req, write_opened, fc, &sb, msg, sizeof(msg));
         buf_free(&data);
         if (r < 0) {
-                send_msg(s, jrpc_result(id, session_error_result(r, utf8_scrub(msg))));
+                mcp_send(s, jrpc_result(id, session_error_result(r, utf8_scrub(msg))));
                 fcall_free(fc);
         }
 }
@@ -1374,7 +1213,7 @@ static void read_done(void *userdata, const struct files_result *r)
         struct mcp_server *s = fc->srv;
         fc->fop = NULL;
         if (r->error) {
-                send_tool_result(s, fc->id, file_error_result(r->error, r->message));
+                mcp_send_result(s, fc->id, file_error_result(r->error, r->message));
                 fcall_free(fc);
                 return;
         }
@@ -1439,7 +1278,7 @@ static void read_done(void *userdata, const struct files_result *r)
                         json_decref(st);
         }
         buf_free(&shown);
-        send_tool_result(s, fc->id, result);
+        mcp_send_result(s, fc->id, result);
         fcall_free(fc);
 }
 
@@ -1452,7 +1291,7 @@ static bool window_arg(struct mcp_server *s, json_t *id, json_t *args, const cha
         if (!json_is_integer(v) || json_integer_value(v) < (json_int_t)min) {
                 char msg[120];
                 snprintf(msg, sizeof(msg), "argument \"%s\" must be an integer >= %zu", key, min);
-                send_msg(s, jrpc_result(id, tool_error(msg)));
+                mcp_send(s, jrpc_result(id, tool_error(msg)));
                 return false;
         }
         *ret = (size_t)json_integer_value(v);
@@ -1481,7 +1320,7 @@ static void read_file_tool(struct mcp_server *s, json_t *id, json_t *args)
         fc->limit = limit;
         int r = sandbox_read_file(sb, full, s->cfg->file_max_bytes, read_done, fc, &fc->fop);
         if (r < 0) {
-                send_tool_result(s, id, file_start_failed(r));
+                mcp_send_result(s, id, file_start_failed(r));
                 fcall_free(fc);
         }
 }
@@ -1496,8 +1335,8 @@ static void list_done(void *userdata, json_t *result, const char *error)
                 char msg[700];
                 snprintf(msg, sizeof(msg), "%.600s", error ? error : "no answer");
                 utf8_scrub(msg);
-                send_tool_result(s, fc->id,
-                                 tools_error_result("invalid_arguments", "NotFound", msg));
+                mcp_send_result(s, fc->id,
+                                tools_error_result("invalid_arguments", "NotFound", msg));
                 fcall_free(fc);
                 return;
         }
@@ -1550,7 +1389,7 @@ static void list_done(void *userdata, json_t *result, const char *error)
         utf8_scrub((char *)buf_str(&text));
         json_t *st = json_pack("{s:s, s:s, s:o, s:b}", "session", fc->session, "path", fc->path,
                                "entries", entries, "truncated", truncated);
-        send_tool_result(s, fc->id, st ? text_result(st, buf_str(&text)) : NULL);
+        mcp_send_result(s, fc->id, st ? text_result(st, buf_str(&text)) : NULL);
         buf_free(&text);
         fcall_free(fc);
 }
@@ -1565,7 +1404,7 @@ static void list_files_tool(struct mcp_server *s, json_t *id, json_t *args)
                 return;
         json_t *rec = json_object_get(args, "recursive");
         if (rec && !json_is_boolean(rec)) {
-                send_msg(s, jrpc_result(id, tool_error("list_files takes \"recursive\", true or "
+                mcp_send(s, jrpc_result(id, tool_error("list_files takes \"recursive\", true or "
                                                        "false")));
                 return;
         }
@@ -1583,7 +1422,7 @@ static void list_files_tool(struct mcp_server *s, json_t *id, json_t *args)
         json_t *params = json_pack("{s:s, s:b, s:I}", "path", full, "recursive", json_is_true(rec),
                                    "limit", (json_int_t)limit);
         if (sandbox_ask(sb, "sandbox/list", params, list_done, fc, &fc->ask) < 0) {
-                send_msg(s, jrpc_result(id, tools_error_result("engine_error", "EngineError",
+                mcp_send(s, jrpc_result(id, tools_error_result("engine_error", "EngineError",
                                                                "the session's sandbox does not "
                                                                "answer")));
                 fcall_free(fc);
@@ -1597,7 +1436,7 @@ static void tools_call(struct mcp_server *s, json_t *id, json_t *params)
         char msg[512];
         struct sandbox_request req = {0};
         if (!name) {
-                send_error(s, id, JRPC_INVALID_PARAMS, "tools/call needs a \"name\" string");
+                mcp_send_error(s, id, JRPC_INVALID_PARAMS, "tools/call needs a \"name\" string");
                 return;
         }
         json_t *task = json_object_get(params, "task");
@@ -1605,8 +1444,8 @@ static void tools_call(struct mcp_server *s, json_t *id, json_t *params)
             (!json_is_object(task) || (json_object_get(task, "ttl") &&
                                        (!json_is_integer(json_object_get(task, "ttl")) ||
                                         json_integer_value(json_object_get(task, "ttl")) < 0)))) {
-                send_error(s, id, JRPC_INVALID_PARAMS,
-                           "\"task\" must be an object, with \"ttl\" a number of milliseconds");
+                mcp_send_error(s, id, JRPC_INVALID_PARAMS,
+                               "\"task\" must be an object, with \"ttl\" a number of milliseconds");
                 return;
         }
         /* Only the tools that run code declare taskSupport (optional). */
@@ -1615,17 +1454,17 @@ static void tools_call(struct mcp_server *s, json_t *id, json_t *params)
                          "tool \"%.100s\" does not run as a task (only run_python and run_shell "
                          "do)",
                          name);
-                send_error(s, id, JRPC_METHOD_NOT_FOUND, utf8_scrub(msg));
+                mcp_send_error(s, id, JRPC_METHOD_NOT_FOUND, utf8_scrub(msg));
                 return;
         }
         if (strcmp(name, "sandbox_status") == 0) {
                 if (args && (!json_is_object(args) || json_object_size(args) > 0)) {
-                        send_msg(s, jrpc_result(id, tools_error_result(
+                        mcp_send(s, jrpc_result(id, tools_error_result(
                                                         "invalid_arguments", "InvalidArguments",
                                                         "sandbox_status takes no arguments")));
                         return;
                 }
-                send_msg(s, jrpc_result(id, tools_status_result(sandbox_mgr_status(s->mgr))));
+                mcp_send(s, jrpc_result(id, tools_status_result(sandbox_mgr_status(s->mgr))));
                 return;
         }
         if (strcmp(name, "list_servers") == 0) {
@@ -1647,7 +1486,7 @@ static void tools_call(struct mcp_server *s, json_t *id, json_t *params)
         for (size_t i = 0; i < ARRAY_SIZE(others); i++)
                 if (strcmp(name, others[i].name) == 0) {
                         if (args && !json_is_object(args)) {
-                                send_msg(
+                                mcp_send(
                                     s, jrpc_result(id, tool_error("arguments must be an object")));
                                 return;
                         }
@@ -1666,7 +1505,7 @@ static void tools_call(struct mcp_server *s, json_t *id, json_t *params)
                 }
         }
         if (r == -ENOENT) {
-                send_error(s, id, JRPC_INVALID_PARAMS, msg);
+                mcp_send_error(s, id, JRPC_INVALID_PARAMS, msg);
                 return;
         }
         if (r < 0) {
@@ -1676,14 +1515,14 @@ static void tools_call(struct mcp_server *s, json_t *id, json_t *params)
                         /* A task all the same: created, and failed at once. */
                         struct call *c = call_new(s, id, task, name);
                         if (c) {
-                                send_msg(s,
+                                mcp_send(s,
                                          jrpc_result(id, json_pack("{s:o}", "task", task_json(c))));
                                 call_failed(c, bad);
                         } else {
                                 json_decref(bad);
                         }
                 } else {
-                        send_tool_result(s, id, bad);
+                        mcp_send_result(s, id, bad);
                 }
                 return;
         }
@@ -1693,7 +1532,7 @@ static void tools_call(struct mcp_server *s, json_t *id, json_t *params)
                 tools_request_free(&req);
                 return;
         }
-        c->progress = progress_new(s, params, c);
+        c->progress = progress_new(s, params, c->task ? c->job_id : NULL);
         c->code_line =
             strndup(req.code, strcspn(req.code, "\n") < 80 ? strcspn(req.code, "\n") : 80);
         if (c->code_line)
@@ -1705,7 +1544,7 @@ static void tools_call(struct mcp_server *s, json_t *id, json_t *params)
         req.on_progress = call_progress;
         if (task) {
                 /* A task answers at once; the run is followed with tasks/get. */
-                send_msg(s, jrpc_result(id, json_pack("{s:o}", "task", task_json(c))));
+                mcp_send(s, jrpc_result(id, json_pack("{s:o}", "task", task_json(c))));
         } else if (timer_add(s->loop, call_detach, c, &c->sync_timer) == 0) {
                 long long ms = (long long)ceil(req.sync_wait_s * 1000);
                 timer_arm(c->sync_timer, ms > 0 ? ms : 1);
@@ -1740,7 +1579,7 @@ static struct call *task_find(struct mcp_server *s, json_t *id, json_t *params)
         const char *tid = json_string_value(json_object_get(params, "taskId"));
         char msg[200];
         if (!tid) {
-                send_error(s, id, JRPC_INVALID_PARAMS, "\"taskId\" must be a string");
+                mcp_send_error(s, id, JRPC_INVALID_PARAMS, "\"taskId\" must be a string");
                 return NULL;
         }
         for (struct call *c = s->calls; c; c = c->next)
@@ -1749,7 +1588,7 @@ static struct call *task_find(struct mcp_server *s, json_t *id, json_t *params)
         snprintf(msg, sizeof(msg),
                  "no task \"%.64s\": it never existed, or its result was dropped after its ttl",
                  tid);
-        send_error(s, id, JRPC_INVALID_PARAMS, utf8_scrub(msg));
+        mcp_send_error(s, id, JRPC_INVALID_PARAMS, utf8_scrub(msg));
         return NULL;
 }
 
@@ -1757,31 +1596,31 @@ static void tasks_request(struct mcp_server *s, const char *method, json_t *id, 
 {
         if (strcmp(method, "tasks/list") == 0) {
                 if (json_object_get(params, "cursor")) {
-                        send_error(s, id, JRPC_INVALID_PARAMS,
-                                   "unknown cursor: corral lists every task on one page");
+                        mcp_send_error(s, id, JRPC_INVALID_PARAMS,
+                                       "unknown cursor: corral lists every task on one page");
                         return;
                 }
                 json_t *list = json_array();
                 for (struct call *c = s->calls; c; c = c->next)
                         if (c->task)
                                 json_array_append_new(list, task_json(c));
-                send_msg(s, jrpc_result(id, json_pack("{s:o}", "tasks", list)));
+                mcp_send(s, jrpc_result(id, json_pack("{s:o}", "tasks", list)));
                 return;
         }
         struct call *c = task_find(s, id, params);
         if (!c)
                 return;
         if (strcmp(method, "tasks/get") == 0) {
-                send_msg(s, jrpc_result(id, task_json(c)));
+                mcp_send(s, jrpc_result(id, task_json(c)));
         } else if (strcmp(method, "tasks/result") == 0) {
                 if (c->t_end) {
-                        send_tool_result(s, id, task_payload(c));
+                        mcp_send_result(s, id, task_payload(c));
                         return;
                 }
                 /* Blocks until the end (a notifications/cancelled ends the wait). */
                 struct job_wait *w = calloc(1, sizeof(*w));
                 if (!w) {
-                        send_error(s, id, JRPC_INTERNAL_ERROR, "out of memory");
+                        mcp_send_error(s, id, JRPC_INTERNAL_ERROR, "out of memory");
                         return;
                 }
                 w->job = c;
@@ -1793,7 +1632,7 @@ static void tasks_request(struct mcp_server *s, const char *method, json_t *id, 
                         char msg[160];
                         snprintf(msg, sizeof(msg), "task %s has already ended (%s)", c->job_id,
                                  task_status(c));
-                        send_error(s, id, JRPC_INVALID_PARAMS, msg);
+                        mcp_send_error(s, id, JRPC_INVALID_PARAMS, msg);
                         return;
                 }
                 log_info("host cancelled task %s", c->job_id);
@@ -1804,7 +1643,7 @@ static void tasks_request(struct mcp_server *s, const char *method, json_t *id, 
                 json_t *t = task_json(c);
                 if (c->sb)
                         sandbox_cancel(c->sb); /* may end the job at once: c stays (kept) */
-                send_msg(s, jrpc_result(id, t));
+                mcp_send(s, jrpc_result(id, t));
         }
 }
 
@@ -1826,6 +1665,9 @@ static void cancel_request(struct mcp_server *s, json_t *params)
                         const char *why = json_string_value(json_object_get(params, "reason"));
                         log_info("host cancelled a call%s%s", why ? ": " : "", why ? why : "");
                         c->cancelled = true;
+                        /* A withdrawn call says nothing more. */
+                        progress_free(c->progress);
+                        c->progress = NULL;
                         sandbox_cancel(c->sb); /* call_done follows */
                         return;
                 }
@@ -1882,9 +1724,9 @@ static void handle_request(struct mcp_server *s, struct jrpc_msg *m)
          * own answer (or cancellation) still comes as if this one had not
          * been sent. */
         if (id_in_flight(s, m->id)) {
-                send_error(s, m->id, JRPC_INVALID_REQUEST,
-                           "this id belongs to a request still running: a request needs an id "
-                           "that no unanswered request of this session uses");
+                mcp_send_error(s, m->id, JRPC_INVALID_REQUEST,
+                               "this id belongs to a request still running: a request needs an id "
+                               "that no unanswered request of this session uses");
                 return;
         }
         /* MCP lifecycle: initialize first; ping is always answered. Requests
@@ -1896,25 +1738,25 @@ static void handle_request(struct mcp_server *s, struct jrpc_msg *m)
                          "\"%.60s\" before initialize: send \"initialize\" first (only "
                          "\"ping\" is answered before it)",
                          method);
-                send_error(s, m->id, JRPC_INVALID_REQUEST, utf8_scrub(msg));
+                mcp_send_error(s, m->id, JRPC_INVALID_REQUEST, utf8_scrub(msg));
                 return;
         }
         if (m->params && !json_is_object(m->params)) {
-                send_error(s, m->id, JRPC_INVALID_PARAMS, "params must be an object");
+                mcp_send_error(s, m->id, JRPC_INVALID_PARAMS, "params must be an object");
                 return;
         }
         if (strcmp(method, "initialize") == 0) {
                 if (!json_is_string(json_object_get(m->params, "protocolVersion"))) {
-                        send_error(s, m->id, JRPC_INVALID_PARAMS,
-                                   "initialize needs a \"protocolVersion\" string");
+                        mcp_send_error(s, m->id, JRPC_INVALID_PARAMS,
+                                       "initialize needs a \"protocolVersion\" string");
                         return;
                 }
-                send_msg(s, jrpc_result(m->id, initialize_result(m->params)));
+                mcp_send(s, jrpc_result(m->id, initialize_result(m->params)));
                 s->initialized = true;
         } else if (strcmp(method, "ping") == 0) {
-                send_msg(s, jrpc_result(m->id, json_object()));
+                mcp_send(s, jrpc_result(m->id, json_object()));
         } else if (strcmp(method, "tools/list") == 0) {
-                send_msg(
+                mcp_send(
                     s, jrpc_result(m->id, json_pack("{s:o}", "tools",
                                                     tools_list(s->names, sandbox_mgr_images(s->mgr),
                                                                sandbox_mgr_mounts(s->mgr)))));
@@ -1927,18 +1769,18 @@ static void handle_request(struct mcp_server *s, struct jrpc_msg *m)
                 const char *level = json_string_value(json_object_get(m->params, "level"));
                 enum log_level l;
                 if (!level || log_level_parse(level, &l) < 0) {
-                        send_error(s, m->id, JRPC_INVALID_PARAMS,
-                                   "level must be one of debug, info, notice, warning, error, "
-                                   "critical, alert, emergency");
+                        mcp_send_error(s, m->id, JRPC_INVALID_PARAMS,
+                                       "level must be one of debug, info, notice, warning, error, "
+                                       "critical, alert, emergency");
                         return;
                 }
                 /* Logs still go to stderr only; the level filters them. */
                 log_max_level = l;
-                send_msg(s, jrpc_result(m->id, json_object()));
+                mcp_send(s, jrpc_result(m->id, json_object()));
         } else {
                 char msg[160];
                 snprintf(msg, sizeof(msg), "method not found: %.100s", method);
-                send_error(s, m->id, JRPC_METHOD_NOT_FOUND, msg);
+                mcp_send_error(s, m->id, JRPC_METHOD_NOT_FOUND, msg);
         }
 }
 
@@ -1957,7 +1799,7 @@ static void on_too_long(void *userdata, json_t *id, bool notification)
                 return;
         }
         log_warn("%s%s", msg, id ? "" : " (its id could not be read: answered with id null)");
-        send_error(s, id, JRPC_INVALID_REQUEST, msg);
+        mcp_send_error(s, id, JRPC_INVALID_REQUEST, msg);
 }
 
 static void on_message(void *userdata, const char *text, size_t len)
@@ -1968,7 +1810,7 @@ static void on_message(void *userdata, const char *text, size_t len)
         struct err e = {0};
         int code = jrpc_parse(text, len, &m, &id, &e);
         if (code < 0) {
-                send_error(s, code == JRPC_PARSE_ERROR ? NULL : id, code, e.msg);
+                mcp_send_error(s, code == JRPC_PARSE_ERROR ? NULL : id, code, e.msg);
                 json_decref(id);
                 return;
         }

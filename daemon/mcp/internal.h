@@ -1,0 +1,64 @@
+/* What the files of mcp/ share, and nothing outside mcp/ includes: the
+ * server's state, and what each file offers the others. */
+#pragma once
+
+#include "core/config.h"
+#include "core/loop.h"
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+/* "job-<n>", the id of a job and of a task alike. */
+#define JOB_ID_MAX 24
+/* The _meta key that ties a message to its task (MCP tasks, 2025-11-25). */
+#define RELATED_TASK_KEY "io.modelcontextprotocol/related-task"
+
+struct call;
+struct file_call;
+struct search;
+
+/* One MCP client's server: its transport, what it has running, and the
+ * managers it borrows. */
+struct mcp_server {
+        struct loop *loop;
+        const struct config *cfg;
+        struct sandbox_mgr *mgr;
+        struct session_mgr *sessions;
+        struct bridge *bridge; /* may be NULL */
+        struct transport *transport;
+        size_t line_max;          /* the longest message taken (tools_line_max) */
+        char names[512];          /* the servers, for run_python's description */
+        struct call *calls;       /* run_python and run_shell, jobs, tasks */
+        unsigned job_seq;         /* the last job-<n> given */
+        struct file_call *fcalls; /* file tools on their way */
+        struct search *searches;  /* search_tools waiting for servers */
+        bool initialized;         /* initialize answered */
+        void (*on_eof)(void *);
+        void *userdata;
+};
+
+/* ---- server.c: sending to the client */
+
+/* A message (stolen) to the client, through the transport. */
+void mcp_send(struct mcp_server *s, json_t *msg);
+/* A JSON-RPC error answer to request `id` (NULL: id null). */
+void mcp_send_error(struct mcp_server *s, json_t *id, int code, const char *message);
+/* A tool's result (stolen) as the answer to `id`; NULL (it could not be
+ * built) is answered with an internal error. */
+void mcp_send_result(struct mcp_server *s, json_t *id, json_t *result);
+
+/* ---- progress.c: notifications/progress for one call */
+
+struct progress;
+/* Follows a call whose tools/call `params` carry _meta.progressToken (a
+ * string or an integer); NULL when they do not, or out of memory. A
+ * task's notifications name `task_id` (NULL: not a task). */
+struct progress *progress_new(struct mcp_server *s, json_t *params, const char *task_id);
+/* A piece of the run's output; its newest lines make the message. */
+void progress_output(struct progress *p, const char *data, size_t n);
+/* The code's own report: done of total (< 0: no total), and a message
+ * (NULL: none), shown until it reports again. */
+void progress_report(struct progress *p, double done, double total, const char *message);
+/* No more notifications. All three accept NULL. */
+void progress_free(struct progress *p);
