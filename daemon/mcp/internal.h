@@ -62,3 +62,32 @@ void progress_output(struct progress *p, const char *data, size_t n);
 void progress_report(struct progress *p, double done, double total, const char *message);
 /* No more notifications. All three accept NULL. */
 void progress_free(struct progress *p);
+
+/* ---- errors.c: how a failed tool call is shown */
+
+/* Which call failed, for its reason: an errno means different things from
+ * different calls (-ENOENT from session_sandbox is no such session, from
+ * a file operation no such file). When the sandbox layer returns typed
+ * reasons that say this themselves, this goes and the reasons alone key
+ * the table. */
+enum failed {
+        FAILED_ARGUMENTS,     /* a tool's arguments: -EFBIG (content over
+                               * file_max_bytes) or any other */
+        FAILED_PATH,          /* files_path refused a path */
+        FAILED_SANDBOX_RUN,   /* sandbox_run */
+        FAILED_SESSION_RUN,   /* session_run (sandbox/session.h) */
+        FAILED_SESSION_CLOSE, /* session_close */
+        FAILED_SESSION_GET,   /* session_sandbox, or no engine to reach it */
+        FAILED_FILE_START,    /* sandbox_read_file, sandbox_write_file */
+        FAILED_FILE,          /* a file operation's end (files_result.error) */
+        FAILED_ASK,           /* sandbox_ask */
+        FAILED_LIST,          /* the runtime's answer to sandbox/list */
+};
+
+/* The CallToolResult (isError) for `reason` (a negative errno; 0: none
+ * given) of `what`: status and type from the one table in errors.c, and
+ * `message`, or when it is NULL or empty the table's, or strerror. A new
+ * reference, or NULL. */
+json_t *error_result(enum failed what, int reason, const char *message);
+/* Arguments the model can correct: invalid_arguments, InvalidArguments. */
+json_t *arguments_error(const char *message);

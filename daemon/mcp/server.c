@@ -354,11 +354,6 @@ static void call_done(void *userdata, const struct sandbox_result *res)
 
 /* ---- list_servers and search_tools */
 
-static json_t *tool_error(const char *msg)
-{
-        return tools_error_result("invalid_arguments", "InvalidArguments", msg);
-}
-
 static json_t *servers_listing(struct mcp_server *s)
 {
         json_t *list = json_array();
@@ -379,7 +374,7 @@ static json_t *servers_listing(struct mcp_server *s)
 static void list_servers(struct mcp_server *s, json_t *id, json_t *args)
 {
         if (args && (!json_is_object(args) || json_object_size(args) > 0)) {
-                mcp_send(s, jrpc_result(id, tool_error("list_servers takes no arguments")));
+                mcp_send_result(s, id, arguments_error("list_servers takes no arguments"));
                 return;
         }
         json_t *list = servers_listing(s);
@@ -582,18 +577,20 @@ static void search_tools(struct mcp_server *s, json_t *id, json_t *args)
         json_object_foreach(args, key, v)
         {
                 if (strcmp(key, "query") && strcmp(key, "server") && strcmp(key, "limit")) {
-                        mcp_send(s, jrpc_result(id, tool_error("search_tools takes query, server "
-                                                               "and limit")));
+                        mcp_send_result(s, id,
+                                        arguments_error("search_tools takes query, server "
+                                                        "and limit"));
                         return;
                 }
         }
         if (!query || strlen(query) > 1000 || (server && !json_is_string(server)) ||
             (limit && (!json_is_integer(limit) || json_integer_value(limit) < 1 ||
                        json_integer_value(limit) > 200))) {
-                mcp_send(s, jrpc_result(id, tool_error("search_tools needs a \"query\" string "
-                                                       "(at most 1000 bytes), an optional "
-                                                       "\"server\" name and a \"limit\" from 1 "
-                                                       "to 200")));
+                mcp_send_result(s, id,
+                                arguments_error("search_tools needs a \"query\" string "
+                                                "(at most 1000 bytes), an optional "
+                                                "\"server\" name and a \"limit\" from 1 "
+                                                "to 200"));
                 return;
         }
         struct upstream_set *ups = s->bridge ? bridge_upstreams(s->bridge) : NULL;
@@ -605,7 +602,7 @@ static void search_tools(struct mcp_server *s, json_t *id, json_t *args)
                                      -EINVAL);
                 json_decref(one);
                 if (r < 0) {
-                        mcp_send(s, jrpc_result(id, tool_error(utf8_scrub(msg))));
+                        mcp_send_result(s, id, arguments_error(utf8_scrub(msg)));
                         return;
                 }
         }
@@ -673,14 +670,14 @@ static struct call *job_find(struct mcp_server *s, json_t *id, json_t *args, con
                                  "unknown argument \"%.100s\" (%s takes job_id%s%s)", key, tool,
                                  extra ? " and " : "", extra ? extra : "");
                         utf8_scrub(msg);
-                        mcp_send(s, jrpc_result(id, tool_error(msg)));
+                        mcp_send_result(s, id, arguments_error(msg));
                         return NULL;
                 }
         }
         const char *job = json_string_value(json_object_get(args, "job_id"));
         if (!job) {
                 snprintf(msg, sizeof(msg), "%s needs \"job_id\", a string", tool);
-                mcp_send(s, jrpc_result(id, tool_error(msg)));
+                mcp_send_result(s, id, arguments_error(msg));
                 return NULL;
         }
         for (struct call *c = s->calls; c; c = c->next)
@@ -691,7 +688,7 @@ static struct call *job_find(struct mcp_server *s, json_t *id, json_t *args, con
                  "still kept (%.0f s after they end)",
                  job, s->cfg->job_retention_s);
         utf8_scrub(msg);
-        mcp_send(s, jrpc_result(id, tool_error(msg)));
+        mcp_send_result(s, id, arguments_error(msg));
         return NULL;
 }
 
@@ -760,7 +757,7 @@ static void job_result(struct mcp_server *s, json_t *id, json_t *args)
                 char msg[128];
                 snprintf(msg, sizeof(msg), "argument \"wait_s\" must be a number from 0 to %.0f",
                          JOB_WAIT_MAX_S);
-                mcp_send(s, jrpc_result(id, tool_error(msg)));
+                mcp_send_result(s, id, arguments_error(msg));
                 return;
         }
         if (!c->sb) {
@@ -812,7 +809,7 @@ static void job_cancel(struct mcp_server *s, json_t *id, json_t *args)
 static void job_list(struct mcp_server *s, json_t *id, json_t *args)
 {
         if (args && (!json_is_object(args) || json_object_size(args) > 0)) {
-                mcp_send(s, jrpc_result(id, tool_error("job_list takes no arguments")));
+                mcp_send_result(s, id, arguments_error("job_list takes no arguments"));
                 return;
         }
         json_t *jobs = json_array();
@@ -870,28 +867,6 @@ static void call_failed(struct call *c, json_t *result)
 
 /* ---- sessions and their files */
 
-/* A tool result for a session_run error (see session.h). */
-static json_t *session_error_result(int r, const char *msg)
-{
-        switch (r) {
-        case -EBUSY:
-                return tools_error_result("busy", "SessionBusy", msg);
-        case -EAGAIN:
-                return tools_error_result("busy", "Busy", msg);
-        case -EUSERS:
-                return tools_error_result("busy", "TooManySessions", msg);
-        case -ENOLINK:
-                return tools_error_result("session_lost", "SessionLost", msg);
-        case -ENOTSUP:
-                return tools_error_result("invalid_arguments", "SessionsDisabled", msg);
-        case -EINVAL:
-                return tools_error_result("invalid_arguments", "InvalidArguments", msg);
-        default:
-                return tools_error_result("engine_error", "InternalError",
-                                          msg[0] ? msg : strerror(-r));
-        }
-}
-
 /* Checks that args has only these keys (NULL-ended); else answers. */
 static bool only_keys(struct mcp_server *s, json_t *id, json_t *args, const char *tool,
                       const char *const *keys)
@@ -910,7 +885,7 @@ static bool only_keys(struct mcp_server *s, json_t *id, json_t *args, const char
                                          k == keys ? "" : ", ", *k);
                         snprintf(msg, sizeof(msg), "unknown argument \"%.100s\" (%s takes %s)", key,
                                  tool, list);
-                        mcp_send(s, jrpc_result(id, tool_error(utf8_scrub(msg))));
+                        mcp_send_result(s, id, arguments_error(utf8_scrub(msg)));
                         return false;
                 }
         }
@@ -924,11 +899,11 @@ static const char *session_arg(struct mcp_server *s, json_t *id, json_t *args, c
         char msg[300];
         if (!name) {
                 snprintf(msg, sizeof(msg), "%s needs \"session\", a session's name", tool);
-                mcp_send(s, jrpc_result(id, tool_error(msg)));
+                mcp_send_result(s, id, arguments_error(msg));
                 return NULL;
         }
         if (session_name_check(name, msg, sizeof(msg)) < 0) {
-                mcp_send(s, jrpc_result(id, tool_error(utf8_scrub(msg))));
+                mcp_send_result(s, id, arguments_error(utf8_scrub(msg)));
                 return NULL;
         }
         return name;
@@ -951,13 +926,13 @@ static const char *file_args(struct mcp_server *s, json_t *id, json_t *args, con
         char msg[600];
         if ((p && !json_is_string(p)) || (!p && !dflt)) {
                 snprintf(msg, sizeof(msg), "%s needs \"path\", a string", tool);
-                mcp_send(s, jrpc_result(id, tool_error(msg)));
+                mcp_send_result(s, id, arguments_error(msg));
                 return NULL;
         }
-        if (files_path(p ? json_string_value(p) : dflt, allow_root, full, full_size, msg,
-                       sizeof(msg)) < 0) {
-                mcp_send(s, jrpc_result(id, tools_error_result("invalid_arguments", "InvalidPath",
-                                                               utf8_scrub(msg))));
+        int r = files_path(p ? json_string_value(p) : dflt, allow_root, full, full_size, msg,
+                           sizeof(msg));
+        if (r < 0) {
+                mcp_send_result(s, id, error_result(FAILED_PATH, r, utf8_scrub(msg)));
                 return NULL;
         }
         return name;
@@ -1017,8 +992,9 @@ static void session_close_tool(struct mcp_server *s, json_t *id, json_t *args)
         if (!name)
                 return;
         char msg[600], text[200];
-        if (session_close(s->sessions, name, msg, sizeof(msg)) < 0) {
-                mcp_send(s, jrpc_result(id, tool_error(utf8_scrub(msg))));
+        int r = session_close(s->sessions, name, msg, sizeof(msg));
+        if (r < 0) {
+                mcp_send_result(s, id, error_result(FAILED_SESSION_CLOSE, r, utf8_scrub(msg)));
                 return;
         }
         snprintf(text, sizeof(text), "session \"%s\" closed: its sandbox is being removed", name);
@@ -1060,28 +1036,6 @@ static struct file_call *fcall_new(struct mcp_server *s, json_t *id, const char 
         return fc;
 }
 
-/* The result for a failed file operation: the model can fix a path. */
-static json_t *file_error_result(int error, const char *message)
-{
-        switch (error) {
-        case -ENOENT:
-                return tools_error_result("invalid_arguments", "NotFound", message);
-        case -EISDIR:
-        case -ENOTDIR:
-        case -EINVAL:
-                return tools_error_result("invalid_arguments", "NotAFile", message);
-        case -EPERM:
-        case -ELOOP:
-                return tools_error_result("invalid_arguments", "PathEscape", message);
-        case -EFBIG:
-                return tools_error_result("invalid_arguments", "TooLarge", message);
-        case -ENOSPC:
-                return tools_error_result("error", "NoSpace", message);
-        default:
-                return tools_error_result("engine_error", "EngineError", message);
-        }
-}
-
 /* The sandbox of args.session for a file tool; NULL after answering. */
 static struct sandbox *file_session(struct mcp_server *s, json_t *id, const char *name)
 {
@@ -1089,26 +1043,14 @@ static struct sandbox *file_session(struct mcp_server *s, json_t *id, const char
         struct sandbox *sb;
         int r = session_sandbox(s->sessions, name, &sb, msg, sizeof(msg));
         if (r < 0) {
-                mcp_send(s, jrpc_result(
-                                id, tools_error_result(r == -EAGAIN ? "busy" : "invalid_arguments",
-                                                       r == -EAGAIN ? "SessionBusy" : "NoSession",
-                                                       utf8_scrub(msg))));
+                mcp_send_result(s, id, error_result(FAILED_SESSION_GET, r, utf8_scrub(msg)));
                 return NULL;
         }
         if (!sandbox_mgr_engine(s->mgr) || !sandbox_container(sb)) {
-                mcp_send(s, jrpc_result(id, tools_error_result("engine_error", "EngineError",
-                                                               "no container engine answers")));
+                mcp_send_result(s, id, error_result(FAILED_SESSION_GET, -ENOTCONN, NULL));
                 return NULL;
         }
         return sb;
-}
-
-static json_t *file_start_failed(int r)
-{
-        return r == -ENOTCONN ? tools_error_result("engine_error", "EngineError",
-                                                   "the session's sandbox cannot be reached now "
-                                                   "(it is starting or being removed)")
-                              : tools_error_result("engine_error", "InternalError", strerror(-r));
 }
 
 static void write_answer(struct file_call *fc)
@@ -1134,7 +1076,7 @@ static void write_done(void *userdata, const struct files_result *r)
         struct file_call *fc = userdata;
         fc->fop = NULL;
         if (r->error)
-                mcp_send_result(fc->srv, fc->id, file_error_result(r->error, r->message));
+                mcp_send_result(fc->srv, fc->id, error_result(FAILED_FILE, r->error, r->message));
         else
                 write_answer(fc);
         fcall_free(fc);
@@ -1154,7 +1096,7 @@ static void write_opened(void *userdata, const struct sandbox_result *res)
 static void write_file_tool(struct mcp_server *s, json_t *id, json_t *args)
 {
         static const char *const keys[] = {"session", "path", "content", "encoding", NULL};
-        char full[FILES_PATH_MAX + 64], msg[600];
+        char full[FILES_PATH_MAX + 64], msg[600] = "";
         const char *name =
             file_args(s, id, args, "write_file", keys, NULL, false, full, sizeof(full));
         if (!name)
@@ -1164,10 +1106,7 @@ static void write_file_tool(struct mcp_server *s, json_t *id, json_t *args)
             tools_file_content(json_object_get(args, "content"), json_object_get(args, "encoding"),
                                s->cfg->file_max_bytes, &data, msg, sizeof(msg));
         if (r < 0) {
-                mcp_send(s,
-                         jrpc_result(id, tools_error_result(
-                                             "invalid_arguments",
-                                             r == -EFBIG ? "TooLarge" : "InvalidArguments", msg)));
+                mcp_send_result(s, id, error_result(FAILED_ARGUMENTS, r, msg));
                 return;
         }
         struct file_call *fc = fcall_new(s, id, name, full);
@@ -1182,7 +1121,7 @@ static void write_file_tool(struct mcp_server *s, json_t *id, json_t *args)
                                             write_done, fc, &fc->fop)
                        : 1;
                 if (r < 0)
-                        mcp_send_result(s, id, file_start_failed(r));
+                        mcp_send_result(s, id, error_result(FAILED_FILE_START, r, NULL));
                 if (r != 0)
                         fcall_free(fc);
                 buf_free(&data);
@@ -1202,7 +1141,7 @@ static void write_file_tool(struct mcp_server *s, json_t *id, json_t *args)
         r = session_run(s->sessions, &req, write_opened, fc, &sb, msg, sizeof(msg));
         buf_free(&data);
         if (r < 0) {
-                mcp_send(s, jrpc_result(id, session_error_result(r, utf8_scrub(msg))));
+                mcp_send_result(s, id, error_result(FAILED_SESSION_RUN, r, utf8_scrub(msg)));
                 fcall_free(fc);
         }
 }
@@ -1213,7 +1152,7 @@ static void read_done(void *userdata, const struct files_result *r)
         struct mcp_server *s = fc->srv;
         fc->fop = NULL;
         if (r->error) {
-                mcp_send_result(s, fc->id, file_error_result(r->error, r->message));
+                mcp_send_result(s, fc->id, error_result(FAILED_FILE, r->error, r->message));
                 fcall_free(fc);
                 return;
         }
@@ -1291,7 +1230,7 @@ static bool window_arg(struct mcp_server *s, json_t *id, json_t *args, const cha
         if (!json_is_integer(v) || json_integer_value(v) < (json_int_t)min) {
                 char msg[120];
                 snprintf(msg, sizeof(msg), "argument \"%s\" must be an integer >= %zu", key, min);
-                mcp_send(s, jrpc_result(id, tool_error(msg)));
+                mcp_send_result(s, id, arguments_error(msg));
                 return false;
         }
         *ret = (size_t)json_integer_value(v);
@@ -1320,7 +1259,7 @@ static void read_file_tool(struct mcp_server *s, json_t *id, json_t *args)
         fc->limit = limit;
         int r = sandbox_read_file(sb, full, s->cfg->file_max_bytes, read_done, fc, &fc->fop);
         if (r < 0) {
-                mcp_send_result(s, id, file_start_failed(r));
+                mcp_send_result(s, id, error_result(FAILED_FILE_START, r, NULL));
                 fcall_free(fc);
         }
 }
@@ -1335,8 +1274,7 @@ static void list_done(void *userdata, json_t *result, const char *error)
                 char msg[700];
                 snprintf(msg, sizeof(msg), "%.600s", error ? error : "no answer");
                 utf8_scrub(msg);
-                mcp_send_result(s, fc->id,
-                                tools_error_result("invalid_arguments", "NotFound", msg));
+                mcp_send_result(s, fc->id, error_result(FAILED_LIST, 0, msg));
                 fcall_free(fc);
                 return;
         }
@@ -1404,8 +1342,9 @@ static void list_files_tool(struct mcp_server *s, json_t *id, json_t *args)
                 return;
         json_t *rec = json_object_get(args, "recursive");
         if (rec && !json_is_boolean(rec)) {
-                mcp_send(s, jrpc_result(id, tool_error("list_files takes \"recursive\", true or "
-                                                       "false")));
+                mcp_send_result(s, id,
+                                arguments_error("list_files takes \"recursive\", true or "
+                                                "false"));
                 return;
         }
         size_t limit = 1000;
@@ -1421,10 +1360,9 @@ static void list_files_tool(struct mcp_server *s, json_t *id, json_t *args)
                 return;
         json_t *params = json_pack("{s:s, s:b, s:I}", "path", full, "recursive", json_is_true(rec),
                                    "limit", (json_int_t)limit);
-        if (sandbox_ask(sb, "sandbox/list", params, list_done, fc, &fc->ask) < 0) {
-                mcp_send(s, jrpc_result(id, tools_error_result("engine_error", "EngineError",
-                                                               "the session's sandbox does not "
-                                                               "answer")));
+        int r = sandbox_ask(sb, "sandbox/list", params, list_done, fc, &fc->ask);
+        if (r < 0) {
+                mcp_send_result(s, id, error_result(FAILED_ASK, r, NULL));
                 fcall_free(fc);
         }
 }
@@ -1433,7 +1371,7 @@ static void tools_call(struct mcp_server *s, json_t *id, json_t *params)
 {
         const char *name = json_string_value(json_object_get(params, "name"));
         json_t *args = json_object_get(params, "arguments");
-        char msg[512];
+        char msg[512] = "";
         struct sandbox_request req = {0};
         if (!name) {
                 mcp_send_error(s, id, JRPC_INVALID_PARAMS, "tools/call needs a \"name\" string");
@@ -1459,9 +1397,8 @@ static void tools_call(struct mcp_server *s, json_t *id, json_t *params)
         }
         if (strcmp(name, "sandbox_status") == 0) {
                 if (args && (!json_is_object(args) || json_object_size(args) > 0)) {
-                        mcp_send(s, jrpc_result(id, tools_error_result(
-                                                        "invalid_arguments", "InvalidArguments",
-                                                        "sandbox_status takes no arguments")));
+                        mcp_send_result(s, id,
+                                        arguments_error("sandbox_status takes no arguments"));
                         return;
                 }
                 mcp_send(s, jrpc_result(id, tools_status_result(sandbox_mgr_status(s->mgr))));
@@ -1486,8 +1423,8 @@ static void tools_call(struct mcp_server *s, json_t *id, json_t *params)
         for (size_t i = 0; i < ARRAY_SIZE(others); i++)
                 if (strcmp(name, others[i].name) == 0) {
                         if (args && !json_is_object(args)) {
-                                mcp_send(
-                                    s, jrpc_result(id, tool_error("arguments must be an object")));
+                                mcp_send_result(s, id,
+                                                arguments_error("arguments must be an object"));
                                 return;
                         }
                         others[i].fn(s, id, args);
@@ -1510,7 +1447,7 @@ static void tools_call(struct mcp_server *s, json_t *id, json_t *params)
         }
         if (r < 0) {
                 /* Bad arguments are a tool error the model can correct. */
-                json_t *bad = tools_error_result("invalid_arguments", "InvalidArguments", msg);
+                json_t *bad = arguments_error(msg);
                 if (task) {
                         /* A task all the same: created, and failed at once. */
                         struct call *c = call_new(s, id, task, name);
@@ -1553,7 +1490,7 @@ static void tools_call(struct mcp_server *s, json_t *id, json_t *params)
         if (req.session) {
                 r = session_run(s->sessions, &req, call_done, c, &c->sb, msg, sizeof(msg));
                 if (r < 0)
-                        failed = session_error_result(r, utf8_scrub(msg));
+                        failed = error_result(FAILED_SESSION_RUN, r, utf8_scrub(msg));
         } else {
                 r = sandbox_run(s->mgr, &req, call_done, c, &c->sb);
                 if (r == -EBUSY) {
@@ -1561,9 +1498,9 @@ static void tools_call(struct mcp_server *s, json_t *id, json_t *params)
                                  "every sandbox slot is in use (%ld) and %ld calls are already "
                                  "waiting: try again shortly, or raise max_sandboxes / max_queue",
                                  s->cfg->max_sandboxes, s->cfg->max_queue);
-                        failed = tools_error_result("busy", "Busy", msg);
+                        failed = error_result(FAILED_SANDBOX_RUN, r, msg);
                 } else if (r < 0) {
-                        failed = tools_error_result("engine_error", "InternalError", strerror(-r));
+                        failed = error_result(FAILED_SANDBOX_RUN, r, NULL);
                 }
         }
         tools_request_free(&req); /* the sandbox has its copy */

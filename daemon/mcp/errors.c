@@ -1,0 +1,73 @@
+/* How a failed tool call is shown: one table from each reason to the
+ * status and type the client sees (mcp/internal.h). */
+#include "mcp/internal.h"
+
+#include "core/util.h"
+#include "mcp/tools.h"
+
+#include <errno.h>
+#include <string.h>
+
+#define ANY 0 /* any reason not named above it, in the same `what` */
+
+static const struct {
+        enum failed what;
+        int reason;          /* a negative errno, or ANY */
+        const char *status;  /* structuredContent.status */
+        const char *type;    /* structuredContent.error.type */
+        const char *message; /* when the caller has none (NULL: strerror) */
+} failures[] = {
+    {FAILED_ARGUMENTS, -EFBIG, "invalid_arguments", "TooLarge", NULL},
+    {FAILED_ARGUMENTS, ANY, "invalid_arguments", "InvalidArguments", NULL},
+    {FAILED_PATH, ANY, "invalid_arguments", "InvalidPath", NULL},
+
+    {FAILED_SANDBOX_RUN, -EBUSY, "busy", "Busy", NULL},
+    {FAILED_SANDBOX_RUN, ANY, "engine_error", "InternalError", NULL},
+
+    {FAILED_SESSION_RUN, -EBUSY, "busy", "SessionBusy", NULL},
+    {FAILED_SESSION_RUN, -EAGAIN, "busy", "Busy", NULL},
+    {FAILED_SESSION_RUN, -EUSERS, "busy", "TooManySessions", NULL},
+    {FAILED_SESSION_RUN, -ENOLINK, "session_lost", "SessionLost", NULL},
+    {FAILED_SESSION_RUN, -ENOTSUP, "invalid_arguments", "SessionsDisabled", NULL},
+    {FAILED_SESSION_RUN, -EINVAL, "invalid_arguments", "InvalidArguments", NULL},
+    {FAILED_SESSION_RUN, ANY, "engine_error", "InternalError", NULL},
+    {FAILED_SESSION_CLOSE, ANY, "invalid_arguments", "InvalidArguments", NULL},
+    {FAILED_SESSION_GET, -EAGAIN, "busy", "SessionBusy", NULL},
+    {FAILED_SESSION_GET, -ENOENT, "invalid_arguments", "NoSession", NULL},
+    {FAILED_SESSION_GET, ANY, "engine_error", "EngineError", "no container engine answers"},
+
+    {FAILED_FILE_START, -ENOTCONN, "engine_error", "EngineError",
+     "the session's sandbox cannot be reached now (it is starting or being removed)"},
+    {FAILED_FILE_START, ANY, "engine_error", "InternalError", NULL},
+    /* The model can fix a path. */
+    {FAILED_FILE, -ENOENT, "invalid_arguments", "NotFound", NULL},
+    {FAILED_FILE, -EISDIR, "invalid_arguments", "NotAFile", NULL},
+    {FAILED_FILE, -ENOTDIR, "invalid_arguments", "NotAFile", NULL},
+    {FAILED_FILE, -EINVAL, "invalid_arguments", "NotAFile", NULL},
+    {FAILED_FILE, -EPERM, "invalid_arguments", "PathEscape", NULL},
+    {FAILED_FILE, -ELOOP, "invalid_arguments", "PathEscape", NULL},
+    {FAILED_FILE, -EFBIG, "invalid_arguments", "TooLarge", NULL},
+    {FAILED_FILE, -ENOSPC, "error", "NoSpace", NULL},
+    {FAILED_FILE, ANY, "engine_error", "EngineError", NULL},
+    {FAILED_ASK, ANY, "engine_error", "EngineError", "the session's sandbox does not answer"},
+    {FAILED_LIST, ANY, "invalid_arguments", "NotFound", NULL},
+};
+
+json_t *error_result(enum failed what, int reason, const char *message)
+{
+        size_t i = 0;
+        while (i < ARRAY_SIZE(failures) &&
+               !(failures[i].what == what &&
+                 (failures[i].reason == reason || failures[i].reason == ANY)))
+                i++;
+        if (i == ARRAY_SIZE(failures)) /* a `what` with no ANY row: a bug */
+                return tools_error_result("engine_error", "InternalError", "unexpected failure");
+        if (!message || !*message)
+                message = failures[i].message ? failures[i].message : strerror(-reason);
+        return tools_error_result(failures[i].status, failures[i].type, message);
+}
+
+json_t *arguments_error(const char *message)
+{
+        return error_result(FAILED_ARGUMENTS, -EINVAL, message);
+}
