@@ -63,6 +63,20 @@ void progress_report(struct progress *p, double done, double total, const char *
 /* No more notifications. All three accept NULL. */
 void progress_free(struct progress *p);
 
+/* ---- search.c: list_servers and search_tools */
+
+struct bridge;
+/* The servers sandboxed code may call, ", "-separated and cut with ", ..."
+ * to fit `size` (at least 8), for run_python's description. */
+void servers_names(struct bridge *b, char *out, size_t size);
+void tool_list_servers(struct mcp_server *s, json_t *id, json_t *args);
+/* Answered once every server asked has listed its tools, or failed to. */
+void tool_search_tools(struct mcp_server *s, json_t *id, json_t *args);
+/* Whether a search_tools with this id waits for its answer. */
+bool searches_in_flight(const struct mcp_server *s, const json_t *id);
+/* Withdraws every search_tools still waiting: no answers follow. */
+void searches_free(struct mcp_server *s);
+
 /* ---- errors.c: how a failed tool call is shown */
 
 /* Which call failed, for its reason: an errno means different things from
