@@ -329,9 +329,8 @@ void tool_search_tools(struct mcp_server *s, json_t *id, json_t *args)
                         continue;
                 q->waits[q->n++] = (struct search_wait){.search = q, .u = u};
         }
-        /* Callbacks may come at once (servers already up): count ourselves
-         * as one more wait until every request is out. */
-        q->pending = q->n + 1;
+        /* Answers come from the loop, after this returns (core/loop.h). */
+        q->pending = q->n;
         for (size_t i = 0; i < q->n; i++) {
                 struct search_wait *w = &q->waits[i];
                 double t =
@@ -341,7 +340,7 @@ void tool_search_tools(struct mcp_server *s, json_t *id, json_t *args)
                         q->pending--;
                 }
         }
-        if (--q->pending == 0)
+        if (q->pending == 0)
                 search_answer(q);
 }
 
