@@ -77,6 +77,20 @@ bool searches_in_flight(const struct mcp_server *s, const json_t *id);
 /* Withdraws every search_tools still waiting: no answers follow. */
 void searches_free(struct mcp_server *s);
 
+/* ---- session_tools.c: session_list, session_close, write_file, read_file,
+ * list_files */
+
+void tool_session_list(struct mcp_server *s, json_t *id, json_t *args);
+void tool_session_close(struct mcp_server *s, json_t *id, json_t *args);
+/* Opens the session when there is none: its first run writes the file. */
+void tool_write_file(struct mcp_server *s, json_t *id, json_t *args);
+void tool_read_file(struct mcp_server *s, json_t *id, json_t *args);
+void tool_list_files(struct mcp_server *s, json_t *id, json_t *args);
+/* Whether a file tool with this id is on its way. */
+bool file_calls_in_flight(const struct mcp_server *s, const json_t *id);
+/* Withdraws every file tool on its way: no answers follow. */
+void file_calls_free(struct mcp_server *s);
+
 /* ---- errors.c: how a failed tool call is shown */
 
 /* Which call failed, for its reason: an errno means different things from

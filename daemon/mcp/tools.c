@@ -379,6 +379,12 @@ json_t *tools_list(const char *servers, const struct sandbox_images *images, jso
         return list;
 }
 
+json_t *tools_text_result(json_t *structured, const char *text)
+{
+        return json_pack("{s:[{s:s, s:s}], s:o, s:b}", "content", "type", "text", "text", text,
+                         "structuredContent", structured, "isError", 0);
+}
+
 json_t *tools_status_result(json_t *status)
 {
         char *text = json_dumps(status, JSON_INDENT(2) | JSON_SORT_KEYS);

@@ -48,6 +48,9 @@ json_t *tools_result(const struct sandbox_result *res, const char *session);
  * the output so far (`partial`), isError false (new reference). */
 json_t *tools_running_result(const struct sandbox_result *partial, const char *job_id,
                              long long elapsed_ms);
+/* A successful result: `text` for a person, `structured` (stolen) for
+ * code (new reference). */
+json_t *tools_text_result(json_t *structured, const char *text);
 /* The result of sandbox_status for these figures (stolen). */
 json_t *tools_status_result(json_t *status);
 /* A CallToolResult for a failure before any sandbox ran. */
