@@ -14,9 +14,42 @@
 /* The _meta key that ties a message to its task (MCP tasks, 2025-11-25). */
 #define RELATED_TASK_KEY "io.modelcontextprotocol/related-task"
 
-struct call;
-struct file_call;
-struct search;
+struct bridge;
+struct file_call; /* session_tools.c */
+struct job_wait;  /* jobs.c */
+struct progress;  /* progress.c */
+struct sandbox;
+struct sandbox_mgr;
+struct sandbox_result;
+struct search; /* search.c */
+struct session_mgr;
+struct transport;
+
+/* A run_python or run_shell call, from its start until it is answered, or
+ * as a job or task until its result is dropped. */
+struct call {
+        struct mcp_server *srv;
+        struct call *prev, *next;
+        json_t *id;
+        struct sandbox *sb;        /* NULL once it has ended */
+        struct progress *progress; /* NULL: the host asked for none */
+        bool cancelled;            /* the host withdrew it: no response is sent */
+        const char *tool;          /* run_python or run_shell */
+        char *code_line;           /* the start of its code, for job_list */
+        char *session;             /* the session it runs in, or NULL */
+        long long t_start, t_end;
+        struct timer *sync_timer; /* sync_wait_s */
+        char job_id[JOB_ID_MAX];  /* "" until it becomes a job */
+        json_t *result;           /* a finished job's result */
+        struct timer *expire;     /* job_retention_s after it ended */
+        struct job_wait *waits;   /* job_result, tasks/result */
+        /* A task: a job from its start. */
+        bool task;
+        bool task_cancelled;    /* tasks/cancel: it stays "cancelled" */
+        long long created_wall; /* ms since the epoch */
+        long long updated_wall;
+        long long ttl_ms; /* kept at least this long from creation */
+};
 
 /* One MCP client's server: its transport, what it has running, and the
  * managers it borrows. */
@@ -50,7 +83,6 @@ void mcp_send_result(struct mcp_server *s, json_t *id, json_t *result);
 
 /* ---- progress.c: notifications/progress for one call */
 
-struct progress;
 /* Follows a call whose tools/call `params` carry _meta.progressToken (a
  * string or an integer); NULL when they do not, or out of memory. A
  * task's notifications name `task_id` (NULL: not a task). */
@@ -63,9 +95,52 @@ void progress_report(struct progress *p, double done, double total, const char *
 /* No more notifications. All three accept NULL. */
 void progress_free(struct progress *p);
 
+/* ---- run.c: run_python and run_shell */
+
+/* The handler of both (params.name says which); params.task, checked,
+ * makes it a task. */
+void tool_run(struct mcp_server *s, json_t *id, json_t *args, json_t *params);
+/* Unlinks and frees a call (its progress, waits and result with it). */
+void call_free(struct call *c);
+/* Whether a call with this id waits for its answer (not a job: that was
+ * answered; not withdrawn: that never will be). */
+bool calls_in_flight(const struct mcp_server *s, const json_t *id);
+/* notifications/cancelled for such a call: it ends without an answer. */
+void calls_cancel(struct mcp_server *s, const json_t *id, const char *why);
+void calls_free(struct mcp_server *s);
+
+/* ---- jobs.c: jobs and MCP tasks */
+
+/* Makes the call a task (a job from its start), with params.task's ttl. */
+void task_start(struct call *c, json_t *task);
+/* The Task object of the tasks specification (new reference). */
+json_t *task_json(const struct call *c);
+/* sync_wait_s passed: the call becomes a job, answered "running". */
+void job_detach(struct call *c);
+/* A job's end: its result (stolen; NULL: it could not be built) is kept
+ * and given to those waiting; a task's status is notified. */
+void job_store(struct call *c, json_t *result);
+/* job_store of the run's result. */
+void job_finished(struct call *c, const struct sandbox_result *res);
+void tool_job_status(struct mcp_server *s, json_t *id, json_t *args);
+void tool_job_result(struct mcp_server *s, json_t *id, json_t *args);
+void tool_job_cancel(struct mcp_server *s, json_t *id, json_t *args);
+void tool_job_list(struct mcp_server *s, json_t *id, json_t *args);
+void tasks_get(struct mcp_server *s, json_t *id, json_t *params);
+/* Answered when the task ends. */
+void tasks_result(struct mcp_server *s, json_t *id, json_t *params);
+void tasks_cancel(struct mcp_server *s, json_t *id, json_t *params);
+void tasks_list(struct mcp_server *s, json_t *id, json_t *params);
+/* Frees the job_result and tasks/result calls waiting for `c`. */
+void job_waits_free(struct call *c);
+/* Whether a job_result or tasks/result with this id waits. */
+bool job_waits_in_flight(const struct mcp_server *s, const json_t *id);
+/* notifications/cancelled for one: it ends without an answer. Whether
+ * there was one. */
+bool job_wait_withdraw(struct mcp_server *s, const json_t *id);
+
 /* ---- search.c: list_servers and search_tools */
 
-struct bridge;
 /* The servers sandboxed code may call, ", "-separated and cut with ", ..."
  * to fit `size` (at least 8), for run_python's description. */
 void servers_names(struct bridge *b, char *out, size_t size);
