@@ -81,6 +81,13 @@ void mcp_send_error(struct mcp_server *s, json_t *id, int code, const char *mess
  * built) is answered with an internal error. */
 void mcp_send_result(struct mcp_server *s, json_t *id, json_t *result);
 
+/* ---- server.c: what the tools share */
+
+/* Whether a tool's `args` is absent or an object; else answers that it
+ * must be one. */
+bool tool_args_object(struct mcp_server *s, json_t *id, json_t *args);
+void tool_sandbox_status(struct mcp_server *s, json_t *id, json_t *args, json_t *params);
+
 /* ---- progress.c: notifications/progress for one call */
 
 /* Follows a call whose tools/call `params` carry _meta.progressToken (a
@@ -122,10 +129,10 @@ void job_detach(struct call *c);
 void job_store(struct call *c, json_t *result);
 /* job_store of the run's result. */
 void job_finished(struct call *c, const struct sandbox_result *res);
-void tool_job_status(struct mcp_server *s, json_t *id, json_t *args);
-void tool_job_result(struct mcp_server *s, json_t *id, json_t *args);
-void tool_job_cancel(struct mcp_server *s, json_t *id, json_t *args);
-void tool_job_list(struct mcp_server *s, json_t *id, json_t *args);
+void tool_job_status(struct mcp_server *s, json_t *id, json_t *args, json_t *params);
+void tool_job_result(struct mcp_server *s, json_t *id, json_t *args, json_t *params);
+void tool_job_cancel(struct mcp_server *s, json_t *id, json_t *args, json_t *params);
+void tool_job_list(struct mcp_server *s, json_t *id, json_t *args, json_t *params);
 void tasks_get(struct mcp_server *s, json_t *id, json_t *params);
 /* Answered when the task ends. */
 void tasks_result(struct mcp_server *s, json_t *id, json_t *params);
@@ -144,9 +151,9 @@ bool job_wait_withdraw(struct mcp_server *s, const json_t *id);
 /* The servers sandboxed code may call, ", "-separated and cut with ", ..."
  * to fit `size` (at least 8), for run_python's description. */
 void servers_names(struct bridge *b, char *out, size_t size);
-void tool_list_servers(struct mcp_server *s, json_t *id, json_t *args);
+void tool_list_servers(struct mcp_server *s, json_t *id, json_t *args, json_t *params);
 /* Answered once every server asked has listed its tools, or failed to. */
-void tool_search_tools(struct mcp_server *s, json_t *id, json_t *args);
+void tool_search_tools(struct mcp_server *s, json_t *id, json_t *args, json_t *params);
 /* Whether a search_tools with this id waits for its answer. */
 bool searches_in_flight(const struct mcp_server *s, const json_t *id);
 /* Withdraws every search_tools still waiting: no answers follow. */
@@ -155,12 +162,12 @@ void searches_free(struct mcp_server *s);
 /* ---- session_tools.c: session_list, session_close, write_file, read_file,
  * list_files */
 
-void tool_session_list(struct mcp_server *s, json_t *id, json_t *args);
-void tool_session_close(struct mcp_server *s, json_t *id, json_t *args);
+void tool_session_list(struct mcp_server *s, json_t *id, json_t *args, json_t *params);
+void tool_session_close(struct mcp_server *s, json_t *id, json_t *args, json_t *params);
 /* Opens the session when there is none: its first run writes the file. */
-void tool_write_file(struct mcp_server *s, json_t *id, json_t *args);
-void tool_read_file(struct mcp_server *s, json_t *id, json_t *args);
-void tool_list_files(struct mcp_server *s, json_t *id, json_t *args);
+void tool_write_file(struct mcp_server *s, json_t *id, json_t *args, json_t *params);
+void tool_read_file(struct mcp_server *s, json_t *id, json_t *args, json_t *params);
+void tool_list_files(struct mcp_server *s, json_t *id, json_t *args, json_t *params);
 /* Whether a file tool with this id is on its way. */
 bool file_calls_in_flight(const struct mcp_server *s, const json_t *id);
 /* Withdraws every file tool on its way: no answers follow. */

@@ -221,6 +221,8 @@ static struct call *job_find(struct mcp_server *s, json_t *id, json_t *args, con
                              const char *extra)
 {
         char msg[512];
+        if (!tool_args_object(s, id, args))
+                return NULL;
         const char *key;
         json_t *v;
         json_object_foreach(args, key, v)
@@ -269,7 +271,7 @@ static json_t *job_summary(const struct call *c)
                          "code", c->code_line ? c->code_line : "", "session", c->session);
 }
 
-void tool_job_status(struct mcp_server *s, json_t *id, json_t *args)
+void tool_job_status(struct mcp_server *s, json_t *id, json_t *args, json_t *params)
 {
         struct call *c = job_find(s, id, args, "job_status", NULL);
         if (!c)
@@ -306,7 +308,7 @@ static void job_wait_tick(struct timer *t, void *userdata)
         job_wait_free(w);
 }
 
-void tool_job_result(struct mcp_server *s, json_t *id, json_t *args)
+void tool_job_result(struct mcp_server *s, json_t *id, json_t *args, json_t *params)
 {
         struct call *c = job_find(s, id, args, "job_result", "wait_s");
         if (!c)
@@ -341,7 +343,7 @@ void tool_job_result(struct mcp_server *s, json_t *id, json_t *args)
         timer_arm(jw->timer, (long long)ceil(wait * 1000));
 }
 
-void tool_job_cancel(struct mcp_server *s, json_t *id, json_t *args)
+void tool_job_cancel(struct mcp_server *s, json_t *id, json_t *args, json_t *params)
 {
         struct call *c = job_find(s, id, args, "job_cancel", NULL);
         if (!c)
@@ -366,9 +368,11 @@ void tool_job_cancel(struct mcp_server *s, json_t *id, json_t *args)
         mcp_send_result(s, id, tools_text_result(st, text));
 }
 
-void tool_job_list(struct mcp_server *s, json_t *id, json_t *args)
+void tool_job_list(struct mcp_server *s, json_t *id, json_t *args, json_t *params)
 {
-        if (args && (!json_is_object(args) || json_object_size(args) > 0)) {
+        if (!tool_args_object(s, id, args))
+                return;
+        if (args && json_object_size(args) > 0) {
                 mcp_send_result(s, id, arguments_error("job_list takes no arguments"));
                 return;
         }

@@ -196,10 +196,6 @@ void tool_run(struct mcp_server *s, json_t *id, json_t *args, json_t *params)
         struct sandbox_request req = {0};
         char msg[512] = "";
         int r = parse_request(s, name, args, &req, msg, sizeof(msg));
-        if (r == -ENOENT) {
-                mcp_send_error(s, id, JRPC_INVALID_PARAMS, msg);
-                return;
-        }
         if (r < 0) {
                 refuse(s, id, task, name, msg);
                 return;

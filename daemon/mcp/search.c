@@ -70,7 +70,7 @@ static json_t *servers_listing(struct mcp_server *s)
         return list;
 }
 
-void tool_list_servers(struct mcp_server *s, json_t *id, json_t *args)
+void tool_list_servers(struct mcp_server *s, json_t *id, json_t *args, json_t *params)
 {
         if (args && (!json_is_object(args) || json_object_size(args) > 0)) {
                 mcp_send_result(s, id, arguments_error("list_servers takes no arguments"));
@@ -266,7 +266,7 @@ static void search_ready(void *userdata, json_t *tools, const struct err *e)
                 search_answer(q);
 }
 
-void tool_search_tools(struct mcp_server *s, json_t *id, json_t *args)
+void tool_search_tools(struct mcp_server *s, json_t *id, json_t *args, json_t *params)
 {
         const char *query = json_string_value(json_object_get(args, "query"));
         json_t *server = json_object_get(args, "server");

@@ -44,69 +44,59 @@ void mcp_send_result(struct mcp_server *s, json_t *id, json_t *result)
 
 /* ---- tools/call */
 
+bool tool_args_object(struct mcp_server *s, json_t *id, json_t *args)
+{
+        if (!args || json_is_object(args))
+                return true;
+        mcp_send_result(s, id, arguments_error("arguments must be an object"));
+        return false;
+}
+
+void tool_sandbox_status(struct mcp_server *s, json_t *id, json_t *args, json_t *params)
+{
+        if (args && (!json_is_object(args) || json_object_size(args) > 0)) {
+                mcp_send_result(s, id, arguments_error("sandbox_status takes no arguments"));
+                return;
+        }
+        mcp_send(s, jrpc_result(id, tools_status_result(sandbox_mgr_status(s->mgr))));
+}
+
+/* params.task: an object, with "ttl" a number of milliseconds >= 0. */
+static bool task_valid(json_t *task)
+{
+        json_t *ttl = json_object_get(task, "ttl");
+        return json_is_object(task) &&
+               (!ttl || (json_is_integer(ttl) && json_integer_value(ttl) >= 0));
+}
+
 static void tools_call(struct mcp_server *s, json_t *id, json_t *params)
 {
         const char *name = json_string_value(json_object_get(params, "name"));
-        json_t *args = json_object_get(params, "arguments");
-        char msg[512];
+        char msg[700], names[300];
         if (!name) {
                 mcp_send_error(s, id, JRPC_INVALID_PARAMS, "tools/call needs a \"name\" string");
                 return;
         }
         json_t *task = json_object_get(params, "task");
-        if (task &&
-            (!json_is_object(task) || (json_object_get(task, "ttl") &&
-                                       (!json_is_integer(json_object_get(task, "ttl")) ||
-                                        json_integer_value(json_object_get(task, "ttl")) < 0)))) {
+        if (task && !task_valid(task)) {
                 mcp_send_error(s, id, JRPC_INVALID_PARAMS,
                                "\"task\" must be an object, with \"ttl\" a number of milliseconds");
                 return;
         }
-        /* Only the tools that run code declare taskSupport (optional). */
-        if (task && strcmp(name, "run_python") != 0 && strcmp(name, "run_shell") != 0) {
-                snprintf(msg, sizeof(msg),
-                         "tool \"%.100s\" does not run as a task (only run_python and run_shell "
-                         "do)",
-                         name);
+        const struct mcp_tool *t = tools_find(name);
+        if (task && (!t || !t->task)) {
+                tools_names(true, names, sizeof(names));
+                snprintf(msg, sizeof(msg), "tool \"%.100s\" does not run as a task (only %s do)",
+                         name, names);
                 mcp_send_error(s, id, JRPC_METHOD_NOT_FOUND, utf8_scrub(msg));
                 return;
         }
-        if (strcmp(name, "sandbox_status") == 0) {
-                if (args && (!json_is_object(args) || json_object_size(args) > 0)) {
-                        mcp_send_result(s, id,
-                                        arguments_error("sandbox_status takes no arguments"));
-                        return;
-                }
-                mcp_send(s, jrpc_result(id, tools_status_result(sandbox_mgr_status(s->mgr))));
+        if (!t) {
+                tools_unknown(name, msg, sizeof(msg));
+                mcp_send_error(s, id, JRPC_INVALID_PARAMS, utf8_scrub(msg));
                 return;
         }
-        if (strcmp(name, "list_servers") == 0) {
-                tool_list_servers(s, id, args);
-                return;
-        }
-        if (strcmp(name, "search_tools") == 0) {
-                tool_search_tools(s, id, args);
-                return;
-        }
-        static const struct {
-                const char *name;
-                void (*fn)(struct mcp_server *, json_t *, json_t *);
-        } others[] = {{"job_status", tool_job_status},     {"job_result", tool_job_result},
-                      {"job_cancel", tool_job_cancel},     {"job_list", tool_job_list},
-                      {"session_list", tool_session_list}, {"session_close", tool_session_close},
-                      {"write_file", tool_write_file},     {"read_file", tool_read_file},
-                      {"list_files", tool_list_files}};
-        for (size_t i = 0; i < ARRAY_SIZE(others); i++)
-                if (strcmp(name, others[i].name) == 0) {
-                        if (args && !json_is_object(args)) {
-                                mcp_send_result(s, id,
-                                                arguments_error("arguments must be an object"));
-                                return;
-                        }
-                        others[i].fn(s, id, args);
-                        return;
-                }
-        tool_run(s, id, args, params);
+        t->call(s, id, json_object_get(params, "arguments"), params);
 }
 
 static void cancel_request(struct mcp_server *s, json_t *params)
@@ -149,6 +139,56 @@ static bool id_in_flight(struct mcp_server *s, const json_t *id)
                file_calls_in_flight(s, id) || searches_in_flight(s, id);
 }
 
+static void initialize(struct mcp_server *s, json_t *id, json_t *params)
+{
+        if (!json_is_string(json_object_get(params, "protocolVersion"))) {
+                mcp_send_error(s, id, JRPC_INVALID_PARAMS,
+                               "initialize needs a \"protocolVersion\" string");
+                return;
+        }
+        mcp_send(s, jrpc_result(id, initialize_result(params)));
+        s->initialized = true;
+}
+
+static void ping(struct mcp_server *s, json_t *id, json_t *params)
+{
+        mcp_send(s, jrpc_result(id, json_object()));
+}
+
+static void tools_list_request(struct mcp_server *s, json_t *id, json_t *params)
+{
+        mcp_send(s, jrpc_result(id, json_pack("{s:o}", "tools",
+                                              tools_list(s->names, sandbox_mgr_images(s->mgr),
+                                                         sandbox_mgr_mounts(s->mgr)))));
+}
+
+static void set_level(struct mcp_server *s, json_t *id, json_t *params)
+{
+        const char *level = json_string_value(json_object_get(params, "level"));
+        enum log_level l;
+        if (!level || log_level_parse(level, &l) < 0) {
+                mcp_send_error(s, id, JRPC_INVALID_PARAMS,
+                               "level must be one of debug, info, notice, warning, error, "
+                               "critical, alert, emergency");
+                return;
+        }
+        /* Logs still go to stderr only; the level filters them. */
+        log_max_level = l;
+        mcp_send(s, jrpc_result(id, json_object()));
+}
+
+/* The requests corral answers; params is absent or an object. */
+static const struct {
+        const char *method;
+        void (*answer)(struct mcp_server *s, json_t *id, json_t *params);
+} methods[] = {
+    {"initialize", initialize},         {"ping", ping},
+    {"tools/list", tools_list_request}, {"tools/call", tools_call},
+    {"tasks/get", tasks_get},           {"tasks/result", tasks_result},
+    {"tasks/cancel", tasks_cancel},     {"tasks/list", tasks_list},
+    {"logging/setLevel", set_level},
+};
+
 static void handle_request(struct mcp_server *s, struct jrpc_msg *m)
 {
         const char *method = m->method;
@@ -178,48 +218,14 @@ static void handle_request(struct mcp_server *s, struct jrpc_msg *m)
                 mcp_send_error(s, m->id, JRPC_INVALID_PARAMS, "params must be an object");
                 return;
         }
-        if (strcmp(method, "initialize") == 0) {
-                if (!json_is_string(json_object_get(m->params, "protocolVersion"))) {
-                        mcp_send_error(s, m->id, JRPC_INVALID_PARAMS,
-                                       "initialize needs a \"protocolVersion\" string");
+        for (size_t i = 0; i < ARRAY_SIZE(methods); i++)
+                if (strcmp(method, methods[i].method) == 0) {
+                        methods[i].answer(s, m->id, m->params);
                         return;
                 }
-                mcp_send(s, jrpc_result(m->id, initialize_result(m->params)));
-                s->initialized = true;
-        } else if (strcmp(method, "ping") == 0) {
-                mcp_send(s, jrpc_result(m->id, json_object()));
-        } else if (strcmp(method, "tools/list") == 0) {
-                mcp_send(
-                    s, jrpc_result(m->id, json_pack("{s:o}", "tools",
-                                                    tools_list(s->names, sandbox_mgr_images(s->mgr),
-                                                               sandbox_mgr_mounts(s->mgr)))));
-        } else if (strcmp(method, "tools/call") == 0) {
-                tools_call(s, m->id, m->params);
-        } else if (strcmp(method, "tasks/get") == 0) {
-                tasks_get(s, m->id, m->params);
-        } else if (strcmp(method, "tasks/result") == 0) {
-                tasks_result(s, m->id, m->params);
-        } else if (strcmp(method, "tasks/cancel") == 0) {
-                tasks_cancel(s, m->id, m->params);
-        } else if (strcmp(method, "tasks/list") == 0) {
-                tasks_list(s, m->id, m->params);
-        } else if (strcmp(method, "logging/setLevel") == 0) {
-                const char *level = json_string_value(json_object_get(m->params, "level"));
-                enum log_level l;
-                if (!level || log_level_parse(level, &l) < 0) {
-                        mcp_send_error(s, m->id, JRPC_INVALID_PARAMS,
-                                       "level must be one of debug, info, notice, warning, error, "
-                                       "critical, alert, emergency");
-                        return;
-                }
-                /* Logs still go to stderr only; the level filters them. */
-                log_max_level = l;
-                mcp_send(s, jrpc_result(m->id, json_object()));
-        } else {
-                char msg[160];
-                snprintf(msg, sizeof(msg), "method not found: %.100s", method);
-                mcp_send_error(s, m->id, JRPC_METHOD_NOT_FOUND, msg);
-        }
+        char msg[160];
+        snprintf(msg, sizeof(msg), "method not found: %.100s", method);
+        mcp_send_error(s, m->id, JRPC_METHOD_NOT_FOUND, msg);
 }
 
 /* A message over the transport's limit: refused, under its id when it

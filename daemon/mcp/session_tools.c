@@ -27,10 +27,13 @@ struct file_call {
         size_t bytes;         /* write_file's content */
 };
 
-/* Checks that args has only these keys (NULL-ended); else answers. */
+/* Checks that args is an object (or absent) with only these keys
+ * (NULL-ended); else answers. */
 static bool only_keys(struct mcp_server *s, json_t *id, json_t *args, const char *tool,
                       const char *const *keys)
 {
+        if (!tool_args_object(s, id, args))
+                return false;
         const char *key;
         json_t *v;
         json_object_foreach(args, key, v)
@@ -98,7 +101,7 @@ static const char *file_args(struct mcp_server *s, json_t *id, json_t *args, con
         return name;
 }
 
-void tool_session_list(struct mcp_server *s, json_t *id, json_t *args)
+void tool_session_list(struct mcp_server *s, json_t *id, json_t *args, json_t *params)
 {
         static const char *const keys[] = {NULL};
         if (!only_keys(s, id, args, "session_list", keys))
@@ -137,7 +140,7 @@ void tool_session_list(struct mcp_server *s, json_t *id, json_t *args)
         buf_free(&text);
 }
 
-void tool_session_close(struct mcp_server *s, json_t *id, json_t *args)
+void tool_session_close(struct mcp_server *s, json_t *id, json_t *args, json_t *params)
 {
         static const char *const keys[] = {"session", NULL};
         if (!only_keys(s, id, args, "session_close", keys))
@@ -248,7 +251,7 @@ static void write_opened(void *userdata, const struct sandbox_result *res)
         fcall_free(fc);
 }
 
-void tool_write_file(struct mcp_server *s, json_t *id, json_t *args)
+void tool_write_file(struct mcp_server *s, json_t *id, json_t *args, json_t *params)
 {
         static const char *const keys[] = {"session", "path", "content", "encoding", NULL};
         char full[FILES_PATH_MAX + 64], msg[600] = "";
@@ -392,7 +395,7 @@ static bool window_arg(struct mcp_server *s, json_t *id, json_t *args, const cha
         return true;
 }
 
-void tool_read_file(struct mcp_server *s, json_t *id, json_t *args)
+void tool_read_file(struct mcp_server *s, json_t *id, json_t *args, json_t *params)
 {
         static const char *const keys[] = {"session", "path", "offset", "limit", NULL};
         char full[FILES_PATH_MAX + 64];
@@ -487,7 +490,7 @@ static void list_done(void *userdata, json_t *result, const char *error)
         fcall_free(fc);
 }
 
-void tool_list_files(struct mcp_server *s, json_t *id, json_t *args)
+void tool_list_files(struct mcp_server *s, json_t *id, json_t *args, json_t *params)
 {
         static const char *const keys[] = {"session", "path", "recursive", "limit", NULL};
         char full[FILES_PATH_MAX + 64];
@@ -513,9 +516,9 @@ void tool_list_files(struct mcp_server *s, json_t *id, json_t *args)
         struct file_call *fc = fcall_new(s, id, name, full);
         if (!fc)
                 return;
-        json_t *params = json_pack("{s:s, s:b, s:I}", "path", full, "recursive", json_is_true(rec),
-                                   "limit", (json_int_t)limit);
-        int r = sandbox_ask(sb, "sandbox/list", params, list_done, fc, &fc->ask);
+        json_t *what = json_pack("{s:s, s:b, s:I}", "path", full, "recursive", json_is_true(rec),
+                                 "limit", (json_int_t)limit);
+        int r = sandbox_ask(sb, "sandbox/list", what, list_done, fc, &fc->ask);
         if (r < 0) {
                 mcp_send_result(s, id, error_result(FAILED_ASK, r, NULL));
                 fcall_free(fc);
