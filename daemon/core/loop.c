@@ -33,9 +33,8 @@ struct timer {
 struct loop {
         int epfd;
         bool quit;
-        struct defer *dq_head, *dq_tail; /* deferred calls, oldest first */
-        struct defer *bq_head, *bq_tail; /* those of the round being made */
-        struct watch *dead; /* freed after the current dispatch round */
+        struct list deferred; /* deferred calls, oldest first */
+        struct watch *dead;   /* freed after the current dispatch round */
         int sigfd;
         struct watch *sigwatch;
         sigset_t sigmask;
@@ -59,6 +58,7 @@ int loop_new(struct loop **ret)
                 return r;
         }
         l->sigfd = -1;
+        list_init(&l->deferred);
         sigemptyset(&l->sigmask);
         *ret = l;
         return 0;
@@ -92,58 +92,36 @@ void loop_quit(struct loop *l)
 
 void loop_defer(struct loop *l, struct defer *d, defer_cb cb, void *userdata)
 {
-        if (d->queued)
+        if (list_linked(&d->node))
                 return;
-        *d = (struct defer){.loop = l, .cb = cb, .userdata = userdata, .prev = l->dq_tail,
-                            .queued = true};
-        if (l->dq_tail)
-                l->dq_tail->next = d;
-        else
-                l->dq_head = d;
-        l->dq_tail = d;
+        *d = (struct defer){.loop = l, .cb = cb, .userdata = userdata};
+        list_append(&l->deferred, &d->node);
 }
 
 void defer_cancel(struct defer *d)
 {
-        if (!d || !d->queued)
-                return;
-        struct loop *l = d->loop;
-        struct defer **head = d->in_batch ? &l->bq_head : &l->dq_head;
-        struct defer **tail = d->in_batch ? &l->bq_tail : &l->dq_tail;
-        if (d->prev)
-                d->prev->next = d->next;
-        else
-                *head = d->next;
-        if (d->next)
-                d->next->prev = d->prev;
-        else
-                *tail = d->prev;
-        d->prev = d->next = NULL;
-        d->queued = d->in_batch = false;
+        if (d)
+                list_del(&d->node);
 }
 
 bool defer_queued(const struct defer *d)
 {
-        return d && d->queued;
+        return d && list_linked(&d->node);
 }
 
-/* The calls asked for before this round's, in order: they move to the
+/* The calls asked for before this round's, in order: they move to a
  * batch, and each is unlinked before it is made, so a call may cancel
  * another of the batch, or free what held its own. Calls asked for
  * meanwhile wait for the next round. */
 static void run_deferred(struct loop *l)
 {
-        l->bq_head = l->dq_head;
-        l->bq_tail = l->dq_tail;
-        l->dq_head = l->dq_tail = NULL;
-        for (struct defer *d = l->bq_head; d; d = d->next)
-                d->in_batch = true;
-        while (l->bq_head) {
-                struct defer *d = l->bq_head;
-                defer_cb cb = d->cb;
-                void *ud = d->userdata;
-                defer_cancel(d);
-                cb(ud);
+        struct list batch;
+        list_init(&batch);
+        list_splice_tail(&batch, &l->deferred);
+        while (!list_empty(&batch)) {
+                struct defer *d = list_first(&batch, struct defer, node);
+                list_del(&d->node);
+                d->cb(d->userdata);
         }
 }
 
@@ -151,7 +129,8 @@ int loop_iterate(struct loop *l, int timeout_ms)
 {
         struct epoll_event evs[64];
         /* Deferred calls waiting: look at the events without waiting. */
-        int n = epoll_wait(l->epfd, evs, (int)ARRAY_SIZE(evs), l->dq_head ? 0 : timeout_ms);
+        int n = epoll_wait(l->epfd, evs, (int)ARRAY_SIZE(evs),
+                           list_empty(&l->deferred) ? timeout_ms : 0);
         if (n < 0 && errno != EINTR)
                 return -errno;
         for (int i = 0; i < n; i++) {
@@ -256,6 +235,22 @@ int timer_arm(struct timer *t, long long ms)
                 its.it_value.tv_nsec = 1;
         }
         return timerfd_settime(t->fd, 0, &its, NULL) < 0 ? -errno : 0;
+}
+
+int timer_set(struct loop *l, struct timer **t, timer_cb cb, void *userdata, long long ms)
+{
+        if (!*t) {
+                int r = timer_add(l, cb, userdata, t);
+                if (r < 0)
+                        return r;
+        }
+        return timer_arm(*t, ms);
+}
+
+void timer_stop(struct timer *t)
+{
+        if (t)
+                timer_arm(t, 0);
 }
 
 void timer_remove(struct timer *t)

@@ -11,6 +11,8 @@
  * needed anywhere. */
 #pragma once
 
+#include "core/list.h"
+
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -29,9 +31,7 @@ struct defer {
         struct loop *loop;
         defer_cb cb;
         void *userdata;
-        struct defer *prev, *next;
-        bool queued;
-        bool in_batch; /* among the calls of the round being made */
+        struct list node; /* on the loop's queue, or a round's batch, while asked for */
 };
 
 int loop_new(struct loop **ret);
@@ -54,6 +54,11 @@ int timer_add(struct loop *l, timer_cb cb, void *userdata, struct timer **ret);
 int timer_arm(struct timer *t, long long ms);
 /* Safe to call from inside the timer's own callback. Accepts NULL. */
 void timer_remove(struct timer *t);
+/* A timer per purpose, made when first needed: arm *t for `ms` (> 0),
+ * adding it first when *t is NULL. */
+int timer_set(struct loop *l, struct timer **t, timer_cb cb, void *userdata, long long ms);
+/* Disarm; accepts NULL. */
+void timer_stop(struct timer *t);
 
 /* Ask for d->cb(userdata) after this round; asking again while queued
  * changes nothing (the first callback and userdata stay). A call asked for

@@ -1,10 +1,18 @@
 #!/usr/bin/env python3
 """Host-side test of runtime/corral_runtime.py, printing TAP.
 
-Usage: test_runtime.py
+Usage: test_runtime.py [NAME_OR_REGEX ...]
+       test_runtime.py --list
 (CORRAL_RUNTIME_PYTHON=/path/to/python3 runs the runtime on another interpreter.)
 The runtime is assembled from runtime/*.py as the build does
 (runtime/assemble.py), so the program tested is the one the daemon sends.
+
+The checks are grouped in named cases: functions registered with @case, run
+in the order they are defined, each printing its checks as TAP points (a
+"# case NAME" line before them).  With arguments, only the cases whose name
+is one of them or matches one of them as a regular expression run
+(`test_runtime.py session_freeze`, `test_runtime.py '^bridge_'`); --list
+prints the names.  A case that raises counts as a failed point.
 
 Each case starts the runtime the way the daemon does (python3 -I -S -c
 <source>) with pipes for stdin/stdout, speaks frames to it and checks what
@@ -14,12 +22,15 @@ capabilities, like in the container.  Exits non-zero if any check fails.
 import ast
 import json
 import os
+import re
 import resource
 import select
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
+import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RUNTIME_DIR = os.path.join(HERE, '..', '..', 'runtime')
@@ -40,6 +51,15 @@ def check(cond, name, detail=None):
         for line in str(detail)[:3000].splitlines():
             print('#   ' + line)
     sys.stdout.flush()
+
+
+CASES = []
+
+
+def case(fn):
+    """Registers fn as a case named fn.__name__, run in the order of definition."""
+    CASES.append(fn)
+    return fn
 
 
 class Runtime:
@@ -186,197 +206,252 @@ def group_gone(pgid):
 
 
 # --- ready ---------------------------------------------------------------
-rt = Runtime()
-f = rt.ready()
-check(f and f.get('jsonrpc') == '2.0' and f.get('method') == 'sandbox/ready' and 'id' not in f
-      and f['params'].get('protocol') == 1 and f['params'].get('runtime') == 'corral-runtime'
-      and f['params'].get('python') == subprocess.check_output(
-          [PYTHON, '-c', 'import platform; print(platform.python_version())']).decode().strip(),
-      'ready frame', f)
-rc, err = rt.close()
-check(rc == 0, 'stdin EOF with no exec: exits 0', (rc, err))
+@case
+def ready():
+    rt = Runtime()
+    f = rt.ready()
+    check(f and f.get('jsonrpc') == '2.0' and f.get('method') == 'sandbox/ready' and 'id' not in f
+          and f['params'].get('protocol') == 1 and f['params'].get('runtime') == 'corral-runtime'
+          and f['params'].get('python') == subprocess.check_output(
+              [PYTHON, '-c', 'import platform; print(platform.python_version())']).decode().strip(),
+          'ready frame', f)
+    rc, err = rt.close()
+    check(rc == 0, 'stdin EOF with no exec: exits 0', (rc, err))
+
 
 # --- print ---------------------------------------------------------------
-out, res, rt, _ = run("print('hello')")
-check(text(out, 'stdout') == 'hello\n' and text(out, 'stderr') == '', 'print output forwarded', out)
-mem = res.pop('memory_bytes', 'missing')
-check(res == {'status': 'ok', 'exit_code': 0, 'signal': None, 'stdout_bytes': 6,
-              'stderr_bytes': 0, 'error': None, 'out_files': []}, 'ok result fields', res)
-check(mem is None or (isinstance(mem, int) and mem > 0), 'memory_bytes: the cgroup\'s figure or null', mem)
-check(clean(rt), 'runtime exits 0 after the response', (rt.rc, rt.err, rt.bad))
-check(all(o['stream'] in ('stdout', 'stderr') and isinstance(o['data'], str) for o in out),
-      'output notifications well formed', out)
+@case
+def print_output():
+    out, res, rt, _ = run("print('hello')")
+    check(text(out, 'stdout') == 'hello\n' and text(out, 'stderr') == '', 'print output forwarded', out)
+    mem = res.pop('memory_bytes', 'missing')
+    check(res == {'status': 'ok', 'exit_code': 0, 'signal': None, 'stdout_bytes': 6,
+                  'stderr_bytes': 0, 'error': None, 'out_files': []}, 'ok result fields', res)
+    check(mem is None or (isinstance(mem, int) and mem > 0), 'memory_bytes: the cgroup\'s figure or null', mem)
+    check(clean(rt), 'runtime exits 0 after the response', (rt.rc, rt.err, rt.bad))
+    check(all(o['stream'] in ('stdout', 'stderr') and isinstance(o['data'], str) for o in out),
+          'output notifications well formed', out)
+
 
 # --- stderr --------------------------------------------------------------
-out, res, rt, _ = run("import sys\nsys.stderr.write('oops\\n')\nprint('o')")
-check(text(out, 'stderr') == 'oops\n' and text(out, 'stdout') == 'o\n'
-      and res.get('stderr_bytes') == 5 and res.get('stdout_bytes') == 2 and res.get('status') == 'ok',
-      'stderr forwarded separately', (out, res))
+@case
+def stderr():
+    out, res, rt, _ = run("import sys\nsys.stderr.write('oops\\n')\nprint('o')")
+    check(text(out, 'stderr') == 'oops\n' and text(out, 'stdout') == 'o\n'
+          and res.get('stderr_bytes') == 5 and res.get('stdout_bytes') == 2 and res.get('status') == 'ok',
+          'stderr forwarded separately', (out, res))
+
 
 # --- exceptions ----------------------------------------------------------
-out, res, rt, _ = run("print('before')\ndef f():\n    return 1/0\nf()")
-e = res.get('error') or {}
-tb = e.get('traceback') or ''
-check(res.get('status') == 'error' and res.get('exit_code') == 1 and e.get('type') == 'ZeroDivisionError'
-      and e.get('message') == 'division by zero', 'exception: status, type, message', res)
-check(tb.startswith('Traceback (most recent call last):') and 'File "<corral>", line 4, in <module>' in tb
-      and 'File "<corral>", line 3, in f' in tb and 'return 1/0' in tb
-      and tb.rstrip().endswith('ZeroDivisionError: division by zero'), 'exception: user traceback', tb)
-check('<string>' not in tb and 'run_python' not in tb and 'corral_runtime' not in tb
-      and tb.count('File "') == 2, 'exception: no runtime frames in traceback', tb)
-check(text(out, 'stdout') == 'before\n' and 'Traceback' not in text(out, 'stderr'),
-      'exception: output before it kept, traceback not on stderr', out)
+@case
+def exception():
+    out, res, rt, _ = run("print('before')\ndef f():\n    return 1/0\nf()")
+    e = res.get('error') or {}
+    tb = e.get('traceback') or ''
+    check(res.get('status') == 'error' and res.get('exit_code') == 1 and e.get('type') == 'ZeroDivisionError'
+          and e.get('message') == 'division by zero', 'exception: status, type, message', res)
+    check(tb.startswith('Traceback (most recent call last):') and 'File "<corral>", line 4, in <module>' in tb
+          and 'File "<corral>", line 3, in f' in tb and 'return 1/0' in tb
+          and tb.rstrip().endswith('ZeroDivisionError: division by zero'), 'exception: user traceback', tb)
+    check('<string>' not in tb and 'run_python' not in tb and 'corral_runtime' not in tb
+          and tb.count('File "') == 2, 'exception: no runtime frames in traceback', tb)
+    check(text(out, 'stdout') == 'before\n' and 'Traceback' not in text(out, 'stderr'),
+          'exception: output before it kept, traceback not on stderr', out)
 
-out, res, rt, _ = run("import asyncio\nasync def g():\n    raise KeyError('k')\nawait g()")
-tb = (res.get('error') or {}).get('traceback') or ''
-check((res.get('error') or {}).get('type') == 'KeyError' and 'asyncio' not in tb
-      and 'File "<corral>", line 4, in <module>' in tb and tb.count('File "') == 2,
-      'async exception: only user frames', tb)
 
-out, res, rt, _ = run("class Boom(Exception): pass\nimport json\ntry:\n    json.loads('{')\n"
-                      "except ValueError as x:\n    raise Boom('bad') from x")
-e = res.get('error') or {}
-check(e.get('type') == 'Boom' and e.get('message') == 'bad'
-      and 'json.decoder.JSONDecodeError' in (e.get('traceback') or '')
-      and 'direct cause' in (e.get('traceback') or ''), 'chained user exception type and cause', e)
+@case
+def async_exception():
+    out, res, rt, _ = run("import asyncio\nasync def g():\n    raise KeyError('k')\nawait g()")
+    tb = (res.get('error') or {}).get('traceback') or ''
+    check((res.get('error') or {}).get('type') == 'KeyError' and 'asyncio' not in tb
+          and 'File "<corral>", line 4, in <module>' in tb and tb.count('File "') == 2,
+          'async exception: only user frames', tb)
 
-out, res, rt, _ = run("x = (")
-e = res.get('error') or {}
-check(res.get('status') == 'error' and e.get('type') == 'SyntaxError' and '<corral>' in (e.get('traceback') or ''),
-      'syntax error reported', res)
+
+@case
+def chained_exception():
+    out, res, rt, _ = run("class Boom(Exception): pass\nimport json\ntry:\n    json.loads('{')\n"
+                          "except ValueError as x:\n    raise Boom('bad') from x")
+    e = res.get('error') or {}
+    check(e.get('type') == 'Boom' and e.get('message') == 'bad'
+          and 'json.decoder.JSONDecodeError' in (e.get('traceback') or '')
+          and 'direct cause' in (e.get('traceback') or ''), 'chained user exception type and cause', e)
+
+
+@case
+def syntax_error():
+    out, res, rt, _ = run("x = (")
+    e = res.get('error') or {}
+    check(res.get('status') == 'error' and e.get('type') == 'SyntaxError' and '<corral>' in (e.get('traceback') or ''),
+          'syntax error reported', res)
+
 
 # --- SystemExit ----------------------------------------------------------
-out, res, rt, _ = run("print('a')\nraise SystemExit(3)")
-check(res.get('status') == 'error' and res.get('exit_code') == 3 and res.get('error') is None
-      and text(out, 'stdout') == 'a\n', 'SystemExit(3): error, exit 3, no error record', res)
-out, res, rt, _ = run("import sys\nsys.exit(0)")
-check(res.get('status') == 'ok' and res.get('exit_code') == 0 and res.get('error') is None,
-      'sys.exit(0): ok', res)
-out, res, rt, _ = run("exit(2)")
-check(res.get('exit_code') == 2 and res.get('error') is None, 'exit() builtin available', res)
-out, res, rt, _ = run("import sys\nsys.exit('bye')")
-check(res.get('exit_code') == 1 and text(out, 'stderr') == 'bye\n', "sys.exit('bye'): message on stderr, exit 1",
-      (out, res))
+@case
+def system_exit():
+    out, res, rt, _ = run("print('a')\nraise SystemExit(3)")
+    check(res.get('status') == 'error' and res.get('exit_code') == 3 and res.get('error') is None
+          and text(out, 'stdout') == 'a\n', 'SystemExit(3): error, exit 3, no error record', res)
+    out, res, rt, _ = run("import sys\nsys.exit(0)")
+    check(res.get('status') == 'ok' and res.get('exit_code') == 0 and res.get('error') is None,
+          'sys.exit(0): ok', res)
+    out, res, rt, _ = run("exit(2)")
+    check(res.get('exit_code') == 2 and res.get('error') is None, 'exit() builtin available', res)
+    out, res, rt, _ = run("import sys\nsys.exit('bye')")
+    check(res.get('exit_code') == 1 and text(out, 'stderr') == 'bye\n', "sys.exit('bye'): message on stderr, exit 1",
+          (out, res))
+
 
 # --- MemoryError / signals -------------------------------------------------
-out, res, rt, _ = run("b = bytearray(1 << 62)")
-check(res.get('status') == 'oom' and (res.get('error') or {}).get('type') == 'MemoryError',
-      'MemoryError -> oom', res)
-out, res, rt, _ = run("import os, signal\nprint('x', flush=True)\nos.kill(os.getpid(), signal.SIGKILL)")
-check(res.get('status') == 'killed' and res.get('exit_code') == 137 and res.get('signal') == 9
-      and text(out, 'stdout') == 'x\n', 'SIGKILL (no cgroup OOM) -> killed, 137, signal 9', res)
+@case
+def memory_error_and_sigkill():
+    out, res, rt, _ = run("b = bytearray(1 << 62)")
+    check(res.get('status') == 'oom' and (res.get('error') or {}).get('type') == 'MemoryError',
+          'MemoryError -> oom', res)
+    out, res, rt, _ = run("import os, signal\nprint('x', flush=True)\nos.kill(os.getpid(), signal.SIGKILL)")
+    check(res.get('status') == 'killed' and res.get('exit_code') == 137 and res.get('signal') == 9
+          and text(out, 'stdout') == 'x\n', 'SIGKILL (no cgroup OOM) -> killed, 137, signal 9', res)
+
 
 # OOM kills: the cgroup counter file is swapped for one the user code bumps.
-counter = tempfile.NamedTemporaryFile('w', delete=False)
-os.chmod(counter.name, 0o666)
-check(SOURCE.count("'/sys/fs/cgroup/memory.events'") == 1, 'runtime reads the cgroup v2 OOM counter')
-oom_source = SOURCE.replace("'/sys/fs/cgroup/memory.events'", repr(counter.name))
+@case
+def oom_counter():
+    counter = tempfile.NamedTemporaryFile('w', delete=False)
+    os.chmod(counter.name, 0o666)
+    check(SOURCE.count("'/sys/fs/cgroup/memory.events'") == 1, 'runtime reads the cgroup v2 OOM counter')
+    oom_source = SOURCE.replace("'/sys/fs/cgroup/memory.events'", repr(counter.name))
 
+    def oom_run(code, language='python'):
+        with open(counter.name, 'w') as f:
+            f.write('low 0\noom 0\noom_kill 0\n')
+        return run(code.replace('@PATH@', counter.name), language, source=oom_source)[1]
 
-def oom_run(code, language='python'):
-    with open(counter.name, 'w') as f:
-        f.write('low 0\noom 0\noom_kill 0\n')
-    return run(code.replace('@PATH@', counter.name), language, source=oom_source)[1]
+    res = oom_run("import os\nopen('@PATH@', 'w').write('oom_kill 1\\n')\nos.kill(os.getpid(), 9)")
+    check(res.get('status') == 'oom' and res.get('exit_code') == 137 and res.get('signal') == 9,
+          'SIGKILL while the cgroup counted an OOM kill -> oom', res)
+    res = oom_run("import os\nos.kill(os.getpid(), 9)")
+    check(res.get('status') == 'killed', 'SIGKILL, counter unchanged -> killed', res)
+    res = oom_run("echo 'oom_kill 2' > @PATH@; exit 137", 'shell')
+    check(res.get('status') == 'oom' and res.get('exit_code') == 137 and res.get('signal') is None,
+          'shell child OOM-killed (exit 137, counter rose) -> oom', res)
+    res = oom_run("echo 'oom_kill 2' > @PATH@", 'shell')
+    check(res.get('status') == 'ok', 'counter rose but run succeeded -> ok', res)
+    os.unlink(counter.name)
 
-
-res = oom_run("import os\nopen('@PATH@', 'w').write('oom_kill 1\\n')\nos.kill(os.getpid(), 9)")
-check(res.get('status') == 'oom' and res.get('exit_code') == 137 and res.get('signal') == 9,
-      'SIGKILL while the cgroup counted an OOM kill -> oom', res)
-res = oom_run("import os\nos.kill(os.getpid(), 9)")
-check(res.get('status') == 'killed', 'SIGKILL, counter unchanged -> killed', res)
-res = oom_run("echo 'oom_kill 2' > @PATH@; exit 137", 'shell')
-check(res.get('status') == 'oom' and res.get('exit_code') == 137 and res.get('signal') is None,
-      'shell child OOM-killed (exit 137, counter rose) -> oom', res)
-res = oom_run("echo 'oom_kill 2' > @PATH@", 'shell')
-check(res.get('status') == 'ok', 'counter rose but run succeeded -> ok', res)
-os.unlink(counter.name)
 
 # --- fork bomb -------------------------------------------------------------
-if os.geteuid() == 0:  # needs an RLIMIT_NPROC of its own: runs as nobody
-    # RLIMIT_NPROC counts all of nobody's processes: leave room for others'
-    nobody = 0
-    for pid in filter(str.isdigit, os.listdir('/proc')):
-        try:
-            nobody += os.stat('/proc/' + pid).st_uid == 65534
-        except OSError:
-            pass
-    rt = Runtime(nproc=nobody + 40)
-    rt.ready()
-    rt.send({'jsonrpc': '2.0', 'id': 1, 'method': 'sandbox/exec', 'params': {
-        'language': 'python', 'code': BOMB}})
-    time.sleep(0.2)
-    rt.send({'jsonrpc': '2.0', 'id': 2, 'method': 'sandbox/nope'})
-    out, resp = rt.response(2, timeout=5)
-    check(resp and resp['error']['code'] == -32601, 'fork bomb: supervisor keeps answering', resp)
-    out2, resp = rt.response(1, timeout=10)
-    out += out2
-    check(resp and resp['result']['status'] == 'ok' and text(out, 'stdout').endswith('alive\n'),
-          'fork bomb: exec completes', (resp, text(out, 'stdout')[-200:]))
-    rc, err = rt.close()
-    check(rc == 0 and not rt.bad, 'fork bomb: runtime exits 0', (rc, err))
-    pgid = first_int(text(out, 'stdout'))
-    check(pgid > 0 and group_gone(pgid), 'fork bomb: leftovers killed with the worker process group')
-else:
-    for name in ('supervisor keeps answering', 'exec completes', 'runtime exits 0', 'leftovers killed'):
-        results.append(True)
-        print('ok %d - fork bomb: %s # SKIP needs root for a private RLIMIT_NPROC' % (len(results), name))
+@case
+def fork_bomb():
+    if os.geteuid() == 0:  # needs an RLIMIT_NPROC of its own: runs as nobody
+        # RLIMIT_NPROC counts all of nobody's processes: leave room for others'
+        nobody = 0
+        for pid in filter(str.isdigit, os.listdir('/proc')):
+            try:
+                nobody += os.stat('/proc/' + pid).st_uid == 65534
+            except OSError:
+                pass
+        rt = Runtime(nproc=nobody + 40)
+        rt.ready()
+        rt.send({'jsonrpc': '2.0', 'id': 1, 'method': 'sandbox/exec', 'params': {
+            'language': 'python', 'code': BOMB}})
+        time.sleep(0.2)
+        rt.send({'jsonrpc': '2.0', 'id': 2, 'method': 'sandbox/nope'})
+        out, resp = rt.response(2, timeout=5)
+        check(resp and resp['error']['code'] == -32601, 'fork bomb: supervisor keeps answering', resp)
+        out2, resp = rt.response(1, timeout=10)
+        out += out2
+        check(resp and resp['result']['status'] == 'ok' and text(out, 'stdout').endswith('alive\n'),
+              'fork bomb: exec completes', (resp, text(out, 'stdout')[-200:]))
+        rc, err = rt.close()
+        check(rc == 0 and not rt.bad, 'fork bomb: runtime exits 0', (rc, err))
+        pgid = first_int(text(out, 'stdout'))
+        check(pgid > 0 and group_gone(pgid), 'fork bomb: leftovers killed with the worker process group')
+    else:
+        for name in ('supervisor keeps answering', 'exec completes', 'runtime exits 0', 'leftovers killed'):
+            results.append(True)
+            print('ok %d - fork bomb: %s # SKIP needs root for a private RLIMIT_NPROC' % (len(results), name))
+
 
 # --- top-level await -------------------------------------------------------
-out, res, rt, _ = run("import asyncio\nawait asyncio.sleep(0)\nprint('x')")
-check(text(out, 'stdout') == 'x\n' and res.get('status') == 'ok', 'top-level await', (out, res))
+@case
+def top_level_await():
+    out, res, rt, _ = run("import asyncio\nawait asyncio.sleep(0)\nprint('x')")
+    check(text(out, 'stdout') == 'x\n' and res.get('status') == 'ok', 'top-level await', (out, res))
+
 
 # --- preload: pool sandboxes import asyncio ahead, call sandboxes do not ---
-PROBE = "import os, sys\nprint('asyncio' in sys.modules, 'CORRAL_PRELOAD' in os.environ)"
-out, res, rt, _ = run(PROBE)
-check(text(out, 'stdout') == 'False False\n' and res.get('status') == 'ok',
-      "no CORRAL_PRELOAD: asyncio is not imported before the code asks", (out, res))
-out, res, rt, _ = run(PROBE, env={'CORRAL_PRELOAD': '1'})
-check(text(out, 'stdout') == 'True False\n' and res.get('status') == 'ok',
-      'CORRAL_PRELOAD=1: asyncio already imported, and the variable is gone', (out, res))
-out, res, rt, _ = run("import asyncio\nawait asyncio.sleep(0)\nprint(__name__, 'corral' in globals())",
-                      env={'CORRAL_PRELOAD': '1'})
-check(text(out, 'stdout') == '__main__ False\n' and res.get('status') == 'ok',
-      'preloaded worker: top-level await, a clean __main__ (the rehearsal left nothing)', (out, res))
+@case
+def preload():
+    probe = "import os, sys\nprint('asyncio' in sys.modules, 'CORRAL_PRELOAD' in os.environ)"
+    out, res, rt, _ = run(probe)
+    check(text(out, 'stdout') == 'False False\n' and res.get('status') == 'ok',
+          "no CORRAL_PRELOAD: asyncio is not imported before the code asks", (out, res))
+    out, res, rt, _ = run(probe, env={'CORRAL_PRELOAD': '1'})
+    check(text(out, 'stdout') == 'True False\n' and res.get('status') == 'ok',
+          'CORRAL_PRELOAD=1: asyncio already imported, and the variable is gone', (out, res))
+    out, res, rt, _ = run("import asyncio\nawait asyncio.sleep(0)\nprint(__name__, 'corral' in globals())",
+                          env={'CORRAL_PRELOAD': '1'})
+    check(text(out, 'stdout') == '__main__ False\n' and res.get('status') == 'ok',
+          'preloaded worker: top-level await, a clean __main__ (the rehearsal left nothing)', (out, res))
+
 
 # --- a child forked without exec ends first: the run goes on -------------
-out, res, rt, _ = run("import os, time\npid = os.fork()\nif pid == 0:\n    print('child', flush=True)\n"
-                      "else:\n    os.waitpid(pid, 0)\n    time.sleep(0.3)\n    print('parent')\n    raise SystemExit(5)")
-check(text(out, 'stdout') == 'child\nparent\n' and res.get('exit_code') == 5,
-      "a forked child's own end of run does not end the worker's run", (out, res))
+@case
+def forked_child_ends_first():
+    out, res, rt, _ = run("import os, time\npid = os.fork()\nif pid == 0:\n    print('child', flush=True)\n"
+                          "else:\n    os.waitpid(pid, 0)\n    time.sleep(0.3)\n    print('parent')\n    raise SystemExit(5)")
+    check(text(out, 'stdout') == 'child\nparent\n' and res.get('exit_code') == 5,
+          "a forked child's own end of run does not end the worker's run", (out, res))
+
 
 # --- the worker's {exit} line, after user code closed its stdout itself --
-out, res, rt, _ = run("import os\nos.write(1, b'a')\nos.close(1)\nraise SystemExit(4)")
-check(res.get('exit_code') == 4 and res.get('status') == 'error' and text(out, 'stdout') == 'a',
-      'exit status taken from the worker\'s {exit} line after it closed its own stdout', (out, res))
+@case
+def exit_line_after_stdout_closed():
+    out, res, rt, _ = run("import os\nos.write(1, b'a')\nos.close(1)\nraise SystemExit(4)")
+    check(res.get('exit_code') == 4 and res.get('status') == 'error' and text(out, 'stdout') == 'a',
+          'exit status taken from the worker\'s {exit} line after it closed its own stdout', (out, res))
+
 
 # --- shell -----------------------------------------------------------------
-out, res, rt, _ = run("echo hi; echo err >&2; exit 4", language='shell')
-check(text(out, 'stdout') == 'hi\n' and text(out, 'stderr') == 'err\n' and res.get('status') == 'error'
-      and res.get('exit_code') == 4 and res.get('error') is None and res.get('signal') is None,
-      'shell: echo hi; exit 4', (out, res))
-out, res, rt, _ = run("yes | head -n 2", language='shell')
-check(text(out, 'stdout') == 'y\ny\n' and text(out, 'stderr') == '' and res.get('status') == 'ok',
-      'shell: SIGPIPE default (yes | head quietly)',
-      (out, res, rt.err))
-out, res, rt, took = run("echo $$; sleep 100 &", language='shell')
-pgid = first_int(text(out, 'stdout'))
-check(pgid > 0 and res.get('status') == 'ok' and took < 1.0,
-      'background sleep does not hang completion (%.2fs)' % took, (out, res))
-check(pgid > 0 and group_gone(pgid), 'background sleep killed when the runtime is not PID 1')
+@case
+def shell():
+    out, res, rt, _ = run("echo hi; echo err >&2; exit 4", language='shell')
+    check(text(out, 'stdout') == 'hi\n' and text(out, 'stderr') == 'err\n' and res.get('status') == 'error'
+          and res.get('exit_code') == 4 and res.get('error') is None and res.get('signal') is None,
+          'shell: echo hi; exit 4', (out, res))
+    out, res, rt, _ = run("yes | head -n 2", language='shell')
+    check(text(out, 'stdout') == 'y\ny\n' and text(out, 'stderr') == '' and res.get('status') == 'ok',
+          'shell: SIGPIPE default (yes | head quietly)',
+          (out, res, rt.err))
+    out, res, rt, took = run("echo $$; sleep 100 &", language='shell')
+    pgid = first_int(text(out, 'stdout'))
+    check(pgid > 0 and res.get('status') == 'ok' and took < 1.0,
+          'background sleep does not hang completion (%.2fs)' % took, (out, res))
+    check(pgid > 0 and group_gone(pgid), 'background sleep killed when the runtime is not PID 1')
+
 
 # --- subprocess output and fd hygiene ----------------------------------------
-out, res, rt, _ = run("import os\nprint('a')\nos.system('echo sub')\nprint('b')")
-check(text(out, 'stdout') == 'a\nsub\nb\n' and clean(rt), 'os.system output captured in order, frames valid',
-      (out, rt.bad))
+# An answer user code forges, written where the frames go.
+FORGED_ANSWER = '{"jsonrpc":"2.0","id":1,"result":{"status":"forged"}}'
 
-forged = '{"jsonrpc":"2.0","id":1,"result":{"status":"forged"}}'
-out, res, rt, _ = run("import os\nos.write(1, b'\\n%s\\n\\x00\\xff\\xfe junk\\r\\n')\nprint('end')" % forged)
-check(clean(rt) and res.get('status') == 'ok' and forged in text(out, 'stdout')
-      and '\x00\ufffd\ufffd junk\r\n' in text(out, 'stdout') and text(out, 'stdout').endswith('end\n'),
-      'garbage written to fd 1 arrives as data, frames intact', (out, res, rt.bad))
+
+@case
+def subprocess_output():
+    out, res, rt, _ = run("import os\nprint('a')\nos.system('echo sub')\nprint('b')")
+    check(text(out, 'stdout') == 'a\nsub\nb\n' and clean(rt), 'os.system output captured in order, frames valid',
+          (out, rt.bad))
+
+    out, res, rt, _ = run("import os\nos.write(1, b'\\n%s\\n\\x00\\xff\\xfe junk\\r\\n')\nprint('end')"
+                          % FORGED_ANSWER)
+    check(clean(rt) and res.get('status') == 'ok' and FORGED_ANSWER in text(out, 'stdout')
+          and '\x00\ufffd\ufffd junk\r\n' in text(out, 'stdout') and text(out, 'stdout').endswith('end\n'),
+          'garbage written to fd 1 arrives as data, frames intact', (out, res, rt.bad))
+
 
 # User code tries every descriptor it can find, and the supervisor's /proc.
-probe = r'''
+@case
+def frame_channel():
+    probe = r'''
 import os, glob
 def _open(fd):
     try:
@@ -399,153 +474,178 @@ import stat
 print('fds', [(fd, 'fifo' if stat.S_ISFIFO(os.fstat(fd).st_mode) else 'sock' if stat.S_ISSOCK(os.fstat(fd).st_mode)
                else '?') for fd in range(3, 1024) if _open(fd)])
 print('hit', hit)
-''' % forged
-out, res, rt, _ = run(probe)
-frames_ok = clean(rt) and all(fr.get('result', {}).get('status') != 'forged' for fr in rt.frames)
-check(frames_ok and res.get('status') == 'ok' and len([fr for fr in rt.frames if 'id' in fr]) == 1,
-      'user code cannot reach the frame channel (own fds or /proc/<supervisor>/fd)', (out, res, rt.frames[-1:]))
-fds_line = [l for l in text(out, 'stdout').splitlines() if l.startswith('fds ')]
-fds = ast.literal_eval(fds_line[0][4:]) if fds_line else None
-check(fds is not None and sorted(kind for _, kind in fds) == ['sock', 'sock'],
-      'worker holds no fd above 2 but its report socket and API socket', fds_line)
+''' % FORGED_ANSWER
+    out, res, rt, _ = run(probe)
+    frames_ok = clean(rt) and all(fr.get('result', {}).get('status') != 'forged' for fr in rt.frames)
+    check(frames_ok and res.get('status') == 'ok' and len([fr for fr in rt.frames if 'id' in fr]) == 1,
+          'user code cannot reach the frame channel (own fds or /proc/<supervisor>/fd)', (out, res, rt.frames[-1:]))
+    fds_line = [l for l in text(out, 'stdout').splitlines() if l.startswith('fds ')]
+    fds = ast.literal_eval(fds_line[0][4:]) if fds_line else None
+    check(fds is not None and sorted(kind for _, kind in fds) == ['sock', 'sock'],
+          'worker holds no fd above 2 but its report socket and API socket', fds_line)
 
-out, res, rt, _ = run("import os\nprint(open('/proc/self/oom_score_adj').read().strip())\n"
-                      "print(os.getpgid(0) == os.getpid())")
-check(text(out, 'stdout') == '1000\nTrue\n', 'worker: oom_score_adj 1000, own process group', out)
+
+@case
+def worker_process():
+    out, res, rt, _ = run("import os\nprint(open('/proc/self/oom_score_adj').read().strip())\n"
+                          "print(os.getpgid(0) == os.getpid())")
+    check(text(out, 'stdout') == '1000\nTrue\n', 'worker: oom_score_adj 1000, own process group', out)
+
 
 # --- output limits and encoding ----------------------------------------------
-out, res, rt, _ = run("import sys\nfor i in range(3072):\n    sys.stdout.write('x' * 1023 + '\\n')\n"
-                      "sys.stderr.write('e' * 10)", limit=1 << 20)
-so = text(out, 'stdout')
-check(len(so.encode()) == 1 << 20 and so == ('x' * 1023 + '\n') * 1024, 'stdout forwarding stops at the limit',
-      len(so))
-check(res.get('stdout_bytes') == 3 * (1 << 20) and res.get('stderr_bytes') == 10 and text(out, 'stderr') == 'e' * 10,
-      'true byte counts past the limit', res)
-check(all(len(o['data'].encode()) <= 65536 for o in out) and len(out) >= 16, 'output frames carry <= 64 KiB', len(out))
+@case
+def output_limit():
+    out, res, rt, _ = run("import sys\nfor i in range(3072):\n    sys.stdout.write('x' * 1023 + '\\n')\n"
+                          "sys.stderr.write('e' * 10)", limit=1 << 20)
+    so = text(out, 'stdout')
+    check(len(so.encode()) == 1 << 20 and so == ('x' * 1023 + '\n') * 1024, 'stdout forwarding stops at the limit',
+          len(so))
+    check(res.get('stdout_bytes') == 3 * (1 << 20) and res.get('stderr_bytes') == 10 and text(out, 'stderr') == 'e' * 10,
+          'true byte counts past the limit', res)
+    check(all(len(o['data'].encode()) <= 65536 for o in out) and len(out) >= 16, 'output frames carry <= 64 KiB', len(out))
 
-out, res, rt, _ = run("print('ab\u00e9\u20ac\U0001F600' * 3)", limit=10)
-check(text(out, 'stdout') == 'ab\u00e9\u20ac' and res.get('stdout_bytes') == 34,
-      'limit cutting a character drops it whole', (out, res))
 
-s = 'caf\u00e9 \u20ac \U0001F600 \u4e2d\u6587'
-out, res, rt, _ = run("import os, time\nb = %r.encode()\n" % s
-                      + "for i in range(len(b)):\n    os.write(1, b[i:i+1]); time.sleep(0.003)\n"
-                      "print(%r * 20000)" % s)
-so = text(out, 'stdout')
-check(so == s + (s * 20000) + '\n' and '\ufffd' not in so and len(out) >= 3,
-      'multibyte UTF-8 survives byte-wise writes and 64 KiB chunking', (len(so), len(out)))
-check(all(len(o['data'].encode()) <= 65536 for o in out), 'multibyte chunks <= 64 KiB', [len(o['data']) for o in out])
+@case
+def output_encoding():
+    out, res, rt, _ = run("print('ab\u00e9\u20ac\U0001F600' * 3)", limit=10)
+    check(text(out, 'stdout') == 'ab\u00e9\u20ac' and res.get('stdout_bytes') == 34,
+          'limit cutting a character drops it whole', (out, res))
 
-out, res, rt, _ = run("import os\nos.write(1, b'\\xe2\\x82')", limit=100)
-check(text(out, 'stdout') == '\ufffd' and res.get('stdout_bytes') == 2, 'truncated character at EOF -> U+FFFD',
-      (out, res))
+    s = 'caf\u00e9 \u20ac \U0001F600 \u4e2d\u6587'
+    out, res, rt, _ = run("import os, time\nb = %r.encode()\n" % s
+                          + "for i in range(len(b)):\n    os.write(1, b[i:i+1]); time.sleep(0.003)\n"
+                          "print(%r * 20000)" % s)
+    so = text(out, 'stdout')
+    check(so == s + (s * 20000) + '\n' and '\ufffd' not in so and len(out) >= 3,
+          'multibyte UTF-8 survives byte-wise writes and 64 KiB chunking', (len(so), len(out)))
+    check(all(len(o['data'].encode()) <= 65536 for o in out), 'multibyte chunks <= 64 KiB', [len(o['data']) for o in out])
+
+    out, res, rt, _ = run("import os\nos.write(1, b'\\xe2\\x82')", limit=100)
+    check(text(out, 'stdout') == '\ufffd' and res.get('stdout_bytes') == 2, 'truncated character at EOF -> U+FFFD',
+          (out, res))
+
 
 # --- protocol errors -------------------------------------------------------
-rt = Runtime()
-rt.ready()
-rt.send({'jsonrpc': '2.0', 'id': 7, 'method': 'sandbox/nope'})
-f = rt.frame()
-check(f and f.get('id') == 7 and f.get('error', {}).get('code') == -32601, 'unknown method -> -32601', f)
-rt.send_raw(b'this is not json\n')
-f = rt.frame()
-check(f and f.get('id') is None and 'id' in f and f.get('error', {}).get('code') == -32700,
-      'non-JSON line -> -32700', f)
-rt.send_raw(b'[' * 200000 + b'\n')
-f = rt.frame()
-check(f and f.get('error', {}).get('code') == -32700, 'deeply nested JSON -> -32700', f)
-rt.send_raw(b'{"jsonrpc":"2.0","id":NaN,"method":"sandbox/nope"}\n')
-f = rt.frame()
-check(f and f.get('id') is None and f.get('error', {}).get('code') == -32700, 'NaN (not JSON) -> -32700', f)
-rt.send_raw(b'\n{"jsonrpc":"2.0","id":8}\n')
-f = rt.frame()
-check(f and f.get('id') == 8 and f.get('error', {}).get('code') == -32600, 'no method -> -32600', f)
-rt.send({'jsonrpc': '2.0', 'id': 9, 'method': 'sandbox/exec', 'params': {'language': 'perl', 'code': ''}})
-f = rt.frame()
-check(f and f.get('id') == 9 and f.get('error', {}).get('code') == -32602, 'bad params -> -32602', f)
-rt.send({'jsonrpc': '2.0', 'method': 'sandbox/whatever'})  # notification: no answer
-rt.send({'jsonrpc': '2.0', 'id': 'x', 'method': 'sandbox/exec',
-         'params': {'language': 'python', 'code': 'import time\ntime.sleep(0.3)\nprint(1)'}})
-rt.send({'jsonrpc': '2.0', 'id': 10, 'method': 'sandbox/exec', 'params': {'language': 'shell', 'code': 'true'}})
-f = rt.frame()
-check(f and f.get('id') == 10 and f.get('error', {}).get('code') == -32000, 'second exec while running -> -32000', f)
-out, resp = rt.response('x')
-check(resp and resp.get('result', {}).get('status') == 'ok' and text(out, 'stdout') == '1\n',
-      'runtime keeps serving after errors (exec after them works)', (out, resp))
-rc, err = rt.close()
-check(rc == 0 and not rt.bad and len(rt.frames) == 10, 'no extra frames (notification unanswered)', rt.frames)
+@case
+def protocol_errors():
+    rt = Runtime()
+    rt.ready()
+    rt.send({'jsonrpc': '2.0', 'id': 7, 'method': 'sandbox/nope'})
+    f = rt.frame()
+    check(f and f.get('id') == 7 and f.get('error', {}).get('code') == -32601, 'unknown method -> -32601', f)
+    rt.send_raw(b'this is not json\n')
+    f = rt.frame()
+    check(f and f.get('id') is None and 'id' in f and f.get('error', {}).get('code') == -32700,
+          'non-JSON line -> -32700', f)
+    rt.send_raw(b'[' * 200000 + b'\n')
+    f = rt.frame()
+    check(f and f.get('error', {}).get('code') == -32700, 'deeply nested JSON -> -32700', f)
+    rt.send_raw(b'{"jsonrpc":"2.0","id":NaN,"method":"sandbox/nope"}\n')
+    f = rt.frame()
+    check(f and f.get('id') is None and f.get('error', {}).get('code') == -32700, 'NaN (not JSON) -> -32700', f)
+    rt.send_raw(b'\n{"jsonrpc":"2.0","id":8}\n')
+    f = rt.frame()
+    check(f and f.get('id') == 8 and f.get('error', {}).get('code') == -32600, 'no method -> -32600', f)
+    rt.send({'jsonrpc': '2.0', 'id': 9, 'method': 'sandbox/exec', 'params': {'language': 'perl', 'code': ''}})
+    f = rt.frame()
+    check(f and f.get('id') == 9 and f.get('error', {}).get('code') == -32602, 'bad params -> -32602', f)
+    rt.send({'jsonrpc': '2.0', 'method': 'sandbox/whatever'})  # notification: no answer
+    rt.send({'jsonrpc': '2.0', 'id': 'x', 'method': 'sandbox/exec',
+             'params': {'language': 'python', 'code': 'import time\ntime.sleep(0.3)\nprint(1)'}})
+    rt.send({'jsonrpc': '2.0', 'id': 10, 'method': 'sandbox/exec', 'params': {'language': 'shell', 'code': 'true'}})
+    f = rt.frame()
+    check(f and f.get('id') == 10 and f.get('error', {}).get('code') == -32000, 'second exec while running -> -32000', f)
+    out, resp = rt.response('x')
+    check(resp and resp.get('result', {}).get('status') == 'ok' and text(out, 'stdout') == '1\n',
+          'runtime keeps serving after errors (exec after them works)', (out, resp))
+    rc, err = rt.close()
+    check(rc == 0 and not rt.bad and len(rt.frames) == 10, 'no extra frames (notification unanswered)', rt.frames)
 
-rt = Runtime(env={'CORRAL_MAX_FRAME': '1000'})  # raised to the 64 KiB minimum
-rt.ready()
-rt.send_raw(b'{"jsonrpc":"2.0","id":1,"method":"' + b'm' * 70000 + b'"}\n')
-f = rt.frame()
-check(f and f.get('id') is None and f.get('error', {}).get('code') == -32600, 'over-long frame -> -32600', f)
-rt.send_raw(b'x' * 70000)  # an over-long line arriving in pieces, answered once
-time.sleep(0.1)
-rt.send_raw(b'y' * 70000 + b'\n')
-f = rt.frame()
-check(f and f.get('error', {}).get('code') == -32600, 'over-long partial line answered before its newline', f)
-code = 'print("' + 'z' * 65000 + '")'
-rt.send({'jsonrpc': '2.0', 'id': 2, 'method': 'sandbox/exec', 'params': {'language': 'python', 'code': code}})
-out, resp = rt.response(2)
-check(resp and resp.get('result', {}).get('status') == 'ok' and text(out, 'stdout') == 'z' * 65000 + '\n',
-      'stream not lost after over-long frames', (out, resp, rt.frames))
-rc, err = rt.close()
-check(rc == 0 and not rt.bad and len([f for f in rt.frames if 'error' in f]) == 2,
-      'exactly one error per over-long line', rt.frames)
-check(all(len(o['data'].encode()) <= 8192 for o in out) and len(out) >= 8,
-      'small CORRAL_MAX_FRAME: output data <= 1/8 of a frame', [len(o['data']) for o in out])
+
+@case
+def over_long_frames():
+    rt = Runtime(env={'CORRAL_MAX_FRAME': '1000'})  # raised to the 64 KiB minimum
+    rt.ready()
+    rt.send_raw(b'{"jsonrpc":"2.0","id":1,"method":"' + b'm' * 70000 + b'"}\n')
+    f = rt.frame()
+    check(f and f.get('id') is None and f.get('error', {}).get('code') == -32600, 'over-long frame -> -32600', f)
+    rt.send_raw(b'x' * 70000)  # an over-long line arriving in pieces, answered once
+    time.sleep(0.1)
+    rt.send_raw(b'y' * 70000 + b'\n')
+    f = rt.frame()
+    check(f and f.get('error', {}).get('code') == -32600, 'over-long partial line answered before its newline', f)
+    code = 'print("' + 'z' * 65000 + '")'
+    rt.send({'jsonrpc': '2.0', 'id': 2, 'method': 'sandbox/exec', 'params': {'language': 'python', 'code': code}})
+    out, resp = rt.response(2)
+    check(resp and resp.get('result', {}).get('status') == 'ok' and text(out, 'stdout') == 'z' * 65000 + '\n',
+          'stream not lost after over-long frames', (out, resp, rt.frames))
+    rc, err = rt.close()
+    check(rc == 0 and not rt.bad and len([f for f in rt.frames if 'error' in f]) == 2,
+          'exactly one error per over-long line', rt.frames)
+    check(all(len(o['data'].encode()) <= 8192 for o in out) and len(out) >= 8,
+          'small CORRAL_MAX_FRAME: output data <= 1/8 of a frame', [len(o['data']) for o in out])
+
 
 # every frame fits CORRAL_MAX_FRAME, even all control characters or a huge traceback
-rt = Runtime(env={'CORRAL_MAX_FRAME': '65536'})
-rt.ready()
-rt.send({'jsonrpc': '2.0', 'id': 1, 'method': 'sandbox/exec', 'params': {'language': 'python', 'code':
-         "import sys\nsys.stdout.write('\\x01' * 100000)\nraise ValueError('\\x02' * 100000)"}})
-out, resp = rt.response(1)
-rt.close()
-sizes = [len(json.dumps(f, ensure_ascii=False).encode()) for f in rt.frames]
-e = ((resp or {}).get('result') or {}).get('error') or {}
-check(resp and max(sizes) < 65536 and text(out, 'stdout') == '\x01' * 100000 and e.get('type') == 'ValueError'
-      and e.get('traceback', '').endswith('\x02\n'), 'frames fit CORRAL_MAX_FRAME (escaping, long traceback)',
-      sizes)
+@case
+def frames_fit_max_frame():
+    rt = Runtime(env={'CORRAL_MAX_FRAME': '65536'})
+    rt.ready()
+    rt.send({'jsonrpc': '2.0', 'id': 1, 'method': 'sandbox/exec', 'params': {'language': 'python', 'code':
+             "import sys\nsys.stdout.write('\\x01' * 100000)\nraise ValueError('\\x02' * 100000)"}})
+    out, resp = rt.response(1)
+    rt.close()
+    sizes = [len(json.dumps(f, ensure_ascii=False).encode()) for f in rt.frames]
+    e = ((resp or {}).get('result') or {}).get('error') or {}
+    check(resp and max(sizes) < 65536 and text(out, 'stdout') == '\x01' * 100000 and e.get('type') == 'ValueError'
+          and e.get('traceback', '').endswith('\x02\n'), 'frames fit CORRAL_MAX_FRAME (escaping, long traceback)',
+          sizes)
+
 
 # stdin closed while an exec runs (the daemon is gone): the code is ended and
 # the runtime exits at once, without waiting for the run or answering it
-rt = Runtime()
-rt.ready()
-rt.send({'jsonrpc': '2.0', 'id': 3, 'method': 'sandbox/exec',
-         'params': {'language': 'python', 'code': 'import os, time\nprint(os.getpgid(0), flush=True)\n'
-                    'while True: pass'}})
-out, _ = rt.response(3, timeout=0.5)
-pgid = first_int(text(out, 'stdout'))
-t0 = time.monotonic()
-rc, err = rt.close()
-took = time.monotonic() - t0
-check(pgid > 0 and rc == 0 and took < 2.0 and group_gone(pgid) and not any('id' in f for f in rt.frames[1:]),
-      'stdin EOF during an exec: the code is killed, no answer, the runtime exits (%.2fs)' % took,
-      (out, rc, took, err[-500:]))
+@case
+def stdin_eof_during_exec():
+    rt = Runtime()
+    rt.ready()
+    rt.send({'jsonrpc': '2.0', 'id': 3, 'method': 'sandbox/exec',
+             'params': {'language': 'python', 'code': 'import os, time\nprint(os.getpgid(0), flush=True)\n'
+                        'while True: pass'}})
+    out, _ = rt.response(3, timeout=0.5)
+    pgid = first_int(text(out, 'stdout'))
+    t0 = time.monotonic()
+    rc, err = rt.close()
+    took = time.monotonic() - t0
+    check(pgid > 0 and rc == 0 and took < 2.0 and group_gone(pgid) and not any('id' in f for f in rt.frames[1:]),
+          'stdin EOF during an exec: the code is killed, no answer, the runtime exits (%.2fs)' % took,
+          (out, rc, took, err[-500:]))
+
 
 # --- a run's own time limit, held by the runtime itself ---------------------
-rt = Runtime()
-rt.ready()
-t0 = time.monotonic()
-rt.send({'jsonrpc': '2.0', 'id': 4, 'method': 'sandbox/exec',
-         'params': {'language': 'python', 'code': 'import os\nprint(os.getpgid(0), flush=True)\nwhile True: pass',
-                    'time_limit_ms': 300}})
-out, resp = rt.response(4, timeout=10)
-took = time.monotonic() - t0
-rt.close()
-res = (resp or {}).get('result') or {}
-pgid = first_int(text(out, 'stdout'))
-check(res.get('status') == 'timeout' and res.get('signal') == 9 and 1.2 <= took < 3.0 and group_gone(pgid),
-      'time_limit_ms: a busy loop is killed a grace after its limit with no daemon acting (%.2fs)' % took,
-      (res, took))
-rt = Runtime()
-rt.ready()
-rt.send({'jsonrpc': '2.0', 'id': 5, 'method': 'sandbox/exec',
-         'params': {'language': 'python', 'code': 'pass', 'time_limit_ms': 0}})
-_, resp = rt.response(5)
-rt.close()
-check(resp and (resp.get('error') or {}).get('code') == -32602, 'time_limit_ms 0 is refused with -32602', resp)
+@case
+def time_limit():
+    rt = Runtime()
+    rt.ready()
+    t0 = time.monotonic()
+    rt.send({'jsonrpc': '2.0', 'id': 4, 'method': 'sandbox/exec',
+             'params': {'language': 'python', 'code': 'import os\nprint(os.getpgid(0), flush=True)\nwhile True: pass',
+                        'time_limit_ms': 300}})
+    out, resp = rt.response(4, timeout=10)
+    took = time.monotonic() - t0
+    rt.close()
+    res = (resp or {}).get('result') or {}
+    pgid = first_int(text(out, 'stdout'))
+    check(res.get('status') == 'timeout' and res.get('signal') == 9 and 1.2 <= took < 3.0 and group_gone(pgid),
+          'time_limit_ms: a busy loop is killed a grace after its limit with no daemon acting (%.2fs)' % took,
+          (res, took))
+    rt = Runtime()
+    rt.ready()
+    rt.send({'jsonrpc': '2.0', 'id': 5, 'method': 'sandbox/exec',
+             'params': {'language': 'python', 'code': 'pass', 'time_limit_ms': 0}})
+    _, resp = rt.response(5)
+    rt.close()
+    check(resp and (resp.get('error') or {}).get('code') == -32602, 'time_limit_ms 0 is refused with -32602', resp)
+
 
 # --- records user code cannot forge ------------------------------------------
 # The code writes end records (every format the runtime ever used, with its
@@ -581,15 +681,19 @@ time.sleep(0.2)
 print('still mine')
 STATUS
 '''
-out, res, rt, _ = run(FORGE.replace('RID', '1').replace('STATUS', 'raise SystemExit(3)'))
-check(res.get('exit_code') == 3 and res.get('status') == 'error' and res.get('error') is None
-      and 'after the forgery' in text(out, 'stdout') and 'still mine' in text(out, 'stdout'),
-      'single-use: forged records on every descriptor neither end the run nor set its status',
-      (text(out, 'stdout')[-500:], res))
-out, res, rt, _ = run(FORGE.replace('RID', '1').replace('STATUS', 'raise ValueError("real")'))
-check(res.get('status') == 'error' and (res.get('error') or {}).get('type') == 'ValueError'
-      and (res.get('error') or {}).get('message') == 'real' and 'still mine' in text(out, 'stdout'),
-      'single-use: a forged error record is not the error the code raised', res)
+@case
+def forged_records():
+    out, res, rt, _ = run(FORGE.replace('RID', '1').replace('STATUS', 'raise SystemExit(3)'))
+    check(res.get('exit_code') == 3 and res.get('status') == 'error' and res.get('error') is None
+          and 'after the forgery' in text(out, 'stdout') and 'still mine' in text(out, 'stdout'),
+          'single-use: forged records on every descriptor neither end the run nor set its status',
+          (text(out, 'stdout')[-500:], res))
+    out, res, rt, _ = run(FORGE.replace('RID', '1').replace('STATUS', 'raise ValueError("real")'))
+    check(res.get('status') == 'error' and (res.get('error') or {}).get('type') == 'ValueError'
+          and (res.get('error') or {}).get('message') == 'real' and 'still mine' in text(out, 'stdout'),
+          'single-use: a forged error record is not the error the code raised', res)
+
+
 # --- MCP bridge: the worker's `corral` API, relayed through the supervisor ---
 # A fake daemon answers the requests the runtime forwards: servers/list,
 # tools/list and tools/call of three servers (one of which cannot start).
@@ -703,23 +807,31 @@ def calls(requests, method='tools/call'):
 
 
 # API present but unused: no thread, no request, globals in place
-out, res, reqs, rt = bridge("import sys, threading\nprint('corral' in sys.modules, threading.active_count())\n"
-                            "print(sorted(k for k in globals() if not k.startswith('__')))")
-check(text(out, 'stdout') == "True 1\n['call_tool', 'list_servers', 'list_tools', 'mcp_broken', 'mcp_fake', "
-      "'mcp_my_tools', 'search_tools', 'sys', 'threading', 'tool_docs']\n" and not reqs and clean(rt),
-      'bridge: API installed but idle (module, globals, no thread, no request)', (out, reqs, rt.err))
+@case
+def bridge_idle():
+    out, res, reqs, rt = bridge("import sys, threading\nprint('corral' in sys.modules, threading.active_count())\n"
+                                "print(sorted(k for k in globals() if not k.startswith('__')))")
+    check(text(out, 'stdout') == "True 1\n['call_tool', 'list_servers', 'list_tools', 'mcp_broken', 'mcp_fake', "
+          "'mcp_my_tools', 'search_tools', 'sys', 'threading', 'tool_docs']\n" and not reqs and clean(rt),
+          'bridge: API installed but idle (module, globals, no thread, no request)', (out, reqs, rt.err))
+
 
 # a call without a running loop blocks and returns a ToolResult
-out, res, reqs, rt = bridge("import corral\nr = mcp_fake.echo(text='hi')\n"
-                            "print(type(r).__name__, isinstance(r, corral.ToolResult), r.text, str(r) == r.text,\n"
-                            "      r.is_error, r.structured, r.content)")
-check(text(out, 'stdout') == 'ToolResult True {"text": "hi"} True False None [TextContent(\'{"text": "hi"}\')]\n'
-      and calls(reqs) == [{'server': 'fake', 'name': 'echo', 'arguments': {'text': 'hi'}}]
-      and isinstance(reqs[0].get('id'), (int, str)) and res.get('status') == 'ok' and clean(rt),
-      'bridge: sync call returns a ToolResult', (out, reqs, res))
+@case
+def bridge_sync_call():
+    out, res, reqs, rt = bridge("import corral\nr = mcp_fake.echo(text='hi')\n"
+                                "print(type(r).__name__, isinstance(r, corral.ToolResult), r.text, str(r) == r.text,\n"
+                                "      r.is_error, r.structured, r.content)")
+    check(text(out, 'stdout') == 'ToolResult True {"text": "hi"} True False None [TextContent(\'{"text": "hi"}\')]\n'
+          and calls(reqs) == [{'server': 'fake', 'name': 'echo', 'arguments': {'text': 'hi'}}]
+          and isinstance(reqs[0].get('id'), (int, str)) and res.get('status') == 'ok' and clean(rt),
+          'bridge: sync call returns a ToolResult', (out, reqs, res))
+
 
 # with a running loop: PendingCall to await; `await` of anything the API returns works
-code = '''import asyncio, corral
+@case
+def bridge_await():
+    code = '''import asyncio, corral
 p = mcp_fake.echo(text='a')
 print(type(p).__name__, isinstance(p, corral.PendingCall))
 r = await p
@@ -732,35 +844,39 @@ def in_thread():  # no loop in that thread: a blocking call
 r = await asyncio.get_running_loop().run_in_executor(None, in_thread)
 print(type(r).__name__, r.text)
 '''
-out, res, reqs, rt = bridge(code)
-check(text(out, 'stdout') == 'PendingCall True\nToolResult {"text": "a"} True\n{"text": "b"}\n{"text": "c"}\n'
-      '3 3 echo\nToolResult {"text": "d"}\n' and res.get('status') == 'ok',
-      'bridge: await works (PendingCall, ToolResult, lists, other threads)', (out, res))
+    out, res, reqs, rt = bridge(code)
+    check(text(out, 'stdout') == 'PendingCall True\nToolResult {"text": "a"} True\n{"text": "b"}\n{"text": "c"}\n'
+          '3 3 echo\nToolResult {"text": "d"}\n' and res.get('status') == 'ok',
+          'bridge: await works (PendingCall, ToolResult, lists, other threads)', (out, res))
 
 
-def answer_gathered(f, requests, rt):
-    """Holds tools/call until 20 are in flight, then answers all, last first."""
-    if f.get('method') != 'tools/call':
-        return answer_each(f, requests, rt)
-    pending = [r for r in requests if r.get('method') == 'tools/call']
-    if len(pending) < 20:
-        return []
-    return [dict({'jsonrpc': '2.0', 'id': r['id']}, **fake_daemon(r)) for r in reversed(pending)]
+@case
+def bridge_gather():
+    def answer_gathered(f, requests, rt):
+        """Holds tools/call until 20 are in flight, then answers all, last first."""
+        if f.get('method') != 'tools/call':
+            return answer_each(f, requests, rt)
+        pending = [r for r in requests if r.get('method') == 'tools/call']
+        if len(pending) < 20:
+            return []
+        return [dict({'jsonrpc': '2.0', 'id': r['id']}, **fake_daemon(r)) for r in reversed(pending)]
 
-
-code = '''import asyncio
+    code = '''import asyncio
 async def one(i):
     r = await mcp_fake.echo(text=str(i))
     return r.text
 texts = await asyncio.gather(*[one(i) for i in range(20)])
 print(texts == ['{"text": "%d"}' % i for i in range(20)])
 '''
-out, res, reqs, rt = bridge(code, answer=answer_gathered)
-ids = [r.get('id') for r in reqs]
-check(text(out, 'stdout') == 'True\n' and len(calls(reqs)) == 20 and len(set(ids)) == 20 and clean(rt),
-      'bridge: 20 calls under asyncio.gather in flight at once, routed by id', (out, reqs, rt.err))
+    out, res, reqs, rt = bridge(code, answer=answer_gathered)
+    ids = [r.get('id') for r in reqs]
+    check(text(out, 'stdout') == 'True\n' and len(calls(reqs)) == 20 and len(set(ids)) == 20 and clean(rt),
+          'bridge: 20 calls under asyncio.gather in flight at once, routed by id', (out, reqs, rt.err))
 
-code = '''import corral
+
+@case
+def bridge_content():
+    code = '''import corral
 r = mcp_fake.picture()
 img = r.images[0]
 print(type(img).__name__, isinstance(img, corral.ImageContent), img.mime_type, img.data == %r)
@@ -769,28 +885,34 @@ print(type(snd).__name__, snd.mime_type, snd.data == %r)
 print([type(c).__name__ for c in r.content], r.content[3]['resource']['uri'], r.structured)
 print(repr(r.text))
 ''' % (PNG, WAV)
-out, res, reqs, rt = bridge(code)
-check(text(out, 'stdout') == "ImageContent True image/png True\nAudioContent audio/wav True\n"
-      "['TextContent', 'ImageContent', 'AudioContent', 'dict', 'TextContent'] file:///x {'width': 1}\n"
-      "'a picture\\nand a sound'\n", 'bridge: image/audio content decoded to bytes with mime type', (out, res))
+    out, res, reqs, rt = bridge(code)
+    check(text(out, 'stdout') == "ImageContent True image/png True\nAudioContent audio/wav True\n"
+          "['TextContent', 'ImageContent', 'AudioContent', 'dict', 'TextContent'] file:///x {'width': 1}\n"
+          "'a picture\\nand a sound'\n", 'bridge: image/audio content decoded to bytes with mime type', (out, res))
 
-code = '''import corral
+
+@case
+def bridge_tool_error():
+    code = '''import corral
 try:
     mcp_fake.fail(why='x')
 except corral.ToolError as e:
     print(type(e).__name__, e, e.result.is_error, e.result.text, e.server, e.tool, isinstance(e, corral.McpError))
 mcp_fake.fail()
 '''
-out, res, reqs, rt = bridge(code)
-e = res.get('error') or {}
-tb = e.get('traceback') or ''
-check(text(out, 'stdout') == 'ToolError it broke True it broke fake fail True\n'
-      and e.get('type') == 'corral.ToolError' and e.get('message') == 'it broke',
-      'bridge: isError -> corral.ToolError (.result, uncaught: type corral.ToolError)', (out, res))
-check(tb.count('File "') == 1 and 'File "<corral>", line 6, in <module>' in tb and '<string>' not in tb,
-      'bridge: traceback ends at the user line calling the API', tb)
+    out, res, reqs, rt = bridge(code)
+    e = res.get('error') or {}
+    tb = e.get('traceback') or ''
+    check(text(out, 'stdout') == 'ToolError it broke True it broke fake fail True\n'
+          and e.get('type') == 'corral.ToolError' and e.get('message') == 'it broke',
+          'bridge: isError -> corral.ToolError (.result, uncaught: type corral.ToolError)', (out, res))
+    check(tb.count('File "') == 1 and 'File "<corral>", line 6, in <module>' in tb and '<string>' not in tb,
+          'bridge: traceback ends at the user line calling the API', tb)
 
-code = '''import corral
+
+@case
+def bridge_error_classes():
+    code = '''import corral
 for kind in ['PolicyDenied', 'ServerUnavailable', 'Timeout', 'TooLarge', 'TooManyCalls', 'ToolNotFound',
              'ProtocolError', 'InvalidParams', 'Weird', 'nodata']:
     try:
@@ -802,8 +924,8 @@ try:
 except TimeoutError as e:
     print('TimeoutError catches', type(e).__name__)
 '''
-out, res, reqs, rt = bridge(code)
-want = '''PolicyDenied PolicyDenied -32001 PolicyDenied fake err_PolicyDenied fake PolicyDenied
+    out, res, reqs, rt = bridge(code)
+    want = '''PolicyDenied PolicyDenied -32001 PolicyDenied fake err_PolicyDenied fake PolicyDenied
 ServerUnavailable ServerUnavailable -32002 ServerUnavailable fake err_ServerUnavailable fake ServerUnavailable
 Timeout ToolTimeout -32003 Timeout fake err_Timeout fake Timeout
 TooLarge TooLarge -32004 TooLarge fake err_TooLarge fake TooLarge
@@ -815,12 +937,15 @@ Weird McpError -32099 Weird fake err_Weird fake Weird
 nodata ServerUnavailable -32002 ServerUnavailable fake err_nodata no data
 TimeoutError catches ToolTimeout
 '''
-check(text(out, 'stdout') == want, 'bridge: error data.type -> exception class (code when no type)',
-      (text(out, 'stdout'), text(out, 'stderr')))
+    check(text(out, 'stdout') == want, 'bridge: error data.type -> exception class (code when no type)',
+          (text(out, 'stdout'), text(out, 'stderr')))
+
 
 # Malformed frames from user code, answered by the supervisor: corral._raw_request
 # returns the response dict (the one with its id, else the next with id null).
-code = '''import corral, json
+@case
+def bridge_malformed_frames():
+    code = '''import corral, json
 def show(x, **kw):
     r = corral._raw_request(x, **kw)
     print(json.dumps(r and (r.get('id'), r.get('error', {}).get('code'), r.get('error', {}).get('data'),
@@ -840,27 +965,33 @@ except ValueError:
     print('NaN refused')
 print(mcp_fake.echo(text='still').text)
 '''
-out, res, reqs, rt = bridge(code)
-PE = {'type': 'ProtocolError'}
-want = [[None, -32700, PE, False], [None, -32600, PE, False], [None, -32600, PE, False],
-        [None, -32700, PE, False], ['inf', -32600, PE, False], ['s1', -32600, PE, False],
-        ['s2', -32600, PE, False], None, ['s3', None, None, True]]
-lines = text(out, 'stdout').splitlines()
-check([json.loads(l) for l in lines[:9]] == want and lines[9:] == ['NaN refused', '{"text": "still"}'],
-      'bridge: malformed worker frames answered -32700/-32600 (ProtocolError), worker keeps going',
-      (lines, text(out, 'stderr')))
-check([r.get('method') for r in reqs] == ['tools/list', 'tools/call'] and reqs[0] == {
-      'jsonrpc': '2.0', 'id': 's3', 'method': 'tools/list', 'params': {'server': 'fake'}} and clean(rt),
-      'bridge: only requests reach the daemon, re-encoded (no sandbox/*, responses, other notifications)', reqs)
+    out, res, reqs, rt = bridge(code)
+    PE = {'type': 'ProtocolError'}
+    want = [[None, -32700, PE, False], [None, -32600, PE, False], [None, -32600, PE, False],
+            [None, -32700, PE, False], ['inf', -32600, PE, False], ['s1', -32600, PE, False],
+            ['s2', -32600, PE, False], None, ['s3', None, None, True]]
+    lines = text(out, 'stdout').splitlines()
+    check([json.loads(l) for l in lines[:9]] == want and lines[9:] == ['NaN refused', '{"text": "still"}'],
+          'bridge: malformed worker frames answered -32700/-32600 (ProtocolError), worker keeps going',
+          (lines, text(out, 'stderr')))
+    check([r.get('method') for r in reqs] == ['tools/list', 'tools/call'] and reqs[0] == {
+          'jsonrpc': '2.0', 'id': 's3', 'method': 'tools/list', 'params': {'server': 'fake'}} and clean(rt),
+          'bridge: only requests reach the daemon, re-encoded (no sandbox/*, responses, other notifications)', reqs)
 
-out, res, reqs, rt = bridge("ls /proc/self/fd", language='shell')
-check(text(out, 'stdout') == '0\n1\n2\n3\n' and res.get('status') == 'ok',
-      'bridge: a shell run holds no API socket (ls sees 0-2 and its own dir fd)', out)
-out, res, reqs, rt = bridge("import os\nmcp_fake.echo()\nos.system('ls /proc/self/fd')")
-check(text(out, 'stdout') == '0\n1\n2\n3\n' and len(calls(reqs)) == 1,
-      'bridge: the API socket is close-on-exec (os.system after a call)', out)
 
-code = '''import json
+@case
+def bridge_api_socket():
+    out, res, reqs, rt = bridge("ls /proc/self/fd", language='shell')
+    check(text(out, 'stdout') == '0\n1\n2\n3\n' and res.get('status') == 'ok',
+          'bridge: a shell run holds no API socket (ls sees 0-2 and its own dir fd)', out)
+    out, res, reqs, rt = bridge("import os\nmcp_fake.echo()\nos.system('ls /proc/self/fd')")
+    check(text(out, 'stdout') == '0\n1\n2\n3\n' and len(calls(reqs)) == 1,
+          'bridge: the API socket is close-on-exec (os.system after a call)', out)
+
+
+@case
+def bridge_lists():
+    code = '''import json
 print(json.dumps([(s['name'], s['alias'], s['status']) for s in list_servers()]))
 print(json.dumps(list_tools('my_tools')))
 print(json.dumps(search_tools('SUM')))
@@ -870,26 +1001,26 @@ print(json.dumps(search_tools('get_sum')))
 print('---')
 print(tool_docs('my-tools', 'get_sum'))
 '''
-out, res, reqs, rt = bridge(code)
-so = text(out, 'stdout')
-head, _, docs = so.partition('---\n')
-head = [json.loads(l) for l in head.splitlines()]
-gs = {'server': 'my-tools', 'name': 'get-sum', 'description': 'Returns the sum of two numbers.'}
-check(head == [
-    [['fake', 'fake', 'idle'], ['my-tools', 'my_tools', 'idle'], ['broken', 'broken', 'idle']],
-    [{'name': 'get-sum', 'description': 'Returns the sum of two numbers.'},
-     {'name': 'reverse', 'description': 'Reverses a text.'}],
-    [gs],
-    [{'server': 'fake', 'name': 'echo', 'description': 'Echoes its arguments back as JSON text.'},
-     {'server': 'my-tools', 'name': 'reverse', 'description': 'Reverses a text.'}],
-    ['echo', 'picture', 'fail', 'slow', 'get-sum', 'reverse'],
-    [gs]], 'bridge: list_servers, list_tools, search_tools', (so, text(out, 'stderr')))
-check('corral: search_tools: skipped server broken: broken: exec failed\n' == text(out, 'stderr')
-      and [p['server'] for p in calls(reqs, 'tools/list')].count('my-tools') == 1
-      and [p['server'] for p in calls(reqs, 'tools/list')].count('broken') == 4,
-      'bridge: search_tools skips an unavailable server (noted once), asks it again; tools/list cached',
-      (text(out, 'stderr'), reqs))
-want = '''get-sum (server my-tools)
+    out, res, reqs, rt = bridge(code)
+    so = text(out, 'stdout')
+    head, _, docs = so.partition('---\n')
+    head = [json.loads(l) for l in head.splitlines()]
+    gs = {'server': 'my-tools', 'name': 'get-sum', 'description': 'Returns the sum of two numbers.'}
+    check(head == [
+        [['fake', 'fake', 'idle'], ['my-tools', 'my_tools', 'idle'], ['broken', 'broken', 'idle']],
+        [{'name': 'get-sum', 'description': 'Returns the sum of two numbers.'},
+         {'name': 'reverse', 'description': 'Reverses a text.'}],
+        [gs],
+        [{'server': 'fake', 'name': 'echo', 'description': 'Echoes its arguments back as JSON text.'},
+         {'server': 'my-tools', 'name': 'reverse', 'description': 'Reverses a text.'}],
+        ['echo', 'picture', 'fail', 'slow', 'get-sum', 'reverse'],
+        [gs]], 'bridge: list_servers, list_tools, search_tools', (so, text(out, 'stderr')))
+    check('corral: search_tools: skipped server broken: broken: exec failed\n' == text(out, 'stderr')
+          and [p['server'] for p in calls(reqs, 'tools/list')].count('my-tools') == 1
+          and [p['server'] for p in calls(reqs, 'tools/list')].count('broken') == 4,
+          'bridge: search_tools skips an unavailable server (noted once), asks it again; tools/list cached',
+          (text(out, 'stderr'), reqs))
+    want = '''get-sum (server my-tools)
 
 Returns the sum of two numbers.
 
@@ -903,21 +1034,27 @@ Parameters:
 
 Input schema:
 ''' + json.dumps(TOOLS['my-tools'][0]['inputSchema'], indent=2) + '\n'
-check(docs == want, 'bridge: tool_docs text', docs)
+    check(docs == want, 'bridge: tool_docs text', docs)
 
-code = '''print(mcp_my_tools.get_sum(a=2, b=3).text, mcp_my_tools.get_sum({'a': 1}, b=1).structured)
+
+@case
+def bridge_alias():
+    code = '''print(mcp_my_tools.get_sum(a=2, b=3).text, mcp_my_tools.get_sum({'a': 1}, b=1).structured)
 print(call_tool('my_tools', 'get-sum', {'a': 1, 'b': 2}).text)
 print(repr(mcp_my_tools), repr(mcp_my_tools.get_sum))'''
-out, res, reqs, rt = bridge(code)
-check(text(out, 'stdout') == "5 {'sum': 2}\n3\n<MCP server my-tools: mcp_my_tools.<tool>(**arguments)> "
-      "<MCP tool my-tools.get_sum>\n"
-      and calls(reqs) == [{'server': 'my-tools', 'name': 'get_sum', 'arguments': {'a': 2, 'b': 3}},
-                          {'server': 'my-tools', 'name': 'get_sum', 'arguments': {'a': 1, 'b': 1}},
-                          {'server': 'my-tools', 'name': 'get-sum', 'arguments': {'a': 1, 'b': 2}}],
-      'bridge: mcp_<alias>.<attr> sends the server name and the attribute as written', (out, reqs))
+    out, res, reqs, rt = bridge(code)
+    check(text(out, 'stdout') == "5 {'sum': 2}\n3\n<MCP server my-tools: mcp_my_tools.<tool>(**arguments)> "
+          "<MCP tool my-tools.get_sum>\n"
+          and calls(reqs) == [{'server': 'my-tools', 'name': 'get_sum', 'arguments': {'a': 2, 'b': 3}},
+                              {'server': 'my-tools', 'name': 'get_sum', 'arguments': {'a': 1, 'b': 1}},
+                              {'server': 'my-tools', 'name': 'get-sum', 'arguments': {'a': 1, 'b': 2}}],
+          'bridge: mcp_<alias>.<attr> sends the server name and the attribute as written', (out, reqs))
+
 
 # cancellation: asyncio.wait_for withdraws the call; .result(timeout) raises ToolTimeout
-code = '''import asyncio, corral
+@case
+def bridge_cancel():
+    code = '''import asyncio, corral
 try:
     await asyncio.wait_for(mcp_fake.slow(), 0.2)
 except asyncio.TimeoutError:
@@ -929,16 +1066,19 @@ except corral.ToolTimeout as e:
     print('ToolTimeout', isinstance(e, TimeoutError), p.done())
 print(p.cancel(), p.done(), mcp_fake.echo(text='after').text)
 '''
-out, res, reqs, rt = bridge(code)
-slow = [r['id'] for r in reqs if r.get('method') == 'tools/call' and r['params']['name'] == 'slow']
-cancelled = [r['params'] for r in reqs if r.get('method') == 'notifications/cancelled']
-check(text(out, 'stdout') == 'wait_for timed out\nToolTimeout True False\nTrue True {"text": "after"}\n'
-      and len(slow) == 2 and cancelled == [{'requestId': slow[0]}, {'requestId': slow[1]}]
-      and all('id' not in r for r in reqs if r.get('method') == 'notifications/cancelled'),
-      'bridge: cancelled calls send notifications/cancelled with their id', (out, reqs))
+    out, res, reqs, rt = bridge(code)
+    slow = [r['id'] for r in reqs if r.get('method') == 'tools/call' and r['params']['name'] == 'slow']
+    cancelled = [r['params'] for r in reqs if r.get('method') == 'notifications/cancelled']
+    check(text(out, 'stdout') == 'wait_for timed out\nToolTimeout True False\nTrue True {"text": "after"}\n'
+          and len(slow) == 2 and cancelled == [{'requestId': slow[0]}, {'requestId': slow[1]}]
+          and all('id' not in r for r in reqs if r.get('method') == 'notifications/cancelled'),
+          'bridge: cancelled calls send notifications/cancelled with their id', (out, reqs))
+
 
 # corral.progress(): relayed as corral/progress notifications, throttled
-code = '''import corral, time
+@case
+def progress():
+    code = '''import corral, time
 corral.progress(1, 10, 'one')
 corral.progress(2, 10, 'dropped: within 20 ms')
 corral.progress(10, 10, 'final: always sent')
@@ -949,37 +1089,41 @@ try:
 except TypeError as e:
     print('TypeError')
 '''
-out, res, reqs, rt = bridge(code)
-prog = [r for r in reqs if r.get('method') == 'corral/progress']
-check(text(out, 'stdout') == 'TypeError\n' and res.get('status') == 'ok'
-      and [r['params'] for r in prog[:3]] == [{'progress': 1, 'total': 10, 'message': 'one'},
-                                              {'progress': 10, 'total': 10, 'message': 'final: always sent'},
-                                              {'progress': 11, 'message': 'x' * 1000}]
-      and len(prog) == 3 and all('id' not in r for r in prog),
-      'corral.progress(): notifications to the daemon, throttled, message capped, NaN refused',
-      (out, res, prog))
+    out, res, reqs, rt = bridge(code)
+    prog = [r for r in reqs if r.get('method') == 'corral/progress']
+    check(text(out, 'stdout') == 'TypeError\n' and res.get('status') == 'ok'
+          and [r['params'] for r in prog[:3]] == [{'progress': 1, 'total': 10, 'message': 'one'},
+                                                  {'progress': 10, 'total': 10, 'message': 'final: always sent'},
+                                                  {'progress': 11, 'message': 'x' * 1000}]
+          and len(prog) == 3 and all('id' not in r for r in prog),
+          'corral.progress(): notifications to the daemon, throttled, message capped, NaN refused',
+          (out, res, prog))
+
 
 # responses nobody waits for: before the exec, and after the worker ended
 # (a background sleep holds its pipes, so the runtime is still draining)
-late = json.dumps({'jsonrpc': '2.0', 'id': 'late', 'method': 'tools/call',
-                   'params': {'server': 'fake', 'name': 'echo', 'arguments': {}}})
+@case
+def bridge_late_responses():
+    late = json.dumps({'jsonrpc': '2.0', 'id': 'late', 'method': 'tools/call',
+                       'params': {'server': 'fake', 'name': 'echo', 'arguments': {}}})
 
+    def answer_late(f, requests, rt):
+        if f.get('id') == 'late':
+            time.sleep(0.1)  # the worker has exited by now
+        return answer_each(f, requests, rt)
 
-def answer_late(f, requests, rt):
-    if f.get('id') == 'late':
-        time.sleep(0.1)  # the worker has exited by now
-    return answer_each(f, requests, rt)
+    out, res, reqs, rt = bridge("import os, corral\nos.system('sleep 1 &')\ncorral._raw_send(%r)" % (late + '\n').encode(),
+                                answer=answer_late,
+                                before=lambda rt: rt.send({'jsonrpc': '2.0', 'id': 99, 'result': {}}))
+    check(res.get('status') == 'ok' and [r.get('id') for r in reqs] == ['late'] and clean(rt)
+          and 'Traceback' not in rt.err and not any(f.get('id') == 99 for f in rt.frames),
+          'bridge: daemon responses without a worker to take them are dropped', (res, reqs, rt.err))
 
-
-out, res, reqs, rt = bridge("import os, corral\nos.system('sleep 1 &')\ncorral._raw_send(%r)" % (late + '\n').encode(),
-                            answer=answer_late,
-                            before=lambda rt: rt.send({'jsonrpc': '2.0', 'id': 99, 'result': {}}))
-check(res.get('status') == 'ok' and [r.get('id') for r in reqs] == ['late'] and clean(rt)
-      and 'Traceback' not in rt.err and not any(f.get('id') == 99 for f in rt.frames),
-      'bridge: daemon responses without a worker to take them are dropped', (res, reqs, rt.err))
 
 # an over-long line from user code: -32600 (id null) as it passes max_frame
-code = '''import corral, json
+@case
+def bridge_over_long_line():
+    code = '''import corral, json
 r1 = corral._raw_request(b'{"a":"' + b'x' * 70000 + b'"}\\n')
 r2 = corral._raw_request(b'y' * 70000)
 r3 = corral._raw_request(b'z\\n{"jsonrpc":"2.0","id":"ok","method":"servers/list","params":{}}\\n')
@@ -989,34 +1133,34 @@ try:
 except corral.TooLarge as e:
     print('TooLarge', e.type, e.tool)
 '''
-out, res, reqs, rt = bridge(code, env={'CORRAL_MAX_FRAME': '65536'})
-check(text(out, 'stdout') == '[[null, -32600], [null, -32600]] ok 3\nTooLarge TooLarge echo\n'
-      and [r.get('id') for r in reqs] == ['ok'] and clean(rt),
-      'bridge: over-long worker line -> -32600 (id null), stream resyncs; API refuses big requests',
-      (out, reqs, rt.err))
+    out, res, reqs, rt = bridge(code, env={'CORRAL_MAX_FRAME': '65536'})
+    check(text(out, 'stdout') == '[[null, -32600], [null, -32600]] ok 3\nTooLarge TooLarge echo\n'
+          and [r.get('id') for r in reqs] == ['ok'] and clean(rt),
+          'bridge: over-long worker line -> -32600 (id null), stream resyncs; API refuses big requests',
+          (out, reqs, rt.err))
+
 
 # A worker that floods requests and never reads: PID 1's queue toward it stays bounded.
-FLOOD = 300
-big = 'b' * 60000
-hwm = {}
+@case
+def bridge_flood():
+    flood = 300
+    big = 'b' * 60000
+    hwm = {}
 
+    def rss(pid, key):
+        with open('/proc/%d/status' % pid) as f:
+            for line in f:
+                if line.startswith(key + ':'):
+                    return int(line.split()[1])  # kB
+        return 0
 
-def rss(pid, key):
-    with open('/proc/%d/status' % pid) as f:
-        for line in f:
-            if line.startswith(key + ':'):
-                return int(line.split()[1])  # kB
-    return 0
+    def answer_big(f, requests, rt):
+        if f.get('id') == 'done':
+            time.sleep(0.3)  # let it take in all the big answers
+            hwm['after'] = rss(rt.proc.pid, 'VmHWM')
+        return [{'jsonrpc': '2.0', 'id': f['id'], 'result': {'content': [{'type': 'text', 'text': big}]}}]
 
-
-def answer_big(f, requests, rt):
-    if f.get('id') == 'done':
-        time.sleep(0.3)  # let it take in all the big answers
-        hwm['after'] = rss(rt.proc.pid, 'VmHWM')
-    return [{'jsonrpc': '2.0', 'id': f['id'], 'result': {'content': [{'type': 'text', 'text': big}]}}]
-
-
-code = '''import os, socket, stat, time
+    code = '''import os, socket, stat, time
 
 
 def api_socket(f):  # the report socket is a socket too, but one that cannot receive (EOF)
@@ -1036,55 +1180,70 @@ for i in range(%d):
 time.sleep(0.5)
 os.write(fd, b'{"jsonrpc":"2.0","id":"done","method":"tools/call","params":{}}\\n')
 time.sleep(0.5)
-''' % FLOOD
-out, res, reqs, rt = bridge(code, answer=answer_big, env={'CORRAL_MAX_FRAME': '65536'},
-                            before=lambda rt: hwm.__setitem__('before', rss(rt.proc.pid, 'VmRSS')))
-grew = hwm.get('after', 1 << 30) - hwm.get('before', 0)
-check(res.get('status') == 'ok' and len(reqs) == FLOOD + 1 and grew < 6000 and clean(rt)
-      and 'dropping frames toward it' in rt.err and 'frames toward the worker (queue full)' in rt.err,
-      'bridge: a flooding worker that never reads: PID 1 grew %d kB (answers %d kB)' % (grew, FLOOD * 60),
-      (res, len(reqs), hwm, rt.err[-500:]))
+''' % flood
+    out, res, reqs, rt = bridge(code, answer=answer_big, env={'CORRAL_MAX_FRAME': '65536'},
+                                before=lambda rt: hwm.__setitem__('before', rss(rt.proc.pid, 'VmRSS')))
+    grew = hwm.get('after', 1 << 30) - hwm.get('before', 0)
+    check(res.get('status') == 'ok' and len(reqs) == flood + 1 and grew < 6000 and clean(rt)
+          and 'dropping frames toward it' in rt.err and 'frames toward the worker (queue full)' in rt.err,
+          'bridge: a flooding worker that never reads: PID 1 grew %d kB (answers %d kB)' % (grew, flood * 60),
+          (res, len(reqs), hwm, rt.err[-500:]))
+
 
 # a daemon frame whose id is not JSON once parsed (1e400 -> inf): answered with id null
-rt = Runtime()
-rt.ready()
-rt.send_raw(b'{"jsonrpc":"2.0","id":1e400,"method":"sandbox/nope"}\n')
-f = rt.frame()
-rt.send({'jsonrpc': '2.0', 'id': 2, 'method': 'sandbox/nope'})
-f2 = rt.frame()
-rc, err = rt.close()
-check(f and f.get('id') is None and f.get('error', {}).get('code') == -32600 and f2 and f2.get('id') == 2
-      and rc == 0, 'id 1e400 from the daemon -> -32600 with id null, runtime keeps going', (f, f2, err))
+@case
+def daemon_id_inf():
+    rt = Runtime()
+    rt.ready()
+    rt.send_raw(b'{"jsonrpc":"2.0","id":1e400,"method":"sandbox/nope"}\n')
+    f = rt.frame()
+    rt.send({'jsonrpc': '2.0', 'id': 2, 'method': 'sandbox/nope'})
+    f2 = rt.frame()
+    rc, err = rt.close()
+    check(f and f.get('id') is None and f.get('error', {}).get('code') == -32600 and f2 and f2.get('id') == 2
+          and rc == 0, 'id 1e400 from the daemon -> -32600 with id null, runtime keeps going', (f, f2, err))
+
 
 # exec params: servers checked
-rt = Runtime()
-rt.ready()
-bad = [{'name': 'x'}, [{'name': 'x', 'alias': '1x'}], [{'name': 'x', 'alias': 'a-b'}], [{'alias': 'x'}],
-       [{'name': '', 'alias': 'x'}], [{'name': 'a', 'alias': 'x'}, {'name': 'b', 'alias': 'x'}], ['x'],
-       [{'name': 'a', 'alias': 'a'}, {'name': 'a', 'alias': 'b'}]]
-for i, servers in enumerate(bad):
-    rt.send({'jsonrpc': '2.0', 'id': i, 'method': 'sandbox/exec',
-             'params': {'language': 'python', 'code': 'print(1)', 'servers': servers}})
-got = [rt.frame() for _ in bad]
-rt.send({'jsonrpc': '2.0', 'id': 'ok', 'method': 'sandbox/exec', 'params': {
-    'language': 'python', 'code': 'print(mcp__9x)', 'servers': [{'name': '9x', 'alias': '_9x'}]}})
-out, resp = rt.response('ok')
-rt.close()
-check(all(f and f.get('id') == i and f.get('error', {}).get('code') == -32602 for i, f in enumerate(got))
-      and text(out, 'stdout') == '<MCP server 9x: mcp__9x.<tool>(**arguments)>\n',
-      'bridge: malformed servers params -> -32602', (got, out))
+@case
+def bridge_servers_params():
+    rt = Runtime()
+    rt.ready()
+    bad = [{'name': 'x'}, [{'name': 'x', 'alias': '1x'}], [{'name': 'x', 'alias': 'a-b'}], [{'alias': 'x'}],
+           [{'name': '', 'alias': 'x'}], [{'name': 'a', 'alias': 'x'}, {'name': 'b', 'alias': 'x'}], ['x'],
+           [{'name': 'a', 'alias': 'a'}, {'name': 'a', 'alias': 'b'}]]
+    for i, servers in enumerate(bad):
+        rt.send({'jsonrpc': '2.0', 'id': i, 'method': 'sandbox/exec',
+                 'params': {'language': 'python', 'code': 'print(1)', 'servers': servers}})
+    got = [rt.frame() for _ in bad]
+    rt.send({'jsonrpc': '2.0', 'id': 'ok', 'method': 'sandbox/exec', 'params': {
+        'language': 'python', 'code': 'print(mcp__9x)', 'servers': [{'name': '9x', 'alias': '_9x'}]}})
+    out, resp = rt.response('ok')
+    rt.close()
+    check(all(f and f.get('id') == i and f.get('error', {}).get('code') == -32602 for i, f in enumerate(got))
+          and text(out, 'stdout') == '<MCP server 9x: mcp__9x.<tool>(**arguments)>\n',
+          'bridge: malformed servers params -> -32602', (got, out))
 
 
 # --- sessions: "keep" leaves the worker waiting with its globals -----------
-WS = tempfile.mkdtemp(prefix='corral-ws-')
-os.chmod(WS, 0o1777)
+_workspace = []
+
+
+def workspace():
+    """The /workspace of the session runtimes: one directory for the whole
+    run (as the original single script had), made on first use."""
+    if not _workspace:
+        ws = tempfile.mkdtemp(prefix='corral-ws-')
+        os.chmod(ws, 0o1777)
+        _workspace.append(ws)
+    return _workspace[0]
 
 
 class Session:
     """One runtime serving several execs with keep (as a session sandbox)."""
 
     def __init__(self, env=None):
-        self.rt = Runtime(dict({'CORRAL_WORKSPACE': WS}, **(env or {})))
+        self.rt = Runtime(dict({'CORRAL_WORKSPACE': workspace()}, **(env or {})))
         self.rt.ready()
         self.rid = 0
 
@@ -1126,209 +1285,276 @@ class Session:
         return self.rt.close()
 
 
-ses = Session()
-o1, _, r1, _ = ses.run("x = 41\nimport json\nprint('one')")
-o2, _, r2, _ = ses.run("print(x + 1, 'json' in globals())")
-check(o1 == 'one\n' and r1.get('status') == 'ok' and r1.get('state') == 'kept' and r1.get('restarted') is False
-      and o2 == '42 True\n' and r2.get('status') == 'ok' and r2.get('state') == 'kept',
-      'session: globals and imports of one run are there in the next', (o1, r1, o2, r2))
-o3, e3, r3, _ = ses.run("echo shell $x; echo err >&2; exit 3", language='shell')
-o4, _, r4, _ = ses.run("print(x)")
-check(o3 == 'shell\n' and e3 == 'err\n' and r3.get('status') == 'error' and r3.get('exit_code') == 3
-      and r3.get('state') == 'kept' and o4 == '41\n',
-      'session: a shell run between Python runs leaves the globals alone', (o3, e3, r3, o4))
-o5, e5, r5, _ = ses.run("1/0")
-o6, _, r6, _ = ses.run("print(x)")
-check(r5.get('status') == 'error' and (r5.get('error') or {}).get('type') == 'ZeroDivisionError'
-      and r5.get('state') == 'kept' and o6 == '41\n', 'session: an exception ends the run, not the session',
-      (r5, o6))
-o7, _, r7, _ = ses.run("raise SystemExit(4)")
-o8, _, r8, _ = ses.run("print(x)")
-check(r7.get('exit_code') == 4 and r7.get('state') == 'kept' and o8 == '41\n',
-      'session: SystemExit ends the run with its status, the interpreter stays', (r7, o8))
+def end(ses):
+    """Closes a session a case is done with.  Its runtime must exit 0 having
+    sent nothing but JSON frames, as 'session: stdin EOF while idle ends the
+    runtime with 0' checks for its own session; a case whose session does not
+    raises, which counts as a failed point."""
+    rc, err = ses.close()
+    if rc != 0 or ses.rt.bad:
+        raise AssertionError('the session runtime exited %r; non-JSON lines: %r\n%s' % (rc, ses.rt.bad, err[-800:]))
 
-# output of a background thread between runs goes nowhere; the next run's is its own
-o9, _, r9, _ = ses.run("import threading, time\n"
-                       "threading.Thread(target=lambda: (time.sleep(0.3), print('late', flush=True)), daemon=True).start()\n"
-                       "print('now')")
-time.sleep(0.8)
-o10, _, r10, _ = ses.run("print('next')")
-check(o9 == 'now\n' and r9.get('status') == 'ok' and o10 == 'next\n',
-      'session: a run returns without waiting for its threads; their output between runs is dropped', (o9, o10))
 
-# interrupt: SIGINT ends the run, the state stays
-out, res, took = ses.interrupted("import time\ny = 1\ntime.sleep(30)", stray=True)
-o11, _, r11, _ = ses.run("print(x, y)")
-check(res.get('status') == 'error' and (res.get('error') or {}).get('type') == 'KeyboardInterrupt'
-      and res.get('state') == 'kept' and took < 1.0 and o11 == '41 1\n',
-      'session: notifications/cancelled interrupts the run in %.2fs and keeps the state' % took, (res, o11))
+@case
+def session_state():
+    ses = Session()
+    o1, _, r1, _ = ses.run("x = 41\nimport json\nprint('one')")
+    o2, _, r2, _ = ses.run("print(x + 1, 'json' in globals())")
+    check(o1 == 'one\n' and r1.get('status') == 'ok' and r1.get('state') == 'kept' and r1.get('restarted') is False
+          and o2 == '42 True\n' and r2.get('status') == 'ok' and r2.get('state') == 'kept',
+          'session: globals and imports of one run are there in the next', (o1, r1, o2, r2))
+    o3, e3, r3, _ = ses.run("echo shell $x; echo err >&2; exit 3", language='shell')
+    o4, _, r4, _ = ses.run("print(x)")
+    check(o3 == 'shell\n' and e3 == 'err\n' and r3.get('status') == 'error' and r3.get('exit_code') == 3
+          and r3.get('state') == 'kept' and o4 == '41\n',
+          'session: a shell run between Python runs leaves the globals alone', (o3, e3, r3, o4))
+    o5, e5, r5, _ = ses.run("1/0")
+    o6, _, r6, _ = ses.run("print(x)")
+    check(r5.get('status') == 'error' and (r5.get('error') or {}).get('type') == 'ZeroDivisionError'
+          and r5.get('state') == 'kept' and o6 == '41\n', 'session: an exception ends the run, not the session',
+          (r5, o6))
+    o7, _, r7, _ = ses.run("raise SystemExit(4)")
+    o8, _, r8, _ = ses.run("print(x)")
+    check(r7.get('exit_code') == 4 and r7.get('state') == 'kept' and o8 == '41\n',
+          'session: SystemExit ends the run with its status, the interpreter stays', (r7, o8))
 
-# a run that ignores SIGINT is killed after the grace: the state is lost
-out, res, took = ses.interrupted("import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\ntime.sleep(30)")
-o12, e12, r12, _ = ses.run("print('x' in globals())")
-check(res.get('status') == 'killed' and res.get('signal') == 9 and res.get('state') == 'lost'
-      and 0.8 < took < 3 and o12 == 'False\n' and r12.get('restarted') is True and r12.get('state') == 'kept',
-      'session: a run that ignores the interrupt is killed after %.2fs; the next starts afresh' % took,
-      (res, o12, r12))
+    # output of a background thread between runs goes nowhere; the next run's is its own
+    o9, _, r9, _ = ses.run("import threading, time\n"
+                           "threading.Thread(target=lambda: (time.sleep(0.3), print('late', flush=True)), daemon=True).start()\n"
+                           "print('now')")
+    time.sleep(0.8)
+    o10, _, r10, _ = ses.run("print('next')")
+    check(o9 == 'now\n' and r9.get('status') == 'ok' and o10 == 'next\n',
+          'session: a run returns without waiting for its threads; their output between runs is dropped', (o9, o10))
+
+    # interrupt: SIGINT ends the run, the state stays
+    out, res, took = ses.interrupted("import time\ny = 1\ntime.sleep(30)", stray=True)
+    o11, _, r11, _ = ses.run("print(x, y)")
+    check(res.get('status') == 'error' and (res.get('error') or {}).get('type') == 'KeyboardInterrupt'
+          and res.get('state') == 'kept' and took < 1.0 and o11 == '41 1\n',
+          'session: notifications/cancelled interrupts the run in %.2fs and keeps the state' % took, (res, o11))
+
+    # a run that ignores SIGINT is killed after the grace: the state is lost
+    out, res, took = ses.interrupted("import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\ntime.sleep(30)")
+    o12, e12, r12, _ = ses.run("print('x' in globals())")
+    check(res.get('status') == 'killed' and res.get('signal') == 9 and res.get('state') == 'lost'
+          and 0.8 < took < 3 and o12 == 'False\n' and r12.get('restarted') is True and r12.get('state') == 'kept',
+          'session: a run that ignores the interrupt is killed after %.2fs; the next starts afresh' % took,
+          (res, o12, r12))
+    end(ses)
+
 
 # a session shell interrupted: its process group is killed, the worker stays
-ses.run("z = 5")
-out, res, took = ses.interrupted("echo $$; sleep 30; echo never", language='shell')
-sh_pid = first_int(text(out, 'stdout'))
-o13, _, _, _ = ses.run("print(z)")
-check(res.get('status') == 'killed' and res.get('signal') == 9 and res.get('state') == 'kept'
-      and took < 1.0 and o13 == '5\n' and 'never' not in text(out, 'stdout') and sh_pid > 0 and group_gone(sh_pid),
-      'session: an interrupted shell is killed with its group in %.2fs; Python state kept' % took,
-      (res, text(out, 'stdout'), o13))
+@case
+def session_shell_interrupt_and_exit():
+    ses = Session()
+    ses.run("z = 5")
+    out, res, took = ses.interrupted("echo $$; sleep 30; echo never", language='shell')
+    sh_pid = first_int(text(out, 'stdout'))
+    o1, _, _, _ = ses.run("print(z)")
+    check(res.get('status') == 'killed' and res.get('signal') == 9 and res.get('state') == 'kept'
+          and took < 1.0 and o1 == '5\n' and 'never' not in text(out, 'stdout') and sh_pid > 0 and group_gone(sh_pid),
+          'session: an interrupted shell is killed with its group in %.2fs; Python state kept' % took,
+          (res, text(out, 'stdout'), o1))
 
-# the worker dies by its own hand: that run says lost, the next restarted
-o14, _, r14, _ = ses.run("import os\nprint('bye', flush=True)\nos._exit(5)")
-o15, _, r15, _ = ses.run("print('z' in globals())")
-check(o14 == 'bye\n' and r14.get('exit_code') == 5 and r14.get('state') == 'lost'
-      and o15 == 'False\n' and r15.get('restarted') is True,
-      'session: os._exit() ends the interpreter; the next run starts afresh and says so', (r14, o15, r15))
+    # the worker dies by its own hand: that run says lost, the next restarted
+    o2, _, r2, _ = ses.run("import os\nprint('bye', flush=True)\nos._exit(5)")
+    o3, _, r3, _ = ses.run("print('z' in globals())")
+    check(o2 == 'bye\n' and r2.get('exit_code') == 5 and r2.get('state') == 'lost'
+          and o3 == 'False\n' and r3.get('restarted') is True,
+          'session: os._exit() ends the interpreter; the next run starts afresh and says so', (r2, o3, r3))
+    end(ses)
+
 
 # ... or dies between runs
-ses.run("import os, threading, time\nw = 1\n"
-        "threading.Thread(target=lambda: (time.sleep(0.3), os._exit(7)), daemon=True).start()")
-time.sleep(1.0)
-o16, _, r16, _ = ses.run("print('w' in globals())")
-check(o16 == 'False\n' and r16.get('restarted') is True and r16.get('state') == 'kept',
-      'session: a worker that died between runs is replaced; the run says restarted', (o16, r16))
+@case
+def session_dies_between_runs():
+    ses = Session()
+    ses.run("import os, threading, time\nw = 1\n"
+            "threading.Thread(target=lambda: (time.sleep(0.3), os._exit(7)), daemon=True).start()")
+    time.sleep(1.0)
+    o1, _, r1, _ = ses.run("print('w' in globals())")
+    check(o1 == 'False\n' and r1.get('restarted') is True and r1.get('state') == 'kept',
+          'session: a worker that died between runs is replaced; the run says restarted', (o1, r1))
+    end(ses)
+
 
 # servers of an earlier run do not linger as globals
-S1 = [{'name': 'everything', 'alias': 'everything'}]
-o17, _, _, _ = ses.run("print('mcp_everything' in globals(), 'call_tool' in globals())", servers=S1)
-o18, _, _, _ = ses.run("print('mcp_everything' in globals(), 'call_tool' in globals())")
-check(o17 == 'True True\n' and o18 == 'False True\n', "session: an earlier run's mcp_* proxies are gone", (o17, o18))
+@case
+def session_servers():
+    ses = Session()
+    S1 = [{'name': 'everything', 'alias': 'everything'}]
+    o1, _, _, _ = ses.run("print('mcp_everything' in globals(), 'call_tool' in globals())", servers=S1)
+    o2, _, _, _ = ses.run("print('mcp_everything' in globals(), 'call_tool' in globals())")
+    check(o1 == 'True True\n' and o2 == 'False True\n', "session: an earlier run's mcp_* proxies are gone", (o1, o2))
+    end(ses)
+
 
 # files written under /workspace/out during a run come back listed; earlier ones do not
-o19, _, r19, _ = ses.run("import os\nos.makedirs('out/sub', exist_ok=True)\n"
-                         "open('out/a.png', 'wb').write(b'x' * 10)\nopen('out/sub/b.txt', 'w').write('hi')\n"
-                         "os.symlink('/etc/passwd', 'out/link')\nopen('notout.txt', 'w').write('n')")
-o20, _, r20, _ = ses.run("open('out/c.txt', 'w').write('c')")
-check(r19.get('out_files') == [{'path': 'out/a.png', 'size': 10}, {'path': 'out/sub/b.txt', 'size': 2}]
-      and r20.get('out_files') == [{'path': 'out/c.txt', 'size': 1}],
-      'out_files: regular files under out/ written by this run, symlinks skipped', (r19, r20))
+@case
+def session_out_files_and_list():
+    ws = workspace()
+    ses = Session()
+    o1, _, r1, _ = ses.run("import os\nos.makedirs('out/sub', exist_ok=True)\n"
+                           "open('out/a.png', 'wb').write(b'x' * 10)\nopen('out/sub/b.txt', 'w').write('hi')\n"
+                           "os.symlink('/etc/passwd', 'out/link')\nopen('notout.txt', 'w').write('n')")
+    o2, _, r2, _ = ses.run("open('out/c.txt', 'w').write('c')")
+    check(r1.get('out_files') == [{'path': 'out/a.png', 'size': 10}, {'path': 'out/sub/b.txt', 'size': 2}]
+          and r2.get('out_files') == [{'path': 'out/c.txt', 'size': 1}],
+          'out_files: regular files under out/ written by this run, symlinks skipped', (r1, r2))
 
-# sandbox/list: entries by lstat, confined to the workspace
-os.symlink('/etc', os.path.join(WS, 'etc-link'))
-lst = ses.request('sandbox/list', {'path': WS})
-res = (lst or {}).get('result') or {}
-names = {e['path']: e for e in res.get('entries', [])}
-check(res.get('path') == os.path.realpath(WS) and names.get('out', {}).get('type') == 'dir'
-      and names.get('notout.txt', {}).get('type') == 'file' and names['notout.txt'].get('size') == 1
-      and names.get('etc-link', {}).get('type') == 'symlink' and names['etc-link'].get('target') == '/etc'
-      and 'out/a.png' not in names and res.get('truncated') is False,
-      'sandbox/list: one level, lstat types, symlink targets', res)
-lst = ses.request('sandbox/list', {'path': WS + '/out', 'recursive': True, 'limit': 2}, rid='r2')
-res = (lst or {}).get('result') or {}
-check([e['path'] for e in res.get('entries', [])] == ['a.png', 'c.txt'] and res.get('truncated') is True,
-      'sandbox/list: recursive, bounded by limit', res)
-bad = [ses.request('sandbox/list', p, rid='b%d' % i) for i, p in enumerate([
-    {'path': WS + '/etc-link'}, {'path': '/etc'}, {'path': WS + '/out/link'}, {'path': WS, 'limit': 0},
-    {'path': 1}])]
-check(all(b and b.get('error', {}).get('code') == -32602 for b in bad)
-      and 'outside' in bad[0]['error']['message'],
-      'sandbox/list: symlink escapes, paths outside and bad params refused', bad)
-lst = ses.request('sandbox/list', {'path': WS + '/nope'}, rid='r3')
-check(lst and lst.get('error', {}).get('code') == -32602 and 'No such file' in lst['error']['message'],
-      'sandbox/list: a missing path is an error naming it', lst)
+    # sandbox/list: entries by lstat, confined to the workspace
+    os.symlink('/etc', os.path.join(ws, 'etc-link'))
+    lst = ses.request('sandbox/list', {'path': ws})
+    res = (lst or {}).get('result') or {}
+    names = {e['path']: e for e in res.get('entries', [])}
+    check(res.get('path') == os.path.realpath(ws) and names.get('out', {}).get('type') == 'dir'
+          and names.get('notout.txt', {}).get('type') == 'file' and names['notout.txt'].get('size') == 1
+          and names.get('etc-link', {}).get('type') == 'symlink' and names['etc-link'].get('target') == '/etc'
+          and 'out/a.png' not in names and res.get('truncated') is False,
+          'sandbox/list: one level, lstat types, symlink targets', res)
+    lst = ses.request('sandbox/list', {'path': ws + '/out', 'recursive': True, 'limit': 2}, rid='r2')
+    res = (lst or {}).get('result') or {}
+    check([e['path'] for e in res.get('entries', [])] == ['a.png', 'c.txt'] and res.get('truncated') is True,
+          'sandbox/list: recursive, bounded by limit', res)
+    bad = [ses.request('sandbox/list', p, rid='b%d' % i) for i, p in enumerate([
+        {'path': ws + '/etc-link'}, {'path': '/etc'}, {'path': ws + '/out/link'}, {'path': ws, 'limit': 0},
+        {'path': 1}])]
+    check(all(b and b.get('error', {}).get('code') == -32602 for b in bad)
+          and 'outside' in bad[0]['error']['message'],
+          'sandbox/list: symlink escapes, paths outside and bad params refused', bad)
+    lst = ses.request('sandbox/list', {'path': ws + '/nope'}, rid='r3')
+    check(lst and lst.get('error', {}).get('code') == -32602 and 'No such file' in lst['error']['message'],
+          'sandbox/list: a missing path is an error naming it', lst)
+    end(ses)
+
 
 # a child forked without exec does not take the session's place
-o21, _, r21, t21 = ses.run("import os, time\npid = os.fork()\nif pid == 0:\n    print('child', flush=True)\n"
-                           "else:\n    os.waitpid(pid, 0)\n    print('parent', flush=True)\nkept_after_fork = 1")
-o22, _, r22, _ = ses.run("print(kept_after_fork)")
-check('parent' in o21 and 'child' in o21 and r21.get('status') == 'ok' and r21.get('state') == 'kept'
-      and t21 < 3 and o22 == '1\n',
-      'session: a child forked without exec ends with its run; the interpreter serves the next', (o21, r21, o22))
+@case
+def session_fork():
+    ses = Session()
+    o1, _, r1, t1 = ses.run("import os, time\npid = os.fork()\nif pid == 0:\n    print('child', flush=True)\n"
+                            "else:\n    os.waitpid(pid, 0)\n    print('parent', flush=True)\nkept_after_fork = 1")
+    o2, _, r2, _ = ses.run("print(kept_after_fork)")
+    check('parent' in o1 and 'child' in o1 and r1.get('status') == 'ok' and r1.get('state') == 'kept'
+          and t1 < 3 and o2 == '1\n',
+          'session: a child forked without exec ends with its run; the interpreter serves the next', (o1, r1, o2))
+    end(ses)
+
 
 # an interrupt sent right after the exec is not lost
-rid = ses.send_exec("import time\nq = 7\ntime.sleep(30)")
-ses.cancel(rid)
-t0 = time.monotonic()
-out, resp = ses.rt.response(rid, 10)
-took = time.monotonic() - t0
-res = (resp or {}).get('result') or {}
-check(res.get('state') == 'kept' and res.get('status') in ('error', 'ok') and took < 1.0,
-      'session: an interrupt that comes as the run starts still stops it (%.2fs), state kept' % took, res)
+@case
+def session_early_interrupt():
+    ses = Session()
+    rid = ses.send_exec("import time\nq = 7\ntime.sleep(30)")
+    ses.cancel(rid)
+    t0 = time.monotonic()
+    out, resp = ses.rt.response(rid, 10)
+    took = time.monotonic() - t0
+    res = (resp or {}).get('result') or {}
+    check(res.get('state') == 'kept' and res.get('status') in ('error', 'ok') and took < 1.0,
+          'session: an interrupt that comes as the run starts still stops it (%.2fs), state kept' % took, res)
+    end(ses)
+
 
 # freeze stops every other process until thaw (outside a container: the worker's group)
-ses.run("import threading, time\nticks = [0]\n"
-        "def tick():\n    while True:\n        ticks[0] += 1\n        time.sleep(0.01)\n"
-        "threading.Thread(target=tick, daemon=True).start()")
-fz = ses.request('sandbox/freeze', {}, rid='fz')
-time.sleep(0.1)
-st = open('/proc/%d/stat' % ses.rt.proc.pid).read().split()[2]  # the supervisor itself runs on
-kids = [int(p) for p in os.listdir('/proc') if p.isdigit()]
-states = []
-for k in kids:
-    try:
-        f = open('/proc/%d/stat' % k).read()
-    except OSError:
-        continue
-    fields = f[f.rindex(')') + 2:].split()
-    if int(fields[1]) == ses.rt.proc.pid:  # children of the supervisor
-        states.append(fields[0])
-th = ses.request('sandbox/thaw', {}, rid='th')
-o23, _, _, _ = ses.run("import time\nt0 = ticks[0]\ntime.sleep(0.2)\nprint(ticks[0] > t0)")
-check((fz or {}).get('result') == {'frozen': True} and (th or {}).get('result') == {'frozen': False}
-      and st in 'RS' and states and all(x == 'T' for x in states) and o23 == 'True\n',
-      'sandbox/freeze stops the worker (%s), sandbox/thaw lets it go on' % states, (fz, th, st, o23))
+@case
+def session_freeze():
+    ses = Session()
+    ses.run("import threading, time\nticks = [0]\n"
+            "def tick():\n    while True:\n        ticks[0] += 1\n        time.sleep(0.01)\n"
+            "threading.Thread(target=tick, daemon=True).start()")
+    fz = ses.request('sandbox/freeze', {}, rid='fz')
+    time.sleep(0.1)
+    st = open('/proc/%d/stat' % ses.rt.proc.pid).read().split()[2]  # the supervisor itself runs on
+    kids = [int(p) for p in os.listdir('/proc') if p.isdigit()]
+    states = []
+    for k in kids:
+        try:
+            f = open('/proc/%d/stat' % k).read()
+        except OSError:
+            continue
+        fields = f[f.rindex(')') + 2:].split()
+        if int(fields[1]) == ses.rt.proc.pid:  # children of the supervisor
+            states.append(fields[0])
+    th = ses.request('sandbox/thaw', {}, rid='th')
+    o1, _, _, _ = ses.run("import time\nt0 = ticks[0]\ntime.sleep(0.2)\nprint(ticks[0] > t0)")
+    check((fz or {}).get('result') == {'frozen': True} and (th or {}).get('result') == {'frozen': False}
+          and st in 'RS' and states and all(x == 'T' for x in states) and o1 == 'True\n',
+          'sandbox/freeze stops the worker (%s), sandbox/thaw lets it go on' % states, (fz, th, st, o1))
+    end(ses)
+
 
 # sandbox/list is bounded in bytes too
-ses.run("import os\nos.makedirs('many', exist_ok=True)\n"
-        "for i in range(7000):\n    open('many/' + '\\x01' * 250 + str(i), 'w').close()")
-lst = ses.request('sandbox/list', {'path': WS + '/many', 'limit': 10000}, rid='big')
-res = (lst or {}).get('result') or {}
-frame = len(json.dumps(lst or {}).encode())
-check(res.get('truncated') is True and 0 < len(res.get('entries', [])) < 7000 and frame < (16 << 20) // 2 + 65536,
-      'sandbox/list stops at about max_frame/2 bytes of JSON (%d bytes, %d entries)'
-      % (frame, len(res.get('entries', []))), (frame, res.get('truncated')))
+@case
+def session_list_bytes():
+    ws = workspace()
+    ses = Session()
+    ses.run("import os\nos.makedirs('many', exist_ok=True)\n"
+            "for i in range(7000):\n    open('many/' + '\\x01' * 250 + str(i), 'w').close()")
+    lst = ses.request('sandbox/list', {'path': ws + '/many', 'limit': 10000}, rid='big')
+    res = (lst or {}).get('result') or {}
+    frame = len(json.dumps(lst or {}).encode())
+    check(res.get('truncated') is True and 0 < len(res.get('entries', [])) < 7000 and frame < (16 << 20) // 2 + 65536,
+          'sandbox/list stops at about max_frame/2 bytes of JSON (%d bytes, %d entries)'
+          % (frame, len(res.get('entries', []))), (frame, res.get('truncated')))
 
-rc, err = ses.close()
-check(rc == 0 and not ses.rt.bad, 'session: stdin EOF while idle ends the runtime with 0', (rc, err[-800:]))
+    rc, err = ses.close()
+    check(rc == 0 and not ses.rt.bad, 'session: stdin EOF while idle ends the runtime with 0', (rc, err[-800:]))
+
 
 # --- sessions: records user code cannot forge; limits without the daemon -----
-ses = Session()
-ses.run("x = 7")
-o1, _, r1, _ = ses.run(FORGE.replace('RID', str(ses.rid + 1)).replace('STATUS', 'x = 8'))
-o2, e2, r2, _ = ses.run("print('second', x)")
-check(r1.get('status') == 'ok' and r1.get('state') == 'kept' and 'after the forgery' in o1
-      and o1.endswith('still mine\n') and o2 == 'second 8\n' and e2 == '' and r2.get('status') == 'ok',
-      'session: forged records on every descriptor do not end the run; the next run sees only its own output',
-      (o1[-300:], r1, o2, e2, r2))
-t0 = time.monotonic()
-rid = ses.send_exec("x = 9\nwhile True: pass", time_limit_ms=300)
-_, resp = ses.rt.response(rid, 10)
-took = time.monotonic() - t0
-r3 = (resp or {}).get('result') or {}
-o4, _, _, _ = ses.run("print(x)")
-check(r3.get('status') == 'timeout' and r3.get('state') == 'kept' and 1.2 <= took < 3.0 and o4 == '9\n',
-      'session: time_limit_ms interrupts a busy loop with no daemon acting, and the session lives (%.2fs)' % took,
-      (r3, took, o4))
-t0 = time.monotonic()
-rid = ses.send_exec("trap '' INT TERM HUP; while :; do :; done", language='shell', time_limit_ms=300)
-_, resp = ses.rt.response(rid, 10)
-took = time.monotonic() - t0
-r5 = (resp or {}).get('result') or {}
-check(r5.get('status') == 'timeout' and r5.get('state') == 'kept' and took < 3.0,
-      'session: a shell that traps INT, TERM and HUP is stopped at its time limit (%.2fs)' % took, (r5, took))
-rid = ses.send_exec("trap '' INT TERM HUP; echo $$; while :; do :; done", language='shell')
-out, _ = ses.rt.response(rid, timeout=1)
-pgid = first_int(text(out, 'stdout'))
-t0 = time.monotonic()
-rc, err = ses.close()
-took = time.monotonic() - t0
-check(pgid > 0 and took < 2.0 and group_gone(pgid),
-      'session: stdin EOF while a shell that traps signals runs kills it and ends the runtime (%.2fs)' % took,
-      (out, rc, took, err[-500:]))
+@case
+def session_forged_records():
+    ses = Session()
+    ses.run("x = 7")
+    o1, _, r1, _ = ses.run(FORGE.replace('RID', str(ses.rid + 1)).replace('STATUS', 'x = 8'))
+    o2, e2, r2, _ = ses.run("print('second', x)")
+    check(r1.get('status') == 'ok' and r1.get('state') == 'kept' and 'after the forgery' in o1
+          and o1.endswith('still mine\n') and o2 == 'second 8\n' and e2 == '' and r2.get('status') == 'ok',
+          'session: forged records on every descriptor do not end the run; the next run sees only its own output',
+          (o1[-300:], r1, o2, e2, r2))
+    ses.close()
+
+
+@case
+def session_time_limits():
+    ses = Session()
+    t0 = time.monotonic()
+    rid = ses.send_exec("x = 9\nwhile True: pass", time_limit_ms=300)
+    _, resp = ses.rt.response(rid, 10)
+    took = time.monotonic() - t0
+    r1 = (resp or {}).get('result') or {}
+    o1, _, _, _ = ses.run("print(x)")
+    check(r1.get('status') == 'timeout' and r1.get('state') == 'kept' and 1.2 <= took < 3.0 and o1 == '9\n',
+          'session: time_limit_ms interrupts a busy loop with no daemon acting, and the session lives (%.2fs)' % took,
+          (r1, took, o1))
+    t0 = time.monotonic()
+    rid = ses.send_exec("trap '' INT TERM HUP; while :; do :; done", language='shell', time_limit_ms=300)
+    _, resp = ses.rt.response(rid, 10)
+    took = time.monotonic() - t0
+    r2 = (resp or {}).get('result') or {}
+    check(r2.get('status') == 'timeout' and r2.get('state') == 'kept' and took < 3.0,
+          'session: a shell that traps INT, TERM and HUP is stopped at its time limit (%.2fs)' % took, (r2, took))
+    rid = ses.send_exec("trap '' INT TERM HUP; echo $$; while :; do :; done", language='shell')
+    out, _ = ses.rt.response(rid, timeout=1)
+    pgid = first_int(text(out, 'stdout'))
+    t0 = time.monotonic()
+    rc, err = ses.close()
+    took = time.monotonic() - t0
+    check(pgid > 0 and took < 2.0 and group_gone(pgid),
+          'session: stdin EOF while a shell that traps signals runs kills it and ends the runtime (%.2fs)' % took,
+          (out, rc, took, err[-500:]))
+
 
 # a one-shot exec (no keep) after nothing: the runtime still ends after it
-s2 = Session()
-o, _, r, _ = s2.run("print(1)", keep=False)
-rc, err = s2.close()
-check(o == '1\n' and 'state' not in r and rc == 0, 'no keep: one run, no session fields, then exit', (r, rc, err))
+@case
+def no_keep():
+    s2 = Session()
+    o, _, r, _ = s2.run("print(1)", keep=False)
+    rc, err = s2.close()
+    check(o == '1\n' and 'state' not in r and rc == 0, 'no keep: one run, no session fields, then exit', (r, rc, err))
+
 
 # --- images: profile.json, preloading, /workspace/out, files in the result --
 def owned_dir(prefix):
@@ -1339,88 +1565,134 @@ def owned_dir(prefix):
     return d
 
 
-IMG = tempfile.mkdtemp(prefix='corral-image-')
-os.chmod(IMG, 0o755)
+# The image's /tmp skeleton, copied to /tmp of the sandbox.
 SKEL = 'corral-rt-skel-%d' % os.getpid()
-os.makedirs(os.path.join(IMG, 'tmp', SKEL))
-with open(os.path.join(IMG, 'tmp', SKEL, 'cache.json'), 'w') as f:
-    f.write('{"fonts": 1}')
-with open(os.path.join(IMG, 'profile.json'), 'w') as f:
-    json.dump({'profile': 'test', 'preload': ['colorsys', 'no_such_module_xyz'],
-               'env': {'CORRAL_T_FROM_PROFILE': 'yes', 'PATH': '/nowhere', 'BAD=NAME': 'x'}}, f)
-for root, dirs, files in os.walk(IMG):
-    for n in dirs + files:
-        os.chmod(os.path.join(root, n), 0o755 if n in dirs else 0o644)
-PROBE = ("import os, sys\nprint(os.environ.get('CORRAL_T_FROM_PROFILE'), os.environ['PATH'] != '/nowhere', "
-         "'BAD=NAME' in os.environ, 'colorsys' in sys.modules, "
-         "open('/tmp/%s/cache.json').read(), 'CORRAL_PRELOAD_MODULES' in os.environ)" % SKEL)
-out, res, rt, _ = run(PROBE, env={'CORRAL_IMAGE_DIR': IMG, 'CORRAL_PRELOAD': '1'})
-check(text(out, 'stdout') == 'yes True False True {"fonts": 1} False\n' and res.get('status') == 'ok',
-      "image profile: its variables (never over the container's own, never a bad name), its /tmp files, "
-      "its modules preloaded in a pool sandbox", (out, res, rt.err[-500:]))
-check('preloading no_such_module_xyz failed: ModuleNotFoundError' in rt.err,
-      'a module that cannot be preloaded is logged and skipped', rt.err[-500:])
-out, res, rt, _ = run(PROBE, env={'CORRAL_IMAGE_DIR': IMG})
-check(text(out, 'stdout').split()[3] == 'False', 'a sandbox made for a waiting call preloads nothing', (out, res))
-out, res, rt, _ = run(PROBE, env={'CORRAL_IMAGE_DIR': IMG, 'CORRAL_PRELOAD': '1', 'CORRAL_PRELOAD_MODULES': ''})
-check(text(out, 'stdout').split()[3] == 'False' and text(out, 'stdout').split()[-1] == 'False',
-      "the daemon's `preload` (here none) replaces the image's list, and is not left for the code", (out, res))
-out, res, rt, _ = run("import sys\nprint('colorsys' in sys.modules)",
-                      env={'CORRAL_IMAGE_DIR': IMG, 'CORRAL_PRELOAD': '1', 'CORRAL_PRELOAD_MODULES': 'colorsys'})
-check(text(out, 'stdout') == 'True\n', "`preload` modules are imported ahead", (out, res))
-import shutil  # noqa: E402
-shutil.rmtree('/tmp/' + SKEL, ignore_errors=True)
-for warm, want, logged in (("import sys\nsys.modules['colorsys'] = 'rehearsed'", 'rehearsed\n', None),
-                           ("raise ValueError('no fonts')", 'absent\n',
-                            'preloading the warm-up failed: ValueError: no fonts')):
-    with open(os.path.join(IMG, 'profile.json'), 'w') as f:
-        json.dump({'preload': [], 'warm': warm}, f)
-    out, res, rt, _ = run("import sys\nprint(sys.modules.get('colorsys', 'absent'))",
-                          env={'CORRAL_IMAGE_DIR': IMG, 'CORRAL_PRELOAD': '1'})
-    check(text(out, 'stdout') == want and res.get('status') == 'ok' and (logged is None or logged in rt.err),
-          "image warm-up: run in a pool sandbox's worker after its preloads%s" % (
-              '' if logged is None else '; one that fails is logged and the sandbox serves'), (out, res, rt.err[-300:]))
 
-WS2 = owned_dir('corral-ws-out-')
-out, res, rt, _ = run("import os\nprint(os.path.isdir(os.environ['CORRAL_WORKSPACE'] + '/out'))",
-                      env={'CORRAL_WORKSPACE': WS2})
-check(text(out, 'stdout') == 'True\n', '/workspace/out exists when the code starts', (out, res))
+
+def image_dir():
+    """An image directory (CORRAL_IMAGE_DIR): a profile.json (variables, preloads) and a /tmp skeleton."""
+    img = tempfile.mkdtemp(prefix='corral-image-')
+    os.chmod(img, 0o755)
+    os.makedirs(os.path.join(img, 'tmp', SKEL))
+    with open(os.path.join(img, 'tmp', SKEL, 'cache.json'), 'w') as f:
+        f.write('{"fonts": 1}')
+    with open(os.path.join(img, 'profile.json'), 'w') as f:
+        json.dump({'profile': 'test', 'preload': ['colorsys', 'no_such_module_xyz'],
+                   'env': {'CORRAL_T_FROM_PROFILE': 'yes', 'PATH': '/nowhere', 'BAD=NAME': 'x'}}, f)
+    for root, dirs, files in os.walk(img):
+        for n in dirs + files:
+            os.chmod(os.path.join(root, n), 0o755 if n in dirs else 0o644)
+    return img
+
+
+@case
+def image_profile():
+    img = image_dir()
+    probe = ("import os, sys\nprint(os.environ.get('CORRAL_T_FROM_PROFILE'), os.environ['PATH'] != '/nowhere', "
+             "'BAD=NAME' in os.environ, 'colorsys' in sys.modules, "
+             "open('/tmp/%s/cache.json').read(), 'CORRAL_PRELOAD_MODULES' in os.environ)" % SKEL)
+    out, res, rt, _ = run(probe, env={'CORRAL_IMAGE_DIR': img, 'CORRAL_PRELOAD': '1'})
+    check(text(out, 'stdout') == 'yes True False True {"fonts": 1} False\n' and res.get('status') == 'ok',
+          "image profile: its variables (never over the container's own, never a bad name), its /tmp files, "
+          "its modules preloaded in a pool sandbox", (out, res, rt.err[-500:]))
+    check('preloading no_such_module_xyz failed: ModuleNotFoundError' in rt.err,
+          'a module that cannot be preloaded is logged and skipped', rt.err[-500:])
+    out, res, rt, _ = run(probe, env={'CORRAL_IMAGE_DIR': img})
+    check(text(out, 'stdout').split()[3] == 'False', 'a sandbox made for a waiting call preloads nothing', (out, res))
+    out, res, rt, _ = run(probe, env={'CORRAL_IMAGE_DIR': img, 'CORRAL_PRELOAD': '1', 'CORRAL_PRELOAD_MODULES': ''})
+    check(text(out, 'stdout').split()[3] == 'False' and text(out, 'stdout').split()[-1] == 'False',
+          "the daemon's `preload` (here none) replaces the image's list, and is not left for the code", (out, res))
+    out, res, rt, _ = run("import sys\nprint('colorsys' in sys.modules)",
+                          env={'CORRAL_IMAGE_DIR': img, 'CORRAL_PRELOAD': '1', 'CORRAL_PRELOAD_MODULES': 'colorsys'})
+    check(text(out, 'stdout') == 'True\n', "`preload` modules are imported ahead", (out, res))
+    shutil.rmtree('/tmp/' + SKEL, ignore_errors=True)
+    shutil.rmtree(img, ignore_errors=True)
+
+
+@case
+def image_warmup():
+    img = image_dir()
+    for warm, want, logged in (("import sys\nsys.modules['colorsys'] = 'rehearsed'", 'rehearsed\n', None),
+                               ("raise ValueError('no fonts')", 'absent\n',
+                                'preloading the warm-up failed: ValueError: no fonts')):
+        with open(os.path.join(img, 'profile.json'), 'w') as f:
+            json.dump({'preload': [], 'warm': warm}, f)
+        out, res, rt, _ = run("import sys\nprint(sys.modules.get('colorsys', 'absent'))",
+                              env={'CORRAL_IMAGE_DIR': img, 'CORRAL_PRELOAD': '1'})
+        check(text(out, 'stdout') == want and res.get('status') == 'ok' and (logged is None or logged in rt.err),
+              "image warm-up: run in a pool sandbox's worker after its preloads%s" % (
+                  '' if logged is None else '; one that fails is logged and the sandbox serves'), (out, res, rt.err[-300:]))
+    shutil.rmtree('/tmp/' + SKEL, ignore_errors=True)
+    shutil.rmtree(img, ignore_errors=True)
+
+
+@case
+def workspace_out():
+    ws = owned_dir('corral-ws-out-')
+    out, res, rt, _ = run("import os\nprint(os.path.isdir(os.environ['CORRAL_WORKSPACE'] + '/out'))",
+                          env={'CORRAL_WORKSPACE': ws})
+    check(text(out, 'stdout') == 'True\n', '/workspace/out exists when the code starts', (out, res))
+
 
 # A single-use run's out files ride in its result, within out_inline_max.
-WS3 = owned_dir('corral-ws-inline-')
-rt = Runtime({'CORRAL_WORKSPACE': WS3})
-rt.ready()
-rt.send({'jsonrpc': '2.0', 'id': 7, 'method': 'sandbox/exec', 'params': {
-    'language': 'python', 'output_limit': 1 << 20, 'out_inline_max': 16,
-    'code': "import os\nopen('out/a.txt', 'w').write('hello')\nopen('out/b.bin', 'wb').write(b'x' * 40)\n"
-            "os.symlink('/etc/passwd', 'out/link')"}})
-_, resp = rt.response(7)
-rc, err = rt.close()
-files = {f['path']: f for f in ((resp or {}).get('result') or {}).get('out_files') or []}
-check(files.get('out/a.txt', {}).get('data') == 'aGVsbG8=' and 'data' not in files.get('out/b.bin', {'data': 1})
-      and 'out/link' not in files and rc == 0,
-      'out files: what fits in out_inline_max comes inline (base64), the rest is listed for the daemon to fetch',
-      (resp, err[-300:]))
+@case
+def out_files_inline():
+    ws = owned_dir('corral-ws-inline-')
+    rt = Runtime({'CORRAL_WORKSPACE': ws})
+    rt.ready()
+    rt.send({'jsonrpc': '2.0', 'id': 7, 'method': 'sandbox/exec', 'params': {
+        'language': 'python', 'output_limit': 1 << 20, 'out_inline_max': 16,
+        'code': "import os\nopen('out/a.txt', 'w').write('hello')\nopen('out/b.bin', 'wb').write(b'x' * 40)\n"
+                "os.symlink('/etc/passwd', 'out/link')"}})
+    _, resp = rt.response(7)
+    rc, err = rt.close()
+    files = {f['path']: f for f in ((resp or {}).get('result') or {}).get('out_files') or []}
+    check(files.get('out/a.txt', {}).get('data') == 'aGVsbG8=' and 'data' not in files.get('out/b.bin', {'data': 1})
+          and 'out/link' not in files and rc == 0,
+          'out files: what fits in out_inline_max comes inline (base64), the rest is listed for the daemon to fetch',
+          (resp, err[-300:]))
+
 
 # read_out_file, called in the runtime's own code: no link on the path is
 # followed, nothing but a regular file within the size is read.
-ns = {'__name__': 'corral_runtime_test'}
-exec(compile(SOURCE, 'corral_runtime.py', 'exec'), ns)
-RD = tempfile.mkdtemp(prefix='corral-read-')
-os.makedirs(os.path.join(RD, 'out', 'dir'))
-with open(os.path.join(RD, 'out', 'dir', 'f.txt'), 'w') as f:
-    f.write('data')
-os.symlink(os.path.join(RD, 'out', 'dir'), os.path.join(RD, 'out', 'dirlink'))
-os.symlink(os.path.join(RD, 'out', 'dir', 'f.txt'), os.path.join(RD, 'out', 'filelink'))
-os.mkfifo(os.path.join(RD, 'out', 'fifo'))
-ns['WORKSPACE'] = RD
-reads = {p: ns['read_out_file'](p, 100) for p in
-         ('out/dir/f.txt', 'out/dirlink/f.txt', 'out/filelink', 'out/fifo', 'out/../out/dir/f.txt', 'out/dir')}
-reads['too big'] = ns['read_out_file']('out/dir/f.txt', 3)
-check(reads == {'out/dir/f.txt': b'data', 'out/dirlink/f.txt': None, 'out/filelink': None, 'out/fifo': None,
-                'out/../out/dir/f.txt': None, 'out/dir': None, 'too big': None},
-      'read_out_file: a regular file within the size, never through a link, a FIFO or ".."', reads)
-shutil.rmtree(RD, ignore_errors=True)
+@case
+def read_out_file():
+    ns = {'__name__': 'corral_runtime_test'}
+    exec(compile(SOURCE, 'corral_runtime.py', 'exec'), ns)
+    rd = tempfile.mkdtemp(prefix='corral-read-')
+    os.makedirs(os.path.join(rd, 'out', 'dir'))
+    with open(os.path.join(rd, 'out', 'dir', 'f.txt'), 'w') as f:
+        f.write('data')
+    os.symlink(os.path.join(rd, 'out', 'dir'), os.path.join(rd, 'out', 'dirlink'))
+    os.symlink(os.path.join(rd, 'out', 'dir', 'f.txt'), os.path.join(rd, 'out', 'filelink'))
+    os.mkfifo(os.path.join(rd, 'out', 'fifo'))
+    ns['WORKSPACE'] = rd
+    reads = {p: ns['read_out_file'](p, 100) for p in
+             ('out/dir/f.txt', 'out/dirlink/f.txt', 'out/filelink', 'out/fifo', 'out/../out/dir/f.txt', 'out/dir')}
+    reads['too big'] = ns['read_out_file']('out/dir/f.txt', 3)
+    check(reads == {'out/dir/f.txt': b'data', 'out/dirlink/f.txt': None, 'out/filelink': None, 'out/fifo': None,
+                    'out/../out/dir/f.txt': None, 'out/dir': None, 'too big': None},
+          'read_out_file: a regular file within the size, never through a link, a FIFO or ".."', reads)
+    shutil.rmtree(rd, ignore_errors=True)
 
-print('1..%d' % len(results))
-sys.exit(0 if all(results) else 1)
+
+def main(argv):
+    if argv == ['--list']:
+        print('\n'.join(c.__name__ for c in CASES))
+        return 0
+    chosen = [c for c in CASES if not argv or any(p == c.__name__ or re.search(p, c.__name__) for p in argv)]
+    if not chosen:
+        print('Bail out! no case matches %s (--list shows the names)' % ' '.join(argv))
+        return 1
+    for c in chosen:
+        print('# case %s' % c.__name__)
+        try:
+            c()
+        except Exception:
+            check(False, '%s: the case raised an exception' % c.__name__, traceback.format_exc())
+    print('1..%d' % len(results))
+    return 0 if all(results) else 1
+
+
+if __name__ == '__main__':
+    sys.exit(main(sys.argv[1:]))

@@ -84,7 +84,8 @@ int main(void)
         loop_defer(l, &asker.d, ask_again, &asker);
         loop_defer(l, &later, note, "L");
         loop_iterate(l, 0);
-        is_str(trace, "cfa", "a call cancels another of its round, frees its own holder, asks again");
+        is_str(trace, "cfa",
+               "a call cancels another of its round, frees its own holder, asks again");
         ok(defer_queued(&next), "what a call asked for waits for the next round");
         loop_iterate(l, 0);
         is_str(trace, "cfan", "...and is made then");

@@ -1,0 +1,697 @@
+/* A run: one request in a sandbox, from the call that asks for it to the
+ * hand-over of its result. Its state is its own struct (struct run), made
+ * when a sandbox is given the request and freed whole after the result
+ * went to the caller, from the loop (core/loop.h). */
+#include "sandbox/internal.h"
+
+#include "bridge/bridge.h"
+#include "core/jsonrpc.h"
+#include "core/log.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A session's interrupted run: the runtime kills the worker one second
+ * after SIGINT; past this the container goes. */
+#define INTERRUPT_GRACE_MS 3000
+
+static void output_init(struct sandbox_output *o, size_t limit)
+{
+        buf_init(&o->data, limit);
+        o->total = 0;
+        o->truncated = false;
+}
+
+void run_set_error(struct sandbox_result *res, const char *type, const char *msg)
+{
+        free(res->error_type);
+        free(res->error_message);
+        /* Messages may quote engine text cut at a byte limit. */
+        res->error_type = type ? utf8_scrub(strdup(type)) : NULL;
+        res->error_message = msg ? utf8_scrub(strdup(msg)) : NULL;
+}
+
+void run_settle(struct run *r, enum sandbox_status st, const char *type, const char *msg)
+{
+        if (!r || r->final)
+                return;
+        r->res.status = st;
+        run_set_error(&r->res, type, msg);
+        r->final = true;
+}
+
+/* Frames the bridge sends to this sandbox's runtime. */
+static void bridge_send(void *userdata, json_t *msg)
+{
+        struct sandbox *s = userdata;
+        json_t *id = json_incref(json_object_get(msg, "id"));
+        size_t n;
+        char *line = jrpc_encode(msg, &n);
+        if (line && s->attach && attach_write(s->attach, line, n) < 0) {
+                /* The code does not read its answers: a short error still
+                 * fits (the queue keeps room), so no call waits forever. */
+                free(line);
+                line = jrpc_encode(jrpc_error(id, BRIDGE_TOO_LARGE,
+                                              "the answer does not fit in the sandbox's input "
+                                              "queue; too many large answers are waiting",
+                                              json_pack("{s:s}", "type", "TooLarge")),
+                                   &n);
+                if (line && attach_write(s->attach, line, n) < 0)
+                        log_warn("sandbox %s: dropped an answer to its code (input queue full)",
+                                 s->short_id);
+        }
+        free(line);
+        json_decref(id);
+}
+
+static int copy_files(struct run *r, const struct sandbox_request *req)
+{
+        if (!req->n_files)
+                return 0;
+        r->files = calloc(req->n_files, sizeof(*r->files));
+        for (size_t i = 0; r->files && i < req->n_files; i++, r->n_files++) {
+                const struct sandbox_file *f = &req->files[i];
+                char *path = strdup(f->path), *data = malloc(f->len ? f->len : 1);
+                if (!path || !data) {
+                        free(path);
+                        free(data);
+                        break;
+                }
+                memcpy(data, f->data, f->len);
+                r->files[i] = (struct sandbox_file){.path = path, .data = data, .len = f->len};
+        }
+        return r->n_files == req->n_files ? 0 : -ENOMEM;
+}
+
+/* Give s its request; NULL without memory (s is unchanged then: a ready
+ * sandbox stays in the pool for the next call). */
+struct run *run_new(struct sandbox *s, const struct sandbox_request *req, sandbox_done_cb cb,
+                    void *userdata)
+{
+        struct sandbox_mgr *m = s->mgr;
+        struct run *r = calloc(1, sizeof(*r));
+        if (!r)
+                return NULL;
+        r->mgr = m;
+        output_init(&r->res.out, m->cfg->output_limit);
+        output_init(&r->res.err, m->cfg->output_limit);
+        r->res.memory_bytes = -1;
+        if ((req->servers && json_array_size(req->servers) > 0 && m->bridge &&
+             bridge_run_new(m->bridge, req->servers, bridge_send, s, &r->bridge) < 0) ||
+            !(r->code = strdup(req->code)) || copy_files(r, req) < 0 ||
+            (s->id && !(r->res.container_id = strdup(s->short_id)))) {
+                run_free(r);
+                return NULL;
+        }
+        s->keep = s->keep || req->keep;
+        r->want_out = req->want_out;
+        r->lang = req->lang;
+        r->timeout_s = req->timeout_s;
+        r->cb = cb;
+        r->userdata = userdata;
+        r->on_output = req->on_output;
+        r->on_progress = req->on_progress;
+        r->hook_ud = req->hook_userdata ? req->hook_userdata : userdata;
+        r->t_start = now_ms();
+        s->run = r;
+        return r;
+}
+
+void run_stop_timers(struct run *r)
+{
+        timer_stop(r->limit_timer);
+        timer_stop(r->grace_timer);
+        timer_stop(r->collect_timer);
+}
+
+void run_free(struct run *r)
+{
+        if (!r)
+                return;
+        defer_cancel(&r->deliver_d);
+        defer_cancel(&r->wait.d);
+        bridge_run_free(r->bridge);
+        transfer_cancel(r);
+        transfer_free(r);
+        timer_remove(r->limit_timer);
+        timer_remove(r->grace_timer);
+        timer_remove(r->collect_timer);
+        json_decref(r->res.out_files);
+        buf_free(&r->res.out.data);
+        buf_free(&r->res.err.data);
+        free(r->res.error_type);
+        free(r->res.error_message);
+        free(r->res.error_traceback);
+        free(r->res.container_id);
+        free(r->interrupt_msg);
+        free(r->code);
+        free(r);
+}
+
+/* The run's code no longer runs (or never will): what it had going stops,
+ * its result stays. */
+void run_quiesce(struct sandbox *s)
+{
+        struct run *r = s->run;
+        if (!r)
+                return;
+        transfer_unfreeze(s);
+        transfer_cancel(r);
+        run_stop_timers(r);
+        r->exec_pending = false;
+        /* What its code asked of MCP servers is withdrawn. */
+        bridge_run_free(r->bridge);
+        r->bridge = NULL;
+}
+
+/* ---- delivery */
+
+static void deliver_now(void *userdata)
+{
+        struct run *r = userdata;
+        struct sandbox_mgr *m = r->mgr;
+        /* Off its sandbox first: the callback may give a kept sandbox its
+         * next run. */
+        if (r->sb && r->sb->run == r)
+                r->sb->run = NULL;
+        r->cb(r->userdata, &r->res);
+        run_free(r);
+        /* The caller has its answer: now is the time to top the pool up. */
+        pool_refill(m);
+}
+
+void run_deliver(struct sandbox *s)
+{
+        struct run *r = s->run;
+        if (!r || r->delivering)
+                return;
+        r->delivering = true;
+        r->sb = s;
+        r->res.duration_ms = now_ms() - r->t_start;
+        if (r->res.out.total > r->res.out.data.len)
+                r->res.out.truncated = true;
+        if (r->res.err.total > r->res.err.data.len)
+                r->res.err.truncated = true;
+        if (!r->res.container_id && s->id)
+                r->res.container_id = strdup(s->short_id);
+        log_info("sandbox %s: %s in %lld ms", r->res.container_id ? r->res.container_id : "-",
+                 sandbox_status_name(r->res.status), r->res.duration_ms);
+        loop_defer(s->mgr->loop, &r->deliver_d, deliver_now, r);
+}
+
+/* ---- the run's course */
+
+/* The run is over (its result taken, or it failed before the code ran): a
+ * kept sandbox hands the result over and waits for the next run; any
+ * other is removed. */
+void run_end(struct sandbox *s)
+{
+        run_quiesce(s);
+        if (!s->keep || s->killing || s->closing || !s->attach || s->mgr->shutting_down) {
+                sandbox_remove(s);
+                return;
+        }
+        s->run->res.kept = true;
+        sandbox_set_state(s, S_IDLE);
+        run_deliver(s);
+}
+
+void run_failed(struct sandbox *s, enum sandbox_status st, const char *type, const char *msg)
+{
+        run_settle(s->run, st, type, msg);
+        run_end(s);
+}
+
+/* The time limit: a session's run is interrupted (the session stays), any
+ * other sandbox is killed. Before the code started it was uploads, or a
+ * file operation of the session, that took the time. */
+static void limit_expired(struct timer *t, void *userdata)
+{
+        struct sandbox *s = userdata;
+        struct run *r = s->run;
+        char msg[256];
+        (void)t;
+        if (s->state == S_BUSY) {
+                snprintf(msg, sizeof(msg), "the code ran longer than its time limit of %g s%s",
+                         r->timeout_s, s->keep ? "" : " and was killed");
+                if (s->keep)
+                        run_interrupt(s, ST_TIMEOUT, msg);
+                else
+                        sandbox_kill(s, ST_TIMEOUT, msg);
+        } else if (s->state == S_UPLOADING) {
+                transfer_cancel(r);
+                snprintf(msg, sizeof(msg),
+                         "the code could not start within its time limit of %g s: writing its "
+                         "files into /workspace, or another file operation on the session, "
+                         "took that long",
+                         r->timeout_s);
+                if (s->keep)
+                        run_failed(s, ST_TIMEOUT, "Timeout", msg);
+                else
+                        sandbox_kill(s, ST_TIMEOUT, msg);
+        }
+}
+
+static void arm_limit(struct sandbox *s)
+{
+        struct run *r = s->run;
+        /* Round up: a limit must never become 0, which disarms the timer. */
+        long long ms = (long long)ceil(r->timeout_s * 1000);
+        if (ms <= 0)
+                ms = 1;
+        if (timer_set(s->mgr->loop, &r->limit_timer, limit_expired, s, ms) < 0)
+                log_warn("sandbox %s: cannot arm its time limit", s->short_id);
+}
+
+void run_begin(struct sandbox *s)
+{
+        timer_stop(s->start_timer); /* started: the run's own limit applies */
+        if (!s->keep && s->run->n_files == 0) {
+                run_send_exec(s); /* the warm path: nothing can hold a single-use sandbox */
+                return;
+        }
+        sandbox_set_state(s, S_UPLOADING); /* until the exec goes */
+        arm_limit(s);
+        transfer_upload(s);
+}
+
+/* Returns negative when it failed (the sandbox is being removed then). */
+int run_send_exec(struct sandbox *s)
+{
+        struct run *r = s->run;
+        const struct config *cfg = s->mgr->cfg;
+        long long ms = (long long)ceil(r->timeout_s * 1000);
+        if (ms <= 0)
+                ms = 1;
+        /* The runtime holds the time limit too (a second later), so that the
+         * code stops even when this daemon is killed or stopped meanwhile. */
+        json_t *params =
+            json_pack("{s:s, s:s, s:I, s:I}", "language",
+                      r->lang == LANG_PYTHON ? "python" : "shell", "code", r->code, "output_limit",
+                      (json_int_t)cfg->output_limit, "time_limit_ms", (json_int_t)ms);
+        if (params && s->keep)
+                json_object_set_new(params, "keep", json_true());
+        /* A single-use run may send its /workspace/out files in its result
+         * (up to this much base64), sparing a fetch through the engine. */
+        if (params && !s->keep && r->want_out) {
+                unsigned long long most = (cfg->out_max_bytes + 2) / 3 * 4;
+                if (most > cfg->max_frame / 2)
+                        most = cfg->max_frame / 2;
+                json_object_set_new(params, "out_inline_max", json_integer((json_int_t)most));
+        }
+        if (params && r->bridge) {
+                bridge_run_set_sandbox(r->bridge, s->short_id);
+                json_object_set_new(params, "servers", bridge_run_exec_servers(r->bridge));
+        }
+        /* Each exec its own id: a late notifications/cancelled for an
+         * earlier run of a session must not stop this one. */
+        if (sandbox_send_frame(s, jrpc_request(++s->exec_id, "sandbox/exec", params)) < 0) {
+                sandbox_fail(s, ST_ERROR, "FrameError", "the code does not fit in one frame");
+                return -1;
+        }
+        sandbox_set_state(s, S_BUSY);
+        arm_limit(s); /* the code's whole time, whatever the uploads took */
+        return 0;
+}
+
+/* An interrupted session run that did not stop: the session goes. */
+static void grace_expired(struct timer *t, void *userdata)
+{
+        struct sandbox *s = userdata;
+        struct run *r = s->run;
+        char msg[800];
+        (void)t;
+        snprintf(msg, sizeof(msg),
+                 "%s; it did not stop when interrupted, so the session's sandbox was removed",
+                 r->interrupt_msg ? r->interrupt_msg : "the run was stopped");
+        sandbox_kill(s, r->interrupting, msg);
+}
+
+/* A session's run is stopped without losing the session: the runtime
+ * interrupts it and answers; past a grace the container goes after all. */
+void run_interrupt(struct sandbox *s, enum sandbox_status why, const char *msg)
+{
+        struct run *r = s->run;
+        if (r->interrupting != ST_OK)
+                return;
+        r->interrupting = why;
+        free(r->interrupt_msg);
+        r->interrupt_msg = msg ? strdup(msg) : NULL;
+        log_info("sandbox %s: interrupting its run (%s)", s->short_id, sandbox_status_name(why));
+        sandbox_send_frame(s, jrpc_notification("notifications/cancelled",
+                                                json_pack("{s:I}", "requestId", s->exec_id)));
+        timer_stop(r->limit_timer);
+        if (timer_set(s->mgr->loop, &r->grace_timer, grace_expired, s, INTERRUPT_GRACE_MS) < 0)
+                log_warn("sandbox %s: no grace timer for its interrupted run", s->short_id);
+}
+
+/* ---- frames from the runtime */
+
+static void take_error(struct run *r, json_t *res, const char *st)
+{
+        json_t *error = json_object_get(res, "error");
+        if (r->res.status == ST_TIMEOUT) {
+                /* The runtime's own limit, a second after ours: this daemon
+                 * was late (stopped, or its loop held up). */
+                char msg[160];
+                snprintf(msg, sizeof(msg),
+                         "the code ran longer than its time limit of %g s and was stopped by "
+                         "the sandbox's runtime",
+                         r->timeout_s);
+                run_set_error(&r->res, "Timeout", msg);
+        } else if (json_is_object(error)) {
+                run_set_error(&r->res, json_string_value(json_object_get(error, "type")),
+                              json_string_value(json_object_get(error, "message")));
+                const char *tb = json_string_value(json_object_get(error, "traceback"));
+                free(r->res.error_traceback);
+                r->res.error_traceback = tb ? strdup(tb) : NULL;
+        } else if (r->res.status == ST_OOM) {
+                run_set_error(&r->res, "MemoryError", "the code exceeded the sandbox memory limit");
+        } else if (st && strcmp(st, "killed") == 0) {
+                char msg[96];
+                json_int_t sig = json_integer_value(json_object_get(res, "signal"));
+                snprintf(msg, sizeof(msg), "the code was killed by signal %d (%s)", (int)sig,
+                         sig > 0 && sig < 65 ? strsignal((int)sig) : "unknown");
+                run_set_error(&r->res, "Killed", msg);
+        }
+}
+
+/* The runtime's result of the exec (the container's word: checked). */
+static void take_result(struct sandbox *s, json_t *res)
+{
+        struct run *r = s->run;
+        const char *st = json_string_value(json_object_get(res, "status"));
+        json_t *code = json_object_get(res, "exit_code");
+        r->res.status = !st                          ? ST_ERROR
+                        : strcmp(st, "ok") == 0      ? ST_OK
+                        : strcmp(st, "oom") == 0     ? ST_OOM
+                        : strcmp(st, "timeout") == 0 ? ST_TIMEOUT
+                                                     : ST_ERROR;
+        if (json_is_integer(code)) {
+                r->res.has_exit_code = true;
+                r->res.exit_code = (int)json_integer_value(code);
+        }
+        json_int_t ob = json_integer_value(json_object_get(res, "stdout_bytes"));
+        json_int_t eb = json_integer_value(json_object_get(res, "stderr_bytes"));
+        if (ob > 0 && (unsigned long long)ob > r->res.out.total)
+                r->res.out.total = (unsigned long long)ob;
+        if (eb > 0 && (unsigned long long)eb > r->res.err.total)
+                r->res.err.total = (unsigned long long)eb;
+        take_error(r, res, st);
+        json_t *mem = json_object_get(res, "memory_bytes");
+        r->res.memory_bytes =
+            json_is_integer(mem) && json_integer_value(mem) >= 0 ? json_integer_value(mem) : -1;
+        const char *state = json_string_value(json_object_get(res, "state"));
+        r->res.state_lost = s->keep && state && strcmp(state, "lost") == 0;
+        r->res.restarted = s->keep && json_is_true(json_object_get(res, "restarted"));
+        /* What the runtime says it wrote is checked when fetched. */
+        json_t *out = json_object_get(res, "out_files");
+        json_decref(r->out_list);
+        r->out_list = r->want_out && json_is_array(out) ? json_incref(out) : NULL;
+        if (r->interrupting != ST_OK) {
+                /* We stopped it: say why, and whether the session kept its state. */
+                char msg[700];
+                snprintf(
+                    msg, sizeof(msg), "%s; %s", r->interrupt_msg ? r->interrupt_msg : "stopped",
+                    r->res.state_lost ? "its Python state was lost (files in /workspace remain)"
+                                      : "the session and its state were kept");
+                r->res.status = r->interrupting;
+                run_set_error(&r->res, r->interrupting == ST_TIMEOUT ? "Timeout" : "Cancelled",
+                              msg);
+                free(r->res.error_traceback);
+                r->res.error_traceback = NULL;
+        }
+        r->final = true;
+}
+
+static void take_output(struct sandbox *s, json_t *params)
+{
+        struct run *r = s->run;
+        const char *stream = json_string_value(json_object_get(params, "stream"));
+        json_t *data = json_object_get(params, "data");
+        if (!stream || !json_is_string(data))
+                return;
+        struct sandbox_output *o = strcmp(stream, "stderr") == 0 ? &r->res.err : &r->res.out;
+        const char *p = json_string_value(data);
+        size_t n = json_string_length(data);
+        size_t room = o->data.max - o->data.len;
+        o->total += n;
+        /* Keep what fits, cut at a character boundary so the kept text
+         * stays valid UTF-8. */
+        if (o->truncated)
+                ;
+        else if (n <= room)
+                buf_append(&o->data, p, n);
+        else {
+                buf_append(&o->data, p, utf8_cut(p, room));
+                o->truncated = true;
+        }
+        if (r->on_output)
+                r->on_output(r->hook_ud, o == &r->res.err, p, n);
+}
+
+/* The code's own report, relayed by the runtime: untrusted. */
+static void take_progress(struct run *r, json_t *params)
+{
+        json_t *done = json_object_get(params, "progress");
+        json_t *total = json_object_get(params, "total");
+        json_t *msg = json_object_get(params, "message");
+        bool valid = json_is_number(done) && isfinite(json_number_value(done)) &&
+                     (!total || json_is_null(total) ||
+                      (json_is_number(total) && isfinite(json_number_value(total)) &&
+                       json_number_value(total) >= 0)) &&
+                     (!msg || json_is_null(msg) || json_is_string(msg));
+        if (valid && r->on_progress)
+                r->on_progress(r->hook_ud, json_number_value(done),
+                               json_is_number(total) ? json_number_value(total) : -1,
+                               json_string_value(msg));
+}
+
+static void exec_answered(struct sandbox *s, const struct jrpc_msg *m)
+{
+        struct run *r = s->run;
+        if (m->kind == JRPC_RESULT) {
+                take_result(s, m->result);
+        } else {
+                r->res.status = ST_ERROR;
+                run_set_error(&r->res, "RuntimeError",
+                              json_string_value(json_object_get(m->error, "message")));
+                r->final = true;
+        }
+        if (r->out_list && json_array_size(r->out_list) > 0)
+                transfer_collect(s);
+        else
+                run_end(s);
+}
+
+/* No server may be called from this run: say so instead of leaving the
+ * code waiting. */
+static void deny_request(struct sandbox *s, const struct jrpc_msg *m)
+{
+        size_t n;
+        char *out = jrpc_encode(jrpc_error(m->id, BRIDGE_DENIED,
+                                           "this run may call no MCP servers (name them in "
+                                           "run_python's \"servers\")",
+                                           json_pack("{s:s}", "type", "PolicyDenied")),
+                                &n);
+        if (out && attach_write(s->attach, out, n) < 0)
+                log_warn("sandbox %s: stdin queue full", s->short_id);
+        free(out);
+}
+
+static void on_message(struct sandbox *s, const struct jrpc_msg *m)
+{
+        struct run *r = s->run;
+        bool busy = r && s->state == S_BUSY;
+        bool note = m->kind == JRPC_NOTIFICATION,
+             answer = m->kind == JRPC_RESULT || m->kind == JRPC_ERROR;
+        if (note && strcmp(m->method, "sandbox/output") == 0) {
+                if (busy)
+                        take_output(s, m->params);
+        } else if (note && strcmp(m->method, "corral/progress") == 0) {
+                if (busy)
+                        take_progress(r, m->params);
+        } else if (note && strcmp(m->method, "sandbox/ready") == 0) {
+                if (s->state == S_STARTED || s->state == S_STARTING) {
+                        if (r)
+                                run_begin(s);
+                        else
+                                pool_ready(s);
+                }
+        } else if (answer && json_is_integer(m->id)) {
+                if (busy && json_integer_value(m->id) == s->exec_id)
+                        exec_answered(s, m);
+        } else if (answer && json_is_string(m->id)) {
+                const char *err = json_string_value(json_object_get(m->error, "message"));
+                freeze_ask_answered(s, json_string_value(m->id),
+                                    m->kind == JRPC_RESULT ? m->result : NULL,
+                                    m->kind == JRPC_ERROR ? (err ? err : "error") : NULL);
+        } else if (busy && r->bridge && (m->kind == JRPC_REQUEST || m->kind == JRPC_NOTIFICATION)) {
+                /* Its code calls MCP servers; answers may come now or later. */
+                bridge_run_handle(r->bridge, m);
+        } else if (m->kind == JRPC_REQUEST) {
+                deny_request(s, m);
+        }
+}
+
+int run_on_frame(void *userdata, const char *line, size_t len)
+{
+        struct sandbox *s = userdata;
+        if (!line) {
+                log_warn("sandbox %s: dropped a frame over %llu bytes", s->short_id,
+                         s->mgr->cfg->max_frame);
+                return 0;
+        }
+        struct jrpc_msg m;
+        json_t *id = NULL;
+        struct err e = {0};
+        if (jrpc_parse(line, len, &m, &id, &e) < 0) {
+                json_decref(id);
+                log_warn("sandbox %s: bad frame: %s", s->short_id, e.msg);
+                return 0;
+        }
+        on_message(s, &m);
+        jrpc_msg_done(&m);
+        json_decref(id);
+        /* Something above may have ended it: stop reading then. */
+        return s->attach ? 0 : -1;
+}
+
+/* ---- the calls */
+
+/* Refused before anything started (it holds no slot); the caller hears of
+ * it from the loop, like of any result. */
+static void refuse(struct sandbox *s, const char *type, const char *msg)
+{
+        run_settle(s->run, ST_ENGINE_ERROR, type, msg);
+        sandbox_finish(s);
+}
+
+/* The warm path: a ready sandbox, taken in constant time. */
+static int run_warm(struct sandbox_mgr *m, const struct sandbox_request *req, sandbox_done_cb cb,
+                    void *userdata, struct sandbox **ret)
+{
+        struct sandbox *s = list_first(&m->ready, struct sandbox, place);
+        if (!run_new(s, req, cb, userdata))
+                return -ENOMEM;
+        pool_take(m);
+        m->hits++;
+        *ret = s;
+        run_begin(s);
+        /* No refill now: starting containers would take the CPU from this
+         * call. It follows the answer (deliver_now). */
+        return 0;
+}
+
+/* A new sandbox for this call, started now or queued for a slot. */
+static int run_cold(struct sandbox_mgr *m, const struct sandbox_request *req, bool other,
+                    sandbox_done_cb cb, void *userdata, struct sandbox **ret)
+{
+        if (m->active >= m->cfg->max_sandboxes && m->queued >= m->cfg->max_queue)
+                return -EBUSY;
+        struct sandbox *s = sandbox_alloc(m);
+        if (!s || (other && !(s->image = strdup(req->image))) || !run_new(s, req, cb, userdata)) {
+                if (s)
+                        sandbox_finish(s); /* no run: nobody to tell */
+                return -ENOMEM;
+        }
+        m->misses++;
+        *ret = s;
+        struct err e = {0};
+        if (!mgr_engine(m, &e)) {
+                refuse(s, "EngineError", e.msg);
+                return 0;
+        }
+        /* Starts keep failing (image gone, engine broken): say why at once
+         * instead of making every call wait for the same failure. Past the
+         * back-off a call starts a sandbox again and so probes the cause
+         * (the pool probes too, when there is one). */
+        if (m->consecutive_failures >= POOL_FAIL_FAST && now_ms() < m->retry_at_ms) {
+                refuse(s, "EngineError", m->last_error);
+                return 0;
+        }
+        if (m->active >= m->cfg->max_sandboxes) {
+                sandbox_set_state(s, S_QUEUED);
+                list_append(&m->queue, &s->place);
+                m->queued++;
+                return 0;
+        }
+        sandbox_create(s);
+        pool_refill(m);
+        return 0;
+}
+
+int sandbox_run(struct sandbox_mgr *m, const struct sandbox_request *req, sandbox_done_cb cb,
+                void *userdata, struct sandbox **ret)
+{
+        if (m->shutting_down)
+                return -ESHUTDOWN;
+        m->last_call_ms = now_ms();
+        /* The pool holds the default image: a call for another gets a
+         * sandbox made for it. */
+        bool other = req->image && strcmp(req->image, m->cfg->image) != 0;
+        if (!other && !list_empty(&m->ready))
+                return run_warm(m, req, cb, userdata, ret);
+        /* A pool sandbox already on its way: it will run this call. */
+        struct sandbox *s = NULL, *x;
+        if (!other)
+                list_for_each(x, &m->all, all_node)
+                {
+                        if (pool_starting(x)) {
+                                s = x;
+                                break;
+                        }
+                }
+        if (s) {
+                if (!run_new(s, req, cb, userdata))
+                        return -ENOMEM;
+                m->misses++;
+                *ret = s;
+                pool_refill(m);
+                return 0;
+        }
+        return run_cold(m, req, other, cb, userdata, ret);
+}
+
+int sandbox_exec(struct sandbox *s, const struct sandbox_request *req, sandbox_done_cb cb,
+                 void *userdata)
+{
+        if (!sandbox_idle(s) || s->mgr->shutting_down)
+                return -EBUSY;
+        if (!run_new(s, req, cb, userdata))
+                return -ENOMEM;
+        s->mgr->last_call_ms = now_ms();
+        run_begin(s);
+        return 0;
+}
+
+void sandbox_cancel(struct sandbox *s)
+{
+        if (s->keep && s->state == S_BUSY) {
+                run_interrupt(s, ST_CANCELLED, "the call was cancelled");
+                return;
+        }
+        if (s->keep && s->state == S_UPLOADING) {
+                transfer_cancel(s->run);
+                run_failed(s, ST_CANCELLED, "Cancelled",
+                           "the call was cancelled before its code ran");
+                return;
+        }
+        if (s->keep && (s->state == S_COLLECTING || s->state == S_IDLE))
+                return; /* its code has ended: nothing to stop */
+        sandbox_kill(s, ST_CANCELLED, "the call was cancelled and its sandbox killed");
+}
+
+bool sandbox_idle(const struct sandbox *s)
+{
+        /* Not while the last result is still on its way to the caller. */
+        return s->state == S_IDLE && !s->closing && !s->run;
+}
+
+const struct sandbox_result *sandbox_partial(const struct sandbox *s)
+{
+        static const struct sandbox_result none = {.memory_bytes = -1};
+        return s->run ? &s->run->res : &none;
+}

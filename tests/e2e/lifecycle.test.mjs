@@ -1,0 +1,100 @@
+// How corral ends and fails: stdin EOF and SIGTERM with calls running (the
+// sandboxes removed, the exit prompt and clean), and an engine that does not
+// answer (engine_error with advice; `corral doctor` fails with advice).
+//
+//   node run.mjs lifecycle     (stdin EOF:, SIGTERM:, engine down:)
+
+import assert from 'node:assert/strict';
+import { tmpdir } from 'node:os';
+import {
+  BIN, brief, corralContainers, corralEnv, run, sleep, test, waitFor, waitPool, withTimeout,
+} from './lib/harness.mjs';
+
+test('stdin EOF: corral removes a running sandbox and its ready ones, and exits promptly', async (t) => {
+  const d = await t.daemon('eof');
+  const call = d.call(null, 'run_python', { code: 'import time\ntime.sleep(60)' }, { timeoutMs: 90000 });
+  call.catch(() => {});
+  // The call runs, and the pool (min 2) holds ready sandboxes beside it.
+  const w = await waitPool(t, d, (p) => p.busy >= 1 && p.ready >= 1);
+  t.note('status_before_eof', w.s.pool);
+  assert.ok(w.done, 'a call is running and a ready sandbox waits');
+  const instance = w.s.instance;
+  const seen = await waitFor(async () => {
+    const cs = await corralContainers(`io.corral.instance=${instance}`);
+    return { done: cs.filter((c) => c.state === 'running').length >= 2, cs };
+  }, { timeoutMs: 20000 });
+  t.note('before_eof', brief(seen.cs));
+  assert.ok(seen.done, 'the call\'s container and a ready one are running');
+  await sleep(500);
+  const how = await d.close();
+  t.note('close', how);
+  assert.ok(how.ms < 2000, `corral exited within 2 s of stdin EOF, before the SDK's SIGTERM (took ${how.ms} ms)`);
+  assert.equal(how.code, 0, 'corral exited with status 0');
+  const gone = await waitFor(async () => {
+    const cs = await corralContainers(`io.corral.instance=${instance}`);
+    return { done: cs.length === 0, cs };
+  }, { timeoutMs: 10000 });
+  t.note('left', brief(gone.cs));
+  assert.ok(gone.done, 'no container of the daemon remains');
+}, { timeoutMs: 60000 });
+
+test('SIGTERM: corral answers the running call, removes its sandboxes and exits 0', async (t) => {
+  const r = t.raw({});
+  await r.initialize(0);
+  await r.send({ jsonrpc: '2.0', id: 1, method: 'tools/call',
+    params: { name: 'run_python', arguments: { code: 'import time\ntime.sleep(60)' } } });
+  const st = await waitFor(async () => {
+    const s = await r.status();
+    return { done: s.pool.busy >= 1, s };
+  }, { timeoutMs: 20000, intervalMs: 250 });
+  t.note('status_before_sigterm', st.s);
+  assert.ok(st.done, 'sandbox_status shows the call busy');
+  const instance = st.s.instance;
+  const seen = await waitFor(async () => {
+    const cs = await corralContainers(`io.corral.instance=${instance}`);
+    return { done: cs.some((c) => c.state === 'running'), cs };
+  }, { timeoutMs: 20000 });
+  t.note('before_sigterm', brief(seen.cs));
+  assert.ok(seen.done, 'the daemon\'s containers are running');
+  await sleep(500);
+  const t0 = Date.now();
+  r.child.kill('SIGTERM');
+  const how = await withTimeout(r.exit, 15000, 'exit after SIGTERM');
+  t.note('exit', { ...how, ms: Date.now() - t0 });
+  assert.equal(how.code, 0, 'corral exited with status 0 after SIGTERM');
+  const res = r.msgs.find((m) => m.id === 1);
+  assert.ok(res, 'the running call was answered before exit');
+  assert.equal(res.result?.structuredContent?.status, 'cancelled', 'and its status is cancelled');
+  const gone = await waitFor(async () => {
+    const cs = await corralContainers(`io.corral.instance=${instance}`);
+    return { done: cs.length === 0, cs };
+  }, { timeoutMs: 10000 });
+  t.note('left', brief(gone.cs));
+  assert.ok(gone.done, 'no container of the daemon remains');
+}, { timeoutMs: 60000 });
+
+test('engine down: run_python says engine_error with advice; doctor fails with advice', async (t) => {
+  const bad = 'unix:///nonexistent/engine.sock';
+  const d = await t.daemon('down', { CORRAL_ENGINE: bad });
+  const r = await d.call(t, 'run_python', { code: 'print(1)' }, { timeoutMs: 30000 });
+  const sc = r.structuredContent;
+  assert.equal(sc.status, 'engine_error');
+  assert.equal(r.isError, true);
+  assert.match(sc.error?.message ?? '', /systemctl|podman/i, 'the message says how to start an engine');
+  assert.match(r.content[0].text, /systemctl|podman/i, 'so does the text content');
+  assert.ok(r.ms < 20000, `engine_error came quickly (${r.ms} ms)`);
+  const doc = await run(BIN, ['doctor'], { env: corralEnv({ CORRAL_ENGINE: bad }), timeoutMs: 30000 });
+  t.note('doctor', { code: doc.code, signal: doc.signal, stdout: doc.stdout, stderr: doc.stderr });
+  assert.notEqual(doc.code, 0, 'corral doctor exits non-zero');
+  assert.equal(doc.signal, null, 'corral doctor was not killed');
+  assert.match(doc.stdout + doc.stderr, /systemctl|podman/i, 'doctor says how to start an engine');
+  // No engine named, none found, no podman to start: `corral run` reports it
+  // and exits 125 (this path once freed its sandbox twice).
+  const alone = await run(BIN, ['run', '-c', 'print(1)'],
+    { env: { HOME: tmpdir(), PATH: '/nonexistent', ASAN_OPTIONS: process.env.ASAN_OPTIONS ?? '' }, timeoutMs: 30000 });
+  t.note('run_without_engine', alone);
+  assert.equal(alone.signal, null, 'corral run was not killed');
+  assert.equal(alone.code, 125, 'corral run exits 125 when no engine answers');
+  assert.match(alone.stderr, /no container engine answered/, 'and says no engine answered');
+  assert.doesNotMatch(alone.stderr, /Sanitizer|runtime error:/, 'with no sanitizer report');
+});

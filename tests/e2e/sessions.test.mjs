@@ -1,0 +1,263 @@
+// Sessions: a named sandbox kept between calls (globals and files persist and
+// stay private), session_list and session_close, the idle timeout and the
+// count limit, time limits and job_cancel in a session, a session container
+// killed behind corral's back, the one-shot limits inside a session, progress,
+// session_max_s, and file operations racing calls on one session.
+//
+//   node run.mjs sessions      (sessions:)
+
+import { CallToolResultSchema } from '@modelcontextprotocol/sdk/types.js';
+import assert from 'node:assert/strict';
+import {
+  checkResult, containerState, engineRequest, jobCall, sleep, test, toolCall, waitFor, waitGone,
+} from './lib/harness.mjs';
+
+test('sessions: globals and files persist within a session, other sessions and clients cannot see them, session_close removes the container', async (t) => {
+  const d = await t.daemon('sessions');
+  const a1 = await d.call(t, 'run_python', { session: 'alpha', code: 'import json\nx = 41\nopen("notes.txt", "w").write("kept")\nprint("set")' });
+  assert.equal(a1.structuredContent.status, 'ok', 'the first call of a session runs');
+  assert.deepEqual({ name: a1.structuredContent.session?.name, state: a1.structuredContent.session?.state },
+    { name: 'alpha', state: 'kept' }, 'its result names the session, kept');
+  const container = a1.structuredContent.container;
+  const a2 = await d.call(t, 'run_python', { session: 'alpha', code: 'print(x + 1, json.dumps(open("notes.txt").read()))' });
+  assert.equal(a2.structuredContent.stdout, '42 "kept"\n', 'the global, the import and the file are there in the next call');
+  assert.equal(a2.structuredContent.container, container, 'the same container serves the session');
+  const sh = await d.call(t, 'run_shell', { session: 'alpha', command: 'cat notes.txt; echo; ls' });
+  assert.equal(sh.structuredContent.stdout, 'kept\nnotes.txt\nout\n', 'run_shell in the session sees its files (and out/, there from the start)');
+  const a3 = await d.call(t, 'run_python', { session: 'alpha', code: 'print(x)' });
+  assert.equal(a3.structuredContent.stdout, '41\n', 'a shell call leaves the Python state alone');
+
+  const b = await d.call(t, 'run_python', { session: 'beta', code: 'import os\nprint("x" in globals(), os.path.exists("notes.txt"), os.listdir("."))' });
+  assert.equal(b.structuredContent.stdout, "False False ['out']\n", 'another session sees neither the global nor the file (only its own empty out/)');
+  assert.notEqual(b.structuredContent.container, container, 'another session has its own container');
+  const plain = await d.call(t, 'run_python', { code: 'import os\nprint("x" in globals(), os.path.exists("notes.txt"))' });
+  assert.equal(plain.structuredContent.stdout, 'False False\n', 'a call without a session sees nothing of it either');
+
+  const list = await toolCall(t, d, 'session_list', {});
+  const byName = Object.fromEntries(list.structuredContent.sessions.map((x) => [x.name, x]));
+  assert.deepEqual(Object.keys(byName).sort(), ['alpha', 'beta'], 'session_list lists both sessions');
+  assert.equal(byName.alpha.calls, 4, 'alpha served four calls');
+  assert.equal(byName.alpha.state, 'idle', 'alpha is idle');
+  assert.ok(Number.isInteger(byName.alpha.memory_bytes) && byName.alpha.memory_bytes > 1e6,
+    `alpha reports its memory use (${byName.alpha.memory_bytes})`);
+  assert.ok(byName.alpha.age_s >= 0 && byName.alpha.idle_s >= 0, 'age and idle time');
+  assert.equal(byName.alpha.container, container, 'and its container');
+  assert.equal(list.structuredContent.max_sessions, 4, 'the limit shows');
+  assert.equal(await containerState(container), 'running', 'the session\'s container runs between calls');
+
+  // Another MCP client (another corral process) has sessions of its own.
+  const other = await t.daemon('sessions-other');
+  const ol = await toolCall(t, other, 'session_list', {});
+  assert.deepEqual(ol.structuredContent.sessions, [], 'another client sees no session of the first');
+  const ob = await other.call(t, 'run_python', { session: 'alpha', code: 'print("x" in globals())' });
+  assert.equal(ob.structuredContent.stdout, 'False\n', 'its session "alpha" is a different one');
+  assert.notEqual(ob.structuredContent.container, container, '...in a different container');
+  const denied = await toolCall(t, other, 'read_file', { session: 'beta', path: 'notes.txt' });
+  assert.equal(denied.structuredContent.status, 'invalid_arguments', 'nor can it reach the first client\'s files');
+  assert.match(denied.content[0].text, /no session "beta"/);
+
+  const closed = await toolCall(t, d, 'session_close', { session: 'alpha' });
+  assert.equal(closed.structuredContent.closed, true, 'session_close says closed');
+  const gone = await waitGone(container);
+  assert.ok(gone.done, `the closed session's container ${container} is removed`);
+  const after = await toolCall(t, d, 'session_list', {});
+  assert.deepEqual(after.structuredContent.sessions.map((x) => x.name), ['beta'], 'only beta is left');
+  const again = await d.call(t, 'run_python', { session: 'alpha', code: 'import os\nprint("x" in globals(), os.path.exists("notes.txt"))' });
+  assert.equal(again.structuredContent.stdout, 'False False\n', 'a new session of the same name starts empty');
+  const twice = await toolCall(t, d, 'session_close', { session: 'nope' });
+  assert.equal(twice.structuredContent.status, 'invalid_arguments', 'closing an unknown session is an error');
+}, { timeoutMs: 120000 });
+
+test('sessions: idle timeout and the session count limit are enforced and reported', async (t) => {
+  const d = await t.daemon('session-limits', { CORRAL_MAX_SESSIONS: '2', CORRAL_SESSION_IDLE_S: '4' });
+  const a = await d.call(t, 'run_python', { session: 'a', code: 'x = 1' });
+  const b = await d.call(t, 'run_python', { session: 'b', code: 'x = 2' });
+  const c = await d.call(t, 'run_python', { session: 'c', code: 'x = 3' });
+  assert.equal(c.structuredContent.status, 'busy', 'a third session over max_sessions 2 is refused');
+  assert.equal(c.structuredContent.error.type, 'TooManySessions');
+  assert.match(c.content[0].text, /2 sessions are open.*max_sessions.*session_close/, 'the message says what to do');
+  const plain = await d.call(t, 'run_python', { code: 'print(1)' });
+  assert.equal(plain.structuredContent.status, 'ok', 'calls without a session still run');
+  // A session whose call runs is never evicted, however long it is idle of calls.
+  const job = await d.call(t, 'run_python', { session: 'a', code: 'import time\ntime.sleep(7)\ny = x + 10\nprint("done")', sync_wait_s: 1, timeout_s: 20 });
+  assert.equal(job.structuredContent.status, 'running', 'a long call in a session becomes a job');
+  const busy = await d.call(t, 'run_python', { session: 'a', code: 'print(x)' });
+  assert.equal(busy.structuredContent.status, 'busy', 'a second call to a busy session: busy');
+  assert.equal(busy.structuredContent.error.type, 'SessionBusy');
+  assert.match(busy.content[0].text, /running another call/);
+  const done = await d.client.callTool({ name: 'job_result', arguments: { job_id: job.structuredContent.job_id, wait_s: 30 } },
+    CallToolResultSchema, { timeout: 40000 });
+  assert.equal(done.structuredContent.status, 'ok', 'the job ends normally after 7 s, past the 4 s idle limit');
+  const still = await d.call(t, 'run_python', { session: 'a', code: 'print(y)' });
+  assert.equal(still.structuredContent.stdout, '11\n', 'the busy session was kept');
+  // Idle past session_idle_s: closed, containers removed, and said so once.
+  const w = await waitFor(async () => {
+    const l = await toolCall(t, d, 'session_list', {});
+    return { done: l.structuredContent.sessions.length === 0, l: l.structuredContent };
+  }, { timeoutMs: 15000, intervalMs: 500 });
+  assert.ok(w.done, 'both sessions are closed after 4 s without calls');
+  for (const x of [a, still, b]) {
+    const g = await waitGone(x.structuredContent.container);
+    assert.ok(g.done, `container ${x.structuredContent.container} removed`);
+  }
+  const lost = await d.call(t, 'run_python', { session: 'b', code: 'print(x)' });
+  assert.equal(lost.structuredContent.status, 'session_lost', 'the next call to it says the session is gone');
+  assert.equal(lost.structuredContent.error.type, 'SessionLost');
+  assert.match(lost.content[0].text, /closed after 4 s without calls \(session_idle_s\)/, '...and why');
+  const fresh = await d.call(t, 'run_python', { session: 'b', code: 'print("x" in globals())' });
+  assert.equal(fresh.structuredContent.stdout, 'False\n', 'the call after that opens a new session');
+}, { timeoutMs: 120000 });
+
+test('sessions: a time limit or job_cancel stops the run but keeps the session; a container killed behind corral\'s back is reported', async (t) => {
+  const d = await t.daemon('session-stops');
+  const s1 = await d.call(t, 'run_python', { session: 's', code: 'kept = "yes"' });
+  const container = s1.structuredContent.container;
+  const slow = await d.call(t, 'run_python', { session: 's', code: 'import time\ntime.sleep(60)', timeout_s: 2 });
+  assert.equal(slow.structuredContent.status, 'timeout', 'a session call past its time limit: timeout');
+  assert.ok(slow.ms < 8000, `stopped soon after the limit (${slow.ms} ms)`);
+  assert.match(slow.structuredContent.error.message, /the session and its state were kept/);
+  const after = await d.call(t, 'run_python', { session: 's', code: 'print(kept)' });
+  assert.equal(after.structuredContent.stdout, 'yes\n', 'the session\'s variables survive the timeout');
+  assert.equal(after.structuredContent.container, container, '...in the same container');
+  const stubborn = await d.call(t, 'run_python', { session: 's', timeout_s: 2, code:
+    'import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True:\n    time.sleep(1)' });
+  assert.equal(stubborn.structuredContent.status, 'timeout', 'code that ignores the interrupt still times out');
+  assert.equal(stubborn.structuredContent.session.state, 'reset', '...its interpreter is replaced');
+  const reset = await d.call(t, 'run_python', { session: 's', code: 'print("kept" in globals())' });
+  assert.equal(reset.structuredContent.stdout, 'False\n', 'so its variables are gone');
+  assert.equal(reset.structuredContent.container, container, '...but the session and its container stay');
+  // job_cancel of a session job
+  const job = await d.call(t, 'run_python', { session: 's', code: 'z = 1\nimport time\ntime.sleep(60)', sync_wait_s: 1, timeout_s: 90 });
+  assert.equal(job.structuredContent.status, 'running');
+  await jobCall(t, d, 'job_cancel', { job_id: job.structuredContent.job_id });
+  const cancelled = await jobCall(t, d, 'job_result', { job_id: job.structuredContent.job_id, wait_s: 10 });
+  assert.equal(cancelled.structuredContent.status, 'cancelled', 'job_cancel ends a session\'s job: cancelled');
+  const z = await d.call(t, 'run_python', { session: 's', code: 'print(z)' });
+  assert.equal(z.structuredContent.stdout, '1\n', 'and the session goes on');
+  // The container removed by someone else between calls.
+  const rm = await engineRequest('DELETE', `/v1.41/containers/${container}?force=1&v=1`, 30000);
+  assert.ok([200, 204].includes(rm.status), `removed the container behind corral's back (${rm.status})`);
+  const w = await waitFor(async () => {
+    const l = await toolCall(t, d, 'session_list', {});
+    return { done: l.structuredContent.sessions.length === 0 };
+  }, { timeoutMs: 15000, intervalMs: 300 });
+  assert.ok(w.done, 'the session is no longer listed');
+  const lost = await d.call(t, 'run_python', { session: 's', code: 'print(z)' });
+  assert.equal(lost.structuredContent.status, 'session_lost', 'the next call reports the session lost');
+  assert.match(lost.content[0].text, /its sandbox ended/);
+  const reopened = await d.call(t, 'run_python', { session: 's', code: 'print("reopened")' });
+  assert.equal(reopened.structuredContent.status, 'ok', 'and it can be reopened');
+  assert.notEqual(reopened.structuredContent.container, container, 'in a new container');
+}, { timeoutMs: 150000 });
+
+test('sessions: the limits of a one-shot sandbox hold (memory, network, privileges, workspace size)', async (t) => {
+  const d = await t.daemon('session-hardening', { CORRAL_MEMORY: '256m', CORRAL_WORKSPACE_SIZE: '2m' });
+  const probe = await d.call(t, 'run_python', { session: 'h', code: [
+    'import os, socket',
+    's = socket.socket()',
+    's.settimeout(2)',
+    'try:',
+    '    s.connect(("1.1.1.1", 53)); net = "connected"',
+    'except OSError as e:',
+    '    net = type(e).__name__',
+    'status = dict(l.split(":\\t", 1) for l in open("/proc/self/status").read().splitlines() if ":\\t" in l)',
+    'print(os.getuid(), status["CapEff"].strip(), status["NoNewPrivs"].strip(), net, sorted(os.listdir("/sys/class/net")))',
+  ].join('\n') });
+  assert.equal(probe.structuredContent.stdout, '65534 0000000000000000 1 OSError [\'lo\']\n',
+    'a session runs as 65534, with no capabilities, no-new-privileges and no network');
+  const oom = await d.call(t, 'run_python', { session: 'h', code: 'keep = 1\nb = bytearray(400 * 1024 * 1024)\nb[::4096] = b"x" * len(b[::4096])' });
+  assert.equal(oom.structuredContent.status, 'oom', 'the memory limit holds in a session');
+  const next = await d.call(t, 'run_python', { session: 'h', code: 'print("alive")' });
+  assert.equal(next.structuredContent.stdout, 'alive\n', 'the session serves the next call');
+  const full = await toolCall(t, d, 'write_file', { session: 'h', path: 'big.bin', content: Buffer.alloc(3 * 1024 * 1024).toString('base64'), encoding: 'base64' });
+  assert.equal(full.isError, true, 'a file over workspace_size does not fit');
+  assert.equal(full.structuredContent.error.type, 'NoSpace', 'NoSpace');
+  assert.match(full.content[0].text, /no space left in \/workspace/);
+  const fill = await d.call(t, 'run_shell', { session: 'h', command: 'head -c 3000000 /dev/zero > fill; echo $?' });
+  assert.match(fill.structuredContent.stderr, /No space left on device/, 'code cannot write past workspace_size either');
+}, { timeoutMs: 120000 });
+
+test('sessions: progress of a session call, a child forked in a session, session_max_s, and read_file racing a symlink swap', async (t) => {
+  const d = await t.daemon('session-more', { CORRAL_SESSION_MAX_S: '6' });
+  // A long session name and a progressToken (the session wraps the call's callbacks).
+  const name = 'a-rather-long-session-name-of-over-thirty-two-chars';
+  const events = [];
+  const p = await d.client.callTool({ name: 'run_python', arguments: { session: name, code:
+    // (the sleep: the SDK runs notification handlers a tick late, so one
+    // that comes in the same read as the result finds its request gone)
+    'import time, corral\nfor i in range(3):\n    print("line", i, flush=True)\n    time.sleep(0.3)\ncorral.progress(2, 2, "all done")\ntime.sleep(0.4)' } },
+  CallToolResultSchema, { timeout: 30000, onprogress: (e) => events.push(e) });
+  checkResult(p);
+  t.note('progress', events);
+  assert.equal(p.structuredContent.status, 'ok');
+  assert.ok(events.some((e) => /line 0/.test(e.message ?? '')), 'output lines reach the host as progress in a session');
+  assert.ok(events.some((e) => e.message === 'all done' && e.progress === 2 && e.total === 2), 'and the code\'s own report');
+  // A child forked without exec ends with its run; the session goes on.
+  const f = await d.call(t, 'run_python', { session: name, timeout_s: 10, code:
+    'import os\npid = os.fork()\nif pid == 0:\n    print("child", flush=True)\nelse:\n    os.waitpid(pid, 0)\n    print("parent", flush=True)\nforked = 1' });
+  assert.equal(f.structuredContent.status, 'ok', 'the run with a fork ends normally');
+  assert.ok(f.ms < 8000, `...promptly (${f.ms} ms)`);
+  assert.match(f.structuredContent.stdout, /child/);
+  const after = await d.call(t, 'run_python', { session: name, code: 'print(forked)' });
+  assert.equal(after.structuredContent.stdout, '1\n', 'the parent\'s interpreter serves the next call');
+  // read_file while code in the session keeps swapping a directory and a symlink to /etc.
+  // A process of its own flips "t" between a directory and a symlink to /etc
+  // as fast as renameat2(RENAME_EXCHANGE) goes.
+  await d.call(t, 'run_python', { session: 'race', code: [
+    'import os, subprocess, sys',
+    'os.makedirs("t"); open("t/passwd", "w").write("SAFE\\n")',
+    'os.symlink("/etc", "lnk")',
+    'flip = "import ctypes\\nlibc = ctypes.CDLL(None)\\nwhile True:\\n    libc.renameat2(-100, b\'t\', -100, b\'lnk\', 2)"',
+    'subprocess.Popen([sys.executable, "-c", flip])',
+  ].join('\n') });
+  let safe = 0, refused = 0, leaked = [];
+  for (let i = 0; i < 150; i++) {
+    const r = await d.client.callTool({ name: 'read_file', arguments: { session: 'race', path: 't/passwd' } }, CallToolResultSchema, { timeout: 30000 });
+    const text = r.content?.[0]?.text ?? '';
+    if (r.isError) refused++;
+    else if (text === 'SAFE\n') safe++;
+    else leaked.push(text.slice(0, 60));
+  }
+  t.note('race', { safe, refused, leaked: leaked.length });
+  assert.deepEqual(leaked, [], 'read_file never returns a file from outside /workspace');
+  assert.ok(safe + refused === 150, 'every call is answered');
+  // session_max_s: the call that runs past it says the session ended.
+  const old = await d.call(t, 'run_python', { session: 'old', code: 'import time\ntime.sleep(7)\nprint("late")', timeout_s: 20 });
+  assert.equal(old.structuredContent.status, 'ok');
+  assert.equal(old.structuredContent.session.state, 'ended', 'a call that ends past session_max_s reports the session ended');
+  assert.match(old.content[0].text, /session "old" ended/);
+  const fresh = await d.call(t, 'run_python', { session: 'old', code: 'print("new")' });
+  assert.equal(fresh.structuredContent.status, 'ok', 'and the next call opens a new session at once');
+  assert.notEqual(fresh.structuredContent.container, old.structuredContent.container);
+}, { timeoutMs: 150000 });
+
+test('sessions: file operations and calls on one session at the same time all finish', async (t) => {
+  const d = await t.daemon('session-overlap');
+  await d.call(t, 'run_python', { session: 'o', code: 'x = 1' });
+  // A write and a call with over 64 KiB of code sent together: the call
+  // waits for the write (its sandbox is frozen meanwhile), then runs.
+  const big = 'y = 0\n' + '# padding line\n'.repeat(8000) + 'print(x + y)';
+  const [w, r] = await Promise.all([
+    toolCall(t, d, 'write_file', { session: 'o', path: 'a.txt', content: 'z'.repeat(200000) }),
+    d.call(t, 'run_python', { session: 'o', code: big, timeout_s: 20 }),
+  ]);
+  assert.equal(w.isError, false, 'the write succeeds');
+  assert.equal(r.structuredContent.status, 'ok', `the call succeeds (${r.structuredContent.error?.message ?? ''})`);
+  assert.equal(r.structuredContent.stdout, '1\n', '...in the session\'s interpreter');
+  // Reads while a call runs: the call is stopped only for a moment.
+  const run = d.call(t, 'run_python', { session: 'o', timeout_s: 30, code:
+    // (replaced whole: a write caught between truncate and write would read empty)
+    'import os, time\nfor i in range(20):\n    open("tick.tmp", "w").write(str(i))\n    os.replace("tick.tmp", "tick.txt")\n' +
+    '    time.sleep(0.1)\nprint("done", x)' });
+  await sleep(300);
+  const reads = [];
+  await waitFor(async () => ({ done: !(await toolCall(t, d, 'read_file', { session: 'o', path: 'tick.txt' })).isError }),
+    { timeoutMs: 5000, intervalMs: 50 });
+  for (let i = 0; i < 5; i++) {
+    reads.push(await toolCall(t, d, 'read_file', { session: 'o', path: 'tick.txt' }));
+    await sleep(100);
+  }
+  const done = await run;
+  assert.ok(reads.every((x) => !x.isError && /^\d+$/.test(x.content[0].text)), 'read_file works while the call runs');
+  assert.equal(done.structuredContent.stdout, 'done 1\n', 'the call finishes with its state');
+}, { timeoutMs: 90000 });

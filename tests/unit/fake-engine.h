@@ -1,0 +1,42 @@
+/* A small fake of the engine API for engine-free tests, served on the
+ * test's own loop from a unix socket: the requests corral makes for a
+ * sandbox's life (version, create, attach, start, inspect, remove, list),
+ * a fake runtime behind each container's attach stream, and faults to
+ * inject. It is a test double for the state machine and MCP dispatch; the
+ * e2e suites run the real engines.
+ *
+ * The fake runtime does what the code of a sandbox/exec says:
+ *   "print:TEXT"  TEXT and a newline on stdout, then status ok
+ *   "fail"        status error, a ValueError
+ *   "progress"    a corral/progress report, then status ok
+ *   "hang"        no answer; an interrupt (notifications/cancelled) ends
+ *                 it with KeyboardInterrupt and the state kept
+ *   "stubborn"    no answer, interrupts ignored
+ *   "die"         the container exits (code 3) without a result
+ *   "oom"         the container is OOM-killed without a result
+ * and answers sandbox/freeze, sandbox/thaw and sandbox/list. */
+#pragma once
+
+#include "core/loop.h"
+
+#include <jansson.h>
+#include <stdbool.h>
+
+struct fake_engine;
+
+/* Listens on DIR/fake.sock; the URL to give corral is fake_engine_url. */
+struct fake_engine *fake_engine_new(struct loop *l, const char *dir);
+void fake_engine_free(struct fake_engine *f);
+const char *fake_engine_url(const struct fake_engine *f);
+
+/* The next `times` requests of `route` ("version", "create", "start",
+ * "attach", "inspect", "delete", "list") answer HTTP `status`. */
+void fake_engine_fail(struct fake_engine *f, const char *route, int status, int times);
+/* Started containers never send sandbox/ready (a hung start). */
+void fake_engine_set_silent(struct fake_engine *f, bool silent);
+
+/* Requests seen for `route`, and containers created and not removed. */
+int fake_engine_count(const struct fake_engine *f, const char *route);
+int fake_engine_alive(const struct fake_engine *f);
+/* The create body of the container created last (borrowed), or NULL. */
+json_t *fake_engine_last_create(const struct fake_engine *f);

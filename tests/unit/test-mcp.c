@@ -1,0 +1,342 @@
+/* MCP dispatch with no container engine: the MCP server of corral, its
+ * sandbox and session managers as `corral serve` wires them, on pipes
+ * for stdio and the fake engine of fake-engine.h. What reaches each tool
+ * (and what does not), the errors a client gets, jobs and sessions. The
+ * e2e suites drive the real binary with real clients and engines. */
+#include "fake-engine.h"
+#include "mcp/server.h"
+#include "sandbox/session.h"
+
+#include "core/jsonrpc.h"
+#include "tap.h"
+
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <unistd.h>
+
+static struct loop *L;
+static struct fake_engine *F;
+static struct engine *E;
+static struct config cfg;
+static struct sandbox_mgr *M;
+static struct session_mgr *S;
+static struct mcp_server *srv;
+static int to_srv = -1, from_srv = -1;
+static struct watch *reader;
+static struct line_reader lines;
+static json_t *inbox; /* messages from the server, oldest first */
+static char dir[] = "/tmp/corral-mcp.XXXXXX";
+static int next_id;
+
+static int on_line(void *userdata, const char *line, size_t len)
+{
+        (void)userdata;
+        json_t *msg = line ? json_loadb(line, len, 0, NULL) : NULL;
+        if (msg)
+                json_array_append_new(inbox, msg);
+        else
+                diag("unparsable line from the server: %.*s", (int)len, line ? line : "");
+        return 0;
+}
+
+static void on_output(struct watch *w, uint32_t events, void *userdata)
+{
+        char chunk[65536];
+        (void)w;
+        (void)events;
+        (void)userdata;
+        ssize_t k = read(from_srv, chunk, sizeof(chunk));
+        if (k > 0)
+                line_reader_feed(&lines, chunk, (size_t)k, on_line, NULL);
+}
+
+static void send_line(const char *text)
+{
+        size_t n = strlen(text);
+        if (write(to_srv, text, n) != (ssize_t)n || write(to_srv, "\n", 1) != 1)
+                abort();
+}
+
+/* Sends a request and waits (up to `ms`) for its answer: the response
+ * object (new reference), or NULL. */
+static json_t *call(const char *method, json_t *params, int ms)
+{
+        int id = ++next_id;
+        json_t *msg = jrpc_request(id, method, params);
+        char *text = json_dumps(msg, JSON_COMPACT);
+        json_decref(msg);
+        send_line(text);
+        free(text);
+        long long end = now_ms() + ms;
+        while (now_ms() < end) {
+                size_t i;
+                json_t *x;
+                json_array_foreach(inbox, i, x)
+                {
+                        json_t *xid = json_object_get(x, "id");
+                        if (json_is_integer(xid) && json_integer_value(xid) == id &&
+                            !json_object_get(x, "method")) {
+                                json_incref(x);
+                                json_array_remove(inbox, i);
+                                return x;
+                        }
+                }
+                loop_iterate(L, 10);
+        }
+        return NULL;
+}
+
+/* tools/call: the result object (new reference), or NULL with a JSON-RPC
+ * error's code in *ret_code. */
+static json_t *tool(const char *name, json_t *args, int *ret_code)
+{
+        json_t *resp =
+            call("tools/call", json_pack("{s:s, s:o}", "name", name, "arguments", args), 10000);
+        json_t *result = json_incref(json_object_get(resp, "result"));
+        if (ret_code)
+                *ret_code = (int)json_integer_value(
+                    json_object_get(json_object_get(resp, "error"), "code"));
+        json_decref(resp);
+        return result;
+}
+
+static const char *sc(json_t *result, const char *key)
+{
+        return json_string_value(
+            json_object_get(json_object_get(result, "structuredContent"), key));
+}
+
+static const char *err_type(json_t *result)
+{
+        json_t *st = json_object_get(result, "structuredContent");
+        return json_string_value(json_object_get(json_object_get(st, "error"), "type"));
+}
+
+static bool has_tool(json_t *tools, const char *name)
+{
+        size_t i;
+        json_t *t;
+        json_array_foreach(tools, i, t)
+        {
+                if (strcmp(json_string_value(json_object_get(t, "name")), name) == 0)
+                        return json_is_object(json_object_get(t, "inputSchema"));
+        }
+        return false;
+}
+
+static void test_lifecycle(void)
+{
+        json_t *r = call("tools/list", json_object(), 2000);
+        ok(json_object_get(r, "error") != NULL, "tools/list before initialize is refused");
+        json_decref(r);
+        r = call("initialize",
+                 json_pack("{s:s, s:{}, s:{s:s, s:s}}", "protocolVersion", "2025-06-18",
+                           "capabilities", "clientInfo", "name", "test", "version", "1"),
+                 2000);
+        json_t *res = json_object_get(r, "result");
+        is_str(json_string_value(json_object_get(json_object_get(res, "serverInfo"), "name")),
+               "corral", "initialize: serverInfo.name");
+        is_str(json_string_value(json_object_get(res, "protocolVersion")), "2025-06-18",
+               "initialize: the client's version is taken");
+        json_decref(r);
+        send_line("{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}");
+        r = call("ping", NULL, 2000);
+        ok(json_is_object(json_object_get(r, "result")), "ping: an empty result");
+        json_decref(r);
+        r = call("no/such/method", json_object(), 2000);
+        is_int((int)json_integer_value(json_object_get(json_object_get(r, "error"), "code")),
+               JRPC_METHOD_NOT_FOUND, "an unknown method: -32601");
+        json_decref(r);
+}
+
+static void test_list(void)
+{
+        json_t *r = call("tools/list", json_object(), 2000);
+        json_t *tools = json_object_get(json_object_get(r, "result"), "tools");
+        static const char *const names[] = {
+            "run_python", "run_shell",  "sandbox_status", "job_status",    "job_result",
+            "job_cancel", "job_list",   "session_list",   "session_close", "write_file",
+            "read_file",  "list_files", "list_servers",   "search_tools"};
+        for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+                ok(has_tool(tools, names[i]), "tools/list: %s, with its input schema", names[i]);
+        json_decref(r);
+}
+
+static void test_run(void)
+{
+        int code = 0;
+        json_t *r = tool("run_python", json_pack("{s:s}", "code", "print:hello"), &code);
+        is_str(sc(r, "status"), "ok", "run_python: status ok");
+        is_str(sc(r, "stdout"), "hello\n", "run_python: its stdout");
+        ok(json_is_false(json_object_get(r, "isError")), "run_python: not an error");
+        json_decref(r);
+
+        r = tool("run_shell", json_pack("{s:s}", "command", "fail"), &code);
+        is_str(sc(r, "status"), "error", "run_shell: a failing run is status error");
+        is_str(err_type(r), "ValueError", "run_shell: with the error of the run");
+        ok(json_is_true(json_object_get(r, "isError")), "run_shell: isError");
+        json_decref(r);
+
+        r = tool("run_python", json_pack("{s:s}", "cod", "x"), &code);
+        is_str(err_type(r), "InvalidArguments", "run_python with a wrong key: InvalidArguments");
+        json_decref(r);
+
+        r = tool("no_such_tool", json_object(), &code);
+        ok(!r && code == JRPC_INVALID_PARAMS, "an unknown tool: -32602");
+        json_decref(r);
+
+        r = tool("sandbox_status", json_object(), &code);
+        ok(json_object_get(json_object_get(r, "structuredContent"), "pool") != NULL,
+           "sandbox_status: the pool's figures");
+        json_decref(r);
+
+        r = tool("list_servers", json_object(), &code);
+        ok(r != NULL, "list_servers answers without a bridge");
+        json_decref(r);
+}
+
+static void test_jobs(void)
+{
+        int code = 0;
+        json_t *r =
+            tool("run_python", json_pack("{s:s, s:f}", "code", "hang", "sync_wait_s", 0.2), &code);
+        is_str(sc(r, "status"), "running", "a run past sync_wait_s becomes a job");
+        const char *job = sc(r, "job_id");
+        char id[64];
+        snprintf(id, sizeof(id), "%s", job ? job : "");
+        ok(id[0], "the job has an id");
+        json_decref(r);
+        r = tool("job_status", json_pack("{s:s}", "job_id", id), &code);
+        is_str(sc(r, "status"), "running", "job_status: running");
+        json_decref(r);
+        r = tool("job_cancel", json_pack("{s:s}", "job_id", id), &code);
+        ok(r != NULL, "job_cancel answers");
+        json_decref(r);
+        r = tool("job_result", json_pack("{s:s, s:i}", "job_id", id, "wait_s", 5), &code);
+        is_str(sc(r, "status"), "cancelled", "job_result: cancelled");
+        json_decref(r);
+        r = tool("job_status", json_pack("{s:s}", "job_id", "nope"), &code);
+        is_str(err_type(r), "InvalidArguments", "job_status of an unknown job: InvalidArguments");
+        json_t *st = json_object_get(r, "structuredContent");
+        like(json_string_value(json_object_get(json_object_get(st, "error"), "message")),
+             "no job \"nope\"", "which says there is no such job");
+        json_decref(r);
+}
+
+static void test_sessions(void)
+{
+        int code = 0;
+        json_t *r =
+            tool("run_python", json_pack("{s:s, s:s}", "code", "print:a", "session", "s1"), &code);
+        is_str(sc(r, "status"), "ok", "a session's first run");
+        json_decref(r);
+        r = tool("session_list", json_object(), &code);
+        char *text = json_dumps(r, JSON_COMPACT);
+        like(text, "\"s1\"", "session_list shows it");
+        free(text);
+        json_decref(r);
+        r = tool("read_file", json_pack("{s:s, s:s}", "session", "nope", "path", "x"), &code);
+        is_str(err_type(r), "NoSession", "read_file in no session: NoSession");
+        json_decref(r);
+        r = tool("run_python", json_pack("{s:s, s:s}", "code", "print:b", "session", "bad name!"),
+                 &code);
+        is_str(err_type(r), "InvalidArguments", "a bad session name: InvalidArguments");
+        json_decref(r);
+        r = tool("session_close", json_pack("{s:s}", "session", "s1"), &code);
+        ok(r && !json_is_true(json_object_get(r, "isError")), "session_close closes it");
+        json_decref(r);
+        r = tool("session_close", json_pack("{s:s}", "session", "s1"), &code);
+        ok(json_is_true(json_object_get(r, "isError")), "closing it again is an error");
+        json_decref(r);
+}
+
+static void test_busy(void)
+{
+        /* Every slot but the session reserve is taken by hanging runs. */
+        int code = 0;
+        json_t *jobs[8];
+        int n = 0;
+        json_t *r = NULL;
+        for (; n < 8; n++) {
+                r = tool("run_python", json_pack("{s:s, s:f}", "code", "hang", "sync_wait_s", 0.1),
+                         &code);
+                const char *st = sc(r, "status");
+                if (!st || strcmp(st, "running") != 0)
+                        break;
+                jobs[n] = r;
+        }
+        is_str(sc(r, "status"), "busy", "with every slot and the queue taken: status busy");
+        is_str(err_type(r), "Busy", "and error type Busy");
+        json_decref(r);
+        for (int i = 0; i < n; i++) {
+                json_decref(
+                    tool("job_cancel", json_pack("{s:s}", "job_id", sc(jobs[i], "job_id")), &code));
+                json_decref(jobs[i]);
+        }
+}
+
+static void on_eof(void *userdata)
+{
+        (void)userdata;
+}
+
+int main(void)
+{
+        if (!mkdtemp(dir))
+                return 1;
+        int devnull = open("/dev/null", O_WRONLY | O_CLOEXEC);
+        if (devnull < 0 || dup2(devnull, STDERR_FILENO) < 0) /* the daemon's log */
+                return 1;
+        inbox = json_array();
+        line_reader_init(&lines, 64 << 20);
+        config_defaults(&cfg);
+        cfg.pool_min = cfg.pool_max = 0;
+        cfg.max_sandboxes = 3;
+        cfg.max_queue = 0;
+        if (loop_new(&L) < 0)
+                return 1;
+        F = fake_engine_new(L, dir);
+        struct err e = {0};
+        int in[2], out[2];
+        if (engine_new(L, fake_engine_url(F), 4 << 20, &E, &e) < 0 ||
+            sandbox_mgr_new(L, &cfg, E, &M) < 0 || sandbox_mgr_prepare(M, &e) < 0 ||
+            session_mgr_new(L, &cfg, M, &S) < 0 || pipe2(in, O_CLOEXEC) < 0 ||
+            pipe2(out, O_CLOEXEC) < 0 ||
+            mcp_server_new(L, &cfg, M, S, NULL, in[0], out[1], on_eof, NULL, &srv) < 0) {
+                printf("Bail out! set-up failed: %s\n", e.msg);
+                return 1;
+        }
+        to_srv = in[1];
+        from_srv = out[0];
+        watch_add(L, from_srv, EPOLLIN, on_output, NULL, &reader);
+
+        test_lifecycle();
+        test_list();
+        test_run();
+        test_jobs();
+        test_sessions();
+        test_busy();
+
+        mcp_server_free(srv);
+        session_mgr_free(S);
+        sandbox_mgr_shutdown(M, NULL, NULL);
+        for (int i = 0; i < 200 && fake_engine_alive(F); i++)
+                loop_iterate(L, 10);
+        is_int(fake_engine_alive(F), 0, "every container is removed at shutdown");
+        sandbox_mgr_free(M);
+        watch_remove(reader);
+        engine_free(E);
+        fake_engine_free(F);
+        loop_free(L);
+        line_reader_free(&lines);
+        json_decref(inbox);
+        config_free(&cfg);
+        close(in[0]);
+        close(in[1]);
+        close(out[0]);
+        close(out[1]);
+        rmdir(dir);
+        return done_testing();
+}
