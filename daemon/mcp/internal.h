@@ -196,7 +196,8 @@ enum failed {
 
 /* The CallToolResult (isError) for `reason` (a negative errno; 0: none
  * given) of `what`: status and type from the one table in errors.c, and
- * `message`, or when it is NULL or empty the table's, or strerror. A new
+ * `message` (the facts), or when it is NULL or empty the table's, or
+ * strerror; then the table's advice, if any. A new
  * reference, or NULL. */
 json_t *error_result(enum failed what, int reason, const char *message);
 /* Arguments the model can correct: invalid_arguments, InvalidArguments. */

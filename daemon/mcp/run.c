@@ -182,7 +182,7 @@ static int call_start(struct call *c, const struct sandbox_request *req, json_t 
         if (r == -EBUSY)
                 snprintf(msg, sizeof(msg),
                          "every sandbox slot is in use (%ld) and %ld calls are already "
-                         "waiting: try again shortly, or raise max_sandboxes / max_queue",
+                         "waiting",
                          s->cfg->max_sandboxes, s->cfg->max_queue);
         if (r < 0)
                 *failure = error_result(FAILED_SANDBOX_RUN, r, msg);

@@ -257,11 +257,7 @@ int session_run(struct session_mgr *m, const struct sandbox_request *req, sandbo
         }
         if (x) {
                 if (x->busy || !x->open || !x->sb || !sandbox_idle(x->sb)) {
-                        snprintf(msg, msg_size,
-                                 "session \"%s\" is running another call: wait for it (if it "
-                                 "became a job, job_result with wait_s), cancel it "
-                                 "(job_cancel), or use another session",
-                                 name);
+                        snprintf(msg, msg_size, "session \"%s\" is running another call", name);
                         return -EBUSY;
                 }
                 struct sandbox_request q = *req;
@@ -284,25 +280,18 @@ int session_run(struct session_mgr *m, const struct sandbox_request *req, sandbo
         }
         char why[400];
         if (exhume(m, name, true, why, sizeof(why))) {
-                snprintf(msg, msg_size,
-                         "session \"%s\" ended since its last call: %s. Its variables and "
-                         "files are gone; call again with the same name to open a new session",
-                         name, why);
+                snprintf(msg, msg_size, "session \"%s\" ended since its last call: %s.", name, why);
                 return -ENOLINK;
         }
         long max = session_max(m);
         if (max <= 0) {
                 snprintf(msg, msg_size,
-                         "sessions are off here (max_sessions is %ld with max_sandboxes %ld): "
-                         "call without \"session\"",
+                         "sessions are off here (max_sessions is %ld with max_sandboxes %ld)",
                          m->cfg->max_sessions, m->cfg->max_sandboxes);
                 return -ENOTSUP;
         }
         if (count(m) >= max) {
-                snprintf(msg, msg_size,
-                         "%ld sessions are open, the most allowed (max_sessions): close one "
-                         "with session_close (session_list shows them), or call without "
-                         "\"session\"",
+                snprintf(msg, msg_size, "%ld sessions are open, the most allowed (max_sessions)",
                          count(m));
                 return -EUSERS;
         }
@@ -328,7 +317,7 @@ int session_run(struct session_mgr *m, const struct sandbox_request *req, sandbo
                 if (r == -EBUSY)
                         snprintf(msg, msg_size,
                                  "every sandbox slot is in use (%ld) and %ld calls are already "
-                                 "waiting: try again shortly",
+                                 "waiting",
                                  m->cfg->max_sandboxes, m->cfg->max_queue);
                 else
                         snprintf(msg, msg_size, "cannot open session \"%s\": %s", name,
@@ -349,20 +338,15 @@ int session_sandbox(struct session_mgr *m, const char *name, struct sandbox **re
         struct session *x = find(m, name);
         char why[400];
         if (!x) {
-                if (exhume(m, name, false, why, sizeof(why)))
+                if (exhume(m, name, false, why, sizeof(why))) {
                         snprintf(msg, msg_size, "session \"%s\" ended: %s", name, why);
-                else
-                        snprintf(msg, msg_size,
-                                 "no session \"%s\": run_python or run_shell with "
-                                 "\"session\" opens one (session_list shows those open)",
-                                 name);
+                        return -ENOLINK;
+                }
+                snprintf(msg, msg_size, "no session \"%s\"", name);
                 return -ENOENT;
         }
         if (!x->open || !x->sb) {
-                snprintf(msg, msg_size,
-                         "session \"%s\" is still starting: try again when its "
-                         "first call has ended",
-                         name);
+                snprintf(msg, msg_size, "session \"%s\" is still starting", name);
                 return -EAGAIN;
         }
         x->t_last = now_ms();
@@ -380,11 +364,11 @@ int session_close(struct session_mgr *m, const char *name, char *msg, size_t msg
         struct session *x = find(m, name);
         if (!x) {
                 char why[400];
-                if (exhume(m, name, true, why, sizeof(why)))
+                if (exhume(m, name, true, why, sizeof(why))) {
                         snprintf(msg, msg_size, "session \"%s\" had already ended: %s", name, why);
-                else
-                        snprintf(msg, msg_size, "no session \"%s\" (session_list shows those open)",
-                                 name);
+                        return -ENOLINK;
+                }
+                snprintf(msg, msg_size, "no session \"%s\"", name);
                 return -ENOENT;
         }
         log_info("session %s: closed by the client", name);
