@@ -3,6 +3,7 @@
 #pragma once
 
 #include "core/config.h"
+#include "core/list.h"
 #include "core/loop.h"
 
 #include <jansson.h>
@@ -29,7 +30,7 @@ struct transport;
  * as a job or task until its result is dropped. */
 struct call {
         struct mcp_server *srv;
-        struct call *prev, *next;
+        struct list node; /* in srv->calls */
         json_t *id;
         struct sandbox *sb;        /* NULL once it has ended */
         struct progress *progress; /* NULL: the host asked for none */
@@ -42,7 +43,7 @@ struct call {
         char job_id[JOB_ID_MAX];  /* "" until it becomes a job */
         json_t *result;           /* a finished job's result */
         struct timer *expire;     /* job_retention_s after it ended */
-        struct job_wait *waits;   /* job_result, tasks/result */
+        struct list waits;        /* struct job_wait: job_result, tasks/result */
         /* A task: a job from its start. */
         bool task;
         bool task_cancelled;    /* tasks/cancel: it stays "cancelled" */
@@ -60,13 +61,13 @@ struct mcp_server {
         struct session_mgr *sessions;
         struct bridge *bridge; /* may be NULL */
         struct transport *transport;
-        size_t line_max;          /* the longest message taken (tools_line_max) */
-        char names[512];          /* the servers, for run_python's description */
-        struct call *calls;       /* run_python and run_shell, jobs, tasks */
-        unsigned job_seq;         /* the last job-<n> given */
-        struct file_call *fcalls; /* file tools on their way */
-        struct search *searches;  /* search_tools waiting for servers */
-        bool initialized;         /* initialize answered */
+        size_t line_max;      /* the longest message taken (tools_line_max) */
+        char names[512];      /* the servers, for run_python's description */
+        struct list calls;    /* struct call: run_python, run_shell, jobs, tasks */
+        unsigned job_seq;     /* the last job-<n> given */
+        struct list fcalls;   /* struct file_call: file tools on their way */
+        struct list searches; /* struct search: search_tools waiting for servers */
+        bool initialized;     /* initialize answered */
         void (*on_eof)(void *);
         void *userdata;
 };

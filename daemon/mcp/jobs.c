@@ -25,7 +25,7 @@
 
 /* A job_result (or tasks/result) waiting for its job to end. */
 struct job_wait {
-        struct job_wait *next;
+        struct list node; /* in job->waits */
         struct call *job;
         json_t *id;
         struct timer *timer; /* NULL: tasks/result, which waits for the end */
@@ -33,12 +33,7 @@ struct job_wait {
 
 static void job_wait_free(struct job_wait *w)
 {
-        struct call *c = w->job;
-        for (struct job_wait **p = &c->waits; *p; p = &(*p)->next)
-                if (*p == w) {
-                        *p = w->next;
-                        break;
-                }
+        list_del(&w->node);
         timer_remove(w->timer);
         json_decref(w->id);
         free(w);
@@ -77,13 +72,13 @@ static void jobs_prune(struct mcp_server *s)
 {
         for (;;) {
                 size_t n = 0;
-                struct call *oldest = NULL;
-                for (struct call *c = s->calls; c; c = c->next)
-                        if (c->job_id[0] && !c->sb) {
-                                n++;
-                                if (!oldest || c->t_end < oldest->t_end)
-                                        oldest = c;
-                        }
+                struct call *oldest = NULL, *c;
+                list_for_each(c, &s->calls, node) if (c->job_id[0] && !c->sb)
+                {
+                        n++;
+                        if (!oldest || c->t_end < oldest->t_end)
+                                oldest = c;
+                }
                 if (n <= JOB_KEEP_MAX)
                         return;
                 log_info("job %s: result dropped (more than %d finished jobs)", oldest->job_id,
@@ -192,8 +187,8 @@ void job_store(struct call *c, json_t *result)
         progress_free(c->progress);
         c->progress = NULL;
         c->updated_wall = wall_ms();
-        while (c->waits) {
-                struct job_wait *w = c->waits;
+        while (!list_empty(&c->waits)) {
+                struct job_wait *w = list_first(&c->waits, struct job_wait, node);
                 mcp_send_result(s, w->id, w->timer ? json_deep_copy(c->result) : task_payload(c));
                 job_wait_free(w);
         }
@@ -242,9 +237,8 @@ static struct call *job_find(struct mcp_server *s, json_t *id, json_t *args, con
                 mcp_send_result(s, id, arguments_error(msg));
                 return NULL;
         }
-        for (struct call *c = s->calls; c; c = c->next)
-                if (c->job_id[0] && strcmp(c->job_id, job) == 0)
-                        return c;
+        struct call *c;
+        list_for_each(c, &s->calls, node) if (c->job_id[0] && strcmp(c->job_id, job) == 0) return c;
         snprintf(msg, sizeof(msg),
                  "no job \"%.64s\": job_list shows the running ones and the finished ones "
                  "still kept (%.0f s after they end)",
@@ -338,8 +332,7 @@ void tool_job_result(struct mcp_server *s, json_t *id, json_t *args, json_t *par
         }
         jw->job = c;
         jw->id = json_incref(id);
-        jw->next = c->waits;
-        c->waits = jw;
+        list_push(&c->waits, &jw->node);
         timer_arm(jw->timer, (long long)ceil(wait * 1000));
 }
 
@@ -378,11 +371,12 @@ void tool_job_list(struct mcp_server *s, json_t *id, json_t *args, json_t *param
         }
         json_t *jobs = json_array();
         size_t running = 0;
-        for (struct call *c = s->calls; c; c = c->next)
-                if (c->job_id[0]) {
-                        json_array_append_new(jobs, job_summary(c));
-                        running += c->sb != NULL;
-                }
+        struct call *c;
+        list_for_each(c, &s->calls, node) if (c->job_id[0])
+        {
+                json_array_append_new(jobs, job_summary(c));
+                running += c->sb != NULL;
+        }
         char text[128];
         snprintf(text, sizeof(text), "%zu job(s), %zu running", json_array_size(jobs), running);
         mcp_send_result(s, id, tools_text_result(json_pack("{s:o}", "jobs", jobs), text));
@@ -397,9 +391,8 @@ static struct call *task_find(struct mcp_server *s, json_t *id, json_t *params)
                 mcp_send_error(s, id, JRPC_INVALID_PARAMS, "\"taskId\" must be a string");
                 return NULL;
         }
-        for (struct call *c = s->calls; c; c = c->next)
-                if (c->task && strcmp(c->job_id, tid) == 0)
-                        return c;
+        struct call *c;
+        list_for_each(c, &s->calls, node) if (c->task && strcmp(c->job_id, tid) == 0) return c;
         snprintf(msg, sizeof(msg),
                  "no task \"%.64s\": it never existed, or its result was dropped after its ttl",
                  tid);
@@ -415,9 +408,8 @@ void tasks_list(struct mcp_server *s, json_t *id, json_t *params)
                 return;
         }
         json_t *list = json_array();
-        for (struct call *c = s->calls; c; c = c->next)
-                if (c->task)
-                        json_array_append_new(list, task_json(c));
+        struct call *c;
+        list_for_each(c, &s->calls, node) if (c->task) json_array_append_new(list, task_json(c));
         mcp_send(s, jrpc_result(id, json_pack("{s:o}", "tasks", list)));
 }
 
@@ -445,8 +437,7 @@ void tasks_result(struct mcp_server *s, json_t *id, json_t *params)
         }
         w->job = c;
         w->id = json_incref(id);
-        w->next = c->waits;
-        c->waits = w;
+        list_push(&c->waits, &w->node);
 }
 
 void tasks_cancel(struct mcp_server *s, json_t *id, json_t *params)
@@ -474,26 +465,38 @@ void tasks_cancel(struct mcp_server *s, json_t *id, json_t *params)
 
 void job_waits_free(struct call *c)
 {
-        while (c->waits)
-                job_wait_free(c->waits);
+        while (!list_empty(&c->waits))
+                job_wait_free(list_first(&c->waits, struct job_wait, node));
 }
 
 bool job_waits_in_flight(const struct mcp_server *s, const json_t *id)
 {
-        for (const struct call *c = s->calls; c; c = c->next)
-                for (const struct job_wait *w = c->waits; w; w = w->next)
+        const struct call *c;
+        const struct job_wait *w;
+        list_for_each(c, &s->calls, node)
+        {
+                list_for_each(w, &c->waits, node)
+                {
                         if (jrpc_id_equal(w->id, id))
                                 return true;
+                }
+        }
         return false;
 }
 
 bool job_wait_withdraw(struct mcp_server *s, const json_t *id)
 {
-        for (struct call *c = s->calls; c; c = c->next)
-                for (struct job_wait *w = c->waits; w; w = w->next)
+        struct call *c;
+        struct job_wait *w;
+        list_for_each(c, &s->calls, node)
+        {
+                list_for_each(w, &c->waits, node)
+                {
                         if (jrpc_id_equal(w->id, id)) {
                                 job_wait_free(w);
                                 return true;
                         }
+                }
+        }
         return false;
 }

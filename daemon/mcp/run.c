@@ -34,7 +34,6 @@ static void call_progress(void *userdata, double done, double total, const char 
 
 void call_free(struct call *c)
 {
-        struct mcp_server *s = c->srv;
         progress_free(c->progress);
         job_waits_free(c);
         timer_remove(c->sync_timer);
@@ -42,12 +41,7 @@ void call_free(struct call *c)
         json_decref(c->result);
         free(c->code_line);
         free(c->session);
-        if (c->prev)
-                c->prev->next = c->next;
-        else
-                s->calls = c->next;
-        if (c->next)
-                c->next->prev = c->prev;
+        list_del(&c->node);
         json_decref(c->id);
         free(c);
 }
@@ -89,10 +83,8 @@ static struct call *call_new(struct mcp_server *s, json_t *id, json_t *task, con
         }
         c->srv = s;
         c->id = json_incref(id);
-        c->next = s->calls;
-        if (s->calls)
-                s->calls->prev = c;
-        s->calls = c;
+        list_init(&c->waits);
+        list_push(&s->calls, &c->node);
         c->tool = strcmp(tool, "run_shell") == 0 ? "run_shell" : "run_python";
         c->t_start = now_ms();
         if (task)
@@ -224,28 +216,30 @@ void tool_run(struct mcp_server *s, json_t *id, json_t *args, json_t *params)
 bool calls_in_flight(const struct mcp_server *s, const json_t *id)
 {
         /* A job or task was answered; a cancelled call never will be. */
-        for (const struct call *c = s->calls; c; c = c->next)
-                if (!c->cancelled && !c->job_id[0] && jrpc_id_equal(c->id, id))
-                        return true;
+        const struct call *c;
+        list_for_each(c, &s->calls, node) if (!c->cancelled && !c->job_id[0] &&
+                                              jrpc_id_equal(c->id, id)) return true;
         return false;
 }
 
 void calls_cancel(struct mcp_server *s, const json_t *id, const char *why)
 {
-        for (struct call *c = s->calls; c; c = c->next)
-                if (jrpc_id_equal(c->id, id) && !c->cancelled && !c->job_id[0]) {
-                        log_info("host cancelled a call%s%s", why ? ": " : "", why ? why : "");
-                        c->cancelled = true;
-                        /* A withdrawn call says nothing more. */
-                        progress_free(c->progress);
-                        c->progress = NULL;
-                        sandbox_cancel(c->sb); /* call_done follows */
-                        return;
-                }
+        struct call *c;
+        list_for_each(c, &s->calls,
+                      node) if (jrpc_id_equal(c->id, id) && !c->cancelled && !c->job_id[0])
+        {
+                log_info("host cancelled a call%s%s", why ? ": " : "", why ? why : "");
+                c->cancelled = true;
+                /* A withdrawn call says nothing more. */
+                progress_free(c->progress);
+                c->progress = NULL;
+                sandbox_cancel(c->sb); /* call_done follows */
+                return;
+        }
 }
 
 void calls_free(struct mcp_server *s)
 {
-        while (s->calls)
-                call_free(s->calls);
+        while (!list_empty(&s->calls))
+                call_free(list_first(&s->calls, struct call, node));
 }

@@ -22,7 +22,7 @@ struct search_wait {
 
 struct search {
         struct mcp_server *srv;
-        struct search *prev, *next;
+        struct list node; /* in srv->searches */
         json_t *id;
         char *query;
         long limit;
@@ -113,13 +113,7 @@ void tool_list_servers(struct mcp_server *s, json_t *id, json_t *args, json_t *p
 
 static void search_free(struct search *q)
 {
-        struct mcp_server *s = q->srv;
-        if (q->prev)
-                q->prev->next = q->next;
-        else
-                s->searches = q->next;
-        if (q->next)
-                q->next->prev = q->prev;
+        list_del(&q->node);
         for (size_t i = 0; i < q->n; i++) {
                 upstream_call_cancel(q->waits[i].uc);
                 free(q->waits[i].error);
@@ -318,10 +312,7 @@ void tool_search_tools(struct mcp_server *s, json_t *id, json_t *args, json_t *p
         q->srv = s;
         q->id = json_incref(id);
         q->limit = limit ? (long)json_integer_value(limit) : 20;
-        q->next = s->searches;
-        if (s->searches)
-                s->searches->prev = q;
-        s->searches = q;
+        list_push(&s->searches, &q->node);
         for (size_t i = 0; i < total; i++) {
                 struct upstream *u = upstream_at(ups, i);
                 if (server ? strcmp(upstream_spec(u)->name, json_string_value(server)) != 0
@@ -346,14 +337,13 @@ void tool_search_tools(struct mcp_server *s, json_t *id, json_t *args, json_t *p
 
 bool searches_in_flight(const struct mcp_server *s, const json_t *id)
 {
-        for (const struct search *q = s->searches; q; q = q->next)
-                if (jrpc_id_equal(q->id, id))
-                        return true;
+        const struct search *q;
+        list_for_each(q, &s->searches, node) if (jrpc_id_equal(q->id, id)) return true;
         return false;
 }
 
 void searches_free(struct mcp_server *s)
 {
-        while (s->searches)
-                search_free(s->searches);
+        while (!list_empty(&s->searches))
+                search_free(list_first(&s->searches, struct search, node));
 }

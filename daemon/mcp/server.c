@@ -303,6 +303,9 @@ int mcp_server_new(struct loop *l, const struct config *cfg, struct sandbox_mgr 
                                  .bridge = bridge,
                                  .on_eof = on_eof,
                                  .userdata = userdata};
+        list_init(&s->calls);
+        list_init(&s->fcalls);
+        list_init(&s->searches);
         servers_names(bridge, s->names, sizeof(s->names));
         s->line_max = tools_line_max(cfg);
         int r = transport_stdio_new(l, in_fd, out_fd, s->line_max, &stdio_events, s, &s->transport);

@@ -17,7 +17,7 @@
 /* A write_file, read_file or list_files on its way. */
 struct file_call {
         struct mcp_server *srv;
-        struct file_call *prev, *next;
+        struct list node; /* in srv->fcalls */
         json_t *id;
         char session[SESSION_NAME_MAX + 1];
         char path[FILES_PATH_MAX + 64]; /* normalised, under /workspace */
@@ -161,13 +161,7 @@ void tool_session_close(struct mcp_server *s, json_t *id, json_t *args, json_t *
 
 static void fcall_free(struct file_call *fc)
 {
-        struct mcp_server *s = fc->srv;
-        if (fc->prev)
-                fc->prev->next = fc->next;
-        else
-                s->fcalls = fc->next;
-        if (fc->next)
-                fc->next->prev = fc->prev;
+        list_del(&fc->node);
         sandbox_fop_cancel(fc->fop);
         sandbox_ask_cancel(fc->ask);
         json_decref(fc->id);
@@ -186,10 +180,7 @@ static struct file_call *fcall_new(struct mcp_server *s, json_t *id, const char 
         fc->id = json_incref(id);
         snprintf(fc->session, sizeof(fc->session), "%s", session);
         snprintf(fc->path, sizeof(fc->path), "%s", path);
-        fc->next = s->fcalls;
-        if (s->fcalls)
-                s->fcalls->prev = fc;
-        s->fcalls = fc;
+        list_push(&s->fcalls, &fc->node);
         return fc;
 }
 
@@ -527,14 +518,13 @@ void tool_list_files(struct mcp_server *s, json_t *id, json_t *args, json_t *par
 
 bool file_calls_in_flight(const struct mcp_server *s, const json_t *id)
 {
-        for (const struct file_call *fc = s->fcalls; fc; fc = fc->next)
-                if (jrpc_id_equal(fc->id, id))
-                        return true;
+        const struct file_call *fc;
+        list_for_each(fc, &s->fcalls, node) if (jrpc_id_equal(fc->id, id)) return true;
         return false;
 }
 
 void file_calls_free(struct mcp_server *s)
 {
-        while (s->fcalls)
-                fcall_free(s->fcalls);
+        while (!list_empty(&s->fcalls))
+                fcall_free(list_first(&s->fcalls, struct file_call, node));
 }
