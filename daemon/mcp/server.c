@@ -1,23 +1,17 @@
 #include "mcp/server.h"
 
 #include "bridge/bridge.h"
-#include "core/buf.h"
 #include "core/jsonrpc.h"
 #include "core/log.h"
 #include "core/loop.h"
 #include "core/util.h"
+#include "mcp/internal.h"
 #include "mcp/tools.h"
-#include "sandbox/files.h"
-#include "sandbox/session.h"
-#include "runtime/protocol.h"
+#include "mcp/transport.h"
+#include "sandbox/sandbox.h"
 
-#include <fcntl.h>
-#include <math.h>
-#include <poll.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/epoll.h>
-#include <time.h>
 
 #ifndef CORRAL_VERSION
 #define CORRAL_VERSION "0"
@@ -30,1831 +24,79 @@ static const char *const protocol_versions[] = {
     "2024-11-05",
 };
 
-/* notifications/progress for a call whose host sent a progressToken. */
-#define PROGRESS_MIN_MS       200  /* at most five a second */
-#define PROGRESS_HEARTBEAT_MS 5000 /* and one at least this often */
-#define PROGRESS_TAIL         4096 /* bytes of newest output kept */
-#define PROGRESS_LINES        5    /* lines of it in a message */
-#define PROGRESS_MESSAGE_MAX  1000 /* bytes */
-
-struct progress {
-        json_t *token;
-        struct timer *timer;
-        long long last_ms; /* when we last sent */
-        double last;       /* the last progress value sent */
-        double done;       /* the code's last report, if above last */
-        double total;      /* the code's, < 0 when it gave none */
-        char *message;     /* the code's last message, or NULL */
-        bool pending;      /* something new since the last one */
-        char tail[PROGRESS_TAIL];
-        size_t tail_len;
-};
-
-/* A call still running after its sync_wait_s is answered "running" and
- * goes on as a job, followed with job_status / job_result / job_cancel. */
-#define JOB_KEEP_MAX 64   /* finished jobs kept at most; the oldest go first */
-#define JOB_TAIL     2000 /* bytes of newest output in job_status */
-
-struct call;
-
-/* A job_result (or tasks/result) waiting for its job to end. */
-struct job_wait {
-        struct job_wait *next;
-        struct call *job;
-        json_t *id;
-        struct timer *timer; /* NULL: tasks/result, which waits for the end */
-};
-
-/* MCP tasks (2025-11-25): a tools/call with `task` is a job from its start,
- * followed with tasks/get, tasks/result, tasks/cancel and tasks/list. */
-#define TASK_POLL_MS     1000
-#define TASK_TTL_MAX_MS  (24LL * 3600 * 1000)
-#define RELATED_TASK_KEY "io.modelcontextprotocol/related-task"
-
-struct call {
-        struct mcp_server *srv;
-        struct call *prev, *next;
-        json_t *id;
-        struct sandbox *sb;        /* NULL once it has ended */
-        struct progress *progress; /* NULL: the host asked for none */
-        bool cancelled;            /* the host withdrew it: no response is sent */
-        const char *tool;          /* run_python or run_shell */
-        char *code_line;           /* the start of its code, for job_list */
-        char *session;             /* the session it runs in, or NULL */
-        long long t_start, t_end;
-        struct timer *sync_timer; /* sync_wait_s */
-        char job_id[24];          /* "" until it becomes a job */
-        json_t *result;           /* a finished job's result */
-        struct timer *expire;     /* job_retention_s after it ended */
-        struct job_wait *waits;
-        /* A task: a job from its start. */
-        bool task;
-        bool task_cancelled;    /* tasks/cancel: it stays "cancelled" */
-        long long created_wall; /* ms since the epoch */
-        long long updated_wall;
-        long long ttl_ms; /* kept at least this long from creation */
-};
-
-/* A search_tools call waiting for servers to start. */
-struct search;
-struct search_wait {
-        struct search *search;
-        struct upstream *u;
-        struct upstream_call *uc;
-        char *error; /* the server could not be listed */
-};
-
-struct search {
-        struct mcp_server *srv;
-        struct search *prev, *next;
-        json_t *id;
-        char *query;
-        long limit;
-        size_t n, pending;
-        struct search_wait *waits;
-};
-
-/* A write_file, read_file or list_files on its way. */
-struct file_call {
-        struct mcp_server *srv;
-        struct file_call *prev, *next;
-        json_t *id;
-        char session[SESSION_NAME_MAX + 1];
-        char path[FILES_PATH_MAX + 64]; /* normalised, under /workspace */
-        struct sandbox_fop *fop;
-        struct sandbox_ask *ask;
-        size_t offset, limit; /* read_file's window */
-        size_t bytes;         /* write_file's content */
-};
-
-struct mcp_server {
-        struct loop *loop;
-        const struct config *cfg;
-        struct sandbox_mgr *mgr;
-        struct session_mgr *sessions;
-        struct file_call *fcalls;
-        struct bridge *bridge; /* may be NULL */
-        struct search *searches;
-        char names[512]; /* the servers, for run_python's description */
-        int in_fd, out_fd;
-        struct watch *in_watch, *out_watch;
-        struct timer *file_timer; /* stdin that epoll cannot watch (a file) */
-        struct line_reader lines;
-        size_t line_max;
-        struct jrpc_id_scan scan; /* the id of a line too long to take */
-        struct buf out;
-        struct call *calls;
-        unsigned job_seq;
-        bool initialized; /* initialize answered */
-        bool stopped;
-        void (*on_eof)(void *);
-        void *userdata;
-};
-
-static void flush_out(struct mcp_server *s);
-
-static void send_msg(struct mcp_server *s, json_t *msg)
+void mcp_send(struct mcp_server *s, json_t *msg)
 {
-        size_t len;
-        char *line = jrpc_encode(msg, &len);
-        if (!line) {
-                log_err("cannot encode a message for the host");
-                return;
-        }
-        if (buf_append(&s->out, line, len) < 0)
-                log_err("output to the host is backed up; dropped a %zu-byte message", len);
-        free(line);
-        flush_out(s);
+        transport_send(s->transport, msg);
 }
 
-static void send_error(struct mcp_server *s, json_t *id, int code, const char *message)
+void mcp_send_error(struct mcp_server *s, json_t *id, int code, const char *message)
 {
-        send_msg(s, jrpc_error(id, code, message, NULL));
+        mcp_send(s, jrpc_error(id, code, message, NULL));
 }
 
-/* A tool's result, stolen; NULL (it could not be built) is an internal error. */
-static void send_tool_result(struct mcp_server *s, json_t *id, json_t *result)
+void mcp_send_result(struct mcp_server *s, json_t *id, json_t *result)
 {
         if (result)
-                send_msg(s, jrpc_result(id, result));
+                mcp_send(s, jrpc_result(id, result));
         else
-                send_error(s, id, JRPC_INTERNAL_ERROR, "cannot encode the result");
-}
-
-static void out_ready(struct watch *w, uint32_t events, void *userdata)
-{
-        (void)w;
-        (void)events;
-        flush_out(userdata);
-}
-
-static void flush_out(struct mcp_server *s)
-{
-        while (s->out.len > 0) {
-                ssize_t k = write(s->out_fd, s->out.data, s->out.len);
-                if (k < 0) {
-                        if (errno == EINTR)
-                                continue;
-                        if (errno != EAGAIN) {
-                                log_err("writing to the host failed: %s", strerror(errno));
-                                s->out.len = 0;
-                        }
-                        break;
-                }
-                buf_consume(&s->out, (size_t)k);
-        }
-        if (s->out.len > 0 && !s->out_watch) {
-                if (watch_add(s->loop, s->out_fd, EPOLLOUT, out_ready, s, &s->out_watch) < 0)
-                        log_err("cannot wait for the host to read");
-        } else if (s->out.len == 0 && s->out_watch) {
-                watch_remove(s->out_watch);
-                s->out_watch = NULL;
-        }
+                mcp_send_error(s, id, JRPC_INTERNAL_ERROR, "cannot encode the result");
 }
 
 /* ---- tools/call */
 
-static void progress_free(struct progress *p)
+bool tool_args_object(struct mcp_server *s, json_t *id, json_t *args)
 {
-        if (!p)
-                return;
-        timer_remove(p->timer);
-        json_decref(p->token);
-        free(p->message);
-        free(p);
-}
-
-/* The newest lines of output, at most PROGRESS_MESSAGE_MAX bytes. */
-static char *progress_lines(const struct progress *p)
-{
-        size_t end = p->tail_len;
-        while (end > 0 && (p->tail[end - 1] == '\n' || p->tail[end - 1] == '\r'))
-                end--;
-        size_t start = end;
-        for (int lines = 0; start > 0; start--)
-                if (p->tail[start - 1] == '\n' && ++lines == PROGRESS_LINES)
-                        break;
-        if (end - start > PROGRESS_MESSAGE_MAX)
-                start = end - PROGRESS_MESSAGE_MAX;
-        /* Never start inside a UTF-8 sequence. */
-        while (start < end && ((unsigned char)p->tail[start] & 0xC0) == 0x80)
-                start++;
-        return strndup(p->tail + start, end - start);
-}
-
-static void progress_send(struct call *c)
-{
-        struct progress *p = c->progress;
-        /* The value must grow with every notification: the code's own
-         * report counts when it does; otherwise a small step above the last
-         * (small, so that output between the code's reports does not run
-         * ahead of them). Rounded to the step so it prints short. */
-        double value = p->done > p->last ? p->done : round((p->last + 0.001) * 1000) / 1000;
-        char *lines = progress_lines(p);
-        const char *msg = p->message ? p->message : lines;
-        json_t *params = json_pack("{s:O, s:f}", "progressToken", p->token, "progress", value);
-        if (params && p->total >= 0)
-                json_object_set_new(params, "total", json_real(p->total));
-        if (params && msg && *msg)
-                json_object_set_new(params, "message", json_string(msg));
-        if (params && c->task) /* the tasks specification: tied to its task */
-                json_object_set_new(params, "_meta",
-                                    json_pack("{s:{s:s}}", RELATED_TASK_KEY, "taskId", c->job_id));
-        free(lines);
-        if (params)
-                send_msg(c->srv, jrpc_notification("notifications/progress", params));
-        p->last = value;
-        p->last_ms = now_ms();
-        p->pending = false;
-        timer_arm(p->timer, PROGRESS_HEARTBEAT_MS);
-}
-
-static void progress_tick(struct timer *t, void *userdata)
-{
-        struct call *c = userdata;
-        (void)t;
-        if (!c->cancelled)
-                progress_send(c);
-}
-
-/* Send now, or when PROGRESS_MIN_MS has passed since the last one. */
-static void progress_soon(struct call *c)
-{
-        struct progress *p = c->progress;
-        long long wait = p->last_ms + PROGRESS_MIN_MS - now_ms();
-        if (p->last_ms == 0 || wait <= 0)
-                progress_send(c);
-        else if (!p->pending) {
-                p->pending = true;
-                timer_arm(p->timer, wait);
-        }
-}
-
-static void call_output(void *userdata, bool is_stderr, const char *data, size_t n)
-{
-        struct call *c = userdata;
-        struct progress *p = c->progress;
-        (void)is_stderr;
-        if (!p || n == 0 || c->cancelled)
-                return;
-        if (n >= PROGRESS_TAIL) {
-                memcpy(p->tail, data + n - PROGRESS_TAIL, PROGRESS_TAIL);
-                p->tail_len = PROGRESS_TAIL;
-        } else {
-                if (p->tail_len + n > PROGRESS_TAIL) {
-                        size_t drop = p->tail_len + n - PROGRESS_TAIL;
-                        memmove(p->tail, p->tail + drop, p->tail_len - drop);
-                        p->tail_len -= drop;
-                }
-                memcpy(p->tail + p->tail_len, data, n);
-                p->tail_len += n;
-        }
-        /* The code's own message stays until it reports again. */
-        progress_soon(c);
-}
-
-static void call_progress(void *userdata, double done, double total, const char *message)
-{
-        struct call *c = userdata;
-        struct progress *p = c->progress;
-        if (!p || c->cancelled)
-                return;
-        free(p->message);
-        p->message = NULL;
-        if (message) {
-                size_t n = strlen(message);
-                if (n > PROGRESS_MESSAGE_MAX)
-                        n = utf8_cut(message, PROGRESS_MESSAGE_MAX);
-                p->message = strndup(message, n);
-        }
-        p->total = total;
-        p->done = done;
-        progress_soon(c);
-}
-
-/* A progressToken in tools/call's _meta: a string or an integer. */
-static struct progress *progress_new(struct mcp_server *s, json_t *params, struct call *c)
-{
-        json_t *tok = json_object_get(json_object_get(params, "_meta"), "progressToken");
-        if (!json_is_string(tok) && !json_is_integer(tok))
-                return NULL;
-        struct progress *p = calloc(1, sizeof(*p));
-        if (!p || timer_add(s->loop, progress_tick, c, &p->timer) < 0) {
-                free(p);
-                log_warn("cannot follow a call's progress: out of memory");
-                return NULL;
-        }
-        p->token = json_incref(tok);
-        p->total = -1;
-        timer_arm(p->timer, PROGRESS_HEARTBEAT_MS);
-        return p;
-}
-
-static void job_wait_free(struct job_wait *w)
-{
-        struct call *c = w->job;
-        for (struct job_wait **p = &c->waits; *p; p = &(*p)->next)
-                if (*p == w) {
-                        *p = w->next;
-                        break;
-                }
-        timer_remove(w->timer);
-        json_decref(w->id);
-        free(w);
-}
-
-static void call_free(struct call *c)
-{
-        struct mcp_server *s = c->srv;
-        progress_free(c->progress);
-        while (c->waits)
-                job_wait_free(c->waits);
-        timer_remove(c->sync_timer);
-        timer_remove(c->expire);
-        json_decref(c->result);
-        free(c->code_line);
-        free(c->session);
-        if (c->prev)
-                c->prev->next = c->next;
-        else
-                s->calls = c->next;
-        if (c->next)
-                c->next->prev = c->prev;
-        json_decref(c->id);
-        free(c);
-}
-
-static json_t *job_running_result(struct call *c)
-{
-        return tools_running_result(sandbox_partial(c->sb), c->job_id, now_ms() - c->t_start);
-}
-
-static void job_expire(struct timer *t, void *userdata)
-{
-        struct call *c = userdata;
-        (void)t;
-        log_info("job %s: result dropped after job_retention_s", c->job_id);
-        call_free(c);
-}
-
-/* Keep at most JOB_KEEP_MAX finished jobs: drop the oldest. */
-static void jobs_prune(struct mcp_server *s)
-{
-        for (;;) {
-                size_t n = 0;
-                struct call *oldest = NULL;
-                for (struct call *c = s->calls; c; c = c->next)
-                        if (c->job_id[0] && !c->sb) {
-                                n++;
-                                if (!oldest || c->t_end < oldest->t_end)
-                                        oldest = c;
-                        }
-                if (n <= JOB_KEEP_MAX)
-                        return;
-                log_info("job %s: result dropped (more than %d finished jobs)", oldest->job_id,
-                         JOB_KEEP_MAX);
-                call_free(oldest);
-        }
-}
-
-static long long wall_ms(void)
-{
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void iso8601(long long ms, char *out, size_t size)
-{
-        time_t secs = (time_t)(ms / 1000);
-        struct tm tm;
-        gmtime_r(&secs, &tm);
-        size_t n = strftime(out, size, "%Y-%m-%dT%H:%M:%S", &tm);
-        snprintf(out + n, size - n, ".%03lldZ", ms % 1000);
-}
-
-/* A task's status: working, or by its result (a tool result with isError
- * is "failed", as the tasks specification asks). */
-static const char *task_status(const struct call *c)
-{
-        if (c->task_cancelled)
-                return "cancelled";
-        if (!c->t_end) /* not ended (it may not have a sandbox yet) */
-                return "working";
-        if (!c->result)
-                return "failed";
-        const char *st = json_string_value(
-            json_object_get(json_object_get(c->result, "structuredContent"), "status"));
-        if (st && strcmp(st, "cancelled") == 0)
-                return "cancelled";
-        return json_is_true(json_object_get(c->result, "isError")) ? "failed" : "completed";
-}
-
-/* The Task object of the tasks specification (new reference). */
-static json_t *task_json(const struct call *c)
-{
-        char created[40], updated[40], msg[400];
-        iso8601(c->created_wall, created, sizeof(created));
-        iso8601(c->updated_wall, updated, sizeof(updated));
-        const char *status = task_status(c);
-        if (!c->t_end) {
-                snprintf(msg, sizeof(msg), "%s running for %lld ms", c->tool,
-                         now_ms() - c->t_start);
-        } else {
-                json_t *sc = json_object_get(c->result, "structuredContent");
-                json_t *err = json_object_get(sc, "error");
-                const char *type = json_string_value(json_object_get(err, "type"));
-                const char *m = json_string_value(json_object_get(err, "message"));
-                const char *run = json_string_value(json_object_get(sc, "status"));
-                snprintf(msg, sizeof(msg), "%s%s%s%s%s",
-                         c->task_cancelled ? "cancelled by tasks/cancel; the run: " : "",
-                         run ? run : status, type ? ": " : "", type ? type : "", m ? ": " : "");
-                if (m)
-                        snprintf(msg + strlen(msg), sizeof(msg) - strlen(msg), "%.300s", m);
-                utf8_scrub(msg);
-        }
-        json_t *t = json_pack("{s:s, s:s, s:s, s:s, s:s, s:I, s:i}", "taskId", c->job_id, "status",
-                              status, "statusMessage", msg, "createdAt", created, "lastUpdatedAt",
-                              updated, "ttl", (json_int_t)c->ttl_ms, "pollInterval", TASK_POLL_MS);
-        return t;
-}
-
-/* What tasks/result answers: the tool's result, tied to its task. */
-static json_t *task_payload(const struct call *c)
-{
-        json_t *r = json_deep_copy(c->result);
-        if (!r)
-                return NULL;
-        json_t *meta = json_object_get(r, "_meta");
-        if (!json_is_object(meta)) {
-                meta = json_object();
-                json_object_set_new(r, "_meta", meta);
-        }
-        json_object_set_new(meta, RELATED_TASK_KEY, json_pack("{s:s}", "taskId", c->job_id));
-        return r;
-}
-
-/* A job's end: its result (stolen) is kept and given to those waiting. */
-static void job_store(struct call *c, json_t *result)
-{
-        struct mcp_server *s = c->srv;
-        c->t_end = now_ms();
-        c->result = result;
-        if (c->result)
-                json_object_set_new(json_object_get(c->result, "structuredContent"), "job_id",
-                                    json_string(c->job_id));
-        /* Progress belongs to a running call (a task's keeps its token). */
-        progress_free(c->progress);
-        c->progress = NULL;
-        c->updated_wall = wall_ms();
-        while (c->waits) {
-                struct job_wait *w = c->waits;
-                send_tool_result(s, w->id, w->timer ? json_deep_copy(c->result) : task_payload(c));
-                job_wait_free(w);
-        }
-        long long keep = (long long)(s->cfg->job_retention_s * 1000);
-        if (c->task) {
-                /* Kept job_retention_s after its end, and its ttl from its start. */
-                long long by_ttl = c->created_wall + c->ttl_ms - c->updated_wall;
-                keep = by_ttl > keep ? by_ttl : keep;
-                send_msg(s, jrpc_notification("notifications/tasks/status", task_json(c)));
-        }
-        if (timer_add(s->loop, job_expire, c, &c->expire) == 0)
-                timer_arm(c->expire, keep > 0 ? keep : 1);
-        jobs_prune(s);
-}
-
-static void job_finished(struct call *c, const struct sandbox_result *res)
-{
-        log_info("job %s: %s after %lld ms", c->job_id, sandbox_status_name(res->status),
-                 now_ms() - c->t_start);
-        job_store(c, tools_result(res, c->session));
-}
-
-/* sync_wait_s passed: answer "running", and let the sandbox go on. */
-static void call_detach(struct timer *t, void *userdata)
-{
-        struct call *c = userdata;
-        struct mcp_server *s = c->srv;
-        (void)t;
-        if (c->cancelled || !c->sb || c->job_id[0])
-                return;
-        snprintf(c->job_id, sizeof(c->job_id), "job-%u", ++s->job_seq);
-        /* The request is answered: progress for it would now be wrong. */
-        progress_free(c->progress);
-        c->progress = NULL;
-        log_info("%s goes on as %s", c->tool, c->job_id);
-        send_tool_result(s, c->id, job_running_result(c));
-}
-
-static void call_done(void *userdata, const struct sandbox_result *res)
-{
-        struct call *c = userdata;
-        c->sb = NULL;
-        timer_remove(c->sync_timer);
-        c->sync_timer = NULL;
-        if (c->job_id[0]) {
-                job_finished(c, res);
-                return;
-        }
-        /* A withdrawn call gets no response (MCP cancellation rules). */
-        if (!c->cancelled)
-                send_tool_result(c->srv, c->id, tools_result(res, c->session));
-        call_free(c);
-}
-
-/* ---- list_servers and search_tools */
-
-static json_t *tool_error(const char *msg)
-{
-        return tools_error_result("invalid_arguments", "InvalidArguments", msg);
-}
-
-static json_t *servers_listing(struct mcp_server *s)
-{
-        json_t *list = json_array();
-        struct upstream_set *ups = s->bridge ? bridge_upstreams(s->bridge) : NULL;
-        for (size_t i = 0; ups && list && i < upstream_count(ups); i++) {
-                struct upstream *u = upstream_at(ups, i);
-                json_t *d = upstream_describe(u);
-                const char *name = upstream_spec(u)->name;
-                bool enabled = !upstream_spec(u)->disabled &&
-                               policy_server(bridge_policy(s->bridge), name)->enabled;
-                if (!enabled)
-                        json_object_set_new(d, "status", json_string("disabled"));
-                json_array_append_new(list, d);
-        }
-        return list;
-}
-
-static void list_servers(struct mcp_server *s, json_t *id, json_t *args)
-{
-        if (args && (!json_is_object(args) || json_object_size(args) > 0)) {
-                send_msg(s, jrpc_result(id, tool_error("list_servers takes no arguments")));
-                return;
-        }
-        json_t *list = servers_listing(s);
-        struct buf text;
-        buf_init(&text, 1 << 20);
-        size_t i;
-        json_t *d;
-        char line[1600];
-        json_array_foreach(list, i, d)
-        {
-                json_t *tools = json_object_get(d, "tools");
-                const char *desc = json_string_value(json_object_get(d, "description"));
-                const char *err = json_string_value(json_object_get(d, "error"));
-                char count[40] = "";
-                if (json_is_integer(tools))
-                        snprintf(count, sizeof(count), ", %lld tools",
-                                 (long long)json_integer_value(tools));
-                snprintf(line, sizeof(line), "%s [%s%s]%s%s%s%s\n",
-                         json_string_value(json_object_get(d, "name")),
-                         json_string_value(json_object_get(d, "status")), count, desc ? ": " : "",
-                         desc ? desc : "", err ? " -- last error: " : "", err ? err : "");
-                buf_append_some(&text, line, strlen(line));
-        }
-        if (json_array_size(list) == 0) {
-                const char *none = "No MCP servers are configured for sandboxed code (see "
-                                   "corral's README: servers in config.json or the MCP hosts' "
-                                   "own files).\n";
-                buf_append_some(&text, none, strlen(none));
-        }
-        utf8_scrub((char *)buf_str(&text));
-        json_t *result =
-            json_pack("{s:[{s:s, s:s}], s:{s:o}, s:b}", "content", "type", "text", "text",
-                      buf_str(&text), "structuredContent", "servers", list, "isError", 0);
-        buf_free(&text);
-        send_msg(s, jrpc_result(id, result));
-}
-
-static void search_free(struct search *q)
-{
-        struct mcp_server *s = q->srv;
-        if (q->prev)
-                q->prev->next = q->next;
-        else
-                s->searches = q->next;
-        if (q->next)
-                q->next->prev = q->prev;
-        for (size_t i = 0; i < q->n; i++) {
-                upstream_call_cancel(q->waits[i].uc);
-                free(q->waits[i].error);
-        }
-        free(q->waits);
-        json_decref(q->id);
-        free(q->query);
-        free(q);
-}
-
-/* Every word of the query in the name or description; the name counts more. */
-static long match_score(const char *query, const char *name, const char *desc)
-{
-        long score = 0;
-        char word[128];
-        const char *p = query;
-        while (*p) {
-                while (*p == ' ' || *p == '\t' || *p == ',')
-                        p++;
-                size_t n = 0;
-                while (*p && *p != ' ' && *p != '\t' && *p != ',') {
-                        if (n + 1 < sizeof(word))
-                                word[n++] = *p;
-                        p++;
-                }
-                if (!n)
-                        break;
-                word[n] = '\0';
-                bool in_name = strcasestr(name, word) != NULL;
-                bool in_desc = desc && strcasestr(desc, word) != NULL;
-                if (!in_name && !in_desc)
-                        return 0;
-                score += in_name ? 3 : 1;
-        }
-        return score ? score : 1;
-}
-
-struct hit {
-        long score;
-        json_t *entry;
-};
-
-static int cmp_hit(const void *a, const void *b)
-{
-        const struct hit *x = a, *y = b;
-        return (y->score > x->score) - (y->score < x->score);
-}
-
-static void search_answer(struct search *q)
-{
-        struct mcp_server *s = q->srv;
-        size_t cap = 0, n = 0;
-        struct hit *hits = NULL;
-        json_t *errors = json_array();
-        for (size_t i = 0; i < q->n; i++) {
-                struct search_wait *w = &q->waits[i];
-                const char *server = upstream_spec(w->u)->name;
-                if (w->error) {
-                        json_array_append_new(
-                            errors, json_pack("{s:s, s:s}", "server", server, "error", w->error));
-                        continue;
-                }
-                size_t j;
-                json_t *t;
-                json_array_foreach(upstream_tools(w->u), j, t)
-                {
-                        const char *name = json_string_value(json_object_get(t, "name"));
-                        const char *desc = json_string_value(json_object_get(t, "description"));
-                        if (!name || !policy_tool_allowed(bridge_policy(s->bridge), server, name))
-                                continue;
-                        long score = match_score(q->query, name, desc);
-                        if (!score)
-                                continue;
-                        if (n == cap) {
-                                size_t nc = cap ? cap * 2 : 32;
-                                struct hit *nh = realloc(hits, nc * sizeof(*hits));
-                                if (!nh)
-                                        break;
-                                hits = nh;
-                                cap = nc;
-                        }
-                        json_t *schema = json_object_get(t, "inputSchema");
-                        hits[n].score = score;
-                        hits[n].entry =
-                            json_pack("{s:s, s:s, s:s?, s:O?}", "server", server, "name", name,
-                                      "description", desc, "inputSchema", schema);
-                        if (hits[n].entry)
-                                n++;
-                }
-        }
-        if (n)
-                qsort(hits, n, sizeof(*hits), cmp_hit);
-        json_t *tools = json_array();
-        struct buf text;
-        buf_init(&text, 4 << 20);
-        for (size_t i = 0; i < n; i++) {
-                if ((long)i < q->limit) {
-                        json_t *e = hits[i].entry;
-                        const char *desc = json_string_value(json_object_get(e, "description"));
-                        char *schema = json_dumps(json_object_get(e, "inputSchema"), JSON_COMPACT);
-                        char head[700];
-                        snprintf(head, sizeof(head), "%s.%s: %.500s\n  input: ",
-                                 json_string_value(json_object_get(e, "server")),
-                                 json_string_value(json_object_get(e, "name")), desc ? desc : "");
-                        buf_append_some(&text, head, strlen(head));
-                        buf_append_some(&text, schema ? schema : "{}",
-                                        strlen(schema ? schema : "{}"));
-                        buf_append_some(&text, "\n", 1);
-                        free(schema);
-                        json_array_append(tools, e);
-                }
-                json_decref(hits[i].entry);
-        }
-        free(hits);
-        size_t k;
-        json_t *er;
-        json_array_foreach(errors, k, er)
-        {
-                char line[1300];
-                snprintf(line, sizeof(line), "(server %s could not be searched: %s)\n",
-                         json_string_value(json_object_get(er, "server")),
-                         json_string_value(json_object_get(er, "error")));
-                buf_append_some(&text, line, strlen(line));
-        }
-        if (json_array_size(tools) == 0)
-                buf_append_some(&text, "No tool matches.\n", 17);
-        utf8_scrub((char *)buf_str(&text));
-        json_t *result = json_pack("{s:[{s:s, s:s}], s:{s:o, s:o}, s:b}", "content", "type", "text",
-                                   "text", buf_str(&text), "structuredContent", "tools", tools,
-                                   "errors", errors, "isError", 0);
-        buf_free(&text);
-        send_msg(s, jrpc_result(q->id, result));
-        search_free(q);
-}
-
-static void search_ready(void *userdata, json_t *tools, const struct err *e)
-{
-        struct search_wait *w = userdata;
-        struct search *q = w->search;
-        w->uc = NULL;
-        if (!tools)
-                w->error = strdup(e->msg);
-        if (--q->pending == 0)
-                search_answer(q);
-}
-
-static void search_tools(struct mcp_server *s, json_t *id, json_t *args)
-{
-        const char *query = json_string_value(json_object_get(args, "query"));
-        json_t *server = json_object_get(args, "server");
-        json_t *limit = json_object_get(args, "limit");
-        const char *key;
-        json_t *v;
-        json_object_foreach(args, key, v)
-        {
-                if (strcmp(key, "query") && strcmp(key, "server") && strcmp(key, "limit")) {
-                        send_msg(s, jrpc_result(id, tool_error("search_tools takes query, server "
-                                                               "and limit")));
-                        return;
-                }
-        }
-        if (!query || strlen(query) > 1000 || (server && !json_is_string(server)) ||
-            (limit && (!json_is_integer(limit) || json_integer_value(limit) < 1 ||
-                       json_integer_value(limit) > 200))) {
-                send_msg(s, jrpc_result(id, tool_error("search_tools needs a \"query\" string "
-                                                       "(at most 1000 bytes), an optional "
-                                                       "\"server\" name and a \"limit\" from 1 "
-                                                       "to 200")));
-                return;
-        }
-        struct upstream_set *ups = s->bridge ? bridge_upstreams(s->bridge) : NULL;
-        if (server) {
-                json_t *one = json_pack("[O]", server);
-                char msg[800];
-                int r = s->bridge ? bridge_check_servers(s->bridge, one, msg, sizeof(msg))
-                                  : (snprintf(msg, sizeof(msg), "no MCP servers are configured"),
-                                     -EINVAL);
-                json_decref(one);
-                if (r < 0) {
-                        send_msg(s, jrpc_result(id, tool_error(utf8_scrub(msg))));
-                        return;
-                }
-        }
-        struct search *q = calloc(1, sizeof(*q));
-        size_t total = ups ? upstream_count(ups) : 0;
-        if (!q || !(q->query = strdup(query)) ||
-            !(q->waits = calloc(total ? total : 1, sizeof(*q->waits)))) {
-                if (q)
-                        free(q->query);
-                free(q);
-                send_error(s, id, JRPC_INTERNAL_ERROR, "out of memory");
-                return;
-        }
-        q->srv = s;
-        q->id = json_incref(id);
-        q->limit = limit ? (long)json_integer_value(limit) : 20;
-        q->next = s->searches;
-        if (s->searches)
-                s->searches->prev = q;
-        s->searches = q;
-        for (size_t i = 0; i < total; i++) {
-                struct upstream *u = upstream_at(ups, i);
-                const char *name = upstream_spec(u)->name;
-                if (server ? strcmp(name, json_string_value(server)) != 0
-                           : upstream_spec(u)->disabled ||
-                                 !policy_server(bridge_policy(s->bridge), name)->enabled)
-                        continue;
-                q->waits[q->n++] = (struct search_wait){.search = q, .u = u};
-        }
-        /* Callbacks may come at once (servers already up): count ourselves
-         * as one more wait until every request is out. */
-        q->pending = q->n + 1;
-        for (size_t i = 0; i < q->n; i++) {
-                struct search_wait *w = &q->waits[i];
-                double t =
-                    policy_server(bridge_policy(s->bridge), upstream_spec(w->u)->name)->timeout_s;
-                if (upstream_when_ready(w->u, t, search_ready, w, &w->uc) < 0) {
-                        w->error = strdup("out of memory");
-                        q->pending--;
-                }
-        }
-        if (--q->pending == 0)
-                search_answer(q);
-}
-
-/* ---- jobs */
-
-static json_t *job_text_result(json_t *structured, const char *text)
-{
-        return json_pack("{s:[{s:s, s:s}], s:o, s:b}", "content", "type", "text", "text", text,
-                         "structuredContent", structured, "isError", 0);
-}
-
-/* The job named by args.job_id, or an answer saying why not (then NULL). */
-static struct call *job_find(struct mcp_server *s, json_t *id, json_t *args, const char *tool,
-                             const char *extra)
-{
-        char msg[512];
-        const char *key;
-        json_t *v;
-        json_object_foreach(args, key, v)
-        {
-                if (strcmp(key, "job_id") != 0 && (!extra || strcmp(key, extra) != 0)) {
-                        snprintf(msg, sizeof(msg),
-                                 "unknown argument \"%.100s\" (%s takes job_id%s%s)", key, tool,
-                                 extra ? " and " : "", extra ? extra : "");
-                        utf8_scrub(msg);
-                        send_msg(s, jrpc_result(id, tool_error(msg)));
-                        return NULL;
-                }
-        }
-        const char *job = json_string_value(json_object_get(args, "job_id"));
-        if (!job) {
-                snprintf(msg, sizeof(msg), "%s needs \"job_id\", a string", tool);
-                send_msg(s, jrpc_result(id, tool_error(msg)));
-                return NULL;
-        }
-        for (struct call *c = s->calls; c; c = c->next)
-                if (c->job_id[0] && strcmp(c->job_id, job) == 0)
-                        return c;
-        snprintf(msg, sizeof(msg),
-                 "no job \"%.64s\": job_list shows the running ones and the finished ones "
-                 "still kept (%.0f s after they end)",
-                 job, s->cfg->job_retention_s);
-        utf8_scrub(msg);
-        send_msg(s, jrpc_result(id, tool_error(msg)));
-        return NULL;
-}
-
-static const char *job_status_name(const struct call *c)
-{
-        if (c->sb)
-                return "running";
-        const char *st = json_string_value(
-            json_object_get(json_object_get(c->result, "structuredContent"), "status"));
-        return st ? st : "error";
-}
-
-static json_t *job_summary(const struct call *c)
-{
-        return json_pack("{s:s, s:s, s:s, s:b, s:I, s:s, s:s?}", "job_id", c->job_id, "tool",
-                         c->tool, "status", job_status_name(c), "running", c->sb != NULL,
-                         "duration_ms", (json_int_t)((c->sb ? now_ms() : c->t_end) - c->t_start),
-                         "code", c->code_line ? c->code_line : "", "session", c->session);
-}
-
-static void job_status(struct mcp_server *s, json_t *id, json_t *args)
-{
-        struct call *c = job_find(s, id, args, "job_status", NULL);
-        if (!c)
-                return;
-        json_t *st = job_summary(c);
-        const struct sandbox_result *r = c->sb ? sandbox_partial(c->sb) : NULL;
-        if (r) {
-                /* The newest output: stdout's kept text, its end. */
-                size_t n = r->out.data.len, from = n > JOB_TAIL ? n - JOB_TAIL : 0;
-                while (from < n && ((unsigned char)r->out.data.data[from] & 0xC0) == 0x80)
-                        from++;
-                json_object_set_new(st, "stdout_bytes", json_integer((json_int_t)r->out.total));
-                json_object_set_new(st, "stderr_bytes", json_integer((json_int_t)r->err.total));
-                json_object_set_new(st, "stdout_tail",
-                                    json_stringn(n ? r->out.data.data + from : "", n - from));
-        } else {
-                json_t *sc = json_object_get(c->result, "structuredContent");
-                json_object_set(st, "exit_code", json_object_get(sc, "exit_code"));
-        }
-        char text[256];
-        snprintf(
-            text, sizeof(text), "%s (%s): %s, %lld ms%s", c->job_id, c->tool, job_status_name(c),
-            (long long)json_integer_value(json_object_get(st, "duration_ms")),
-            c->sb ? "; job_result with wait_s waits for the end" : "; job_result gives the result");
-        send_msg(s, jrpc_result(id, job_text_result(st, text)));
-}
-
-static void job_wait_tick(struct timer *t, void *userdata)
-{
-        struct job_wait *w = userdata;
-        struct call *c = w->job;
-        (void)t;
-        send_tool_result(c->srv, w->id, job_running_result(c));
-        job_wait_free(w);
-}
-
-static void job_result(struct mcp_server *s, json_t *id, json_t *args)
-{
-        struct call *c = job_find(s, id, args, "job_result", "wait_s");
-        if (!c)
-                return;
-        json_t *w = json_object_get(args, "wait_s");
-        double wait = w ? json_number_value(w) : 0;
-        if (w && (!json_is_number(w) || !isfinite(wait) || wait < 0 || wait > JOB_WAIT_MAX_S)) {
-                char msg[128];
-                snprintf(msg, sizeof(msg), "argument \"wait_s\" must be a number from 0 to %.0f",
-                         JOB_WAIT_MAX_S);
-                send_msg(s, jrpc_result(id, tool_error(msg)));
-                return;
-        }
-        if (!c->sb) {
-                send_tool_result(s, id, json_deep_copy(c->result));
-                return;
-        }
-        if (wait <= 0) {
-                send_tool_result(s, id, job_running_result(c));
-                return;
-        }
-        struct job_wait *jw = calloc(1, sizeof(*jw));
-        if (!jw || timer_add(s->loop, job_wait_tick, jw, &jw->timer) < 0) {
-                free(jw);
-                send_error(s, id, JRPC_INTERNAL_ERROR, "out of memory");
-                return;
-        }
-        jw->job = c;
-        jw->id = json_incref(id);
-        jw->next = c->waits;
-        c->waits = jw;
-        timer_arm(jw->timer, (long long)ceil(wait * 1000));
-}
-
-static void job_cancel(struct mcp_server *s, json_t *id, json_t *args)
-{
-        struct call *c = job_find(s, id, args, "job_cancel", NULL);
-        if (!c)
-                return;
-        char text[160];
-        if (!c->sb) {
-                json_t *st = job_summary(c);
-                json_object_set_new(st, "cancelled", json_false());
-                snprintf(text, sizeof(text), "%s had already ended (%s): nothing to cancel",
-                         c->job_id, job_status_name(c));
-                send_msg(s, jrpc_result(id, job_text_result(st, text)));
-                return;
-        }
-        log_info("host cancelled %s", c->job_id);
-        snprintf(text, sizeof(text),
-                 "%s cancelled: its sandbox is being removed; job_result gives "
-                 "status \"cancelled\"",
-                 c->job_id);
-        json_t *st = json_pack("{s:s, s:b}", "job_id", c->job_id, "cancelled", 1);
-        /* May finish the job at once (then c holds its result). */
-        sandbox_cancel(c->sb);
-        send_msg(s, jrpc_result(id, job_text_result(st, text)));
-}
-
-static void job_list(struct mcp_server *s, json_t *id, json_t *args)
-{
-        if (args && (!json_is_object(args) || json_object_size(args) > 0)) {
-                send_msg(s, jrpc_result(id, tool_error("job_list takes no arguments")));
-                return;
-        }
-        json_t *jobs = json_array();
-        size_t running = 0;
-        for (struct call *c = s->calls; c; c = c->next)
-                if (c->job_id[0]) {
-                        json_array_append_new(jobs, job_summary(c));
-                        running += c->sb != NULL;
-                }
-        char text[128];
-        snprintf(text, sizeof(text), "%zu job(s), %zu running", json_array_size(jobs), running);
-        send_msg(s, jrpc_result(id, job_text_result(json_pack("{s:o}", "jobs", jobs), text)));
-}
-
-/* A call of run_python or run_shell, linked; with `task`, a task (a job
- * from the start) whose id is the job id. NULL after answering. */
-static struct call *call_new(struct mcp_server *s, json_t *id, json_t *task, const char *tool)
-{
-        struct call *c = calloc(1, sizeof(*c));
-        if (!c) {
-                send_error(s, id, JRPC_INTERNAL_ERROR, "out of memory");
-                return NULL;
-        }
-        c->srv = s;
-        c->id = json_incref(id);
-        c->next = s->calls;
-        if (s->calls)
-                s->calls->prev = c;
-        s->calls = c;
-        c->tool = strcmp(tool, "run_shell") == 0 ? "run_shell" : "run_python";
-        c->t_start = now_ms();
-        if (task) {
-                c->task = true;
-                snprintf(c->job_id, sizeof(c->job_id), "job-%u", ++s->job_seq);
-                c->created_wall = c->updated_wall = wall_ms();
-                json_t *ttl = json_object_get(task, "ttl");
-                long long want = ttl ? (long long)json_integer_value(ttl)
-                                     : (long long)(s->cfg->job_retention_s * 1000);
-                c->ttl_ms = want < 1000 ? 1000 : want > TASK_TTL_MAX_MS ? TASK_TTL_MAX_MS : want;
-                log_info("%s runs as task %s", c->tool, c->job_id);
-        }
-        return c;
-}
-
-/* The call could not start: its answer (stolen), or for a task its result. */
-static void call_failed(struct call *c, json_t *result)
-{
-        if (c->task) {
-                job_store(c, result);
-                return;
-        }
-        send_tool_result(c->srv, c->id, result);
-        call_free(c);
-}
-
-/* ---- sessions and their files */
-
-/* A tool result for a session_run error (see session.h). */
-static json_t *session_error_result(int r, const char *msg)
-{
-        switch (r) {
-        case -EBUSY:
-                return tools_error_result("busy", strstr(msg, "slot") ? "Busy" : "SessionBusy",
-                                          msg);
-        case -EUSERS:
-                return tools_error_result("busy", "TooManySessions", msg);
-        case -ENOLINK:
-                return tools_error_result("session_lost", "SessionLost", msg);
-        case -ENOTSUP:
-                return tools_error_result("invalid_arguments", "SessionsDisabled", msg);
-        case -EINVAL:
-                return tools_error_result("invalid_arguments", "InvalidArguments", msg);
-        default:
-                return tools_error_result("engine_error", "InternalError",
-                                          msg[0] ? msg : strerror(-r));
-        }
-}
-
-/* Checks that args has only these keys (NULL-ended); else answers. */
-static bool only_keys(struct mcp_server *s, json_t *id, json_t *args, const char *tool,
-                      const char *const *keys)
-{
-        const char *key;
-        json_t *v;
-        json_object_foreach(args, key, v)
-        {
-                bool known = false;
-                for (const char *const *k = keys; *k && !known; k++)
-                        known = strcmp(*k, key) == 0;
-                if (!known) {
-                        char msg[400], list[200] = "";
-                        for (const char *const *k = keys; *k; k++)
-                                snprintf(list + strlen(list), sizeof(list) - strlen(list), "%s%s",
-                                         k == keys ? "" : ", ", *k);
-                        snprintf(msg, sizeof(msg), "unknown argument \"%.100s\" (%s takes %s)", key,
-                                 tool, list);
-                        send_msg(s, jrpc_result(id, tool_error(utf8_scrub(msg))));
-                        return false;
-                }
-        }
-        return true;
-}
-
-/* The "session" argument, checked; NULL after answering. */
-static const char *session_arg(struct mcp_server *s, json_t *id, json_t *args, const char *tool)
-{
-        const char *name = json_string_value(json_object_get(args, "session"));
-        char msg[300];
-        if (!name) {
-                snprintf(msg, sizeof(msg), "%s needs \"session\", a session's name", tool);
-                send_msg(s, jrpc_result(id, tool_error(msg)));
-                return NULL;
-        }
-        if (session_name_check(name, msg, sizeof(msg)) < 0) {
-                send_msg(s, jrpc_result(id, tool_error(utf8_scrub(msg))));
-                return NULL;
-        }
-        return name;
-}
-
-/* What the file tools share: only `keys`, a session name, and `path`
- * made a path under /workspace (`dflt` when absent, NULL: required; the
- * root itself only when allow_root). The session's name, or NULL after
- * answering. */
-static const char *file_args(struct mcp_server *s, json_t *id, json_t *args, const char *tool,
-                             const char *const *keys, const char *dflt, bool allow_root, char *full,
-                             size_t full_size)
-{
-        if (!only_keys(s, id, args, tool, keys))
-                return NULL;
-        const char *name = session_arg(s, id, args, tool);
-        if (!name)
-                return NULL;
-        json_t *p = json_object_get(args, "path");
-        char msg[600];
-        if ((p && !json_is_string(p)) || (!p && !dflt)) {
-                snprintf(msg, sizeof(msg), "%s needs \"path\", a string", tool);
-                send_msg(s, jrpc_result(id, tool_error(msg)));
-                return NULL;
-        }
-        if (files_path(p ? json_string_value(p) : dflt, allow_root, full, full_size, msg,
-                       sizeof(msg)) < 0) {
-                send_msg(s, jrpc_result(id, tools_error_result("invalid_arguments", "InvalidPath",
-                                                               utf8_scrub(msg))));
-                return NULL;
-        }
-        return name;
-}
-
-static json_t *text_result(json_t *structured, const char *text)
-{
-        return json_pack("{s:[{s:s, s:s}], s:o, s:b}", "content", "type", "text", "text", text,
-                         "structuredContent", structured, "isError", 0);
-}
-
-static void session_list_tool(struct mcp_server *s, json_t *id, json_t *args)
-{
-        static const char *const keys[] = {NULL};
-        if (!only_keys(s, id, args, "session_list", keys))
-                return;
-        json_t *list = session_list(s->sessions);
-        struct buf text;
-        buf_init(&text, 1 << 20);
-        char line[400];
-        snprintf(line, sizeof(line),
-                 "%zu session(s) open (at most %ld; closed after %g s without calls, or %g s "
-                 "after opening)\n",
-                 json_array_size(list), session_max(s->sessions), s->cfg->session_idle_s,
-                 s->cfg->session_max_s);
-        buf_append_some(&text, line, strlen(line));
-        size_t i;
-        json_t *x;
-        json_array_foreach(list, i, x)
-        {
-                json_t *mem = json_object_get(x, "memory_bytes");
-                char memtext[40] = "memory unknown";
-                if (json_is_integer(mem))
-                        snprintf(memtext, sizeof(memtext), "%.1f MiB",
-                                 (double)json_integer_value(mem) / (1 << 20));
-                snprintf(line, sizeof(line), "%s: %s, %.0f s old, idle %.0f s, %lld calls, %s\n",
-                         json_string_value(json_object_get(x, "name")),
-                         json_string_value(json_object_get(x, "state")),
-                         json_real_value(json_object_get(x, "age_s")),
-                         json_real_value(json_object_get(x, "idle_s")),
-                         (long long)json_integer_value(json_object_get(x, "calls")), memtext);
-                buf_append_some(&text, line, strlen(line));
-        }
-        json_t *st = json_pack("{s:o, s:I, s:f, s:f}", "sessions", list, "max_sessions",
-                               (json_int_t)session_max(s->sessions), "session_idle_s",
-                               s->cfg->session_idle_s, "session_max_s", s->cfg->session_max_s);
-        send_tool_result(s, id, st ? text_result(st, buf_str(&text)) : NULL);
-        buf_free(&text);
-}
-
-static void session_close_tool(struct mcp_server *s, json_t *id, json_t *args)
-{
-        static const char *const keys[] = {"session", NULL};
-        if (!only_keys(s, id, args, "session_close", keys))
-                return;
-        const char *name = session_arg(s, id, args, "session_close");
-        if (!name)
-                return;
-        char msg[600], text[200];
-        if (session_close(s->sessions, name, msg, sizeof(msg)) < 0) {
-                send_msg(s, jrpc_result(id, tool_error(utf8_scrub(msg))));
-                return;
-        }
-        snprintf(text, sizeof(text), "session \"%s\" closed: its sandbox is being removed", name);
-        send_tool_result(s, id,
-                         text_result(json_pack("{s:s, s:b}", "session", name, "closed", 1), text));
-}
-
-static void fcall_free(struct file_call *fc)
-{
-        struct mcp_server *s = fc->srv;
-        if (fc->prev)
-                fc->prev->next = fc->next;
-        else
-                s->fcalls = fc->next;
-        if (fc->next)
-                fc->next->prev = fc->prev;
-        sandbox_fop_cancel(fc->fop);
-        sandbox_ask_cancel(fc->ask);
-        json_decref(fc->id);
-        free(fc);
-}
-
-static struct file_call *fcall_new(struct mcp_server *s, json_t *id, const char *session,
-                                   const char *path)
-{
-        struct file_call *fc = calloc(1, sizeof(*fc));
-        if (!fc) {
-                send_error(s, id, JRPC_INTERNAL_ERROR, "out of memory");
-                return NULL;
-        }
-        fc->srv = s;
-        fc->id = json_incref(id);
-        snprintf(fc->session, sizeof(fc->session), "%s", session);
-        snprintf(fc->path, sizeof(fc->path), "%s", path);
-        fc->next = s->fcalls;
-        if (s->fcalls)
-                s->fcalls->prev = fc;
-        s->fcalls = fc;
-        return fc;
-}
-
-/* The result for a failed file operation: the model can fix a path. */
-static json_t *file_error_result(int error, const char *message)
-{
-        switch (error) {
-        case -ENOENT:
-                return tools_error_result("invalid_arguments", "NotFound", message);
-        case -EISDIR:
-        case -ENOTDIR:
-        case -EINVAL:
-                return tools_error_result("invalid_arguments", "NotAFile", message);
-        case -EPERM:
-        case -ELOOP:
-                return tools_error_result("invalid_arguments", "PathEscape", message);
-        case -EFBIG:
-                return tools_error_result("invalid_arguments", "TooLarge", message);
-        case -ENOSPC:
-                return tools_error_result("error", "NoSpace", message);
-        default:
-                return tools_error_result("engine_error", "EngineError", message);
-        }
-}
-
-/* The sandbox of args.session for a file tool; NULL after answering. */
-static struct sandbox *file_session(struct mcp_server *s, json_t *id, const char *name)
-{
-        char msg[600];
-        struct sandbox *sb = session_sandbox(s->sessions, name, msg, sizeof(msg));
-        if (!sb) {
-                send_msg(s,
-                         jrpc_result(id, tools_error_result(
-                                             strstr(msg, "starting") ? "busy" : "invalid_arguments",
-                                             strstr(msg, "starting") ? "SessionBusy" : "NoSession",
-                                             utf8_scrub(msg))));
-                return NULL;
-        }
-        if (!sandbox_mgr_engine(s->mgr) || !sandbox_container(sb)) {
-                send_msg(s, jrpc_result(id, tools_error_result("engine_error", "EngineError",
-                                                               "no container engine answers")));
-                return NULL;
-        }
-        return sb;
-}
-
-static json_t *file_start_failed(int r)
-{
-        return r == -ENOTCONN ? tools_error_result("engine_error", "EngineError",
-                                                   "the session's sandbox cannot be reached now "
-                                                   "(it is starting or being removed)")
-                              : tools_error_result("engine_error", "InternalError", strerror(-r));
-}
-
-static void write_answer(struct file_call *fc)
-{
-        char head[64], tail[SESSION_NAME_MAX + 32];
-        struct buf text;
-        buf_init(&text, 16 << 10);
-        snprintf(head, sizeof(head), "wrote %zu bytes to ", fc->bytes);
-        snprintf(tail, sizeof(tail), " (session \"%s\")", fc->session);
-        buf_append_some(&text, head, strlen(head));
-        buf_append_shown(&text, fc->path, strlen(fc->path));
-        buf_append_some(&text, tail, strlen(tail));
-        utf8_scrub((char *)buf_str(&text));
-        send_tool_result(fc->srv, fc->id,
-                         text_result(json_pack("{s:s, s:s, s:I}", "session", fc->session, "path",
-                                               fc->path, "bytes", (json_int_t)fc->bytes),
-                                     buf_str(&text)));
-        buf_free(&text);
-}
-
-static void write_done(void *userdata, const struct files_result *r)
-{
-        struct file_call *fc = userdata;
-        fc->fop = NULL;
-        if (r->error)
-                send_tool_result(fc->srv, fc->id, file_error_result(r->error, r->message));
-        else
-                write_answer(fc);
-        fcall_free(fc);
-}
-
-/* write_file that opened its session: the session's first run wrote it. */
-static void write_opened(void *userdata, const struct sandbox_result *res)
-{
-        struct file_call *fc = userdata;
-        if (res->status == ST_OK)
-                write_answer(fc);
-        else
-                send_tool_result(fc->srv, fc->id, tools_result(res, fc->session));
-        fcall_free(fc);
-}
-
-static void write_file_tool(struct mcp_server *s, json_t *id, json_t *args)
-{
-        static const char *const keys[] = {"session", "path", "content", "encoding", NULL};
-        char full[FILES_PATH_MAX + 64], msg[600];
-        const char *name =
-            file_args(s, id, args, "write_file", keys, NULL, false, full, sizeof(full));
-        if (!name)
-                return;
-        struct buf data;
-        int r =
-            tools_file_content(json_object_get(args, "content"), json_object_get(args, "encoding"),
-                               s->cfg->file_max_bytes, &data, msg, sizeof(msg));
-        if (r < 0) {
-                send_msg(s,
-                         jrpc_result(id, tools_error_result(
-                                             "invalid_arguments",
-                                             r == -EFBIG ? "TooLarge" : "InvalidArguments", msg)));
-                return;
-        }
-        struct file_call *fc = fcall_new(s, id, name, full);
-        if (!fc) {
-                buf_free(&data);
-                return;
-        }
-        fc->bytes = data.len;
-        if (session_exists(s->sessions, name)) {
-                struct sandbox *sb = file_session(s, id, name);
-                r = sb ? sandbox_write_file(sb, full, data.data ? data.data : "", data.len,
-                                            write_done, fc, &fc->fop)
-                       : 1;
-                if (r < 0)
-                        send_tool_result(s, id, file_start_failed(r));
-                if (r != 0)
-                        fcall_free(fc);
-                buf_free(&data);
-                return;
-        }
-        /* A new session: its first run writes the file and runs nothing. */
-        struct sandbox_file f = {.path = full, .data = data.data ? data.data : "", .len = data.len};
-        struct sandbox_request req = {
-            .lang = LANG_PYTHON,
-            .code = "",
-            .timeout_s = s->cfg->timeout_s,
-            .session = name,
-            .files = &f,
-            .n_files = 1,
-        };
-        struct sandbox *sb;
-        r = session_run(s->sessions, &req, write_opened, fc, &sb, msg, sizeof(msg));
-        buf_free(&data);
-        if (r < 0) {
-                send_msg(s, jrpc_result(id, session_error_result(r, utf8_scrub(msg))));
-                fcall_free(fc);
-        }
-}
-
-static void read_done(void *userdata, const struct files_result *r)
-{
-        struct file_call *fc = userdata;
-        struct mcp_server *s = fc->srv;
-        fc->fop = NULL;
-        if (r->error) {
-                send_tool_result(s, fc->id, file_error_result(r->error, r->message));
-                fcall_free(fc);
-                return;
-        }
-        size_t size = r->len;
-        size_t from = fc->offset < size ? fc->offset : size;
-        size_t to = size - from > fc->limit ? from + fc->limit : size;
-        /* Text: valid UTF-8 with no NUL. Its window starts and ends on
-         * whole characters. */
-        bool text = utf8_text(r->data, size);
-        if (text) {
-                while (from < to && ((unsigned char)r->data[from] & 0xC0) == 0x80)
-                        from++;
-                if (to < size)
-                        to = from + utf8_cut(r->data + from, to - from);
-        }
-        const char *mime = files_mime_type(fc->path);
-        bool more = to < size;
-        json_t *st = json_pack("{s:s, s:s, s:I, s:I, s:I, s:o, s:b, s:s, s:s?}", "session",
-                               fc->session, "path", r->path, "size", (json_int_t)size, "offset",
-                               (json_int_t)from, "length", (json_int_t)(to - from), "next_offset",
-                               more ? json_integer((json_int_t)to) : json_null(), "truncated", more,
-                               "encoding", text ? "utf-8" : "base64", "mime_type", mime);
-        json_t *result = NULL;
-        char about[300];
-        snprintf(about, sizeof(about), ": %zu bytes%s%s; bytes %zu to %zu%s", size,
-                 mime ? ", " : "", mime ? mime : "", from, to,
-                 more ? " (more: read on from next_offset)" : "");
-        struct buf shown;
-        buf_init(&shown, 16 << 10);
-        buf_append_shown(&shown, r->path, strlen(r->path));
-        buf_append_some(&shown, about, strlen(about));
-        utf8_scrub((char *)buf_str(&shown));
-        const char *head = buf_str(&shown);
-        if (text) {
-                result =
-                    json_pack("{s:[{s:s, s:s%}], s:o, s:b}", "content", "type", "text", "text",
-                              r->data + from, to - from, "structuredContent", st, "isError", 0);
-        } else {
-                struct buf b64;
-                buf_init(&b64, (to - from + 2) / 3 * 4 + 1);
-                json_t *item = NULL;
-                if (base64_encode(&b64, r->data + from, to - from) == 0) {
-                        char uri[FILES_PATH_MAX + 16];
-                        snprintf(uri, sizeof(uri), "file://%s", r->path);
-                        utf8_scrub(uri);
-                        if (mime && strncmp(mime, "image/", 6) == 0 && from == 0 && !more)
-                                item =
-                                    json_pack("{s:s, s:s%, s:s}", "type", "image", "data",
-                                              b64.data ? b64.data : "", b64.len, "mimeType", mime);
-                        else
-                                item = json_pack("{s:s, s:{s:s, s:s, s:s%}}", "type", "resource",
-                                                 "resource", "uri", uri, "mimeType",
-                                                 mime ? mime : "application/octet-stream", "blob",
-                                                 b64.data ? b64.data : "", b64.len);
-                }
-                buf_free(&b64);
-                if (item)
-                        result =
-                            json_pack("{s:[{s:s, s:s}, o], s:o, s:b}", "content", "type", "text",
-                                      "text", head, item, "structuredContent", st, "isError", 0);
-                else
-                        json_decref(st);
-        }
-        buf_free(&shown);
-        send_tool_result(s, fc->id, result);
-        fcall_free(fc);
-}
-
-static bool window_arg(struct mcp_server *s, json_t *id, json_t *args, const char *key, size_t *ret,
-                       size_t min)
-{
-        json_t *v = json_object_get(args, key);
-        if (!v)
+        if (!args || json_is_object(args))
                 return true;
-        if (!json_is_integer(v) || json_integer_value(v) < (json_int_t)min) {
-                char msg[120];
-                snprintf(msg, sizeof(msg), "argument \"%s\" must be an integer >= %zu", key, min);
-                send_msg(s, jrpc_result(id, tool_error(msg)));
-                return false;
-        }
-        *ret = (size_t)json_integer_value(v);
-        return true;
+        mcp_send_result(s, id, arguments_error("arguments must be an object"));
+        return false;
 }
 
-static void read_file_tool(struct mcp_server *s, json_t *id, json_t *args)
+void tool_sandbox_status(struct mcp_server *s, json_t *id, json_t *args, json_t *params)
 {
-        static const char *const keys[] = {"session", "path", "offset", "limit", NULL};
-        char full[FILES_PATH_MAX + 64];
-        const char *name =
-            file_args(s, id, args, "read_file", keys, NULL, false, full, sizeof(full));
-        if (!name)
+        if (args && (!json_is_object(args) || json_object_size(args) > 0)) {
+                mcp_send_result(s, id, arguments_error("sandbox_status takes no arguments"));
                 return;
-        size_t offset = 0, limit = s->cfg->output_limit;
-        if (!window_arg(s, id, args, "offset", &offset, 0) ||
-            !window_arg(s, id, args, "limit", &limit, 1))
-                return;
-        struct sandbox *sb = file_session(s, id, name);
-        if (!sb)
-                return;
-        struct file_call *fc = fcall_new(s, id, name, full);
-        if (!fc)
-                return;
-        fc->offset = offset;
-        fc->limit = limit;
-        int r = sandbox_read_file(sb, full, s->cfg->file_max_bytes, read_done, fc, &fc->fop);
-        if (r < 0) {
-                send_tool_result(s, id, file_start_failed(r));
-                fcall_free(fc);
         }
+        mcp_send(s, jrpc_result(id, tools_status_result(sandbox_mgr_status(s->mgr))));
 }
 
-static void list_done(void *userdata, json_t *result, const char *error)
+/* params.task: an object, with "ttl" a number of milliseconds >= 0. */
+static bool task_valid(json_t *task)
 {
-        struct file_call *fc = userdata;
-        struct mcp_server *s = fc->srv;
-        fc->ask = NULL;
-        if (!result) {
-                /* The runtime's words, bounded. */
-                char msg[700];
-                snprintf(msg, sizeof(msg), "%.600s", error ? error : "no answer");
-                utf8_scrub(msg);
-                send_tool_result(s, fc->id,
-                                 tools_error_result("invalid_arguments", "NotFound", msg));
-                fcall_free(fc);
-                return;
-        }
-        /* The container's answer: only well-formed entries pass. */
-        json_t *entries = json_array();
-        struct buf text;
-        buf_init(&text, 4 << 20);
-        size_t i, escaped = 0;
-        json_t *e;
-        json_array_foreach(json_object_get(result, "entries"), i, e)
-        {
-                const char *path = json_string_value(json_object_get(e, "path"));
-                const char *type = json_string_value(json_object_get(e, "type"));
-                json_t *size = json_object_get(e, "size");
-                if (!path || !type || !json_is_integer(size) || i >= RT_LIST_MAX)
-                        continue;
-                const char *target = json_string_value(json_object_get(e, "target"));
-                json_t *clean = json_pack("{s:s, s:s, s:O, s:O?, s:O?, s:s?}", "path", path, "type",
-                                          type, "size", size, "mode", json_object_get(e, "mode"),
-                                          "mtime", json_object_get(e, "mtime"), "target", target);
-                if (!clean)
-                        continue;
-                json_array_append_new(entries, clean);
-                /* Names are the sandbox's: shown escaped, so that none can
-                 * move a terminal's cursor or pass for another line; the
-                 * structured entries keep them exact. */
-                char line[100];
-                snprintf(line, sizeof(line), "%-7.20s %10lld  ", type,
-                         (long long)json_integer_value(size));
-                buf_append_some(&text, line, strlen(line));
-                escaped += buf_append_shown(&text, path, strlen(path));
-                if (strcmp(type, "dir") == 0)
-                        buf_append_some(&text, "/", 1);
-                if (target) {
-                        buf_append_some(&text, " -> ", 4);
-                        escaped += buf_append_shown(&text, target, strlen(target));
-                }
-                buf_append_some(&text, "\n", 1);
-        }
-        bool truncated = json_is_true(json_object_get(result, "truncated"));
-        char foot[200];
-        snprintf(foot, sizeof(foot), "%zu entries in ", json_array_size(entries));
-        buf_append_some(&text, foot, strlen(foot));
-        escaped += buf_append_shown(&text, fc->path, strlen(fc->path));
-        snprintf(foot, sizeof(foot), "%s%s", truncated ? " (more: raise limit)" : "",
-                 escaped ? "; control characters in names are shown as C escapes (\\n, \\e, "
-                           "\\xNN; \\\\ is a backslash), structuredContent has them exact"
-                         : "");
-        buf_append_some(&text, foot, strlen(foot));
-        utf8_scrub((char *)buf_str(&text));
-        json_t *st = json_pack("{s:s, s:s, s:o, s:b}", "session", fc->session, "path", fc->path,
-                               "entries", entries, "truncated", truncated);
-        send_tool_result(s, fc->id, st ? text_result(st, buf_str(&text)) : NULL);
-        buf_free(&text);
-        fcall_free(fc);
-}
-
-static void list_files_tool(struct mcp_server *s, json_t *id, json_t *args)
-{
-        static const char *const keys[] = {"session", "path", "recursive", "limit", NULL};
-        char full[FILES_PATH_MAX + 64];
-        const char *name =
-            file_args(s, id, args, "list_files", keys, ".", true, full, sizeof(full));
-        if (!name)
-                return;
-        json_t *rec = json_object_get(args, "recursive");
-        if (rec && !json_is_boolean(rec)) {
-                send_msg(s, jrpc_result(id, tool_error("list_files takes \"recursive\", true or "
-                                                       "false")));
-                return;
-        }
-        size_t limit = 1000;
-        if (!window_arg(s, id, args, "limit", &limit, 1))
-                return;
-        if (limit > RT_LIST_MAX)
-                limit = RT_LIST_MAX;
-        struct sandbox *sb = file_session(s, id, name);
-        if (!sb)
-                return;
-        struct file_call *fc = fcall_new(s, id, name, full);
-        if (!fc)
-                return;
-        json_t *params = json_pack("{s:s, s:b, s:I}", "path", full, "recursive", json_is_true(rec),
-                                   "limit", (json_int_t)limit);
-        if (sandbox_ask(sb, "sandbox/list", params, list_done, fc, &fc->ask) < 0) {
-                send_msg(s, jrpc_result(id, tools_error_result("engine_error", "EngineError",
-                                                               "the session's sandbox does not "
-                                                               "answer")));
-                fcall_free(fc);
-        }
+        json_t *ttl = json_object_get(task, "ttl");
+        return json_is_object(task) &&
+               (!ttl || (json_is_integer(ttl) && json_integer_value(ttl) >= 0));
 }
 
 static void tools_call(struct mcp_server *s, json_t *id, json_t *params)
 {
         const char *name = json_string_value(json_object_get(params, "name"));
-        json_t *args = json_object_get(params, "arguments");
-        char msg[512];
-        struct sandbox_request req = {0};
+        char msg[700], names[300];
         if (!name) {
-                send_error(s, id, JRPC_INVALID_PARAMS, "tools/call needs a \"name\" string");
+                mcp_send_error(s, id, JRPC_INVALID_PARAMS, "tools/call needs a \"name\" string");
                 return;
         }
         json_t *task = json_object_get(params, "task");
-        if (task &&
-            (!json_is_object(task) || (json_object_get(task, "ttl") &&
-                                       (!json_is_integer(json_object_get(task, "ttl")) ||
-                                        json_integer_value(json_object_get(task, "ttl")) < 0)))) {
-                send_error(s, id, JRPC_INVALID_PARAMS,
-                           "\"task\" must be an object, with \"ttl\" a number of milliseconds");
+        if (task && !task_valid(task)) {
+                mcp_send_error(s, id, JRPC_INVALID_PARAMS,
+                               "\"task\" must be an object, with \"ttl\" a number of milliseconds");
                 return;
         }
-        /* Only the tools that run code declare taskSupport (optional). */
-        if (task && strcmp(name, "run_python") != 0 && strcmp(name, "run_shell") != 0) {
-                snprintf(msg, sizeof(msg),
-                         "tool \"%.100s\" does not run as a task (only run_python and run_shell "
-                         "do)",
-                         name);
-                send_error(s, id, JRPC_METHOD_NOT_FOUND, utf8_scrub(msg));
+        const struct mcp_tool *t = tools_find(name);
+        if (task && (!t || !t->task)) {
+                tools_names(true, names, sizeof(names));
+                snprintf(msg, sizeof(msg), "tool \"%.100s\" does not run as a task (only %s do)",
+                         name, names);
+                mcp_send_error(s, id, JRPC_METHOD_NOT_FOUND, utf8_scrub(msg));
                 return;
         }
-        if (strcmp(name, "sandbox_status") == 0) {
-                if (args && (!json_is_object(args) || json_object_size(args) > 0)) {
-                        send_msg(s, jrpc_result(id, tools_error_result(
-                                                        "invalid_arguments", "InvalidArguments",
-                                                        "sandbox_status takes no arguments")));
-                        return;
-                }
-                send_msg(s, jrpc_result(id, tools_status_result(sandbox_mgr_status(s->mgr))));
+        if (!t) {
+                tools_unknown(name, msg, sizeof(msg));
+                mcp_send_error(s, id, JRPC_INVALID_PARAMS, utf8_scrub(msg));
                 return;
         }
-        if (strcmp(name, "list_servers") == 0) {
-                list_servers(s, id, args);
-                return;
-        }
-        if (strcmp(name, "search_tools") == 0) {
-                search_tools(s, id, args);
-                return;
-        }
-        static const struct {
-                const char *name;
-                void (*fn)(struct mcp_server *, json_t *, json_t *);
-        } others[] = {{"job_status", job_status},          {"job_result", job_result},
-                      {"job_cancel", job_cancel},          {"job_list", job_list},
-                      {"session_list", session_list_tool}, {"session_close", session_close_tool},
-                      {"write_file", write_file_tool},     {"read_file", read_file_tool},
-                      {"list_files", list_files_tool}};
-        for (size_t i = 0; i < ARRAY_SIZE(others); i++)
-                if (strcmp(name, others[i].name) == 0) {
-                        if (args && !json_is_object(args)) {
-                                send_msg(
-                                    s, jrpc_result(id, tool_error("arguments must be an object")));
-                                return;
-                        }
-                        others[i].fn(s, id, args);
-                        return;
-                }
-        int r = tools_parse_call(name, args, s->cfg, sandbox_mgr_images(s->mgr), &req, msg,
-                                 sizeof(msg));
-        if (r == 0 && req.servers && json_array_size(req.servers) > 0) {
-                if (!s->bridge) {
-                        snprintf(msg, sizeof(msg), "no MCP servers are configured for sandboxes");
-                        r = -EINVAL;
-                } else {
-                        r = bridge_check_servers(s->bridge, req.servers, msg, sizeof(msg));
-                        utf8_scrub(msg);
-                }
-        }
-        if (r == -ENOENT) {
-                send_error(s, id, JRPC_INVALID_PARAMS, msg);
-                return;
-        }
-        if (r < 0) {
-                /* Bad arguments are a tool error the model can correct. */
-                json_t *bad = tools_error_result("invalid_arguments", "InvalidArguments", msg);
-                if (task) {
-                        /* A task all the same: created, and failed at once. */
-                        struct call *c = call_new(s, id, task, name);
-                        if (c) {
-                                send_msg(s,
-                                         jrpc_result(id, json_pack("{s:o}", "task", task_json(c))));
-                                call_failed(c, bad);
-                        } else {
-                                json_decref(bad);
-                        }
-                } else {
-                        send_tool_result(s, id, bad);
-                }
-                return;
-        }
-        struct call *c =
-            call_new(s, id, task, req.lang == LANG_PYTHON ? "run_python" : "run_shell");
-        if (!c) {
-                tools_request_free(&req);
-                return;
-        }
-        c->progress = progress_new(s, params, c);
-        c->code_line =
-            strndup(req.code, strcspn(req.code, "\n") < 80 ? strcspn(req.code, "\n") : 80);
-        if (c->code_line)
-                utf8_scrub(c->code_line);
-        c->t_start = now_ms();
-        c->session = req.session ? strdup(req.session) : NULL;
-        req.on_output = call_output;
-        req.hook_userdata = c; /* a session wraps the done callback, not these */
-        req.on_progress = call_progress;
-        if (task) {
-                /* A task answers at once; the run is followed with tasks/get. */
-                send_msg(s, jrpc_result(id, json_pack("{s:o}", "task", task_json(c))));
-        } else if (timer_add(s->loop, call_detach, c, &c->sync_timer) == 0) {
-                long long ms = (long long)ceil(req.sync_wait_s * 1000);
-                timer_arm(c->sync_timer, ms > 0 ? ms : 1);
-        }
-        json_t *failed = NULL;
-        if (req.session) {
-                r = session_run(s->sessions, &req, call_done, c, &c->sb, msg, sizeof(msg));
-                if (r < 0)
-                        failed = session_error_result(r, utf8_scrub(msg));
-        } else {
-                r = sandbox_run(s->mgr, &req, call_done, c, &c->sb);
-                if (r == -EBUSY) {
-                        snprintf(msg, sizeof(msg),
-                                 "every sandbox slot is in use (%ld) and %ld calls are already "
-                                 "waiting: try again shortly, or raise max_sandboxes / max_queue",
-                                 s->cfg->max_sandboxes, s->cfg->max_queue);
-                        failed = tools_error_result("busy", "Busy", msg);
-                } else if (r < 0) {
-                        failed = tools_error_result("engine_error", "InternalError", strerror(-r));
-                }
-        }
-        tools_request_free(&req); /* the sandbox has its copy */
-        if (r < 0)
-                call_failed(c, failed);
-}
-
-/* ---- MCP tasks */
-
-/* The task named by params.taskId, or NULL after answering -32602. */
-static struct call *task_find(struct mcp_server *s, json_t *id, json_t *params)
-{
-        const char *tid = json_string_value(json_object_get(params, "taskId"));
-        char msg[200];
-        if (!tid) {
-                send_error(s, id, JRPC_INVALID_PARAMS, "\"taskId\" must be a string");
-                return NULL;
-        }
-        for (struct call *c = s->calls; c; c = c->next)
-                if (c->task && strcmp(c->job_id, tid) == 0)
-                        return c;
-        snprintf(msg, sizeof(msg),
-                 "no task \"%.64s\": it never existed, or its result was dropped after its ttl",
-                 tid);
-        send_error(s, id, JRPC_INVALID_PARAMS, utf8_scrub(msg));
-        return NULL;
-}
-
-static void tasks_request(struct mcp_server *s, const char *method, json_t *id, json_t *params)
-{
-        if (strcmp(method, "tasks/list") == 0) {
-                if (json_object_get(params, "cursor")) {
-                        send_error(s, id, JRPC_INVALID_PARAMS,
-                                   "unknown cursor: corral lists every task on one page");
-                        return;
-                }
-                json_t *list = json_array();
-                for (struct call *c = s->calls; c; c = c->next)
-                        if (c->task)
-                                json_array_append_new(list, task_json(c));
-                send_msg(s, jrpc_result(id, json_pack("{s:o}", "tasks", list)));
-                return;
-        }
-        struct call *c = task_find(s, id, params);
-        if (!c)
-                return;
-        if (strcmp(method, "tasks/get") == 0) {
-                send_msg(s, jrpc_result(id, task_json(c)));
-        } else if (strcmp(method, "tasks/result") == 0) {
-                if (c->t_end) {
-                        send_tool_result(s, id, task_payload(c));
-                        return;
-                }
-                /* Blocks until the end (a notifications/cancelled ends the wait). */
-                struct job_wait *w = calloc(1, sizeof(*w));
-                if (!w) {
-                        send_error(s, id, JRPC_INTERNAL_ERROR, "out of memory");
-                        return;
-                }
-                w->job = c;
-                w->id = json_incref(id);
-                w->next = c->waits;
-                c->waits = w;
-        } else { /* tasks/cancel */
-                if (c->t_end || c->task_cancelled) {
-                        char msg[160];
-                        snprintf(msg, sizeof(msg), "task %s has already ended (%s)", c->job_id,
-                                 task_status(c));
-                        send_error(s, id, JRPC_INVALID_PARAMS, msg);
-                        return;
-                }
-                log_info("host cancelled task %s", c->job_id);
-                c->task_cancelled = true;
-                progress_free(c->progress); /* a cancelled task says nothing more */
-                c->progress = NULL;
-                c->updated_wall = wall_ms();
-                json_t *t = task_json(c);
-                if (c->sb)
-                        sandbox_cancel(c->sb); /* may end the job at once: c stays (kept) */
-                send_msg(s, jrpc_result(id, t));
-        }
+        t->call(s, id, json_object_get(params, "arguments"), params);
 }
 
 static void cancel_request(struct mcp_server *s, json_t *params)
@@ -1862,22 +104,9 @@ static void cancel_request(struct mcp_server *s, json_t *params)
         json_t *rid = json_object_get(params, "requestId");
         if (!rid)
                 return;
-        for (struct call *c = s->calls; c; c = c->next) {
-                /* A job_result waiting: it ends without an answer. */
-                for (struct job_wait *w = c->waits; w; w = w->next)
-                        if (jrpc_id_equal(w->id, rid)) {
-                                job_wait_free(w);
-                                return;
-                        }
-        }
-        for (struct call *c = s->calls; c; c = c->next)
-                if (jrpc_id_equal(c->id, rid) && !c->cancelled && !c->job_id[0]) {
-                        const char *why = json_string_value(json_object_get(params, "reason"));
-                        log_info("host cancelled a call%s%s", why ? ": " : "", why ? why : "");
-                        c->cancelled = true;
-                        sandbox_cancel(c->sb); /* call_done follows */
-                        return;
-                }
+        /* A job_result waiting: it ends without an answer. */
+        if (!job_wait_withdraw(s, rid))
+                calls_cancel(s, rid, json_string_value(json_object_get(params, "reason")));
 }
 
 /* ---- lifecycle */
@@ -1906,22 +135,59 @@ static json_t *initialize_result(json_t *params)
  * would make the answers, and a notifications/cancelled, ambiguous. */
 static bool id_in_flight(struct mcp_server *s, const json_t *id)
 {
-        for (struct call *c = s->calls; c; c = c->next) {
-                /* A job or task was answered; a cancelled call never will be. */
-                if (!c->cancelled && !c->job_id[0] && jrpc_id_equal(c->id, id))
-                        return true;
-                for (struct job_wait *w = c->waits; w; w = w->next)
-                        if (jrpc_id_equal(w->id, id))
-                                return true;
-        }
-        for (struct file_call *fc = s->fcalls; fc; fc = fc->next)
-                if (jrpc_id_equal(fc->id, id))
-                        return true;
-        for (struct search *q = s->searches; q; q = q->next)
-                if (jrpc_id_equal(q->id, id))
-                        return true;
-        return false;
+        return calls_in_flight(s, id) || job_waits_in_flight(s, id) ||
+               file_calls_in_flight(s, id) || searches_in_flight(s, id);
 }
+
+static void initialize(struct mcp_server *s, json_t *id, json_t *params)
+{
+        if (!json_is_string(json_object_get(params, "protocolVersion"))) {
+                mcp_send_error(s, id, JRPC_INVALID_PARAMS,
+                               "initialize needs a \"protocolVersion\" string");
+                return;
+        }
+        mcp_send(s, jrpc_result(id, initialize_result(params)));
+        s->initialized = true;
+}
+
+static void ping(struct mcp_server *s, json_t *id, json_t *params)
+{
+        mcp_send(s, jrpc_result(id, json_object()));
+}
+
+static void tools_list_request(struct mcp_server *s, json_t *id, json_t *params)
+{
+        mcp_send(s, jrpc_result(id, json_pack("{s:o}", "tools",
+                                              tools_list(s->names, sandbox_mgr_images(s->mgr),
+                                                         sandbox_mgr_mounts(s->mgr)))));
+}
+
+static void set_level(struct mcp_server *s, json_t *id, json_t *params)
+{
+        const char *level = json_string_value(json_object_get(params, "level"));
+        enum log_level l;
+        if (!level || log_level_parse(level, &l) < 0) {
+                mcp_send_error(s, id, JRPC_INVALID_PARAMS,
+                               "level must be one of debug, info, notice, warning, error, "
+                               "critical, alert, emergency");
+                return;
+        }
+        /* Logs still go to stderr only; the level filters them. */
+        log_max_level = l;
+        mcp_send(s, jrpc_result(id, json_object()));
+}
+
+/* The requests corral answers; params is absent or an object. */
+static const struct {
+        const char *method;
+        void (*answer)(struct mcp_server *s, json_t *id, json_t *params);
+} methods[] = {
+    {"initialize", initialize},         {"ping", ping},
+    {"tools/list", tools_list_request}, {"tools/call", tools_call},
+    {"tasks/get", tasks_get},           {"tasks/result", tasks_result},
+    {"tasks/cancel", tasks_cancel},     {"tasks/list", tasks_list},
+    {"logging/setLevel", set_level},
+};
 
 static void handle_request(struct mcp_server *s, struct jrpc_msg *m)
 {
@@ -1931,9 +197,9 @@ static void handle_request(struct mcp_server *s, struct jrpc_msg *m)
          * own answer (or cancellation) still comes as if this one had not
          * been sent. */
         if (id_in_flight(s, m->id)) {
-                send_error(s, m->id, JRPC_INVALID_REQUEST,
-                           "this id belongs to a request still running: a request needs an id "
-                           "that no unanswered request of this session uses");
+                mcp_send_error(s, m->id, JRPC_INVALID_REQUEST,
+                               "this id belongs to a request still running: a request needs an id "
+                               "that no unanswered request of this session uses");
                 return;
         }
         /* MCP lifecycle: initialize first; ping is always answered. Requests
@@ -1945,100 +211,52 @@ static void handle_request(struct mcp_server *s, struct jrpc_msg *m)
                          "\"%.60s\" before initialize: send \"initialize\" first (only "
                          "\"ping\" is answered before it)",
                          method);
-                send_error(s, m->id, JRPC_INVALID_REQUEST, utf8_scrub(msg));
+                mcp_send_error(s, m->id, JRPC_INVALID_REQUEST, utf8_scrub(msg));
                 return;
         }
         if (m->params && !json_is_object(m->params)) {
-                send_error(s, m->id, JRPC_INVALID_PARAMS, "params must be an object");
+                mcp_send_error(s, m->id, JRPC_INVALID_PARAMS, "params must be an object");
                 return;
         }
-        if (strcmp(method, "initialize") == 0) {
-                if (!json_is_string(json_object_get(m->params, "protocolVersion"))) {
-                        send_error(s, m->id, JRPC_INVALID_PARAMS,
-                                   "initialize needs a \"protocolVersion\" string");
+        for (size_t i = 0; i < ARRAY_SIZE(methods); i++)
+                if (strcmp(method, methods[i].method) == 0) {
+                        methods[i].answer(s, m->id, m->params);
                         return;
                 }
-                send_msg(s, jrpc_result(m->id, initialize_result(m->params)));
-                s->initialized = true;
-        } else if (strcmp(method, "ping") == 0) {
-                send_msg(s, jrpc_result(m->id, json_object()));
-        } else if (strcmp(method, "tools/list") == 0) {
-                send_msg(
-                    s, jrpc_result(m->id, json_pack("{s:o}", "tools",
-                                                    tools_list(s->names, sandbox_mgr_images(s->mgr),
-                                                               sandbox_mgr_mounts(s->mgr)))));
-        } else if (strcmp(method, "tools/call") == 0) {
-                tools_call(s, m->id, m->params);
-        } else if (strcmp(method, "tasks/get") == 0 || strcmp(method, "tasks/result") == 0 ||
-                   strcmp(method, "tasks/cancel") == 0 || strcmp(method, "tasks/list") == 0) {
-                tasks_request(s, method, m->id, m->params);
-        } else if (strcmp(method, "logging/setLevel") == 0) {
-                const char *level = json_string_value(json_object_get(m->params, "level"));
-                enum log_level l;
-                if (!level || log_level_parse(level, &l) < 0) {
-                        send_error(s, m->id, JRPC_INVALID_PARAMS,
-                                   "level must be one of debug, info, notice, warning, error, "
-                                   "critical, alert, emergency");
-                        return;
-                }
-                /* Logs still go to stderr only; the level filters them. */
-                log_max_level = l;
-                send_msg(s, jrpc_result(m->id, json_object()));
-        } else {
-                char msg[160];
-                snprintf(msg, sizeof(msg), "method not found: %.100s", method);
-                send_error(s, m->id, JRPC_METHOD_NOT_FOUND, msg);
-        }
+        char msg[160];
+        snprintf(msg, sizeof(msg), "method not found: %.100s", method);
+        mcp_send_error(s, m->id, JRPC_METHOD_NOT_FOUND, msg);
 }
 
-/* The bytes of a line too long to take go by the id scanner only. */
-static void long_line_bytes(void *userdata, const char *p, size_t n)
+/* A message over the transport's limit: refused, under its id when it
+ * could be read, so that the host's request does not wait forever. */
+static void on_too_long(void *userdata, json_t *id, bool notification)
 {
         struct mcp_server *s = userdata;
-        jrpc_id_scan_feed(&s->scan, p, n);
-}
-
-/* A line too long to take has ended: refused, under its id when it could
- * be read, so that the host's request does not wait forever. */
-static void long_line_refused(struct mcp_server *s)
-{
-        json_t *id = NULL;
-        enum jrpc_scan_result k = jrpc_id_scan_end(&s->scan, &id);
-        jrpc_id_scan_init(&s->scan);
         char msg[300];
         snprintf(msg, sizeof(msg),
                  "message larger than the limit of %zu bytes (max_frame, raised to fit a "
                  "write_file of file_max_bytes in base64); skipped",
                  s->line_max);
-        if (k == JRPC_SCAN_NOTIFICATION) {
+        if (notification) {
                 log_warn("%s (a notification: no reply)", msg);
                 return;
         }
         log_warn("%s%s", msg, id ? "" : " (its id could not be read: answered with id null)");
-        send_error(s, id, JRPC_INVALID_REQUEST, msg);
-        json_decref(id);
+        mcp_send_error(s, id, JRPC_INVALID_REQUEST, msg);
 }
 
-static int on_line(void *userdata, const char *line, size_t len)
+static void on_message(void *userdata, const char *text, size_t len)
 {
         struct mcp_server *s = userdata;
-        if (!line) {
-                long_line_refused(s);
-                return 0;
-        }
-        /* Tolerate CRLF and blank lines. */
-        if (len && line[len - 1] == '\r')
-                len--;
-        if (len == 0)
-                return 0;
         struct jrpc_msg m;
         json_t *id = NULL;
         struct err e = {0};
-        int code = jrpc_parse(line, len, &m, &id, &e);
+        int code = jrpc_parse(text, len, &m, &id, &e);
         if (code < 0) {
-                send_error(s, code == JRPC_PARSE_ERROR ? NULL : id, code, e.msg);
+                mcp_send_error(s, code == JRPC_PARSE_ERROR ? NULL : id, code, e.msg);
                 json_decref(id);
-                return 0;
+                return;
         }
         json_decref(id);
         switch (m.kind) {
@@ -2056,48 +274,20 @@ static int on_line(void *userdata, const char *line, size_t len)
                 break;
         }
         jrpc_msg_done(&m);
-        return 0;
 }
 
-static void read_input(struct mcp_server *s)
+static void on_ended(void *userdata)
 {
-        char chunk[65536];
-        for (int i = 0; i < 16 && !s->stopped; i++) {
-                ssize_t k = read(s->in_fd, chunk, sizeof(chunk));
-                if (k < 0) {
-                        if (errno == EINTR)
-                                continue;
-                        if (errno == EAGAIN)
-                                return;
-                        log_err("reading from the host failed: %s", strerror(errno));
-                        k = 0;
-                }
-                if (k == 0) {
-                        log_info("the host closed stdin");
-                        mcp_server_stop(s);
-                        if (s->on_eof)
-                                s->on_eof(s->userdata);
-                        return;
-                }
-                line_reader_feed(&s->lines, chunk, (size_t)k, on_line, s);
-        }
-        /* More may be waiting on a plain file: come back after other work. */
-        if (s->file_timer)
-                timer_arm(s->file_timer, -1);
+        struct mcp_server *s = userdata;
+        if (s->on_eof)
+                s->on_eof(s->userdata);
 }
 
-static void in_ready(struct watch *w, uint32_t events, void *userdata)
-{
-        (void)w;
-        (void)events;
-        read_input(userdata);
-}
-
-static void in_file_tick(struct timer *t, void *userdata)
-{
-        (void)t;
-        read_input(userdata);
-}
+static const struct transport_events stdio_events = {
+    .message = on_message,
+    .too_long = on_too_long,
+    .ended = on_ended,
+};
 
 int mcp_server_new(struct loop *l, const struct config *cfg, struct sandbox_mgr *mgr,
                    struct session_mgr *sessions, struct bridge *bridge, int in_fd, int out_fd,
@@ -2110,45 +300,15 @@ int mcp_server_new(struct loop *l, const struct config *cfg, struct sandbox_mgr 
                                  .cfg = cfg,
                                  .mgr = mgr,
                                  .sessions = sessions,
-                                 .in_fd = in_fd,
-                                 .out_fd = out_fd,
                                  .bridge = bridge,
                                  .on_eof = on_eof,
                                  .userdata = userdata};
-        struct upstream_set *ups = bridge ? bridge_upstreams(bridge) : NULL;
-        size_t used = 0;
-        for (size_t i = 0; ups && i < upstream_count(ups); i++) {
-                const char *name = upstream_spec(upstream_at(ups, i))->name;
-                if (upstream_spec(upstream_at(ups, i))->disabled ||
-                    !policy_server(bridge_policy(bridge), name)->enabled)
-                        continue;
-                int k = snprintf(s->names + used, sizeof(s->names) - used, "%s%s", used ? ", " : "",
-                                 name);
-                if (k < 0 || (size_t)k >= sizeof(s->names) - used) {
-                        snprintf(s->names +
-                                     (used < sizeof(s->names) - 8 ? used : sizeof(s->names) - 8),
-                                 8, ", ...");
-                        break;
-                }
-                used += (size_t)k;
-        }
+        list_init(&s->calls);
+        list_init(&s->fcalls);
+        list_init(&s->searches);
+        servers_names(bridge, s->names, sizeof(s->names));
         s->line_max = tools_line_max(cfg);
-        line_reader_init(&s->lines, s->line_max);
-        line_reader_watch_long(&s->lines, long_line_bytes, s);
-        jrpc_id_scan_init(&s->scan);
-        /* Output is ours to produce; the bound only catches a host that
-         * stopped reading altogether. */
-        buf_init(&s->out, 1ULL << 30);
-        fcntl(in_fd, F_SETFL, fcntl(in_fd, F_GETFL) | O_NONBLOCK);
-        fcntl(out_fd, F_SETFL, fcntl(out_fd, F_GETFL) | O_NONBLOCK);
-        int r = watch_add(l, in_fd, EPOLLIN, in_ready, s, &s->in_watch);
-        if (r == -EPERM) {
-                /* A regular file or /dev/null: always readable. */
-                s->in_watch = NULL;
-                r = timer_add(l, in_file_tick, s, &s->file_timer);
-                if (r == 0)
-                        r = timer_arm(s->file_timer, -1);
-        }
+        int r = transport_stdio_new(l, in_fd, out_fd, s->line_max, &stdio_events, s, &s->transport);
         if (r < 0) {
                 mcp_server_free(s);
                 return r;
@@ -2159,27 +319,13 @@ int mcp_server_new(struct loop *l, const struct config *cfg, struct sandbox_mgr 
 
 void mcp_server_stop(struct mcp_server *s)
 {
-        if (s->stopped)
-                return;
-        s->stopped = true;
-        watch_remove(s->in_watch);
-        s->in_watch = NULL;
-        timer_remove(s->file_timer);
-        s->file_timer = NULL;
+        if (s->transport)
+                transport_stop(s->transport);
 }
 
 void mcp_server_flush(struct mcp_server *s, int timeout_ms)
 {
-        long long deadline = now_ms() + timeout_ms;
-        while (s->out.len > 0 && now_ms() < deadline) {
-                struct pollfd p = {.fd = s->out_fd, .events = POLLOUT};
-                if (poll(&p, 1, (int)(deadline - now_ms())) <= 0)
-                        break;
-                size_t before = s->out.len;
-                flush_out(s);
-                if (s->out.len == before)
-                        break;
-        }
+        transport_flush(s->transport, timeout_ms);
 }
 
 void mcp_server_free(struct mcp_server *s)
@@ -2187,14 +333,9 @@ void mcp_server_free(struct mcp_server *s)
         if (!s)
                 return;
         mcp_server_stop(s);
-        while (s->calls)
-                call_free(s->calls);
-        while (s->fcalls)
-                fcall_free(s->fcalls);
-        while (s->searches)
-                search_free(s->searches);
-        watch_remove(s->out_watch);
-        line_reader_free(&s->lines);
-        buf_free(&s->out);
+        calls_free(s);
+        file_calls_free(s);
+        searches_free(s);
+        transport_free(s->transport);
         free(s);
 }

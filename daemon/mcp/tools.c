@@ -1,6 +1,8 @@
 #include "mcp/tools.h"
 
 #include "core/buf.h"
+#include "core/util.h"
+#include "mcp/internal.h"
 #include "sandbox/files.h"
 #include "sandbox/images.h"
 #include "runtime/protocol.h"
@@ -139,8 +141,6 @@ static json_t *with_sync_wait(json_t *t, const struct sandbox_images *images, js
                                               "keeps the image it opened with."));
         else
                 json_decref(choices);
-        /* MCP tasks (2025-11-25): a host may run them as tasks. */
-        json_object_set_new(t, "execution", json_pack("{s:s}", "taskSupport", "optional"));
         json_object_set_new(
             props, "session",
             json_pack("{s:s, s:s, s:i, s:s}", "type", "string", "pattern", "^[A-Za-z0-9_.-]+$",
@@ -171,98 +171,6 @@ static json_t *with_sync_wait(json_t *t, const struct sandbox_images *images, js
         return t;
 }
 
-static json_t *job_tool(const char *name, const char *title, const char *desc, bool args,
-                        bool readonly)
-{
-        json_t *props = args ? json_pack("{s:{s:s, s:s}}", "job_id", "type", "string",
-                                         "description", "The job_id a run returned.")
-                             : json_object();
-        return json_pack("{s:s, s:s, s:s, s:{s:s, s:o, s:o, s:b}, s:{s:s},"
-                         " s:{s:b, s:b, s:b, s:b}}",
-                         "name", name, "title", title, "description", desc, "inputSchema", "type",
-                         "object", "properties", props, "required",
-                         args ? json_pack("[s]", "job_id") : json_array(), "additionalProperties",
-                         0, "outputSchema", "type", "object", "annotations", "readOnlyHint",
-                         readonly, "destructiveHint", !readonly, "idempotentHint", 1,
-                         "openWorldHint", 0);
-}
-
-static json_t *job_tools(void)
-{
-        json_t *result = job_tool("job_result", "Result of a sandbox job",
-                                  "The result of a run that outlived sync_wait_s, the same as "
-                                  "run_python's once it has ended; with wait_s, waits up to that "
-                                  "many seconds for the end (else status \"running\"). Finished "
-                                  "jobs are kept for job_retention_s (600 s).",
-                                  true, true);
-        json_object_set_new(
-            json_object_get(json_object_get(result, "inputSchema"), "properties"), "wait_s",
-            json_pack("{s:s, s:f, s:f, s:s}", "type", "number", "minimum", 0.0, "maximum",
-                      JOB_WAIT_MAX_S, "description",
-                      "Seconds to wait for the job to end (default 0: answer at once)."));
-        return json_pack(
-            "[o,o,o,o]",
-            job_tool("job_status", "Status of a sandbox job",
-                     "Whether a job still runs, for how long, and its newest output.", true, true),
-            result,
-            job_tool("job_cancel", "Cancel a sandbox job",
-                     "Kill a running job's sandbox; its result then has status \"cancelled\".",
-                     true, false),
-            job_tool("job_list", "List sandbox jobs",
-                     "Every job of this session: running ones and finished ones still kept.", false,
-                     true));
-}
-
-static json_t *status_tool(void)
-{
-        return json_pack("{s:s, s:s, s:s, s:{s:s, s:{}, s:b}, s:{s:s}, s:{s:b, s:b, s:b, s:b}}",
-                         "name", "sandbox_status", "title", "Sandbox pool status", "description",
-                         "Read-only figures of this corral: warm pool (ready, starting, busy, "
-                         "queued, hits, misses, refill latency p50/p95, failures and the last "
-                         "error), calls served, memory and CPU use. Runs no code.",
-                         "inputSchema", "type", "object", "properties", "additionalProperties", 0,
-                         "outputSchema", "type", "object", "annotations", "readOnlyHint", 1,
-                         "destructiveHint", 0, "idempotentHint", 1, "openWorldHint", 0);
-}
-
-static json_t *object_tool(const char *name, const char *title, const char *desc,
-                           json_t *properties, json_t *required)
-{
-        return json_pack("{s:s, s:s, s:s, s:{s:s, s:o, s:o, s:b}, s:{s:s},"
-                         " s:{s:b, s:b, s:b, s:b}}",
-                         "name", name, "title", title, "description", desc, "inputSchema", "type",
-                         "object", "properties", properties, "required", required,
-                         "additionalProperties", 0, "outputSchema", "type", "object", "annotations",
-                         "readOnlyHint", 1, "destructiveHint", 0, "idempotentHint", 1,
-                         "openWorldHint", 0);
-}
-
-static json_t *run_python_tool(const char *servers)
-{
-        char desc[2048];
-        snprintf(desc, sizeof(desc),
-                 "Run Python 3 code in an isolated sandbox. Top-level `await` works; print() to "
-                 "return output. " SANDBOX_RULES
-                 " With `servers`, the code can call those MCP servers' tools: "
-                 "mcp_<name>.<tool>(**arguments) returns a result with .text, .structured, "
-                 ".images (works with and without await; use asyncio.gather for parallel "
-                 "calls); list_tools(server), search_tools(query) and tool_docs(server, tool) "
-                 "describe them; failures raise corral.McpError subclasses (ToolError, "
-                 "PolicyDenied, ...). Servers: %s. Use list_servers and search_tools to see "
-                 "their tools before writing code.",
-                 servers && *servers ? servers : "none configured");
-        json_t *t =
-            tool("run_python", "Run Python in a sandbox", desc, "code", "Python source to run.");
-        json_t *props = json_object_get(json_object_get(t, "inputSchema"), "properties");
-        json_object_set_new(
-            props, "servers",
-            json_pack("{s:s, s:{s:s}, s:i, s:b, s:s}", "type", "array", "items", "type", "string",
-                      "maxItems", 32, "uniqueItems", 1, "description",
-                      "Names of MCP servers the code may call (see list_servers). Only these "
-                      "are reachable from the sandbox, under corral's policy."));
-        return t;
-}
-
 static json_t *annotated_tool(const char *name, const char *title, const char *desc,
                               json_t *properties, json_t *required, bool readonly, bool destructive,
                               bool idempotent)
@@ -276,107 +184,292 @@ static json_t *annotated_tool(const char *name, const char *title, const char *d
                          idempotent, "openWorldHint", 0);
 }
 
+/* A job tool: job_id when `args`, and what it changes. */
+static json_t *job_tool(const char *name, const char *title, const char *desc, bool args,
+                        bool readonly)
+{
+        json_t *props = args ? json_pack("{s:{s:s, s:s}}", "job_id", "type", "string",
+                                         "description", "The job_id a run returned.")
+                             : json_object();
+        return annotated_tool(name, title, desc, props,
+                              args ? json_pack("[s]", "job_id") : json_array(), readonly, !readonly,
+                              true);
+}
+
 static json_t *session_prop(const char *desc)
 {
         return json_pack("{s:s, s:s, s:i, s:s}", "type", "string", "pattern", "^[A-Za-z0-9_.-]+$",
                          "maxLength", SESSION_NAME_MAX, "description", desc);
 }
 
-/* session_list, session_close, write_file, read_file, list_files. */
-static json_t *session_tools(void)
+static json_t *run_python_tool(const char *name, const char *servers)
 {
-        return json_pack(
-            "[o,o,o,o,o]",
-            annotated_tool("session_list", "List sandbox sessions",
-                           "The sessions open for this client: name, state (starting, idle, "
-                           "busy), age and idle time in seconds, calls, memory use of the "
-                           "sandbox after its last call, container; and the limits "
-                           "(max_sessions, session_idle_s, session_max_s).",
-                           json_object(), json_array(), true, false, true),
-            annotated_tool("session_close", "Close a sandbox session",
-                           "Close a session: its sandbox (variables, /workspace files) is "
-                           "removed; a call still running in it ends \"cancelled\".",
-                           json_pack("{s:o}", "session", session_prop("The session's name.")),
-                           json_pack("[s]", "session"), false, true, true),
-            annotated_tool(
-                "write_file", "Write a file into a session's /workspace",
-                "Write a file under a session's /workspace (opening the session if needed), "
-                "making missing directories; an existing file is replaced. Paths stay inside "
-                "/workspace: no '..', no symbolic link out.",
-                json_pack("{s:o, s:{s:s, s:s}, s:{s:s, s:s}, s:{s:s, s:[s,s], s:s}}", "session",
-                          session_prop("The session (opened if it does not exist)."), "path",
-                          "type", "string", "description",
-                          "Relative to /workspace, or absolute under /workspace.", "content",
-                          "type", "string", "description", "The file's content.", "encoding",
-                          "type", "string", "enum", "utf-8", "base64", "description",
-                          "How content is given: utf-8 text (default) or base64 for bytes."),
-                json_pack("[s,s,s]", "session", "path", "content"), false, true, true),
-            annotated_tool(
-                "read_file", "Read a file from a session's /workspace",
-                "Read a file under a session's /workspace. Text comes back as text, bytes "
-                "[offset, offset+limit) of it for large files (next_offset says where to go "
-                "on); images as an image, other binary files as an embedded resource "
-                "(base64).",
-                json_pack("{s:o, s:{s:s, s:s}, s:{s:s, s:i, s:s}, s:{s:s, s:i, s:s}}", "session",
-                          session_prop("The session."), "path", "type", "string", "description",
-                          "Relative to /workspace, or absolute under /workspace.", "offset", "type",
-                          "integer", "minimum", 0, "description",
-                          "First byte to return (default 0).", "limit", "type", "integer",
-                          "minimum", 1, "description", "Bytes to return at most (default 1 MiB)."),
-                json_pack("[s,s]", "session", "path"), true, false, true),
-            annotated_tool("list_files", "List files in a session's /workspace",
-                           "List a directory under a session's /workspace: path, type (file, "
-                           "dir, symlink, other), size, mode, mtime; symbolic links are shown, "
-                           "not followed.",
-                           json_pack("{s:o, s:{s:s, s:s}, s:{s:s, s:s}, s:{s:s, s:i, s:i, s:s}}",
-                                     "session", session_prop("The session."), "path", "type",
-                                     "string", "description",
-                                     "A directory under /workspace (default: /workspace).",
-                                     "recursive", "type", "boolean", "description",
-                                     "Also list what is below (default false).", "limit", "type",
-                                     "integer", "minimum", 1, "maximum", RT_LIST_MAX, "description",
-                                     "Entries at most (default 1000)."),
-                           json_pack("[s]", "session"), true, false, true));
+        char desc[2048];
+        snprintf(desc, sizeof(desc),
+                 "Run Python 3 code in an isolated sandbox. Top-level `await` works; print() to "
+                 "return output. " SANDBOX_RULES
+                 " With `servers`, the code can call those MCP servers' tools: "
+                 "mcp_<name>.<tool>(**arguments) returns a result with .text, .structured, "
+                 ".images (works with and without await; use asyncio.gather for parallel "
+                 "calls); list_tools(server), search_tools(query) and tool_docs(server, tool) "
+                 "describe them; failures raise corral.McpError subclasses (ToolError, "
+                 "PolicyDenied, ...). Servers: %s. Use list_servers and search_tools to see "
+                 "their tools before writing code.",
+                 servers && *servers ? servers : "none configured");
+        json_t *t = tool(name, "Run Python in a sandbox", desc, "code", "Python source to run.");
+        json_t *props = json_object_get(json_object_get(t, "inputSchema"), "properties");
+        json_object_set_new(
+            props, "servers",
+            json_pack("{s:s, s:{s:s}, s:i, s:b, s:s}", "type", "array", "items", "type", "string",
+                      "maxItems", 32, "uniqueItems", 1, "description",
+                      "Names of MCP servers the code may call (see list_servers). Only these "
+                      "are reachable from the sandbox, under corral's policy."));
+        return t;
+}
+
+/* ---- each tool's tools/list entry, but for execution (from the table) */
+
+static json_t *describe_run_python(const char *name, const struct tools_context *x)
+{
+        return with_sync_wait(run_python_tool(name, x->servers), x->images, x->mounts);
+}
+
+static json_t *describe_run_shell(const char *name, const struct tools_context *x)
+{
+        return with_sync_wait(tool(name, "Run a shell command in a sandbox",
+                                   "Run a command with /bin/sh -c in an isolated sandbox (Debian "
+                                   "userland with python3). " SANDBOX_RULES,
+                                   "command", "Shell command line, run with /bin/sh -c."),
+                              x->images, x->mounts);
+}
+
+static json_t *describe_sandbox_status(const char *name, const struct tools_context *x)
+{
+        (void)x;
+        return json_pack("{s:s, s:s, s:s, s:{s:s, s:{}, s:b}, s:{s:s}, s:{s:b, s:b, s:b, s:b}}",
+                         "name", name, "title", "Sandbox pool status", "description",
+                         "Read-only figures of this corral: warm pool (ready, starting, busy, "
+                         "queued, hits, misses, refill latency p50/p95, failures and the last "
+                         "error), calls served, memory and CPU use. Runs no code.",
+                         "inputSchema", "type", "object", "properties", "additionalProperties", 0,
+                         "outputSchema", "type", "object", "annotations", "readOnlyHint", 1,
+                         "destructiveHint", 0, "idempotentHint", 1, "openWorldHint", 0);
+}
+
+static json_t *describe_list_servers(const char *name, const struct tools_context *x)
+{
+        (void)x;
+        return annotated_tool(name, "List MCP servers for sandboxed code",
+                              "The MCP servers that code in run_python may call (pass their names "
+                              "in `servers`): name, description, status (idle, starting, "
+                              "connected, error, disabled), tool count once connected, the last "
+                              "error, and the config file it came from. Starts nothing.",
+                              json_object(), json_array(), true, false, true);
+}
+
+static json_t *describe_search_tools(const char *name, const struct tools_context *x)
+{
+        (void)x;
+        return annotated_tool(
+            name, "Search the tools of MCP servers",
+            "Search the tools of the configured MCP servers by words in their name or "
+            "description, and get each match's input schema, so that code for run_python can "
+            "call them correctly. Starts servers that are not running yet.",
+            json_pack("{s:{s:s, s:s}, s:{s:s, s:s}, s:{s:s, s:i, s:i, s:s}}", "query", "type",
+                      "string", "description",
+                      "Words to look for (all must match); empty lists every tool.", "server",
+                      "type", "string", "description", "Only this server's tools.", "limit", "type",
+                      "integer", "minimum", 1, "maximum", 200, "description",
+                      "At most this many matches (default 20)."),
+            json_pack("[s]", "query"), true, false, true);
+}
+
+static json_t *describe_job_status(const char *name, const struct tools_context *x)
+{
+        (void)x;
+        return job_tool(name, "Status of a sandbox job",
+                        "Whether a job still runs, for how long, and its newest output.", true,
+                        true);
+}
+
+static json_t *describe_job_result(const char *name, const struct tools_context *x)
+{
+        (void)x;
+        json_t *t = job_tool(name, "Result of a sandbox job",
+                             "The result of a run that outlived sync_wait_s, the same as "
+                             "run_python's once it has ended; with wait_s, waits up to that "
+                             "many seconds for the end (else status \"running\"). Finished "
+                             "jobs are kept for job_retention_s (600 s).",
+                             true, true);
+        json_object_set_new(
+            json_object_get(json_object_get(t, "inputSchema"), "properties"), "wait_s",
+            json_pack("{s:s, s:f, s:f, s:s}", "type", "number", "minimum", 0.0, "maximum",
+                      JOB_WAIT_MAX_S, "description",
+                      "Seconds to wait for the job to end (default 0: answer at once)."));
+        return t;
+}
+
+static json_t *describe_job_cancel(const char *name, const struct tools_context *x)
+{
+        (void)x;
+        return job_tool(name, "Cancel a sandbox job",
+                        "Kill a running job's sandbox; its result then has status \"cancelled\".",
+                        true, false);
+}
+
+static json_t *describe_job_list(const char *name, const struct tools_context *x)
+{
+        (void)x;
+        return job_tool(name, "List sandbox jobs",
+                        "Every job of this session: running ones and finished ones still kept.",
+                        false, true);
+}
+
+static json_t *describe_session_list(const char *name, const struct tools_context *x)
+{
+        (void)x;
+        return annotated_tool(name, "List sandbox sessions",
+                              "The sessions open for this client: name, state (starting, idle, "
+                              "busy), age and idle time in seconds, calls, memory use of the "
+                              "sandbox after its last call, container; and the limits "
+                              "(max_sessions, session_idle_s, session_max_s).",
+                              json_object(), json_array(), true, false, true);
+}
+
+static json_t *describe_session_close(const char *name, const struct tools_context *x)
+{
+        (void)x;
+        return annotated_tool(name, "Close a sandbox session",
+                              "Close a session: its sandbox (variables, /workspace files) is "
+                              "removed; a call still running in it ends \"cancelled\".",
+                              json_pack("{s:o}", "session", session_prop("The session's name.")),
+                              json_pack("[s]", "session"), false, true, true);
+}
+
+static json_t *describe_write_file(const char *name, const struct tools_context *x)
+{
+        (void)x;
+        return annotated_tool(
+            name, "Write a file into a session's /workspace",
+            "Write a file under a session's /workspace (opening the session if needed), "
+            "making missing directories; an existing file is replaced. Paths stay inside "
+            "/workspace: no '..', no symbolic link out.",
+            json_pack("{s:o, s:{s:s, s:s}, s:{s:s, s:s}, s:{s:s, s:[s,s], s:s}}", "session",
+                      session_prop("The session (opened if it does not exist)."), "path", "type",
+                      "string", "description",
+                      "Relative to /workspace, or absolute under /workspace.", "content", "type",
+                      "string", "description", "The file's content.", "encoding", "type", "string",
+                      "enum", "utf-8", "base64", "description",
+                      "How content is given: utf-8 text (default) or base64 for bytes."),
+            json_pack("[s,s,s]", "session", "path", "content"), false, true, true);
+}
+
+static json_t *describe_read_file(const char *name, const struct tools_context *x)
+{
+        (void)x;
+        return annotated_tool(
+            name, "Read a file from a session's /workspace",
+            "Read a file under a session's /workspace. Text comes back as text, bytes "
+            "[offset, offset+limit) of it for large files (next_offset says where to go "
+            "on); images as an image, other binary files as an embedded resource "
+            "(base64).",
+            json_pack("{s:o, s:{s:s, s:s}, s:{s:s, s:i, s:s}, s:{s:s, s:i, s:s}}", "session",
+                      session_prop("The session."), "path", "type", "string", "description",
+                      "Relative to /workspace, or absolute under /workspace.", "offset", "type",
+                      "integer", "minimum", 0, "description", "First byte to return (default 0).",
+                      "limit", "type", "integer", "minimum", 1, "description",
+                      "Bytes to return at most (default 1 MiB)."),
+            json_pack("[s,s]", "session", "path"), true, false, true);
+}
+
+static json_t *describe_list_files(const char *name, const struct tools_context *x)
+{
+        (void)x;
+        return annotated_tool(
+            name, "List files in a session's /workspace",
+            "List a directory under a session's /workspace: path, type (file, dir, symlink, "
+            "other), size, mode, mtime; symbolic links are shown, not followed.",
+            json_pack("{s:o, s:{s:s, s:s}, s:{s:s, s:s}, s:{s:s, s:i, s:i, s:s}}", "session",
+                      session_prop("The session."), "path", "type", "string", "description",
+                      "A directory under /workspace (default: /workspace).", "recursive", "type",
+                      "boolean", "description", "Also list what is below (default false).", "limit",
+                      "type", "integer", "minimum", 1, "maximum", RT_LIST_MAX, "description",
+                      "Entries at most (default 1000)."),
+            json_pack("[s]", "session"), true, false, true);
+}
+
+/* ---- the one table: tools/list in this order, tools/call by name */
+
+static const struct mcp_tool tools[] = {
+    {"run_python", describe_run_python, tool_run, true},
+    {"run_shell", describe_run_shell, tool_run, true},
+    {"sandbox_status", describe_sandbox_status, tool_sandbox_status, false},
+    {"list_servers", describe_list_servers, tool_list_servers, false},
+    {"search_tools", describe_search_tools, tool_search_tools, false},
+    {"job_status", describe_job_status, tool_job_status, false},
+    {"job_result", describe_job_result, tool_job_result, false},
+    {"job_cancel", describe_job_cancel, tool_job_cancel, false},
+    {"job_list", describe_job_list, tool_job_list, false},
+    {"session_list", describe_session_list, tool_session_list, false},
+    {"session_close", describe_session_close, tool_session_close, false},
+    {"write_file", describe_write_file, tool_write_file, false},
+    {"read_file", describe_read_file, tool_read_file, false},
+    {"list_files", describe_list_files, tool_list_files, false},
+};
+
+const struct mcp_tool *tools_find(const char *name)
+{
+        for (size_t i = 0; i < ARRAY_SIZE(tools); i++)
+                if (strcmp(tools[i].name, name) == 0)
+                        return &tools[i];
+        return NULL;
+}
+
+void tools_names(bool tasks_only, char *out, size_t size)
+{
+        size_t n = 0, k = 0, at = 0;
+        for (size_t i = 0; i < ARRAY_SIZE(tools); i++)
+                n += !tasks_only || tools[i].task;
+        out[0] = '\0';
+        for (size_t i = 0; i < ARRAY_SIZE(tools) && at < size; i++) {
+                if (tasks_only && !tools[i].task)
+                        continue;
+                const char *sep = k == 0 ? "" : k + 1 == n ? " and " : ", ";
+                int w = snprintf(out + at, size - at, "%s%s", sep, tools[i].name);
+                at += w > 0 ? (size_t)w : 0;
+                k++;
+        }
+}
+
+void tools_unknown(const char *name, char *msg, size_t msg_size)
+{
+        char names[400];
+        tools_names(false, names, sizeof(names));
+        snprintf(msg, msg_size, "unknown tool \"%.100s\" (corral offers %s)", name, names);
 }
 
 json_t *tools_list(const char *servers, const struct sandbox_images *images, json_t *mounts)
 {
-        json_t *list = json_pack(
-            "[o,o,o,o,o]", with_sync_wait(run_python_tool(servers), images, mounts),
-            with_sync_wait(tool("run_shell", "Run a shell command in a sandbox",
-                                "Run a command with /bin/sh -c in an isolated sandbox (Debian "
-                                "userland with python3). " SANDBOX_RULES,
-                                "command", "Shell command line, run with /bin/sh -c."),
-                           images, mounts),
-            status_tool(),
-            object_tool("list_servers", "List MCP servers for sandboxed code",
-                        "The MCP servers that code in run_python may call (pass their names in "
-                        "`servers`): name, description, status (idle, starting, connected, "
-                        "error, disabled), tool count once connected, the last error, and the "
-                        "config file it came from. Starts nothing.",
-                        json_object(), json_array()),
-            object_tool("search_tools", "Search the tools of MCP servers",
-                        "Search the tools of the configured MCP servers by words in their name "
-                        "or description, and get each match's input schema, so that code for "
-                        "run_python can call them correctly. Starts servers that are not "
-                        "running yet.",
-                        json_pack("{s:{s:s, s:s}, s:{s:s, s:s}, s:{s:s, s:i, s:i, s:s}}", "query",
-                                  "type", "string", "description",
-                                  "Words to look for (all must match); empty lists every tool.",
-                                  "server", "type", "string", "description",
-                                  "Only this server's tools.", "limit", "type", "integer",
-                                  "minimum", 1, "maximum", 200, "description",
-                                  "At most this many matches (default 20)."),
-                        json_pack("[s]", "query")));
-        json_t *jobs = job_tools(), *sessions = session_tools();
-        if (!list || !jobs || !sessions || json_array_extend(list, jobs) < 0 ||
-            json_array_extend(list, sessions) < 0) {
-                json_decref(list);
-                list = NULL;
+        const struct tools_context x = {.servers = servers, .images = images, .mounts = mounts};
+        json_t *list = json_array();
+        for (size_t i = 0; list && i < ARRAY_SIZE(tools); i++) {
+                json_t *t = tools[i].describe(tools[i].name, &x);
+                /* MCP tasks (2025-11-25): a host may run these as tasks. */
+                if (t && tools[i].task)
+                        json_object_set_new(t, "execution",
+                                            json_pack("{s:s}", "taskSupport", "optional"));
+                if (!t || json_array_append_new(list, t) < 0) {
+                        json_decref(list);
+                        return NULL;
+                }
         }
-        json_decref(jobs);
-        json_decref(sessions);
         return list;
+}
+
+json_t *tools_text_result(json_t *structured, const char *text)
+{
+        return json_pack("{s:[{s:s, s:s}], s:o, s:b}", "content", "type", "text", "text", text,
+                         "structuredContent", structured, "isError", 0);
 }
 
 json_t *tools_status_result(json_t *status)
@@ -584,12 +677,7 @@ static int parse_call(const char *name, json_t *args, const struct config *cfg,
                 req->lang = LANG_SHELL;
                 code_key = "command";
         } else {
-                snprintf(msg, msg_size,
-                         "unknown tool \"%.100s\" (corral offers run_python, run_shell, "
-                         "sandbox_status, list_servers, search_tools, job_status, job_result, "
-                         "job_cancel, job_list, session_list, session_close, write_file, "
-                         "read_file and list_files)",
-                         name);
+                tools_unknown(name, msg, msg_size);
                 return -ENOENT;
         }
         if (args && !json_is_object(args)) {

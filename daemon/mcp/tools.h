@@ -1,5 +1,6 @@
-/* The MCP tools corral offers: their descriptions and schemas, argument
- * validation, and how a sandbox result is shown to the host. */
+/* The MCP tools corral offers: the one table of them, their descriptions
+ * and schemas, argument validation, and how a sandbox result is shown to
+ * the host. */
 #pragma once
 
 #include "core/config.h"
@@ -13,19 +14,49 @@
 /* `files` of one run_python or run_shell call, at most. */
 #define FILES_PER_CALL 64
 
-/* The `tools` array for tools/list (new reference). `servers` names the
- * MCP servers sandboxed code may call, for run_python's description. */
+struct mcp_server;
 struct sandbox_images;
-/* `images` and `mounts` (may be NULL) shape run_python's and run_shell's
- * `image` argument and descriptions. */
+
+/* What the tools' descriptions say of this corral: `servers` names the MCP
+ * servers sandboxed code may call (for run_python's), `images` and
+ * `mounts` (may be NULL) shape run_python's and run_shell's `image`
+ * argument and descriptions. */
+struct tools_context {
+        const char *servers;
+        const struct sandbox_images *images;
+        json_t *mounts;
+};
+
+/* One tool corral offers. One table of them (tools.c) serves tools/list,
+ * in its order, and tools/call, by name. */
+struct mcp_tool {
+        const char *name;
+        /* Its tools/list entry but for "execution" (new reference). */
+        json_t *(*describe)(const char *name, const struct tools_context *x);
+        /* Answers a tools/call of it, now or later: `args` is
+         * params.arguments as sent (NULL when absent), `params` the whole
+         * (name, task, _meta), checked. */
+        void (*call)(struct mcp_server *s, json_t *id, json_t *args, json_t *params);
+        /* It may run as an MCP task: execution.taskSupport "optional". */
+        bool task;
+};
+
+/* The tool named `name`, or NULL. */
+const struct mcp_tool *tools_find(const char *name);
+/* The tools' names, "a, b and c"; only those that may run as tasks when
+ * `tasks_only`. */
+void tools_names(bool tasks_only, char *out, size_t size);
+/* The message for a tools/call of a tool corral does not offer. */
+void tools_unknown(const char *name, char *msg, size_t msg_size);
+
+/* The `tools` array for tools/list (new reference, or NULL). */
 json_t *tools_list(const char *servers, const struct sandbox_images *images, json_t *mounts);
 
 /* Validate a tools/call of run_python or run_shell. Returns 0 and fills
  * *req (borrowing from args; `files` are decoded into memory that
- * tools_request_free releases), or -ENOENT for an unknown tool (a protocol
- * error) or -EINVAL for bad arguments, with a message for the caller. */
-struct sandbox_images;
-/* `images`: what `image` may name (NULL: only the default). */
+ * tools_request_free releases), or -ENOENT for another tool (a protocol
+ * error) or -EINVAL for bad arguments, with a message for the caller.
+ * `images`: what `image` may name (NULL: only the default). */
 int tools_parse_call(const char *name, json_t *args, const struct config *cfg,
                      const struct sandbox_images *images, struct sandbox_request *req, char *msg,
                      size_t msg_size);
@@ -48,6 +79,9 @@ json_t *tools_result(const struct sandbox_result *res, const char *session);
  * the output so far (`partial`), isError false (new reference). */
 json_t *tools_running_result(const struct sandbox_result *partial, const char *job_id,
                              long long elapsed_ms);
+/* A successful result: `text` for a person, `structured` (stolen) for
+ * code (new reference). */
+json_t *tools_text_result(json_t *structured, const char *text);
 /* The result of sandbox_status for these figures (stolen). */
 json_t *tools_status_result(json_t *status);
 /* A CallToolResult for a failure before any sandbox ran. */

@@ -573,14 +573,16 @@ static void created(void *userdata, long status, json_t *body, const struct err 
 {
         struct sandbox *s = userdata;
         s->req = NULL;
-        if (status == 404 || (status >= 400 && strstr(engine_error_message(body), "image"))) {
+        /* Both engines' create answers 404 for an image they lack (Docker
+         * Engine API: "no such image"; Podman's compat API the same). */
+        if (status == 404) {
                 char msg[1400];
                 snprintf(msg, sizeof(msg),
                          "the sandbox image \"%s\" is not present in the engine at %s (%s): "
                          "build it with `corral image build`, or set CORRAL_IMAGE to an image "
                          "that has python3",
-                         s->mgr->cfg->image, engine_endpoint(s->mgr->eng)->display,
-                         engine_error_message(body));
+                         s->image ? s->image : s->mgr->cfg->image,
+                         engine_endpoint(s->mgr->eng)->display, engine_error_message(body));
                 log_warn("%s", msg);
                 sandbox_fail(s, ST_ENGINE_ERROR, "ImageMissing", msg);
                 return;

@@ -1,5 +1,6 @@
 #include "sandbox/session.h"
 
+#include "core/list.h"
 #include "core/log.h"
 
 #include <stdio.h>
@@ -9,7 +10,7 @@
 
 struct session {
         struct session_mgr *mgr;
-        struct session *next;
+        struct list node; /* in mgr->all, until closed */
         char name[SESSION_NAME_MAX + 1];
         char image[256]; /* what it opened with: its calls keep it */
         struct sandbox *sb;
@@ -35,7 +36,7 @@ struct session_mgr {
         struct loop *loop;
         const struct config *cfg;
         struct sandbox_mgr *sm;
-        struct session *all;
+        struct list all; /* struct session */
         struct timer *tick;
         struct tombstone graves[TOMBSTONES];
         unsigned n_graves; /* written so far; the newest TOMBSTONES are kept */
@@ -52,6 +53,7 @@ int session_mgr_new(struct loop *l, const struct config *cfg, struct sandbox_mgr
         m->loop = l;
         m->cfg = cfg;
         m->sm = sm;
+        list_init(&m->all);
         int r = timer_add(l, tick, m, &m->tick);
         if (r < 0) {
                 free(m);
@@ -87,18 +89,14 @@ int session_name_check(const char *name, char *msg, size_t msg_size)
 
 static struct session *find(struct session_mgr *m, const char *name)
 {
-        for (struct session *x = m->all; x; x = x->next)
-                if (strcmp(x->name, name) == 0)
-                        return x;
+        struct session *x;
+        list_for_each(x, &m->all, node) if (strcmp(x->name, name) == 0) return x;
         return NULL;
 }
 
 static long count(const struct session_mgr *m)
 {
-        long n = 0;
-        for (const struct session *x = m->all; x; x = x->next)
-                n++;
-        return n;
+        return (long)list_length(&m->all);
 }
 
 static void bury(struct session_mgr *m, const char *name, const char *why)
@@ -125,18 +123,9 @@ static bool exhume(struct session_mgr *m, const char *name, bool take, char *why
         return false;
 }
 
-static void unlink_session(struct session *x)
-{
-        for (struct session **pp = &x->mgr->all; *pp; pp = &(*pp)->next)
-                if (*pp == x) {
-                        *pp = x->next;
-                        return;
-                }
-}
-
 static void session_free(struct session *x)
 {
-        unlink_session(x);
+        list_del(&x->node);
         if (x->sb)
                 sandbox_set_owner(x->sb, NULL, NULL);
         free(x);
@@ -144,7 +133,7 @@ static void session_free(struct session *x)
 
 static void arm(struct session_mgr *m)
 {
-        timer_arm(m->tick, m->all ? 1000 : 0);
+        timer_arm(m->tick, list_empty(&m->all) ? 0 : 1000);
 }
 
 /* Its sandbox ended between calls (no call to tell). */
@@ -177,9 +166,9 @@ static void tick(struct timer *t, void *userdata)
         (void)t;
         long long now = now_ms();
         char why[200];
-        struct session *x = m->all, *next;
-        for (; x; x = next) {
-                next = x->next;
+        struct session *x, *next;
+        list_for_each_safe(x, next, &m->all, node)
+        {
                 if (!x->open || x->busy) {
                         if (x->busy && now - x->t_open >= (long long)(m->cfg->session_max_s * 1000))
                                 x->expiring = true; /* closed once its call ends */
@@ -257,11 +246,7 @@ int session_run(struct session_mgr *m, const struct sandbox_request *req, sandbo
         }
         if (x) {
                 if (x->busy || !x->open || !x->sb || !sandbox_idle(x->sb)) {
-                        snprintf(msg, msg_size,
-                                 "session \"%s\" is running another call: wait for it (if it "
-                                 "became a job, job_result with wait_s), cancel it "
-                                 "(job_cancel), or use another session",
-                                 name);
+                        snprintf(msg, msg_size, "session \"%s\" is running another call", name);
                         return -EBUSY;
                 }
                 struct sandbox_request q = *req;
@@ -284,25 +269,18 @@ int session_run(struct session_mgr *m, const struct sandbox_request *req, sandbo
         }
         char why[400];
         if (exhume(m, name, true, why, sizeof(why))) {
-                snprintf(msg, msg_size,
-                         "session \"%s\" ended since its last call: %s. Its variables and "
-                         "files are gone; call again with the same name to open a new session",
-                         name, why);
+                snprintf(msg, msg_size, "session \"%s\" ended since its last call: %s.", name, why);
                 return -ENOLINK;
         }
         long max = session_max(m);
         if (max <= 0) {
                 snprintf(msg, msg_size,
-                         "sessions are off here (max_sessions is %ld with max_sandboxes %ld): "
-                         "call without \"session\"",
+                         "sessions are off here (max_sessions is %ld with max_sandboxes %ld)",
                          m->cfg->max_sessions, m->cfg->max_sandboxes);
                 return -ENOTSUP;
         }
         if (count(m) >= max) {
-                snprintf(msg, msg_size,
-                         "%ld sessions are open, the most allowed (max_sessions): close one "
-                         "with session_close (session_list shows them), or call without "
-                         "\"session\"",
+                snprintf(msg, msg_size, "%ld sessions are open, the most allowed (max_sessions)",
                          count(m));
                 return -EUSERS;
         }
@@ -318,8 +296,7 @@ int session_run(struct session_mgr *m, const struct sandbox_request *req, sandbo
         x->calls = 1;
         x->cb = cb;
         x->userdata = userdata;
-        x->next = m->all;
-        m->all = x;
+        list_push(&m->all, &x->node);
         struct sandbox_request q = *req;
         q.keep = true;
         r = sandbox_run(m->sm, &q, session_done, x, ret);
@@ -328,12 +305,13 @@ int session_run(struct session_mgr *m, const struct sandbox_request *req, sandbo
                 if (r == -EBUSY)
                         snprintf(msg, msg_size,
                                  "every sandbox slot is in use (%ld) and %ld calls are already "
-                                 "waiting: try again shortly",
+                                 "waiting",
                                  m->cfg->max_sandboxes, m->cfg->max_queue);
                 else
                         snprintf(msg, msg_size, "cannot open session \"%s\": %s", name,
                                  strerror(-r));
-                return r;
+                /* -EBUSY would say that the session itself is busy. */
+                return r == -EBUSY ? -EAGAIN : r;
         }
         log_info("session %s opening", name);
         x->sb = *ret;
@@ -342,29 +320,26 @@ int session_run(struct session_mgr *m, const struct sandbox_request *req, sandbo
         return 0;
 }
 
-struct sandbox *session_sandbox(struct session_mgr *m, const char *name, char *msg, size_t msg_size)
+int session_sandbox(struct session_mgr *m, const char *name, struct sandbox **ret, char *msg,
+                    size_t msg_size)
 {
         struct session *x = find(m, name);
         char why[400];
         if (!x) {
-                if (exhume(m, name, false, why, sizeof(why)))
+                if (exhume(m, name, false, why, sizeof(why))) {
                         snprintf(msg, msg_size, "session \"%s\" ended: %s", name, why);
-                else
-                        snprintf(msg, msg_size,
-                                 "no session \"%s\": run_python or run_shell with "
-                                 "\"session\" opens one (session_list shows those open)",
-                                 name);
-                return NULL;
+                        return -ENOLINK;
+                }
+                snprintf(msg, msg_size, "no session \"%s\"", name);
+                return -ENOENT;
         }
         if (!x->open || !x->sb) {
-                snprintf(msg, msg_size,
-                         "session \"%s\" is still starting: try again when its "
-                         "first call has ended",
-                         name);
-                return NULL;
+                snprintf(msg, msg_size, "session \"%s\" is still starting", name);
+                return -EAGAIN;
         }
         x->t_last = now_ms();
-        return x->sb;
+        *ret = x->sb;
+        return 0;
 }
 
 bool session_exists(struct session_mgr *m, const char *name)
@@ -377,19 +352,18 @@ int session_close(struct session_mgr *m, const char *name, char *msg, size_t msg
         struct session *x = find(m, name);
         if (!x) {
                 char why[400];
-                if (exhume(m, name, true, why, sizeof(why)))
+                if (exhume(m, name, true, why, sizeof(why))) {
                         snprintf(msg, msg_size, "session \"%s\" had already ended: %s", name, why);
-                else
-                        snprintf(msg, msg_size, "no session \"%s\" (session_list shows those open)",
-                                 name);
+                        return -ENOLINK;
+                }
+                snprintf(msg, msg_size, "no session \"%s\"", name);
                 return -ENOENT;
         }
         log_info("session %s: closed by the client", name);
         struct sandbox *sb = x->sb;
         if (x->busy) {
                 /* Its call ends "cancelled"; session_done frees it then. */
-                unlink_session(x);
-                x->next = NULL;
+                list_del(&x->node);
                 x->closed = true;
         } else {
                 session_free(x);
@@ -403,7 +377,11 @@ json_t *session_list(struct session_mgr *m)
 {
         json_t *list = json_array();
         long long now = now_ms();
-        for (struct session *x = m->all; x && list; x = x->next) {
+        struct session *x;
+        list_for_each(x, &m->all, node)
+        {
+                if (!list)
+                        break;
                 const char *id = x->sb ? sandbox_container(x->sb) : NULL;
                 json_array_append_new(
                     list,
@@ -425,8 +403,8 @@ void session_mgr_free(struct session_mgr *m)
 {
         if (!m)
                 return;
-        while (m->all)
-                session_free(m->all);
+        while (!list_empty(&m->all))
+                session_free(list_first(&m->all, struct session, node));
         timer_remove(m->tick);
         free(m);
 }

@@ -28,8 +28,11 @@ int session_name_check(const char *name, char *msg, size_t msg_size);
 /* Runs `req` in session req->session, opening it on first use. On success
  * *ret is the sandbox running it (for sandbox_cancel and sandbox_partial
  * until `cb`), and `cb` follows exactly once, from the loop (core/loop.h).
- * Errors, with a message for the model to act on:
- *   -EBUSY    the session runs another call, or no sandbox slot is free
+ * Errors, with a message that states the facts (what to do about them is
+ * the caller's to say):
+ *   -EBUSY    the session runs another call
+ *   -EAGAIN   it is not open yet and no sandbox slot is free (max_sandboxes
+ *             busy, max_queue calls waiting)
  *   -EUSERS   max_sessions sessions are open
  *   -ENOLINK  the session ended since its last call (why is in the
  *             message); it is forgotten, so the next call opens a new one
@@ -38,15 +41,19 @@ int session_name_check(const char *name, char *msg, size_t msg_size);
 int session_run(struct session_mgr *m, const struct sandbox_request *req, sandbox_done_cb cb,
                 void *userdata, struct sandbox **ret, char *msg, size_t msg_size);
 
-/* The sandbox of an open session, for its files (counts as activity), or
- * NULL with a message (no such session, ended, or still starting). */
-struct sandbox *session_sandbox(struct session_mgr *m, const char *name, char *msg,
-                                size_t msg_size);
+/* The sandbox of an open session, for its files (counts as activity): 0
+ * and *ret, or with a message:
+ *   -ENOENT   no session of that name was opened
+ *   -ENOLINK  it ended (why is in the message)
+ *   -EAGAIN   its first call has not ended yet (still starting) */
+int session_sandbox(struct session_mgr *m, const char *name, struct sandbox **ret, char *msg,
+                    size_t msg_size);
 /* Whether a session of that name is open (or starting). */
 bool session_exists(struct session_mgr *m, const char *name);
 
 /* Closes it: its container is removed, a call still running ends
- * "cancelled". -ENOENT with a message when there is none. */
+ * "cancelled". With a message, -ENOENT when none of that name was opened,
+ * -ENOLINK when it had ended already. */
 int session_close(struct session_mgr *m, const char *name, char *msg, size_t msg_size);
 
 /* [{name, state (starting|idle|busy), age_s, idle_s, calls, memory_bytes,

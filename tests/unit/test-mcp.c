@@ -114,6 +114,12 @@ static const char *err_type(json_t *result)
         return json_string_value(json_object_get(json_object_get(st, "error"), "type"));
 }
 
+static const char *err_msg(json_t *result)
+{
+        json_t *st = json_object_get(result, "structuredContent");
+        return json_string_value(json_object_get(json_object_get(st, "error"), "message"));
+}
+
 static bool has_tool(json_t *tools, const char *name)
 {
         size_t i;
@@ -239,7 +245,37 @@ static void test_sessions(void)
         json_decref(r);
         r = tool("read_file", json_pack("{s:s, s:s}", "session", "nope", "path", "x"), &code);
         is_str(err_type(r), "NoSession", "read_file in no session: NoSession");
+        /* Facts from the session layer, advice from the errors table. */
+        is_str(err_msg(r),
+               "no session \"nope\": run_python or run_shell with \"session\" opens one "
+               "(session_list shows those open)",
+               "with what opens one");
         json_decref(r);
+        r = tool("session_close", json_pack("{s:s}", "session", "zz"), &code);
+        is_str(err_msg(r), "no session \"zz\" (session_list shows those open)",
+               "session_close of none: where to look");
+        json_decref(r);
+        r = tool("run_python",
+                 json_pack("{s:s, s:s, s:f}", "code", "hang", "session", "s2", "sync_wait_s", 0.1),
+                 &code);
+        json_t *job = r;
+        is_str(sc(job, "status"), "running", "a hanging first call in s2 becomes a job");
+        r = tool("read_file", json_pack("{s:s, s:s}", "session", "s2", "path", "x"), &code);
+        is_str(err_type(r), "SessionBusy", "read_file while s2 starts: SessionBusy");
+        is_str(err_msg(r),
+               "session \"s2\" is still starting: try again when its first call has ended",
+               "which says when to try again");
+        json_decref(r);
+        r = tool("run_python", json_pack("{s:s, s:s}", "code", "print:c", "session", "s2"), &code);
+        is_str(err_type(r), "SessionBusy", "another call in s2: SessionBusy");
+        is_str(err_msg(r),
+               "session \"s2\" is running another call: wait for it (if it became a job, "
+               "job_result with wait_s), cancel it (job_cancel), or use another session",
+               "which says what to do");
+        json_decref(r);
+        json_decref(tool("job_cancel", json_pack("{s:s}", "job_id", sc(job, "job_id")), &code));
+        json_decref(job);
+        json_decref(tool("session_close", json_pack("{s:s}", "session", "s2"), &code));
         r = tool("run_python", json_pack("{s:s, s:s}", "code", "print:b", "session", "bad name!"),
                  &code);
         is_str(err_type(r), "InvalidArguments", "a bad session name: InvalidArguments");
@@ -269,6 +305,10 @@ static void test_busy(void)
         }
         is_str(sc(r, "status"), "busy", "with every slot and the queue taken: status busy");
         is_str(err_type(r), "Busy", "and error type Busy");
+        is_str(err_msg(r),
+               "every sandbox slot is in use (3) and 0 calls are already waiting: try again "
+               "shortly, or raise max_sandboxes / max_queue",
+               "which names the settings");
         json_decref(r);
         for (int i = 0; i < n; i++) {
                 json_decref(

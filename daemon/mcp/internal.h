@@ -1,0 +1,205 @@
+/* What the files of mcp/ share, and nothing outside mcp/ includes: the
+ * server's state, and what each file offers the others. */
+#pragma once
+
+#include "core/config.h"
+#include "core/list.h"
+#include "core/loop.h"
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+/* "job-<n>", the id of a job and of a task alike. */
+#define JOB_ID_MAX 24
+/* The _meta key that ties a message to its task (MCP tasks, 2025-11-25). */
+#define RELATED_TASK_KEY "io.modelcontextprotocol/related-task"
+
+struct bridge;
+struct file_call; /* session_tools.c */
+struct job_wait;  /* jobs.c */
+struct progress;  /* progress.c */
+struct sandbox;
+struct sandbox_mgr;
+struct sandbox_result;
+struct search; /* search.c */
+struct session_mgr;
+struct transport;
+
+/* A run_python or run_shell call, from its start until it is answered, or
+ * as a job or task until its result is dropped. */
+struct call {
+        struct mcp_server *srv;
+        struct list node; /* in srv->calls */
+        json_t *id;
+        struct sandbox *sb;        /* NULL once it has ended */
+        struct progress *progress; /* NULL: the host asked for none */
+        bool cancelled;            /* the host withdrew it: no response is sent */
+        const char *tool;          /* run_python or run_shell */
+        char *code_line;           /* the start of its code, for job_list */
+        char *session;             /* the session it runs in, or NULL */
+        long long t_start, t_end;
+        struct timer *sync_timer; /* sync_wait_s */
+        char job_id[JOB_ID_MAX];  /* "" until it becomes a job */
+        json_t *result;           /* a finished job's result */
+        struct timer *expire;     /* job_retention_s after it ended */
+        struct list waits;        /* struct job_wait: job_result, tasks/result */
+        /* A task: a job from its start. */
+        bool task;
+        bool task_cancelled;    /* tasks/cancel: it stays "cancelled" */
+        long long created_wall; /* ms since the epoch */
+        long long updated_wall;
+        long long ttl_ms; /* kept at least this long from creation */
+};
+
+/* One MCP client's server: its transport, what it has running, and the
+ * managers it borrows. */
+struct mcp_server {
+        struct loop *loop;
+        const struct config *cfg;
+        struct sandbox_mgr *mgr;
+        struct session_mgr *sessions;
+        struct bridge *bridge; /* may be NULL */
+        struct transport *transport;
+        size_t line_max;      /* the longest message taken (tools_line_max) */
+        char names[512];      /* the servers, for run_python's description */
+        struct list calls;    /* struct call: run_python, run_shell, jobs, tasks */
+        unsigned job_seq;     /* the last job-<n> given */
+        struct list fcalls;   /* struct file_call: file tools on their way */
+        struct list searches; /* struct search: search_tools waiting for servers */
+        bool initialized;     /* initialize answered */
+        void (*on_eof)(void *);
+        void *userdata;
+};
+
+/* ---- server.c: sending to the client */
+
+/* A message (stolen) to the client, through the transport. */
+void mcp_send(struct mcp_server *s, json_t *msg);
+/* A JSON-RPC error answer to request `id` (NULL: id null). */
+void mcp_send_error(struct mcp_server *s, json_t *id, int code, const char *message);
+/* A tool's result (stolen) as the answer to `id`; NULL (it could not be
+ * built) is answered with an internal error. */
+void mcp_send_result(struct mcp_server *s, json_t *id, json_t *result);
+
+/* ---- server.c: what the tools share */
+
+/* Whether a tool's `args` is absent or an object; else answers that it
+ * must be one. */
+bool tool_args_object(struct mcp_server *s, json_t *id, json_t *args);
+void tool_sandbox_status(struct mcp_server *s, json_t *id, json_t *args, json_t *params);
+
+/* ---- progress.c: notifications/progress for one call */
+
+/* Follows a call whose tools/call `params` carry _meta.progressToken (a
+ * string or an integer); NULL when they do not, or out of memory. A
+ * task's notifications name `task_id` (NULL: not a task). */
+struct progress *progress_new(struct mcp_server *s, json_t *params, const char *task_id);
+/* A piece of the run's output; its newest lines make the message. */
+void progress_output(struct progress *p, const char *data, size_t n);
+/* The code's own report: done of total (< 0: no total), and a message
+ * (NULL: none), shown until it reports again. */
+void progress_report(struct progress *p, double done, double total, const char *message);
+/* No more notifications. All three accept NULL. */
+void progress_free(struct progress *p);
+
+/* ---- run.c: run_python and run_shell */
+
+/* The handler of both (params.name says which); params.task, checked,
+ * makes it a task. */
+void tool_run(struct mcp_server *s, json_t *id, json_t *args, json_t *params);
+/* Unlinks and frees a call (its progress, waits and result with it). */
+void call_free(struct call *c);
+/* Whether a call with this id waits for its answer (not a job: that was
+ * answered; not withdrawn: that never will be). */
+bool calls_in_flight(const struct mcp_server *s, const json_t *id);
+/* notifications/cancelled for such a call: it ends without an answer. */
+void calls_cancel(struct mcp_server *s, const json_t *id, const char *why);
+void calls_free(struct mcp_server *s);
+
+/* ---- jobs.c: jobs and MCP tasks */
+
+/* Makes the call a task (a job from its start), with params.task's ttl. */
+void task_start(struct call *c, json_t *task);
+/* The Task object of the tasks specification (new reference). */
+json_t *task_json(const struct call *c);
+/* sync_wait_s passed: the call becomes a job, answered "running". */
+void job_detach(struct call *c);
+/* A job's end: its result (stolen; NULL: it could not be built) is kept
+ * and given to those waiting; a task's status is notified. */
+void job_store(struct call *c, json_t *result);
+/* job_store of the run's result. */
+void job_finished(struct call *c, const struct sandbox_result *res);
+void tool_job_status(struct mcp_server *s, json_t *id, json_t *args, json_t *params);
+void tool_job_result(struct mcp_server *s, json_t *id, json_t *args, json_t *params);
+void tool_job_cancel(struct mcp_server *s, json_t *id, json_t *args, json_t *params);
+void tool_job_list(struct mcp_server *s, json_t *id, json_t *args, json_t *params);
+void tasks_get(struct mcp_server *s, json_t *id, json_t *params);
+/* Answered when the task ends. */
+void tasks_result(struct mcp_server *s, json_t *id, json_t *params);
+void tasks_cancel(struct mcp_server *s, json_t *id, json_t *params);
+void tasks_list(struct mcp_server *s, json_t *id, json_t *params);
+/* Frees the job_result and tasks/result calls waiting for `c`. */
+void job_waits_free(struct call *c);
+/* Whether a job_result or tasks/result with this id waits. */
+bool job_waits_in_flight(const struct mcp_server *s, const json_t *id);
+/* notifications/cancelled for one: it ends without an answer. Whether
+ * there was one. */
+bool job_wait_withdraw(struct mcp_server *s, const json_t *id);
+
+/* ---- search.c: list_servers and search_tools */
+
+/* The servers sandboxed code may call, ", "-separated and cut with ", ..."
+ * to fit `size` (at least 8), for run_python's description. */
+void servers_names(struct bridge *b, char *out, size_t size);
+void tool_list_servers(struct mcp_server *s, json_t *id, json_t *args, json_t *params);
+/* Answered once every server asked has listed its tools, or failed to. */
+void tool_search_tools(struct mcp_server *s, json_t *id, json_t *args, json_t *params);
+/* Whether a search_tools with this id waits for its answer. */
+bool searches_in_flight(const struct mcp_server *s, const json_t *id);
+/* Withdraws every search_tools still waiting: no answers follow. */
+void searches_free(struct mcp_server *s);
+
+/* ---- session_tools.c: session_list, session_close, write_file, read_file,
+ * list_files */
+
+void tool_session_list(struct mcp_server *s, json_t *id, json_t *args, json_t *params);
+void tool_session_close(struct mcp_server *s, json_t *id, json_t *args, json_t *params);
+/* Opens the session when there is none: its first run writes the file. */
+void tool_write_file(struct mcp_server *s, json_t *id, json_t *args, json_t *params);
+void tool_read_file(struct mcp_server *s, json_t *id, json_t *args, json_t *params);
+void tool_list_files(struct mcp_server *s, json_t *id, json_t *args, json_t *params);
+/* Whether a file tool with this id is on its way. */
+bool file_calls_in_flight(const struct mcp_server *s, const json_t *id);
+/* Withdraws every file tool on its way: no answers follow. */
+void file_calls_free(struct mcp_server *s);
+
+/* ---- errors.c: how a failed tool call is shown */
+
+/* Which call failed, for its reason: an errno means different things from
+ * different calls (-ENOENT from session_sandbox is no such session, from
+ * a file operation no such file). When the sandbox layer returns typed
+ * reasons that say this themselves, this goes and the reasons alone key
+ * the table. */
+enum failed {
+        FAILED_ARGUMENTS,     /* a tool's arguments: -EFBIG (content over
+                               * file_max_bytes) or any other */
+        FAILED_PATH,          /* files_path refused a path */
+        FAILED_SANDBOX_RUN,   /* sandbox_run */
+        FAILED_SESSION_RUN,   /* session_run (sandbox/session.h) */
+        FAILED_SESSION_CLOSE, /* session_close */
+        FAILED_SESSION_GET,   /* session_sandbox, or no engine to reach it */
+        FAILED_FILE_START,    /* sandbox_read_file, sandbox_write_file */
+        FAILED_FILE,          /* a file operation's end (files_result.error) */
+        FAILED_ASK,           /* sandbox_ask */
+        FAILED_LIST,          /* the runtime's answer to sandbox/list */
+};
+
+/* The CallToolResult (isError) for `reason` (a negative errno; 0: none
+ * given) of `what`: status and type from the one table in errors.c, and
+ * `message` (the facts), or when it is NULL or empty the table's, or
+ * strerror; then the table's advice, if any. A new
+ * reference, or NULL. */
+json_t *error_result(enum failed what, int reason, const char *message);
+/* Arguments the model can correct: invalid_arguments, InvalidArguments. */
+json_t *arguments_error(const char *message);

@@ -1,0 +1,245 @@
+/* run_python and run_shell: a call from its arguments to its answer. It
+ * runs in a sandbox of its own or in its session's; past sync_wait_s, or
+ * from the start when it is a task, it goes on as a job (mcp/jobs.c). */
+#include "mcp/internal.h"
+
+#include "bridge/bridge.h"
+#include "core/jsonrpc.h"
+#include "core/log.h"
+#include "core/util.h"
+#include "mcp/tools.h"
+#include "sandbox/sandbox.h"
+#include "sandbox/session.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CODE_LINE_MAX 80 /* bytes of the code's first line, for job_list */
+
+/* The run's output and the code's own reports, for its progress. */
+static void call_output(void *userdata, bool is_stderr, const char *data, size_t n)
+{
+        struct call *c = userdata;
+        (void)is_stderr;
+        progress_output(c->progress, data, n);
+}
+
+static void call_progress(void *userdata, double done, double total, const char *message)
+{
+        struct call *c = userdata;
+        progress_report(c->progress, done, total, message);
+}
+
+void call_free(struct call *c)
+{
+        progress_free(c->progress);
+        job_waits_free(c);
+        timer_remove(c->sync_timer);
+        timer_remove(c->expire);
+        json_decref(c->result);
+        free(c->code_line);
+        free(c->session);
+        list_del(&c->node);
+        json_decref(c->id);
+        free(c);
+}
+
+/* sync_wait_s passed: answer "running", and let the sandbox go on. */
+static void call_detach(struct timer *t, void *userdata)
+{
+        struct call *c = userdata;
+        (void)t;
+        if (c->cancelled || !c->sb || c->job_id[0])
+                return;
+        job_detach(c);
+}
+
+static void call_done(void *userdata, const struct sandbox_result *res)
+{
+        struct call *c = userdata;
+        c->sb = NULL;
+        timer_remove(c->sync_timer);
+        c->sync_timer = NULL;
+        if (c->job_id[0]) {
+                job_finished(c, res);
+                return;
+        }
+        /* A withdrawn call gets no response (MCP cancellation rules). */
+        if (!c->cancelled)
+                mcp_send_result(c->srv, c->id, tools_result(res, c->session));
+        call_free(c);
+}
+
+/* A call of run_python or run_shell, linked; with `task`, a task (a job
+ * from the start) whose id is the job id. NULL after answering. */
+static struct call *call_new(struct mcp_server *s, json_t *id, json_t *task, const char *tool)
+{
+        struct call *c = calloc(1, sizeof(*c));
+        if (!c) {
+                mcp_send_error(s, id, JRPC_INTERNAL_ERROR, "out of memory");
+                return NULL;
+        }
+        c->srv = s;
+        c->id = json_incref(id);
+        list_init(&c->waits);
+        list_push(&s->calls, &c->node);
+        c->tool = strcmp(tool, "run_shell") == 0 ? "run_shell" : "run_python";
+        c->t_start = now_ms();
+        if (task)
+                task_start(c, task);
+        return c;
+}
+
+/* The call could not start: its answer (stolen), or for a task its result. */
+static void call_failed(struct call *c, json_t *result)
+{
+        if (c->task) {
+                job_store(c, result);
+                return;
+        }
+        mcp_send_result(c->srv, c->id, result);
+        call_free(c);
+}
+
+/* The arguments as a request, and the MCP servers it names checked
+ * against the bridge: 0, or -EINVAL with a message. */
+static int parse_request(struct mcp_server *s, const char *name, json_t *args,
+                         struct sandbox_request *req, char *msg, size_t msg_size)
+{
+        int r =
+            tools_parse_call(name, args, s->cfg, sandbox_mgr_images(s->mgr), req, msg, msg_size);
+        if (r < 0 || !req->servers || json_array_size(req->servers) == 0)
+                return r;
+        if (!s->bridge) {
+                snprintf(msg, msg_size, "no MCP servers are configured for sandboxes");
+                r = -EINVAL;
+        } else {
+                r = bridge_check_servers(s->bridge, req->servers, msg, msg_size);
+                utf8_scrub(msg);
+        }
+        if (r < 0)
+                tools_request_free(req);
+        return r;
+}
+
+/* Bad arguments are a tool error the model can correct; a task is
+ * created all the same, and fails at once. */
+static void refuse(struct mcp_server *s, json_t *id, json_t *task, const char *name,
+                   const char *msg)
+{
+        json_t *bad = arguments_error(msg);
+        if (!task) {
+                mcp_send_result(s, id, bad);
+                return;
+        }
+        struct call *c = call_new(s, id, task, name);
+        if (!c) {
+                json_decref(bad);
+                return;
+        }
+        mcp_send(s, jrpc_result(id, json_pack("{s:o}", "task", task_json(c))));
+        call_failed(c, bad);
+}
+
+/* What the call keeps of its request, and its hooks in it. */
+static void call_follow(struct call *c, json_t *params, struct sandbox_request *req)
+{
+        c->progress = progress_new(c->srv, params, c->task ? c->job_id : NULL);
+        size_t line = strcspn(req->code, "\n");
+        c->code_line = strndup(req->code, line < CODE_LINE_MAX ? line : CODE_LINE_MAX);
+        if (c->code_line)
+                utf8_scrub(c->code_line);
+        c->t_start = now_ms();
+        c->session = req->session ? strdup(req->session) : NULL;
+        req->on_output = call_output;
+        req->hook_userdata = c; /* a session wraps the done callback, not these */
+        req->on_progress = call_progress;
+}
+
+/* Starts the run, in its session or a sandbox of its own: 0, or a
+ * negative errno and *failure, the result that says why not. */
+static int call_start(struct call *c, const struct sandbox_request *req, json_t **failure)
+{
+        struct mcp_server *s = c->srv;
+        char msg[512] = "";
+        if (req->session) {
+                int r = session_run(s->sessions, req, call_done, c, &c->sb, msg, sizeof(msg));
+                if (r < 0)
+                        *failure = error_result(FAILED_SESSION_RUN, r, utf8_scrub(msg));
+                return r;
+        }
+        int r = sandbox_run(s->mgr, req, call_done, c, &c->sb);
+        if (r == -EBUSY)
+                snprintf(msg, sizeof(msg),
+                         "every sandbox slot is in use (%ld) and %ld calls are already "
+                         "waiting",
+                         s->cfg->max_sandboxes, s->cfg->max_queue);
+        if (r < 0)
+                *failure = error_result(FAILED_SANDBOX_RUN, r, msg);
+        return r;
+}
+
+void tool_run(struct mcp_server *s, json_t *id, json_t *args, json_t *params)
+{
+        const char *name = json_string_value(json_object_get(params, "name"));
+        json_t *task = json_object_get(params, "task");
+        struct sandbox_request req = {0};
+        char msg[512] = "";
+        int r = parse_request(s, name, args, &req, msg, sizeof(msg));
+        if (r < 0) {
+                refuse(s, id, task, name, msg);
+                return;
+        }
+        struct call *c =
+            call_new(s, id, task, req.lang == LANG_PYTHON ? "run_python" : "run_shell");
+        if (!c) {
+                tools_request_free(&req);
+                return;
+        }
+        call_follow(c, params, &req);
+        if (task) {
+                /* A task answers at once; the run is followed with tasks/get. */
+                mcp_send(s, jrpc_result(id, json_pack("{s:o}", "task", task_json(c))));
+        } else if (timer_add(s->loop, call_detach, c, &c->sync_timer) == 0) {
+                long long ms = (long long)ceil(req.sync_wait_s * 1000);
+                timer_arm(c->sync_timer, ms > 0 ? ms : 1);
+        }
+        json_t *failed = NULL;
+        r = call_start(c, &req, &failed);
+        tools_request_free(&req); /* the sandbox has its copy */
+        if (r < 0)
+                call_failed(c, failed);
+}
+
+bool calls_in_flight(const struct mcp_server *s, const json_t *id)
+{
+        /* A job or task was answered; a cancelled call never will be. */
+        const struct call *c;
+        list_for_each(c, &s->calls, node) if (!c->cancelled && !c->job_id[0] &&
+                                              jrpc_id_equal(c->id, id)) return true;
+        return false;
+}
+
+void calls_cancel(struct mcp_server *s, const json_t *id, const char *why)
+{
+        struct call *c;
+        list_for_each(c, &s->calls,
+                      node) if (jrpc_id_equal(c->id, id) && !c->cancelled && !c->job_id[0])
+        {
+                log_info("host cancelled a call%s%s", why ? ": " : "", why ? why : "");
+                c->cancelled = true;
+                /* A withdrawn call says nothing more. */
+                progress_free(c->progress);
+                c->progress = NULL;
+                sandbox_cancel(c->sb); /* call_done follows */
+                return;
+        }
+}
+
+void calls_free(struct mcp_server *s)
+{
+        while (!list_empty(&s->calls))
+                call_free(list_first(&s->calls, struct call, node));
+}

@@ -1,0 +1,530 @@
+/* The session tools: session_list and session_close, and the files of a
+ * session's /workspace: write_file, read_file, list_files. */
+#include "mcp/internal.h"
+
+#include "core/buf.h"
+#include "core/jsonrpc.h"
+#include "core/util.h"
+#include "mcp/tools.h"
+#include "runtime/protocol.h"
+#include "sandbox/files.h"
+#include "sandbox/session.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A write_file, read_file or list_files on its way. */
+struct file_call {
+        struct mcp_server *srv;
+        struct list node; /* in srv->fcalls */
+        json_t *id;
+        char session[SESSION_NAME_MAX + 1];
+        char path[FILES_PATH_MAX + 64]; /* normalised, under /workspace */
+        struct sandbox_fop *fop;
+        struct sandbox_ask *ask;
+        size_t offset, limit; /* read_file's window */
+        size_t bytes;         /* write_file's content */
+};
+
+/* Checks that args is an object (or absent) with only these keys
+ * (NULL-ended); else answers. */
+static bool only_keys(struct mcp_server *s, json_t *id, json_t *args, const char *tool,
+                      const char *const *keys)
+{
+        if (!tool_args_object(s, id, args))
+                return false;
+        const char *key;
+        json_t *v;
+        json_object_foreach(args, key, v)
+        {
+                bool known = false;
+                for (const char *const *k = keys; *k && !known; k++)
+                        known = strcmp(*k, key) == 0;
+                if (!known) {
+                        char msg[400], list[200] = "";
+                        for (const char *const *k = keys; *k; k++)
+                                snprintf(list + strlen(list), sizeof(list) - strlen(list), "%s%s",
+                                         k == keys ? "" : ", ", *k);
+                        snprintf(msg, sizeof(msg), "unknown argument \"%.100s\" (%s takes %s)", key,
+                                 tool, list);
+                        mcp_send_result(s, id, arguments_error(utf8_scrub(msg)));
+                        return false;
+                }
+        }
+        return true;
+}
+
+/* The "session" argument, checked; NULL after answering. */
+static const char *session_arg(struct mcp_server *s, json_t *id, json_t *args, const char *tool)
+{
+        const char *name = json_string_value(json_object_get(args, "session"));
+        char msg[300];
+        if (!name) {
+                snprintf(msg, sizeof(msg), "%s needs \"session\", a session's name", tool);
+                mcp_send_result(s, id, arguments_error(msg));
+                return NULL;
+        }
+        if (session_name_check(name, msg, sizeof(msg)) < 0) {
+                mcp_send_result(s, id, arguments_error(utf8_scrub(msg)));
+                return NULL;
+        }
+        return name;
+}
+
+/* What the file tools share: only `keys`, a session name, and `path`
+ * made a path under /workspace (`dflt` when absent, NULL: required; the
+ * root itself only when allow_root). The session's name, or NULL after
+ * answering. */
+static const char *file_args(struct mcp_server *s, json_t *id, json_t *args, const char *tool,
+                             const char *const *keys, const char *dflt, bool allow_root, char *full,
+                             size_t full_size)
+{
+        if (!only_keys(s, id, args, tool, keys))
+                return NULL;
+        const char *name = session_arg(s, id, args, tool);
+        if (!name)
+                return NULL;
+        json_t *p = json_object_get(args, "path");
+        char msg[600];
+        if ((p && !json_is_string(p)) || (!p && !dflt)) {
+                snprintf(msg, sizeof(msg), "%s needs \"path\", a string", tool);
+                mcp_send_result(s, id, arguments_error(msg));
+                return NULL;
+        }
+        int r = files_path(p ? json_string_value(p) : dflt, allow_root, full, full_size, msg,
+                           sizeof(msg));
+        if (r < 0) {
+                mcp_send_result(s, id, error_result(FAILED_PATH, r, utf8_scrub(msg)));
+                return NULL;
+        }
+        return name;
+}
+
+void tool_session_list(struct mcp_server *s, json_t *id, json_t *args, json_t *params)
+{
+        static const char *const keys[] = {NULL};
+        if (!only_keys(s, id, args, "session_list", keys))
+                return;
+        json_t *list = session_list(s->sessions);
+        struct buf text;
+        buf_init(&text, 1 << 20);
+        char line[400];
+        snprintf(line, sizeof(line),
+                 "%zu session(s) open (at most %ld; closed after %g s without calls, or %g s "
+                 "after opening)\n",
+                 json_array_size(list), session_max(s->sessions), s->cfg->session_idle_s,
+                 s->cfg->session_max_s);
+        buf_append_some(&text, line, strlen(line));
+        size_t i;
+        json_t *x;
+        json_array_foreach(list, i, x)
+        {
+                json_t *mem = json_object_get(x, "memory_bytes");
+                char memtext[40] = "memory unknown";
+                if (json_is_integer(mem))
+                        snprintf(memtext, sizeof(memtext), "%.1f MiB",
+                                 (double)json_integer_value(mem) / (1 << 20));
+                snprintf(line, sizeof(line), "%s: %s, %.0f s old, idle %.0f s, %lld calls, %s\n",
+                         json_string_value(json_object_get(x, "name")),
+                         json_string_value(json_object_get(x, "state")),
+                         json_real_value(json_object_get(x, "age_s")),
+                         json_real_value(json_object_get(x, "idle_s")),
+                         (long long)json_integer_value(json_object_get(x, "calls")), memtext);
+                buf_append_some(&text, line, strlen(line));
+        }
+        json_t *st = json_pack("{s:o, s:I, s:f, s:f}", "sessions", list, "max_sessions",
+                               (json_int_t)session_max(s->sessions), "session_idle_s",
+                               s->cfg->session_idle_s, "session_max_s", s->cfg->session_max_s);
+        mcp_send_result(s, id, st ? tools_text_result(st, buf_str(&text)) : NULL);
+        buf_free(&text);
+}
+
+void tool_session_close(struct mcp_server *s, json_t *id, json_t *args, json_t *params)
+{
+        static const char *const keys[] = {"session", NULL};
+        if (!only_keys(s, id, args, "session_close", keys))
+                return;
+        const char *name = session_arg(s, id, args, "session_close");
+        if (!name)
+                return;
+        char msg[600], text[200];
+        int r = session_close(s->sessions, name, msg, sizeof(msg));
+        if (r < 0) {
+                mcp_send_result(s, id, error_result(FAILED_SESSION_CLOSE, r, utf8_scrub(msg)));
+                return;
+        }
+        snprintf(text, sizeof(text), "session \"%s\" closed: its sandbox is being removed", name);
+        mcp_send_result(
+            s, id, tools_text_result(json_pack("{s:s, s:b}", "session", name, "closed", 1), text));
+}
+
+static void fcall_free(struct file_call *fc)
+{
+        list_del(&fc->node);
+        sandbox_fop_cancel(fc->fop);
+        sandbox_ask_cancel(fc->ask);
+        json_decref(fc->id);
+        free(fc);
+}
+
+static struct file_call *fcall_new(struct mcp_server *s, json_t *id, const char *session,
+                                   const char *path)
+{
+        struct file_call *fc = calloc(1, sizeof(*fc));
+        if (!fc) {
+                mcp_send_error(s, id, JRPC_INTERNAL_ERROR, "out of memory");
+                return NULL;
+        }
+        fc->srv = s;
+        fc->id = json_incref(id);
+        snprintf(fc->session, sizeof(fc->session), "%s", session);
+        snprintf(fc->path, sizeof(fc->path), "%s", path);
+        list_push(&s->fcalls, &fc->node);
+        return fc;
+}
+
+/* The sandbox of args.session for a file tool; NULL after answering. */
+static struct sandbox *file_session(struct mcp_server *s, json_t *id, const char *name)
+{
+        char msg[600];
+        struct sandbox *sb;
+        int r = session_sandbox(s->sessions, name, &sb, msg, sizeof(msg));
+        if (r < 0) {
+                mcp_send_result(s, id, error_result(FAILED_SESSION_GET, r, utf8_scrub(msg)));
+                return NULL;
+        }
+        if (!sandbox_mgr_engine(s->mgr) || !sandbox_container(sb)) {
+                mcp_send_result(s, id, error_result(FAILED_SESSION_GET, -ENOTCONN, NULL));
+                return NULL;
+        }
+        return sb;
+}
+
+static void write_answer(struct file_call *fc)
+{
+        char head[64], tail[SESSION_NAME_MAX + 32];
+        struct buf text;
+        buf_init(&text, 16 << 10);
+        snprintf(head, sizeof(head), "wrote %zu bytes to ", fc->bytes);
+        snprintf(tail, sizeof(tail), " (session \"%s\")", fc->session);
+        buf_append_some(&text, head, strlen(head));
+        buf_append_shown(&text, fc->path, strlen(fc->path));
+        buf_append_some(&text, tail, strlen(tail));
+        utf8_scrub((char *)buf_str(&text));
+        mcp_send_result(
+            fc->srv, fc->id,
+            tools_text_result(json_pack("{s:s, s:s, s:I}", "session", fc->session, "path", fc->path,
+                                        "bytes", (json_int_t)fc->bytes),
+                              buf_str(&text)));
+        buf_free(&text);
+}
+
+static void write_done(void *userdata, const struct files_result *r)
+{
+        struct file_call *fc = userdata;
+        fc->fop = NULL;
+        if (r->error)
+                mcp_send_result(fc->srv, fc->id, error_result(FAILED_FILE, r->error, r->message));
+        else
+                write_answer(fc);
+        fcall_free(fc);
+}
+
+/* write_file that opened its session: the session's first run wrote it. */
+static void write_opened(void *userdata, const struct sandbox_result *res)
+{
+        struct file_call *fc = userdata;
+        if (res->status == ST_OK)
+                write_answer(fc);
+        else
+                mcp_send_result(fc->srv, fc->id, tools_result(res, fc->session));
+        fcall_free(fc);
+}
+
+void tool_write_file(struct mcp_server *s, json_t *id, json_t *args, json_t *params)
+{
+        static const char *const keys[] = {"session", "path", "content", "encoding", NULL};
+        char full[FILES_PATH_MAX + 64], msg[600] = "";
+        const char *name =
+            file_args(s, id, args, "write_file", keys, NULL, false, full, sizeof(full));
+        if (!name)
+                return;
+        struct buf data;
+        int r =
+            tools_file_content(json_object_get(args, "content"), json_object_get(args, "encoding"),
+                               s->cfg->file_max_bytes, &data, msg, sizeof(msg));
+        if (r < 0) {
+                mcp_send_result(s, id, error_result(FAILED_ARGUMENTS, r, msg));
+                return;
+        }
+        struct file_call *fc = fcall_new(s, id, name, full);
+        if (!fc) {
+                buf_free(&data);
+                return;
+        }
+        fc->bytes = data.len;
+        if (session_exists(s->sessions, name)) {
+                struct sandbox *sb = file_session(s, id, name);
+                r = sb ? sandbox_write_file(sb, full, data.data ? data.data : "", data.len,
+                                            write_done, fc, &fc->fop)
+                       : 1;
+                if (r < 0)
+                        mcp_send_result(s, id, error_result(FAILED_FILE_START, r, NULL));
+                if (r != 0)
+                        fcall_free(fc);
+                buf_free(&data);
+                return;
+        }
+        /* A new session: its first run writes the file and runs nothing. */
+        struct sandbox_file f = {.path = full, .data = data.data ? data.data : "", .len = data.len};
+        struct sandbox_request req = {
+            .lang = LANG_PYTHON,
+            .code = "",
+            .timeout_s = s->cfg->timeout_s,
+            .session = name,
+            .files = &f,
+            .n_files = 1,
+        };
+        struct sandbox *sb;
+        r = session_run(s->sessions, &req, write_opened, fc, &sb, msg, sizeof(msg));
+        buf_free(&data);
+        if (r < 0) {
+                mcp_send_result(s, id, error_result(FAILED_SESSION_RUN, r, utf8_scrub(msg)));
+                fcall_free(fc);
+        }
+}
+
+static void read_done(void *userdata, const struct files_result *r)
+{
+        struct file_call *fc = userdata;
+        struct mcp_server *s = fc->srv;
+        fc->fop = NULL;
+        if (r->error) {
+                mcp_send_result(s, fc->id, error_result(FAILED_FILE, r->error, r->message));
+                fcall_free(fc);
+                return;
+        }
+        size_t size = r->len;
+        size_t from = fc->offset < size ? fc->offset : size;
+        size_t to = size - from > fc->limit ? from + fc->limit : size;
+        /* Text: valid UTF-8 with no NUL. Its window starts and ends on
+         * whole characters. */
+        bool text = utf8_text(r->data, size);
+        if (text) {
+                while (from < to && ((unsigned char)r->data[from] & 0xC0) == 0x80)
+                        from++;
+                if (to < size)
+                        to = from + utf8_cut(r->data + from, to - from);
+        }
+        const char *mime = files_mime_type(fc->path);
+        bool more = to < size;
+        json_t *st = json_pack("{s:s, s:s, s:I, s:I, s:I, s:o, s:b, s:s, s:s?}", "session",
+                               fc->session, "path", r->path, "size", (json_int_t)size, "offset",
+                               (json_int_t)from, "length", (json_int_t)(to - from), "next_offset",
+                               more ? json_integer((json_int_t)to) : json_null(), "truncated", more,
+                               "encoding", text ? "utf-8" : "base64", "mime_type", mime);
+        json_t *result = NULL;
+        char about[300];
+        snprintf(about, sizeof(about), ": %zu bytes%s%s; bytes %zu to %zu%s", size,
+                 mime ? ", " : "", mime ? mime : "", from, to,
+                 more ? " (more: read on from next_offset)" : "");
+        struct buf shown;
+        buf_init(&shown, 16 << 10);
+        buf_append_shown(&shown, r->path, strlen(r->path));
+        buf_append_some(&shown, about, strlen(about));
+        utf8_scrub((char *)buf_str(&shown));
+        const char *head = buf_str(&shown);
+        if (text) {
+                result =
+                    json_pack("{s:[{s:s, s:s%}], s:o, s:b}", "content", "type", "text", "text",
+                              r->data + from, to - from, "structuredContent", st, "isError", 0);
+        } else {
+                struct buf b64;
+                buf_init(&b64, (to - from + 2) / 3 * 4 + 1);
+                json_t *item = NULL;
+                if (base64_encode(&b64, r->data + from, to - from) == 0) {
+                        char uri[FILES_PATH_MAX + 16];
+                        snprintf(uri, sizeof(uri), "file://%s", r->path);
+                        utf8_scrub(uri);
+                        if (mime && strncmp(mime, "image/", 6) == 0 && from == 0 && !more)
+                                item =
+                                    json_pack("{s:s, s:s%, s:s}", "type", "image", "data",
+                                              b64.data ? b64.data : "", b64.len, "mimeType", mime);
+                        else
+                                item = json_pack("{s:s, s:{s:s, s:s, s:s%}}", "type", "resource",
+                                                 "resource", "uri", uri, "mimeType",
+                                                 mime ? mime : "application/octet-stream", "blob",
+                                                 b64.data ? b64.data : "", b64.len);
+                }
+                buf_free(&b64);
+                if (item)
+                        result =
+                            json_pack("{s:[{s:s, s:s}, o], s:o, s:b}", "content", "type", "text",
+                                      "text", head, item, "structuredContent", st, "isError", 0);
+                else
+                        json_decref(st);
+        }
+        buf_free(&shown);
+        mcp_send_result(s, fc->id, result);
+        fcall_free(fc);
+}
+
+static bool window_arg(struct mcp_server *s, json_t *id, json_t *args, const char *key, size_t *ret,
+                       size_t min)
+{
+        json_t *v = json_object_get(args, key);
+        if (!v)
+                return true;
+        if (!json_is_integer(v) || json_integer_value(v) < (json_int_t)min) {
+                char msg[120];
+                snprintf(msg, sizeof(msg), "argument \"%s\" must be an integer >= %zu", key, min);
+                mcp_send_result(s, id, arguments_error(msg));
+                return false;
+        }
+        *ret = (size_t)json_integer_value(v);
+        return true;
+}
+
+void tool_read_file(struct mcp_server *s, json_t *id, json_t *args, json_t *params)
+{
+        static const char *const keys[] = {"session", "path", "offset", "limit", NULL};
+        char full[FILES_PATH_MAX + 64];
+        const char *name =
+            file_args(s, id, args, "read_file", keys, NULL, false, full, sizeof(full));
+        if (!name)
+                return;
+        size_t offset = 0, limit = s->cfg->output_limit;
+        if (!window_arg(s, id, args, "offset", &offset, 0) ||
+            !window_arg(s, id, args, "limit", &limit, 1))
+                return;
+        struct sandbox *sb = file_session(s, id, name);
+        if (!sb)
+                return;
+        struct file_call *fc = fcall_new(s, id, name, full);
+        if (!fc)
+                return;
+        fc->offset = offset;
+        fc->limit = limit;
+        int r = sandbox_read_file(sb, full, s->cfg->file_max_bytes, read_done, fc, &fc->fop);
+        if (r < 0) {
+                mcp_send_result(s, id, error_result(FAILED_FILE_START, r, NULL));
+                fcall_free(fc);
+        }
+}
+
+static void list_done(void *userdata, json_t *result, const char *error)
+{
+        struct file_call *fc = userdata;
+        struct mcp_server *s = fc->srv;
+        fc->ask = NULL;
+        if (!result) {
+                /* The runtime's words, bounded. */
+                char msg[700];
+                snprintf(msg, sizeof(msg), "%.600s", error ? error : "no answer");
+                utf8_scrub(msg);
+                mcp_send_result(s, fc->id, error_result(FAILED_LIST, 0, msg));
+                fcall_free(fc);
+                return;
+        }
+        /* The container's answer: only well-formed entries pass. */
+        json_t *entries = json_array();
+        struct buf text;
+        buf_init(&text, 4 << 20);
+        size_t i, escaped = 0;
+        json_t *e;
+        json_array_foreach(json_object_get(result, "entries"), i, e)
+        {
+                const char *path = json_string_value(json_object_get(e, "path"));
+                const char *type = json_string_value(json_object_get(e, "type"));
+                json_t *size = json_object_get(e, "size");
+                if (!path || !type || !json_is_integer(size) || i >= RT_LIST_MAX)
+                        continue;
+                const char *target = json_string_value(json_object_get(e, "target"));
+                json_t *clean = json_pack("{s:s, s:s, s:O, s:O?, s:O?, s:s?}", "path", path, "type",
+                                          type, "size", size, "mode", json_object_get(e, "mode"),
+                                          "mtime", json_object_get(e, "mtime"), "target", target);
+                if (!clean)
+                        continue;
+                json_array_append_new(entries, clean);
+                /* Names are the sandbox's: shown escaped, so that none can
+                 * move a terminal's cursor or pass for another line; the
+                 * structured entries keep them exact. */
+                char line[100];
+                snprintf(line, sizeof(line), "%-7.20s %10lld  ", type,
+                         (long long)json_integer_value(size));
+                buf_append_some(&text, line, strlen(line));
+                escaped += buf_append_shown(&text, path, strlen(path));
+                if (strcmp(type, "dir") == 0)
+                        buf_append_some(&text, "/", 1);
+                if (target) {
+                        buf_append_some(&text, " -> ", 4);
+                        escaped += buf_append_shown(&text, target, strlen(target));
+                }
+                buf_append_some(&text, "\n", 1);
+        }
+        bool truncated = json_is_true(json_object_get(result, "truncated"));
+        char foot[200];
+        snprintf(foot, sizeof(foot), "%zu entries in ", json_array_size(entries));
+        buf_append_some(&text, foot, strlen(foot));
+        escaped += buf_append_shown(&text, fc->path, strlen(fc->path));
+        snprintf(foot, sizeof(foot), "%s%s", truncated ? " (more: raise limit)" : "",
+                 escaped ? "; control characters in names are shown as C escapes (\\n, \\e, "
+                           "\\xNN; \\\\ is a backslash), structuredContent has them exact"
+                         : "");
+        buf_append_some(&text, foot, strlen(foot));
+        utf8_scrub((char *)buf_str(&text));
+        json_t *st = json_pack("{s:s, s:s, s:o, s:b}", "session", fc->session, "path", fc->path,
+                               "entries", entries, "truncated", truncated);
+        mcp_send_result(s, fc->id, st ? tools_text_result(st, buf_str(&text)) : NULL);
+        buf_free(&text);
+        fcall_free(fc);
+}
+
+void tool_list_files(struct mcp_server *s, json_t *id, json_t *args, json_t *params)
+{
+        static const char *const keys[] = {"session", "path", "recursive", "limit", NULL};
+        char full[FILES_PATH_MAX + 64];
+        const char *name =
+            file_args(s, id, args, "list_files", keys, ".", true, full, sizeof(full));
+        if (!name)
+                return;
+        json_t *rec = json_object_get(args, "recursive");
+        if (rec && !json_is_boolean(rec)) {
+                mcp_send_result(s, id,
+                                arguments_error("list_files takes \"recursive\", true or "
+                                                "false"));
+                return;
+        }
+        size_t limit = 1000;
+        if (!window_arg(s, id, args, "limit", &limit, 1))
+                return;
+        if (limit > RT_LIST_MAX)
+                limit = RT_LIST_MAX;
+        struct sandbox *sb = file_session(s, id, name);
+        if (!sb)
+                return;
+        struct file_call *fc = fcall_new(s, id, name, full);
+        if (!fc)
+                return;
+        json_t *what = json_pack("{s:s, s:b, s:I}", "path", full, "recursive", json_is_true(rec),
+                                 "limit", (json_int_t)limit);
+        int r = sandbox_ask(sb, "sandbox/list", what, list_done, fc, &fc->ask);
+        if (r < 0) {
+                mcp_send_result(s, id, error_result(FAILED_ASK, r, NULL));
+                fcall_free(fc);
+        }
+}
+
+bool file_calls_in_flight(const struct mcp_server *s, const json_t *id)
+{
+        const struct file_call *fc;
+        list_for_each(fc, &s->fcalls, node) if (jrpc_id_equal(fc->id, id)) return true;
+        return false;
+}
+
+void file_calls_free(struct mcp_server *s)
+{
+        while (!list_empty(&s->fcalls))
+                fcall_free(list_first(&s->fcalls, struct file_call, node));
+}
