@@ -116,12 +116,12 @@ static int too_long(size_t max)
 int cli_run(int argc, char **argv)
 {
         struct config cfg;
-        char **rest;
+        _cleanup_free_ char **rest = NULL;
         int n_rest;
         if (cli_config(argc, argv, &cfg, &rest, &n_rest) < 0)
                 return 125;
         bool shell = false;
-        char *code = NULL;
+        _cleanup_free_ char *code = NULL;
         /* The code travels in one frame, as through MCP (tools.c). */
         size_t max_code = cfg.max_frame / 2;
         for (int i = 0; i < n_rest; i++) {
@@ -134,14 +134,13 @@ int cli_run(int argc, char **argv)
                         if (!code)
                                 return too_long(max_code);
                 } else if (!code && rest[i][0] != '-') {
-                        int fd = open(rest[i], O_RDONLY | O_CLOEXEC);
+                        _cleanup_close_ int fd = open(rest[i], O_RDONLY | O_CLOEXEC);
                         if (fd < 0) {
                                 fprintf(stderr, "corral: cannot read %s: %s\n", rest[i],
                                         strerror(errno));
                                 return 125;
                         }
                         code = read_all(fd, max_code);
-                        close(fd);
                         if (!code)
                                 return too_long(max_code);
                 } else {
@@ -149,15 +148,12 @@ int cli_run(int argc, char **argv)
                         return 125;
                 }
         }
-        free(rest);
         if (!code) {
                 fprintf(stderr, "corral run: give code with -c, a file, or - for stdin\n");
                 return 125;
         }
-        if (strlen(code) > max_code) {
-                free(code);
+        if (strlen(code) > max_code)
                 return too_long(max_code);
-        }
         signal(SIGPIPE, SIG_IGN);
         struct run r = {.exit_code = 125};
         struct cli_engine ce;
@@ -189,6 +185,5 @@ int cli_run(int argc, char **argv)
         cli_engine_close(&ce);
         loop_free(r.loop);
         config_free(&cfg);
-        free(code);
         return r.exit_code;
 }
