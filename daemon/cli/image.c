@@ -194,7 +194,7 @@ static bool image_present(struct engine *eng, const char *image)
 static int import_tar(struct loop *l, struct engine *eng, const char *tar, const char *repo,
                       const char *tag)
 {
-        int fd = open(tar, O_RDONLY | O_CLOEXEC);
+        _cleanup_close_ int fd = open(tar, O_RDONLY | O_CLOEXEC);
         struct import_state st = {0};
         char path[4096];
         /* Podman 4.3 ignores `tag=` on import; repo=NAME:TAG works on both. */
@@ -235,8 +235,6 @@ static int import_tar(struct loop *l, struct engine *eng, const char *tar, const
         }
         if (n < 0 || (size_t)n >= sizeof(path)) {
                 fprintf(stderr, "corral: the image's labels are too long\n");
-                if (fd >= 0)
-                        close(fd);
                 return -EIO;
         }
         fprintf(stderr, "corral: importing %s into %s as %s:%s\n", tar,
@@ -248,8 +246,6 @@ static int import_tar(struct loop *l, struct engine *eng, const char *tar, const
                 while (!st.done)
                         loop_iterate(l, -1);
         }
-        if (fd >= 0)
-                close(fd);
         if (st.status != 200) {
                 fprintf(stderr, "corral: importing the image failed: %s\n",
                         st.msg[0] ? st.msg : "no answer");
@@ -261,7 +257,7 @@ static int import_tar(struct loop *l, struct engine *eng, const char *tar, const
 /* `corral image list`: what corral built on this engine. */
 static int list_images(struct engine *eng, const struct config *cfg)
 {
-        json_t *list = NULL;
+        json_auto_t *list = NULL;
         struct err e = {0};
         long st = engine_call(
             eng, "GET", "/images/json?filters=%7B%22label%22%3A%5B%22io.corral.profile%22%5D%7D",
@@ -269,7 +265,6 @@ static int list_images(struct engine *eng, const struct config *cfg)
         if (st != 200) {
                 fprintf(stderr, "corral: cannot list images: %s\n",
                         e.msg[0] ? e.msg : engine_error_message(list));
-                json_decref(list);
                 return 1;
         }
         printf("%-28s %-8s %9s %-20s %s\n", "IMAGE", "PROFILE", "SIZE", "BUILT", "PACKAGES");
@@ -304,14 +299,13 @@ static int list_images(struct engine *eng, const struct config *cfg)
                 printf(
                     "(the default image, %s, is not among them: `corral image build` makes it)\n",
                     cfg->image);
-        json_decref(list);
         return 0;
 }
 
 int cli_image(int argc, char **argv)
 {
         struct config cfg;
-        char **rest;
+        _cleanup_free_ char **rest = NULL;
         int n_rest;
         /* Whether --image was given: else --profile names the image. */
         bool image_given = false;
@@ -336,7 +330,6 @@ int cli_image(int argc, char **argv)
                 else
                         bad = true;
         }
-        free(rest);
         if (bad) {
                 fprintf(stderr, IMAGE_USAGE);
                 config_free(&cfg);
