@@ -180,12 +180,11 @@ static void check_instances(void)
 int cli_doctor(int argc, char **argv)
 {
         struct config cfg;
-        char **rest;
+        _cleanup_free_ char **rest = NULL;
         int n_rest;
         char detail[1400];
         if (cli_config(argc, argv, &cfg, &rest, &n_rest) < 0)
                 return 2;
-        free(rest);
         report(true, "config", cfg.config_file ? cfg.config_file : "defaults (no config file)",
                NULL);
 
@@ -197,7 +196,7 @@ int cli_doctor(int argc, char **argv)
         cli_engine_open(&ce, l, &cfg, false);
         bool engine_ok = false;
         bool podman = false;
-        json_t *info = NULL;
+        json_auto_t *info = NULL;
         if (!ce.eng) {
                 report(false, "engine", ce.err.msg,
                        "start an engine as shown, or install podman: `corral serve` starts a "
@@ -205,7 +204,7 @@ int cli_doctor(int argc, char **argv)
                        "engine is set");
         } else {
                 struct err e = {0};
-                json_t *ver = NULL;
+                json_auto_t *ver = NULL;
                 long st = engine_call(ce.eng, "GET", "/version", NULL, &ver, &e);
                 if (st == 200) {
                         json_t *comp;
@@ -234,7 +233,6 @@ int cli_doctor(int argc, char **argv)
                 } else {
                         report(false, "engine", e.msg, NULL);
                 }
-                json_decref(ver);
                 if (engine_ok && engine_call(ce.eng, "GET", "/info", NULL, &info, &e) != 200) {
                         json_decref(info);
                         info = NULL;
@@ -310,7 +308,6 @@ int cli_doctor(int argc, char **argv)
         }
         if (engine_ok)
                 check_sandbox(l, &cfg, ce.eng);
-        json_decref(info);
         cli_engine_close(&ce);
         loop_free(l);
         config_free(&cfg);

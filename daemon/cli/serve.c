@@ -39,10 +39,9 @@ static void write_status(struct timer *t, void *userdata)
         timer_arm(t, 1000);
         char tmp[320];
         snprintf(tmp, sizeof(tmp), "%s.tmp", s->status_path);
-        json_t *st = sandbox_mgr_status(s->mgr);
+        json_auto_t *st = sandbox_mgr_status(s->mgr);
         if (st && json_dump_file(st, tmp, JSON_COMPACT) == 0 && rename(tmp, s->status_path) < 0)
                 unlink(tmp);
-        json_decref(st);
 }
 
 static void status_start(struct serve *s)
@@ -170,16 +169,14 @@ static void bridge_close(struct serve *s)
 int cli_serve(int argc, char **argv)
 {
         struct config cfg;
-        char **rest;
+        _cleanup_free_ char **rest = NULL;
         int n_rest;
         if (cli_config(argc, argv, &cfg, &rest, &n_rest) < 0)
                 return 2;
         if (n_rest > 0) {
                 fprintf(stderr, "corral: unknown argument \"%s\" (see corral --help)\n", rest[0]);
-                free(rest);
                 return 2;
         }
-        free(rest);
         /* A host that goes away must not kill us before cleanup. */
         signal(SIGPIPE, SIG_IGN);
         int in_flags = fcntl(STDIN_FILENO, F_GETFL), out_flags = fcntl(STDOUT_FILENO, F_GETFL);
