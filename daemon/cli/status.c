@@ -69,20 +69,16 @@ int cli_status(int argc, char **argv)
                         unlink(path); /* left by a killed instance */
                         continue;
                 }
-                json_t *st = json_load_file(path, JSON_REJECT_DUPLICATES, NULL);
-                if (!json_is_object(st)) {
-                        json_decref(st);
+                json_auto_t *st = json_load_file(path, JSON_REJECT_DUPLICATES, NULL);
+                if (!json_is_object(st))
                         continue;
-                }
                 found++;
                 if (as_json) {
-                        char *s = json_dumps(st, JSON_COMPACT);
+                        _cleanup_free_ char *s = json_dumps(st, JSON_COMPACT);
                         printf("%s\n", s ? s : "{}");
-                        free(s);
                 } else {
                         print_human(st);
                 }
-                json_decref(st);
         }
         if (d)
                 closedir(d);
