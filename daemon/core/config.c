@@ -285,15 +285,14 @@ int config_load_file(struct config *c, const char *path, bool required, struct e
                                strerror(-rr));
         json_error_t jerr;
         size_t n = text.len;
-        json_t *root = json_loadb(text.data ? text.data : "", n, JSON_REJECT_DUPLICATES, &jerr);
+        json_auto_t *root =
+            json_loadb(text.data ? text.data : "", n, JSON_REJECT_DUPLICATES, &jerr);
         buf_free(&text);
         if (!root)
                 return err_set(e, ERR_CONFIG, EINVAL, "%s:%d:%d: %s", path, jerr.line, jerr.column,
                                jerr.text);
-        if (!json_is_object(root)) {
-                json_decref(root);
+        if (!json_is_object(root))
                 return err_set(e, ERR_CONFIG, EINVAL, "%s: top level must be a JSON object", path);
-        }
         const char *name;
         json_t *v;
         int r = 0;
@@ -367,7 +366,6 @@ int config_load_file(struct config *c, const char *path, bool required, struct e
                 if (r < 0)
                         break;
         }
-        json_decref(root);
         if (r == 0) {
                 free(c->config_file);
                 c->config_file = strdup(path);
