@@ -253,7 +253,7 @@ static json_t *load_host_file(const char *path)
         }
         strip_jsonc(b.data, b.len);
         json_error_t jerr;
-        json_t *root = json_loadb(b.data ? b.data : "", b.len, JSON_REJECT_DUPLICATES, &jerr);
+        json_auto_t *root = json_loadb(b.data ? b.data : "", b.len, JSON_REJECT_DUPLICATES, &jerr);
         buf_free(&b);
         if (!root) {
                 /* jansson quotes the text "near" the fault, which in these
@@ -267,10 +267,9 @@ static json_t *load_host_file(const char *path)
         }
         if (!json_is_object(root)) {
                 log_warn("%s: top level is not a JSON object; its MCP servers are ignored", path);
-                json_decref(root);
                 return NULL;
         }
-        return root;
+        return TAKE_PTR(root);
 }
 
 /* ---- entries */
@@ -372,7 +371,8 @@ static int entry_reject(struct entry *x, bool fatal, char *msg)
 
 _printf_(2, 3) static int entry_invalid(struct entry *x, const char *fmt, ...)
 {
-        char *reason = NULL, *msg = NULL;
+        _cleanup_free_ char *reason = NULL;
+        char *msg = NULL;
         va_list ap;
         va_start(ap, fmt);
         if (vasprintf(&reason, fmt, ap) < 0)
@@ -380,7 +380,6 @@ _printf_(2, 3) static int entry_invalid(struct entry *x, const char *fmt, ...)
         va_end(ap);
         if (reason && asprintf(&msg, "server '%s' in %s: %s", x->name, x->source, reason) < 0)
                 msg = NULL;
-        free(reason);
         return entry_reject(x, true, msg);
 }
 
@@ -821,18 +820,17 @@ static json_t *servers_in(json_t *obj, const char *key, const char *path)
 
 static int load_simple(struct loader *L, const char *path, const char *key, struct err *e)
 {
-        json_t *root = load_host_file(path);
+        json_auto_t *root = load_host_file(path);
         if (!root)
                 return 0;
         json_t *s = servers_in(root, key, path);
         int r = s ? add_servers(L, s, path, e) : 0;
-        json_decref(root);
         return r;
 }
 
 static int load_claude_json(struct loader *L, const char *path, struct err *e)
 {
-        json_t *root = load_host_file(path);
+        json_auto_t *root = load_host_file(path);
         if (!root)
                 return 0;
         int r = 0;
@@ -849,7 +847,6 @@ static int load_claude_json(struct loader *L, const char *path, struct err *e)
         json_t *s = r == 0 ? servers_in(root, "mcpServers", path) : NULL;
         if (s)
                 r = add_servers(L, s, path, e);
-        json_decref(root);
         return r;
 }
 
@@ -896,7 +893,7 @@ static int load_servers_dir(struct loader *L, const char *dir, struct err *e)
                         r = err_set(e, ERR_INTERNAL, ENOMEM, "out of memory");
                         break;
                 }
-                json_t *root = load_host_file(path);
+                json_auto_t *root = load_host_file(path);
                 if (!root)
                         continue;
                 json_t *s = servers_in(root, "mcpServers", path);
@@ -913,7 +910,6 @@ static int load_servers_dir(struct loader *L, const char *dir, struct err *e)
                                  "ignored",
                                  path);
                 }
-                json_decref(root);
         }
         strv_free(names);
         return r;
