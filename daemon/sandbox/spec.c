@@ -50,7 +50,7 @@ json_t *sandbox_create_body(const struct config *cfg, const struct sandbox_profi
          * an unprivileged user, bounded memory (no swap), pids, CPU, files,
          * and no core dumps. Nothing from the host is mounted. */
         // clang-format off
-        json_t *body = json_pack(
+        json_auto_t *body = json_pack(
                 "{s:s, s:[s,s,s,s,s,s], s:[s,s,s,s], s:s, s:s, s:b, s:b, s:b, s:b, s:b, s:b,"
                 " s:{s:s, s:s, s:s, s:s, s:s},"
                 " s:{s:s, s:b, s:[s], s:[s], s:I, s:I, s:I, s:I, s:s,"
@@ -99,18 +99,14 @@ json_t *sandbox_create_body(const struct config *cfg, const struct sandbox_profi
                     "[{s:s, s:s, s:{s:b, s:{s:s, s:{s:s, s:s, s:s}}}}]", "Type", "volume", "Target",
                     "/workspace", "VolumeOptions", "NoCopy", 1, "DriverConfig", "Name", "local",
                     "Options", "type", "tmpfs", "device", "tmpfs", "o", vol_opts);
-                if (!mounts || json_object_set_new(hc, "Mounts", mounts) < 0) {
-                        json_decref(body);
+                if (!mounts || json_object_set_new(hc, "Mounts", mounts) < 0)
                         return NULL;
-                }
         }
         /* The kernel surface: corral's seccomp profile, masked /proc and
          * /sys entries, and no writable space but /tmp, /workspace and
          * /dev/shm, the same on both engines. */
-        if (body && sandbox_profile_apply(prof, cfg, kind, body) < 0) {
-                json_decref(body);
+        if (body && sandbox_profile_apply(prof, cfg, kind, body) < 0)
                 return NULL;
-        }
         /* Host data the user chose: read-only, nosuid, nodev. Podman takes
          * those options on a bind (and keeps it private); Docker refuses
          * them there, and gets them through its local volume driver, a
@@ -134,18 +130,14 @@ json_t *sandbox_create_body(const struct config *cfg, const struct sandbox_profi
                         snprintf(bind, sizeof(bind), "%s:%s:ro,nosuid,nodev,rprivate", src, dst);
                         item = json_string(bind);
                 }
-                if (!list || !item || json_array_append_new(list, item) < 0) {
-                        json_decref(body);
+                if (!list || !item || json_array_append_new(list, item) < 0)
                         return NULL;
-                }
         }
         /* A pool sandbox has time to import more before its call comes:
          * asyncio, and the image's modules or those `preload` names. */
         json_t *env = body ? json_object_get(body, "Env") : NULL;
-        if (env && preload && json_array_append_new(env, json_string("CORRAL_PRELOAD=1")) < 0) {
-                json_decref(body);
+        if (env && preload && json_array_append_new(env, json_string("CORRAL_PRELOAD=1")) < 0)
                 return NULL;
-        }
         if (env && preload && cfg->preload) {
                 struct buf list;
                 buf_init(&list, 16 << 10);
@@ -157,10 +149,8 @@ json_t *sandbox_create_body(const struct config *cfg, const struct sandbox_profi
                 }
                 int r = json_array_append_new(env, json_string(buf_str(&list)));
                 buf_free(&list);
-                if (r < 0) {
-                        json_decref(body);
+                if (r < 0)
                         return NULL;
-                }
         }
-        return body;
+        return TAKE_PTR(body);
 }
