@@ -78,31 +78,26 @@ static json_t *image_labels(struct engine *eng, const char *name)
         char *esc = curl_easy_escape(NULL, name, 0);
         snprintf(path, sizeof(path), "/images/%s/json", esc ? esc : name);
         curl_free(esc);
-        json_t *body = NULL;
+        json_auto_t *body = NULL;
         struct err e = {0};
         long st = engine_call(eng, "GET", path, NULL, &body, &e);
-        json_t *labels =
-            st == 200 ? json_incref(json_object_get(json_object_get(body, "Config"), "Labels"))
-                      : NULL;
-        json_decref(body);
-        return labels;
+        return st == 200 ? json_incref(json_object_get(json_object_get(body, "Config"), "Labels"))
+                         : NULL;
 }
 
 int sandbox_images_load(struct engine *eng, const struct config *cfg, struct sandbox_images *ret,
                         struct err *e)
 {
         struct sandbox_images im = {0};
-        json_t *labels = image_labels(eng, cfg->image);
+        json_auto_t *labels = image_labels(eng, cfg->image);
         int r = push(&im, cfg->image, labels, true);
-        json_decref(labels);
         for (size_t i = 0; r == 0 && cfg->images && cfg->images[i]; i++) {
-                labels = image_labels(eng, cfg->images[i]);
-                r = push(&im, cfg->images[i], labels, false);
-                json_decref(labels);
+                json_auto_t *more = image_labels(eng, cfg->images[i]);
+                r = push(&im, cfg->images[i], more, false);
         }
         if (r == 0 && !cfg->images && eng) {
                 /* What corral built here: every image with a profile label. */
-                json_t *list = NULL;
+                json_auto_t *list = NULL;
                 struct err le = {0};
                 long st = engine_call(
                     eng, "GET",
@@ -127,7 +122,6 @@ int sandbox_images_load(struct engine *eng, const struct config *cfg, struct san
                 else
                         log_warn("cannot list the images corral built: %s",
                                  le.msg[0] ? le.msg : "the engine refused");
-                json_decref(list);
         }
         if (r < 0) {
                 sandbox_images_free(&im);
@@ -179,7 +173,7 @@ json_t *sandbox_images_choices(const struct sandbox_images *im)
 json_t *sandbox_mounts_resolve(const struct config *cfg, const struct engine_endpoint *ep,
                                struct err *e)
 {
-        json_t *mounts = json_array();
+        json_auto_t *mounts = json_array();
         if (!mounts)
                 return NULL;
         for (size_t i = 0; cfg->mounts && cfg->mounts[i]; i++) {
@@ -187,7 +181,7 @@ json_t *sandbox_mounts_resolve(const struct config *cfg, const struct engine_end
                 if (config_mount_parse(cfg->mounts[i], host, target, sizeof(host), msg,
                                        sizeof(msg)) < 0) {
                         err_set(e, ERR_CONFIG, EINVAL, "%s", msg);
-                        goto fail;
+                        return NULL;
                 }
                 if (ep && ep->host) {
                         err_set(e, ERR_CONFIG, EINVAL,
@@ -195,7 +189,7 @@ json_t *sandbox_mounts_resolve(const struct config *cfg, const struct engine_end
                                 "its own machine, not this one; remove `mounts` or use a local "
                                 "engine",
                                 ep->display, host);
-                        goto fail;
+                        return NULL;
                 }
                 struct stat st;
                 if (!realpath(host, real) || stat(real, &st) < 0) {
@@ -203,22 +197,19 @@ json_t *sandbox_mounts_resolve(const struct config *cfg, const struct engine_end
                                 "mount %s: %s: %s (create it, or remove it "
                                 "from `mounts`)",
                                 cfg->mounts[i], host, strerror(errno));
-                        goto fail;
+                        return NULL;
                 }
                 if (!S_ISDIR(st.st_mode) && !S_ISREG(st.st_mode)) {
                         err_set(e, ERR_CONFIG, EINVAL,
                                 "mount %s: %s is neither a directory nor a regular file",
                                 cfg->mounts[i], real);
-                        goto fail;
+                        return NULL;
                 }
                 json_t *m = json_pack("{s:s, s:s}", "Source", real, "Target", target);
                 if (!m || json_array_append_new(mounts, m) < 0) {
                         err_set(e, ERR_INTERNAL, ENOMEM, "out of memory");
-                        goto fail;
+                        return NULL;
                 }
         }
-        return mounts;
-fail:
-        json_decref(mounts);
-        return NULL;
+        return TAKE_PTR(mounts);
 }
