@@ -337,7 +337,7 @@ json_t *seccomp_rules_engine_json(const struct seccomp_rules *r, char **ret_skip
                 return NULL;
         if (ret_skipped)
                 *ret_skipped = used ? strdup(skipped) : NULL;
-        return json_incref(prof);
+        return TAKE_PTR(prof);
 }
 
 int seccomp_rules_load(const struct seccomp_rules *r, struct err *e)
@@ -407,16 +407,14 @@ static int load_file(const char *path, struct seccomp_rules *rules, json_t **ret
                 p++;
         if (p < text + len && *p == '{') {
                 json_error_t je;
-                json_t *j = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
+                json_auto_t *j = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
                 const char *def = json_string_value(json_object_get(j, "defaultAction"));
-                if (!j || !def || !json_is_array(json_object_get(j, "syscalls"))) {
-                        json_decref(j);
+                if (!j || !def || !json_is_array(json_object_get(j, "syscalls")))
                         return err_set(e, ERR_CONFIG, EINVAL,
                                        "seccomp: %s is not an engine seccomp profile (a JSON "
                                        "object with defaultAction and syscalls)%s%s",
                                        path, j ? "" : ": ", j ? "" : je.text);
-                }
-                *ret_json = j;
+                *ret_json = TAKE_PTR(j);
                 return 0;
         }
         return seccomp_rules_parse(text, len, path, rules, e);
