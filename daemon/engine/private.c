@@ -19,18 +19,17 @@ static char *find_in_path(const char *name)
         const char *path = getenv("PATH");
         if (!path || !*path)
                 path = "/usr/local/bin:/usr/bin:/bin";
-        char *copy = strdup(path), *save = NULL;
+        _cleanup_free_ char *copy = strdup(path);
+        char *save = NULL;
         for (char *dir = strtok_r(copy, ":", &save); dir; dir = strtok_r(NULL, ":", &save)) {
-                char *full;
-                if (asprintf(&full, "%s/%s", dir, name) < 0)
+                _cleanup_free_ char *full = NULL;
+                if (asprintf(&full, "%s/%s", dir, name) < 0) {
+                        full = NULL;
                         break;
-                if (access(full, X_OK) == 0) {
-                        free(copy);
-                        return full;
                 }
-                free(full);
+                if (access(full, X_OK) == 0)
+                        return TAKE_PTR(full);
         }
-        free(copy);
         return NULL;
 }
 
@@ -38,12 +37,10 @@ static bool socket_answers(const char *path)
 {
         struct sockaddr_un sa = {.sun_family = AF_UNIX};
         snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
-        int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        _cleanup_close_ int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
         if (fd < 0)
                 return false;
-        bool ok = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
-        close(fd);
-        return ok;
+        return connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
 }
 
 int private_engine_start(struct private_engine *pe, struct err *e)
