@@ -133,12 +133,10 @@ static int unix_probe(const char *path)
         if (strlen(path) >= sizeof(sa.sun_path))
                 return -ENAMETOOLONG;
         strcpy(sa.sun_path, path);
-        int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        _cleanup_close_ int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
         if (fd < 0)
                 return -errno;
-        int r = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ? -errno : 0;
-        close(fd);
-        return r;
+        return connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ? -errno : 0;
 }
 
 int engine_discover(char **ret_url, struct err *e)
@@ -276,7 +274,8 @@ const char *engine_error_message(json_t *body)
 
 static void finish_raw(struct engine_req *r, long status, struct err *e)
 {
-        json_t *path_stat = NULL, *error_body = NULL;
+        json_auto_t *path_stat = NULL;
+        json_auto_t *error_body = NULL;
         if (status && r->stat_hdr.len) {
                 struct buf dec;
                 buf_init(&dec, 16384);
@@ -303,8 +302,6 @@ static void finish_raw(struct engine_req *r, long status, struct err *e)
         };
         cb(ud, &raw);
         buf_free(&resp);
-        json_decref(path_stat);
-        json_decref(error_body);
 }
 
 enum engine_kind engine_kind_of_version(json_t *version)
@@ -330,7 +327,7 @@ static void finish(CURL *easy, CURLcode cc, void *userdata)
         (void)easy;
         long status = 0;
         struct err e = {0};
-        json_t *body = NULL;
+        json_auto_t *body = NULL;
         if (cc == CURLE_OK) {
                 curl_easy_getinfo(r->easy, CURLINFO_RESPONSE_CODE, &status);
                 if (r->overflow) {
@@ -368,7 +365,6 @@ static void finish(CURL *easy, CURLcode cc, void *userdata)
         void *ud = r->userdata;
         req_free(r);
         cb(ud, status, body, status ? NULL : &e);
-        json_decref(body);
 }
 
 static int req_start(struct engine *eng, const char *method, const char *path, engine_done_cb cb,
@@ -383,16 +379,14 @@ static int req_start(struct engine *eng, const char *method, const char *path, e
         r->upload_fd = -1;
         buf_init(&r->resp, eng->max_body);
         buf_init(&r->stat_hdr, 8192);
-        char *url = NULL;
+        _cleanup_free_ char *url = NULL;
         if (asprintf(&url, "%s%s", eng->base_url, path) < 0 || !(r->easy = curl_easy_init())) {
-                free(url);
                 free(r);
                 return -ENOMEM;
         }
         log_debug("engine: %s %s", method, path);
         list_push(&eng->reqs, &r->node);
         curl_easy_setopt(r->easy, CURLOPT_URL, url);
-        free(url);
         if (eng->ep.unix_path)
                 curl_easy_setopt(r->easy, CURLOPT_UNIX_SOCKET_PATH, eng->ep.unix_path);
         curl_easy_setopt(r->easy, CURLOPT_CUSTOMREQUEST, method);
