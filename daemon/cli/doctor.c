@@ -179,7 +179,7 @@ static void check_instances(void)
 
 int cli_doctor(int argc, char **argv)
 {
-        struct config cfg;
+        _cleanup_config_ struct config cfg = {0};
         _cleanup_free_ char **rest = NULL;
         int n_rest;
         char detail[1400];
@@ -310,7 +310,6 @@ int cli_doctor(int argc, char **argv)
                 check_sandbox(l, &cfg, ce.eng);
         cli_engine_close(&ce);
         loop_free(l);
-        config_free(&cfg);
         printf("%s\n", failures ? "some checks failed" : "all checks passed");
         return failures ? 1 : 0;
 }

@@ -304,7 +304,7 @@ static int list_images(struct engine *eng, const struct config *cfg)
 
 int cli_image(int argc, char **argv)
 {
-        struct config cfg;
+        _cleanup_config_ struct config cfg = {0};
         _cleanup_free_ char **rest = NULL;
         int n_rest;
         /* Whether --image was given: else --profile names the image. */
@@ -332,7 +332,6 @@ int cli_image(int argc, char **argv)
         }
         if (bad) {
                 fprintf(stderr, IMAGE_USAGE);
-                config_free(&cfg);
                 return 2;
         }
         char name[300], inferred[80] = "", pfile[4096] = "";
@@ -355,7 +354,6 @@ int cli_image(int argc, char **argv)
                             "corral: which profile makes %s? Give --profile NAME (python, data, "
                             "or a NAME.profile of yours in $XDG_CONFIG_HOME/corral/images)\n",
                             name);
-                        config_free(&cfg);
                         return 2;
                 }
                 if (!tar && profile_path(profile, pfile, sizeof(pfile)) < 0) {
@@ -366,12 +364,10 @@ int cli_image(int argc, char **argv)
                                 getenv("CORRAL_IMAGES_DIR") ? getenv("CORRAL_IMAGES_DIR")
                                                             : CORRAL_IMAGES_DIR,
                                 profile);
-                        config_free(&cfg);
                         return 2;
                 }
                 if (!config_image_name_ok(name)) {
                         fprintf(stderr, "corral: image name \"%s\" is not valid\n", name);
-                        config_free(&cfg);
                         return 2;
                 }
         }
@@ -427,6 +423,5 @@ out:
                 unlink(tmp);
         cli_engine_close(&ce);
         loop_free(l);
-        config_free(&cfg);
         return rc;
 }

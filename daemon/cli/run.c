@@ -115,7 +115,7 @@ static int too_long(size_t max)
 
 int cli_run(int argc, char **argv)
 {
-        struct config cfg;
+        _cleanup_config_ struct config cfg = {0};
         _cleanup_free_ char **rest = NULL;
         int n_rest;
         if (cli_config(argc, argv, &cfg, &rest, &n_rest) < 0)
@@ -184,6 +184,5 @@ int cli_run(int argc, char **argv)
         sandbox_mgr_free(r.mgr);
         cli_engine_close(&ce);
         loop_free(r.loop);
-        config_free(&cfg);
         return r.exit_code;
 }

@@ -168,7 +168,7 @@ static void bridge_close(struct serve *s)
 
 int cli_serve(int argc, char **argv)
 {
-        struct config cfg;
+        _cleanup_config_ struct config cfg = {0};
         _cleanup_free_ char **rest = NULL;
         int n_rest;
         if (cli_config(argc, argv, &cfg, &rest, &n_rest) < 0)
@@ -197,7 +197,6 @@ int cli_serve(int argc, char **argv)
                 cli_engine_close(&ce);
                 bridge_close(&s);
                 loop_free(s.loop);
-                config_free(&cfg);
                 return 2;
         }
         r = sandbox_mgr_new(s.loop, &cfg, ce.eng, &s.mgr);
@@ -242,7 +241,6 @@ int cli_serve(int argc, char **argv)
         bridge_close(&s);
         cli_engine_close(&ce);
         loop_free(s.loop);
-        config_free(&cfg);
         fcntl(STDIN_FILENO, F_SETFL, in_flags);
         fcntl(STDOUT_FILENO, F_SETFL, out_flags);
         return r < 0 ? 1 : 0;

@@ -60,6 +60,9 @@ struct config {
 
 void config_defaults(struct config *c);
 void config_free(struct config *c);
+/* A struct config released at the end of its scope (zero-initialise it:
+ * config_free of a zeroed or freed config does nothing). */
+#define _cleanup_config_ __attribute__((cleanup(config_free)))
 /* Set one key from text (used by flags, env and file alike). `source` names
  * where it came from for the error ("--memory", "CORRAL_MEMORY", "config.json: memory"). */
 int config_set(struct config *c, const char *key, const char *value, const char *source,
