@@ -43,8 +43,13 @@ test('jobs: a 60 s run with sync_wait_s 2 becomes a job at ~2 s; job_status, job
     return { done: !cs.some((c) => c.id.startsWith(container)), left: cs.map((c) => c.id.slice(0, 12)) };
   }, { timeoutMs: 15000 });
   assert.ok(gone.done, `the cancelled job's container ${container} is removed`);
-  const cancelled = await jobCall(t, d, 'job_result', { job_id: otherId });
-  assert.equal(cancelled.structuredContent.status, 'cancelled', 'its result says cancelled');
+  // The engine lists the container gone a moment before corral has its
+  // answer to the DELETE, and the result waits for that answer.
+  const cancelled = await waitFor(async () => {
+    const r = await jobCall(t, d, 'job_result', { job_id: otherId });
+    return { done: r.structuredContent.status !== 'running', r };
+  }, { timeoutMs: 5000 });
+  assert.equal(cancelled.r.structuredContent.status, 'cancelled', 'its result says cancelled');
   const again = await jobCall(t, d, 'job_cancel', { job_id: otherId });
   assert.equal(again.structuredContent.cancelled, false, 'cancelling an ended job does nothing');
 
