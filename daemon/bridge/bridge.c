@@ -108,13 +108,13 @@ static void alias_of(const char *name, char *out, size_t size)
         out[n] = '\0';
 }
 
-int bridge_check_servers(struct bridge *b, json_t *names, char *msg, size_t msg_size)
+int bridge_check_servers(struct bridge *b, json_t *names, struct err *e)
 {
         char known[600];
         if (!json_is_array(names) || json_array_size(names) > MAX_RUN_SERVERS) {
-                snprintf(msg, msg_size, "argument \"servers\" must be an array of at most %d names",
-                         MAX_RUN_SERVERS);
-                return -EINVAL;
+                return err_set(e, ERR_INVALID, -EINVAL,
+                               "argument \"servers\" must be an array of at most %d names",
+                               MAX_RUN_SERVERS);
         }
         size_t i, j;
         json_t *v;
@@ -122,37 +122,35 @@ int bridge_check_servers(struct bridge *b, json_t *names, char *msg, size_t msg_
         {
                 const char *name = json_string_value(v);
                 if (!name) {
-                        snprintf(msg, msg_size, "argument \"servers\" must hold names (strings)");
-                        return -EINVAL;
+                        return err_set(e, ERR_INVALID, -EINVAL,
+                                       "argument \"servers\" must hold names (strings)");
                 }
                 char alias[160], other[160];
                 alias_of(name, alias, sizeof(alias));
                 for (j = 0; j < i; j++) {
                         const char *prev = json_string_value(json_array_get(names, j));
                         if (strcmp(prev, name) == 0) {
-                                snprintf(msg, msg_size, "server \"%.100s\" is named twice", name);
-                                return -EINVAL;
+                                return err_set(e, ERR_INVALID, -EINVAL,
+                                               "server \"%.100s\" is named twice", name);
                         }
                         /* Each becomes a Python name: they must differ. */
                         alias_of(prev, other, sizeof(other));
                         if (strcmp(alias, other) == 0) {
-                                snprintf(msg, msg_size,
-                                         "servers \"%.100s\" and \"%.100s\" would both be "
-                                         "mcp_%s in Python; name only one of them per call",
-                                         prev, name, alias);
-                                return -EINVAL;
+                                return err_set(e, ERR_INVALID, -EINVAL,
+                                               "servers \"%.100s\" and \"%.100s\" would both be "
+                                               "mcp_%s in Python; name only one of them per call",
+                                               prev, name, alias);
                         }
                 }
                 struct upstream *u = b->ups ? upstream_get(b->ups, name) : NULL;
                 if (!u || upstream_spec(u)->disabled) {
                         known_servers(b, known, sizeof(known));
-                        snprintf(msg, msg_size, "no MCP server named \"%.100s\" (known: %s)", name,
-                                 known);
-                        return -EINVAL;
+                        return err_set(e, ERR_INVALID, -EINVAL,
+                                       "no MCP server named \"%.100s\" (known: %s)", name, known);
                 }
                 if (!policy_server(b->pol, name)->enabled) {
-                        snprintf(msg, msg_size, "the policy disables server \"%.100s\"", name);
-                        return -EINVAL;
+                        return err_set(e, ERR_INVALID, -EINVAL,
+                                       "the policy disables server \"%.100s\"", name);
                 }
         }
         return 0;

@@ -32,9 +32,9 @@ void bridge_free(struct bridge *b);
 struct upstream_set *bridge_upstreams(struct bridge *b);
 const struct policy *bridge_policy(const struct bridge *b);
 
-/* Check a call's `servers` argument (array of names). 0, or -EINVAL with a
- * message for the caller. */
-int bridge_check_servers(struct bridge *b, json_t *names, char *msg, size_t msg_size);
+/* Check a call's `servers` argument (array of names). 0, or -EINVAL and
+ * *e for the caller. */
+int bridge_check_servers(struct bridge *b, json_t *names, struct err *e);
 
 /* Frames to the sandbox go through `send` (the message is stolen). */
 typedef void (*bridge_send_fn)(void *userdata, json_t *msg);

@@ -396,8 +396,7 @@ static bool path_within(const char *p, const char *dir)
         return strncmp(p, dir, n) == 0 && (p[n] == '\0' || p[n] == '/');
 }
 
-int config_mount_parse(const char *spec, char *host, char *target, size_t size, char *msg,
-                       size_t msg_size)
+int config_mount_parse(const char *spec, char *host, char *target, size_t size, struct err *e)
 {
         /* Places the image's system lives in (a mount over them would replace
          * it) and places corral or the engine manage. */
@@ -412,38 +411,34 @@ int config_mount_parse(const char *spec, char *host, char *target, size_t size, 
         size_t tl = colon ? (second ? (size_t)(second - colon - 1) : strlen(colon + 1)) : 0;
         if (!colon || (second && strcmp(second, ":ro") != 0) || hl == 0 || tl == 0 || hl >= size ||
             tl >= size) {
-                snprintf(msg, msg_size,
-                         "mount \"%.200s\" must be HOST:SANDBOX, two absolute paths (it is "
-                         "always read-only)",
-                         spec);
-                return -EINVAL;
+                return err_set(e, ERR_CONFIG, -EINVAL,
+                               "mount \"%.200s\" must be HOST:SANDBOX, two absolute paths (it is "
+                               "always read-only)",
+                               spec);
         }
         memcpy(host, spec, hl);
         host[hl] = '\0';
         memcpy(target, colon + 1, tl);
         target[tl] = '\0';
         if (!path_plain(host) || !path_plain(target) || strcmp(target, "/") == 0) {
-                snprintf(msg, msg_size,
-                         "mount \"%.200s\": both paths must be absolute, without \".\", "
-                         "\"..\" or \"//\", and the sandbox's not /",
-                         spec);
-                return -EINVAL;
+                return err_set(e, ERR_CONFIG, -EINVAL,
+                               "mount \"%.200s\": both paths must be absolute, without \".\", "
+                               "\"..\" or \"//\", and the sandbox's not /",
+                               spec);
         }
         for (size_t i = 0; i < ARRAY_SIZE(system); i++)
                 if (path_within(system[i], target)) {
-                        snprintf(msg, msg_size,
-                                 "mount \"%.200s\": %s would hide the image's %s; mount it "
-                                 "under a new directory such as /data or /mnt/NAME",
-                                 spec, target, system[i]);
-                        return -EINVAL;
+                        return err_set(e, ERR_CONFIG, -EINVAL,
+                                       "mount \"%.200s\": %s would hide the image's %s; mount it "
+                                       "under a new directory such as /data or /mnt/NAME",
+                                       spec, target, system[i]);
                 }
         for (size_t i = 0; i < ARRAY_SIZE(managed); i++)
                 if (path_within(target, managed[i]) || path_within(managed[i], target)) {
-                        snprintf(msg, msg_size,
-                                 "mount \"%.200s\": %s is corral's or the engine's (%s); "
-                                 "choose another place such as /data",
-                                 spec, target, managed[i]);
-                        return -EINVAL;
+                        return err_set(e, ERR_CONFIG, -EINVAL,
+                                       "mount \"%.200s\": %s is corral's or the engine's (%s); "
+                                       "choose another place such as /data",
+                                       spec, target, managed[i]);
                 }
         return 0;
 }
@@ -476,11 +471,12 @@ bool config_image_name_ok(const char *s)
 
 int config_check(const struct config *c, struct err *e)
 {
-        char host[4096], target[4096], msg[700];
-        for (size_t i = 0; c->mounts && c->mounts[i]; i++)
-                if (config_mount_parse(c->mounts[i], host, target, sizeof(host), msg, sizeof(msg)) <
-                    0)
-                        return err_set(e, ERR_CONFIG, EINVAL, "%s", msg);
+        char host[4096], target[4096];
+        for (size_t i = 0; c->mounts && c->mounts[i]; i++) {
+                int r = config_mount_parse(c->mounts[i], host, target, sizeof(host), e);
+                if (r < 0)
+                        return r;
+        }
         for (size_t i = 0; c->preload && c->preload[i]; i++)
                 if (!module_name_ok(c->preload[i]))
                         return err_set(e, ERR_CONFIG, EINVAL,

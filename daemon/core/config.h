@@ -78,9 +78,8 @@ char *config_default_path(void);
 /* A "HOST:SANDBOX" (or "HOST:SANDBOX:ro") mount: both absolute, SANDBOX
  * neither a system directory nor in one of the places corral or the engine
  * manages (/proc, /sys, /dev, /run, /tmp, /workspace). The paths go to
- * host[0..size) and target[0..size); 0, or -EINVAL with a message. */
-int config_mount_parse(const char *spec, char *host, char *target, size_t size, char *msg,
-                       size_t msg_size);
+ * host[0..size) and target[0..size); 0, or -EINVAL and *e (ERR_CONFIG). */
+int config_mount_parse(const char *spec, char *host, char *target, size_t size, struct err *e);
 /* An engine's image reference: lower case, digits and ._-/:@, 1 to 255. */
 bool config_image_name_ok(const char *s);
 /* Names of all keys, for --help; NULL-terminated. */

@@ -47,6 +47,8 @@ enum err_kind {
         ERR_CONFIG,
         ERR_ENGINE,   /* engine unreachable or answered an error */
         ERR_PROTOCOL, /* a peer broke the frame or HTTP protocol */
+        ERR_INVALID,  /* the caller's input is not valid (a name, an argument) */
+        ERR_REFUSED,  /* valid, but not now or not here: busy, at a limit, gone */
 };
 
 struct err {

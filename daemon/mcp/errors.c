@@ -90,3 +90,8 @@ json_t *arguments_error(const char *message)
 {
         return error_result(FAILED_ARGUMENTS, -EINVAL, message);
 }
+
+json_t *err_result(enum failed what, int reason, struct err *e)
+{
+        return error_result(what, reason, utf8_scrub(e->msg));
+}

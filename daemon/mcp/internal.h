@@ -201,5 +201,7 @@ enum failed {
  * strerror; then the table's advice, if any. A new
  * reference, or NULL. */
 json_t *error_result(enum failed what, int reason, const char *message);
+/* error_result of `reason` and e's message (made valid UTF-8 first). */
+json_t *err_result(enum failed what, int reason, struct err *e);
 /* Arguments the model can correct: invalid_arguments, InvalidArguments. */
 json_t *arguments_error(const char *message);

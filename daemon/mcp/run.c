@@ -104,20 +104,18 @@ static void call_failed(struct call *c, json_t *result)
 }
 
 /* The arguments as a request, and the MCP servers it names checked
- * against the bridge: 0, or -EINVAL with a message. */
+ * against the bridge: 0, or -EINVAL and *e. */
 static int parse_request(struct mcp_server *s, const char *name, json_t *args,
-                         struct sandbox_request *req, char *msg, size_t msg_size)
+                         struct sandbox_request *req, struct err *e)
 {
-        int r =
-            tools_parse_call(name, args, s->cfg, sandbox_mgr_images(s->mgr), req, msg, msg_size);
+        int r = tools_parse_call(name, args, s->cfg, sandbox_mgr_images(s->mgr), req, e);
         if (r < 0 || !req->servers || json_array_size(req->servers) == 0)
                 return r;
         if (!s->bridge) {
-                snprintf(msg, msg_size, "no MCP servers are configured for sandboxes");
-                r = -EINVAL;
+                r = err_set(e, ERR_INVALID, -EINVAL, "no MCP servers are configured for sandboxes");
         } else {
-                r = bridge_check_servers(s->bridge, req->servers, msg, msg_size);
-                utf8_scrub(msg);
+                r = bridge_check_servers(s->bridge, req->servers, e);
+                utf8_scrub(e->msg);
         }
         if (r < 0)
                 tools_request_free(req);
@@ -165,9 +163,10 @@ static int call_start(struct call *c, const struct sandbox_request *req, json_t 
         struct mcp_server *s = c->srv;
         char msg[512] = "";
         if (req->session) {
-                int r = session_run(s->sessions, req, call_done, c, &c->sb, msg, sizeof(msg));
+                struct err e = {0};
+                int r = session_run(s->sessions, req, call_done, c, &c->sb, &e);
                 if (r < 0)
-                        *failure = error_result(FAILED_SESSION_RUN, r, utf8_scrub(msg));
+                        *failure = err_result(FAILED_SESSION_RUN, r, &e);
                 return r;
         }
         int r = sandbox_run(s->mgr, req, call_done, c, &c->sb);
@@ -186,10 +185,10 @@ void tool_run(struct mcp_server *s, json_t *id, json_t *args, json_t *params)
         const char *name = json_string_value(json_object_get(params, "name"));
         json_t *task = json_object_get(params, "task");
         struct sandbox_request req = {0};
-        char msg[512] = "";
-        int r = parse_request(s, name, args, &req, msg, sizeof(msg));
+        struct err e = {0};
+        int r = parse_request(s, name, args, &req, &e);
         if (r < 0) {
-                refuse(s, id, task, name, msg);
+                refuse(s, id, task, name, e.msg);
                 return;
         }
         struct call *c =

@@ -288,14 +288,13 @@ void tool_search_tools(struct mcp_server *s, json_t *id, json_t *args, json_t *p
         }
         struct upstream_set *ups = s->bridge ? bridge_upstreams(s->bridge) : NULL;
         if (server) {
-                json_t *one = json_pack("[O]", server);
-                char msg[800];
-                int r = s->bridge ? bridge_check_servers(s->bridge, one, msg, sizeof(msg))
-                                  : (snprintf(msg, sizeof(msg), "no MCP servers are configured"),
-                                     -EINVAL);
-                json_decref(one);
+                json_auto_t *one = json_pack("[O]", server);
+                struct err e = {0};
+                int r = s->bridge
+                            ? bridge_check_servers(s->bridge, one, &e)
+                            : err_set(&e, ERR_INVALID, -EINVAL, "no MCP servers are configured");
                 if (r < 0) {
-                        mcp_send_result(s, id, arguments_error(utf8_scrub(msg)));
+                        mcp_send_result(s, id, err_result(FAILED_ARGUMENTS, -EINVAL, &e));
                         return;
                 }
         }

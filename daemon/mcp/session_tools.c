@@ -65,8 +65,9 @@ static const char *session_arg(struct mcp_server *s, json_t *id, json_t *args, c
                 mcp_send_result(s, id, arguments_error(msg));
                 return NULL;
         }
-        if (session_name_check(name, msg, sizeof(msg)) < 0) {
-                mcp_send_result(s, id, arguments_error(utf8_scrub(msg)));
+        struct err e = {0};
+        if (session_name_check(name, &e) < 0) {
+                mcp_send_result(s, id, err_result(FAILED_ARGUMENTS, -EINVAL, &e));
                 return NULL;
         }
         return name;
@@ -92,10 +93,10 @@ static const char *file_args(struct mcp_server *s, json_t *id, json_t *args, con
                 mcp_send_result(s, id, arguments_error(msg));
                 return NULL;
         }
-        int r = files_path(p ? json_string_value(p) : dflt, allow_root, full, full_size, msg,
-                           sizeof(msg));
+        struct err e = {0};
+        int r = files_path(p ? json_string_value(p) : dflt, allow_root, full, full_size, &e);
         if (r < 0) {
-                mcp_send_result(s, id, error_result(FAILED_PATH, r, utf8_scrub(msg)));
+                mcp_send_result(s, id, err_result(FAILED_PATH, r, &e));
                 return NULL;
         }
         return name;
@@ -148,10 +149,11 @@ void tool_session_close(struct mcp_server *s, json_t *id, json_t *args, json_t *
         const char *name = session_arg(s, id, args, "session_close");
         if (!name)
                 return;
-        char msg[600], text[200];
-        int r = session_close(s->sessions, name, msg, sizeof(msg));
+        char text[200];
+        struct err e = {0};
+        int r = session_close(s->sessions, name, &e);
         if (r < 0) {
-                mcp_send_result(s, id, error_result(FAILED_SESSION_CLOSE, r, utf8_scrub(msg)));
+                mcp_send_result(s, id, err_result(FAILED_SESSION_CLOSE, r, &e));
                 return;
         }
         snprintf(text, sizeof(text), "session \"%s\" closed: its sandbox is being removed", name);
@@ -187,11 +189,11 @@ static struct file_call *fcall_new(struct mcp_server *s, json_t *id, const char 
 /* The sandbox of args.session for a file tool; NULL after answering. */
 static struct sandbox *file_session(struct mcp_server *s, json_t *id, const char *name)
 {
-        char msg[600];
+        struct err e = {0};
         struct sandbox *sb;
-        int r = session_sandbox(s->sessions, name, &sb, msg, sizeof(msg));
+        int r = session_sandbox(s->sessions, name, &sb, &e);
         if (r < 0) {
-                mcp_send_result(s, id, error_result(FAILED_SESSION_GET, r, utf8_scrub(msg)));
+                mcp_send_result(s, id, err_result(FAILED_SESSION_GET, r, &e));
                 return NULL;
         }
         if (!sandbox_mgr_engine(s->mgr) || !sandbox_container(sb)) {
@@ -245,7 +247,8 @@ static void write_opened(void *userdata, const struct sandbox_result *res)
 void tool_write_file(struct mcp_server *s, json_t *id, json_t *args, json_t *params)
 {
         static const char *const keys[] = {"session", "path", "content", "encoding", NULL};
-        char full[FILES_PATH_MAX + 64], msg[600] = "";
+        char full[FILES_PATH_MAX + 64];
+        struct err e = {0};
         const char *name =
             file_args(s, id, args, "write_file", keys, NULL, false, full, sizeof(full));
         if (!name)
@@ -253,9 +256,9 @@ void tool_write_file(struct mcp_server *s, json_t *id, json_t *args, json_t *par
         struct buf data;
         int r =
             tools_file_content(json_object_get(args, "content"), json_object_get(args, "encoding"),
-                               s->cfg->file_max_bytes, &data, msg, sizeof(msg));
+                               s->cfg->file_max_bytes, &data, &e);
         if (r < 0) {
-                mcp_send_result(s, id, error_result(FAILED_ARGUMENTS, r, msg));
+                mcp_send_result(s, id, err_result(FAILED_ARGUMENTS, r, &e));
                 return;
         }
         struct file_call *fc = fcall_new(s, id, name, full);
@@ -287,10 +290,10 @@ void tool_write_file(struct mcp_server *s, json_t *id, json_t *args, json_t *par
             .n_files = 1,
         };
         struct sandbox *sb;
-        r = session_run(s->sessions, &req, write_opened, fc, &sb, msg, sizeof(msg));
+        r = session_run(s->sessions, &req, write_opened, fc, &sb, &e);
         buf_free(&data);
         if (r < 0) {
-                mcp_send_result(s, id, error_result(FAILED_SESSION_RUN, r, utf8_scrub(msg)));
+                mcp_send_result(s, id, err_result(FAILED_SESSION_RUN, r, &e));
                 fcall_free(fc);
         }
 }
@@ -413,7 +416,7 @@ void tool_read_file(struct mcp_server *s, json_t *id, json_t *args, json_t *para
         }
 }
 
-static void list_done(void *userdata, json_t *result, const char *error)
+static void list_done(void *userdata, json_t *result, const struct err *why)
 {
         struct file_call *fc = userdata;
         struct mcp_server *s = fc->srv;
@@ -421,7 +424,7 @@ static void list_done(void *userdata, json_t *result, const char *error)
         if (!result) {
                 /* The runtime's words, bounded. */
                 char msg[700];
-                snprintf(msg, sizeof(msg), "%.600s", error ? error : "no answer");
+                snprintf(msg, sizeof(msg), "%.600s", why->msg);
                 utf8_scrub(msg);
                 mcp_send_result(s, fc->id, error_result(FAILED_LIST, 0, msg));
                 fcall_free(fc);

@@ -483,19 +483,19 @@ json_t *tools_status_result(json_t *status)
 }
 
 static int parse_call(const char *name, json_t *args, const struct config *cfg,
-                      const struct sandbox_images *images, struct sandbox_request *req, char *msg,
-                      size_t msg_size);
+                      const struct sandbox_images *images, struct sandbox_request *req,
+                      struct err *e);
 
 int tools_parse_call(const char *name, json_t *args, const struct config *cfg,
-                     const struct sandbox_images *images, struct sandbox_request *req, char *msg,
-                     size_t msg_size)
+                     const struct sandbox_images *images, struct sandbox_request *req,
+                     struct err *e)
 {
         req->files = NULL;
         req->n_files = 0;
-        int r = parse_call(name, args, cfg, images, req, msg, msg_size);
+        int r = parse_call(name, args, cfg, images, req, e);
         /* Messages quote names from the host cut at a byte limit. */
         if (r < 0) {
-                utf8_scrub(msg);
+                utf8_scrub(e->msg);
                 tools_request_free(req);
         }
         return r;
@@ -524,48 +524,44 @@ size_t tools_line_max(const struct config *cfg)
         return (size_t)(want > cfg->max_frame ? want : cfg->max_frame);
 }
 
-int tools_file_content(json_t *content, json_t *encoding, size_t max, struct buf *ret, char *msg,
-                       size_t msg_size)
+int tools_file_content(json_t *content, json_t *encoding, size_t max, struct buf *ret,
+                       struct err *e)
 {
         const char *enc = encoding ? json_string_value(encoding) : "utf-8";
         if (!json_is_string(content)) {
-                snprintf(msg, msg_size, "\"content\" must be a string");
-                return -EINVAL;
+                return err_set(e, ERR_INVALID, -EINVAL, "\"content\" must be a string");
         }
         if (!enc || (strcmp(enc, "utf-8") != 0 && strcmp(enc, "base64") != 0)) {
-                snprintf(msg, msg_size, "\"encoding\" must be \"utf-8\" or \"base64\"");
-                return -EINVAL;
+                return err_set(e, ERR_INVALID, -EINVAL,
+                               "\"encoding\" must be \"utf-8\" or \"base64\"");
         }
         buf_init(ret, max);
         const char *p = json_string_value(content);
         size_t n = json_string_length(content);
         int r = strcmp(enc, "base64") == 0 ? base64_decode(ret, p, n) : buf_append(ret, p, n);
         if (r == -ENOBUFS) {
-                snprintf(msg, msg_size,
-                         "the content is over %zu bytes, the limit of a file moved in or out "
-                         "(file_max_bytes)",
-                         max);
                 buf_free(ret);
-                return -EFBIG;
+                return err_set(e, ERR_INVALID, -EFBIG,
+                               "the content is over %zu bytes, the limit of a file moved in or "
+                               "out (file_max_bytes)",
+                               max);
         }
         if (r < 0) {
-                snprintf(msg, msg_size, "\"content\" is not valid base64");
                 buf_free(ret);
-                return -EINVAL;
+                return err_set(e, ERR_INVALID, -EINVAL, "\"content\" is not valid base64");
         }
         return 0;
 }
 
 /* `files`: [{path, content, encoding?}], decoded into req->files. */
 static int parse_files(json_t *files, const struct config *cfg, struct sandbox_request *req,
-                       char *msg, size_t msg_size)
+                       struct err *e)
 {
         if (!json_is_array(files) || json_array_size(files) > FILES_PER_CALL) {
-                snprintf(msg, msg_size,
-                         "argument \"files\" must be an array of at most %d {path, content, "
-                         "encoding} objects",
-                         FILES_PER_CALL);
-                return -EINVAL;
+                return err_set(e, ERR_INVALID, -EINVAL,
+                               "argument \"files\" must be an array of at most %d {path, content, "
+                               "encoding} objects",
+                               FILES_PER_CALL);
         }
         struct sandbox_file *out = calloc(json_array_size(files) + 1, sizeof(*out));
         if (!out)
@@ -576,36 +572,33 @@ static int parse_files(json_t *files, const struct config *cfg, struct sandbox_r
         json_t *f;
         json_array_foreach(files, i, f)
         {
-                char path[FILES_PATH_MAX + 64], why[600];
+                char path[FILES_PATH_MAX + 64];
+                struct err why = {0};
                 const char *key;
                 json_t *v;
                 json_object_foreach(f, key, v)
                 {
                         if (strcmp(key, "path") && strcmp(key, "content") &&
                             strcmp(key, "encoding")) {
-                                snprintf(msg, msg_size,
-                                         "files[%zu]: unknown key \"%.60s\" (path, content, "
-                                         "encoding)",
-                                         i, key);
-                                return -EINVAL;
+                                return err_set(e, ERR_INVALID, -EINVAL,
+                                               "files[%zu]: unknown key \"%.60s\" (path, content, "
+                                               "encoding)",
+                                               i, key);
                         }
                 }
                 const char *p = json_string_value(json_object_get(f, "path"));
                 if (!json_is_object(f) || !p) {
-                        snprintf(msg, msg_size, "files[%zu] needs a \"path\" string", i);
-                        return -EINVAL;
+                        return err_set(e, ERR_INVALID, -EINVAL,
+                                       "files[%zu] needs a \"path\" string", i);
                 }
-                if (files_path(p, false, path, sizeof(path), why, sizeof(why)) < 0) {
-                        snprintf(msg, msg_size, "files[%zu]: %s", i, why);
-                        return -EINVAL;
-                }
+                if (files_path(p, false, path, sizeof(path), &why) < 0)
+                        return err_set(e, ERR_INVALID, -EINVAL, "files[%zu]: %s", i, why.msg);
                 struct buf data;
                 if (tools_file_content(json_object_get(f, "content"),
                                        json_object_get(f, "encoding"), cfg->file_max_bytes, &data,
-                                       why, sizeof(why)) < 0) {
-                        snprintf(msg, msg_size, "files[%zu] (%s): %s", i, p, why);
-                        return -EINVAL;
-                }
+                                       &why) < 0)
+                        return err_set(e, ERR_INVALID, -EINVAL, "files[%zu] (%s): %s", i, p,
+                                       why.msg);
                 total += data.len;
                 out[i].path = strdup(path);
                 out[i].data = data.data ? data.data : strdup("");
@@ -614,11 +607,11 @@ static int parse_files(json_t *files, const struct config *cfg, struct sandbox_r
                 if (!out[i].path || !out[i].data)
                         return -ENOMEM;
                 if (total > cfg->max_frame) {
-                        snprintf(msg, msg_size,
-                                 "\"files\" hold over %llu bytes in all (max_frame): write large "
-                                 "files one by one with write_file",
-                                 cfg->max_frame);
-                        return -EINVAL;
+                        return err_set(
+                            e, ERR_INVALID, -EINVAL,
+                            "\"files\" hold over %llu bytes in all (max_frame): write large "
+                            "files one by one with write_file",
+                            cfg->max_frame);
                 }
         }
         return 0;
@@ -646,7 +639,7 @@ static void image_choices(const struct sandbox_images *images, char *out, size_t
 /* `image`: one of `images`, by name or short name; req->image borrows the
  * catalogue's name. */
 static int parse_image(json_t *image, const struct sandbox_images *images,
-                       struct sandbox_request *req, char *msg, size_t msg_size)
+                       struct sandbox_request *req, struct err *e)
 {
         const struct sandbox_image *x = json_is_string(image) && images
                                             ? sandbox_images_find(images, json_string_value(image))
@@ -654,20 +647,20 @@ static int parse_image(json_t *image, const struct sandbox_images *images,
         if (!x) {
                 char choices[600];
                 image_choices(images, choices, sizeof(choices));
-                snprintf(msg, msg_size,
-                         "argument \"image\" must name an image this corral offers: %s. Another "
-                         "is built with `corral image build --profile NAME` and offered when the "
-                         "`images` setting lists it",
-                         choices[0] ? choices : "none");
-                return -EINVAL;
+                return err_set(
+                    e, ERR_INVALID, -EINVAL,
+                    "argument \"image\" must name an image this corral offers: %s. Another "
+                    "is built with `corral image build --profile NAME` and offered when the "
+                    "`images` setting lists it",
+                    choices[0] ? choices : "none");
         }
         req->image = x->name;
         return 0;
 }
 
 static int parse_call(const char *name, json_t *args, const struct config *cfg,
-                      const struct sandbox_images *images, struct sandbox_request *req, char *msg,
-                      size_t msg_size)
+                      const struct sandbox_images *images, struct sandbox_request *req,
+                      struct err *e)
 {
         const char *code_key;
         if (strcmp(name, "run_python") == 0) {
@@ -677,12 +670,11 @@ static int parse_call(const char *name, json_t *args, const struct config *cfg,
                 req->lang = LANG_SHELL;
                 code_key = "command";
         } else {
-                tools_unknown(name, msg, msg_size);
+                tools_unknown(name, e->msg, sizeof(e->msg));
                 return -ENOENT;
         }
         if (args && !json_is_object(args)) {
-                snprintf(msg, msg_size, "arguments must be an object");
-                return -EINVAL;
+                return err_set(e, ERR_INVALID, -EINVAL, "arguments must be an object");
         }
         const char *key;
         json_t *v;
@@ -692,28 +684,27 @@ static int parse_call(const char *name, json_t *args, const struct config *cfg,
                     strcmp(key, "sync_wait_s") != 0 && strcmp(key, "session") != 0 &&
                     strcmp(key, "files") != 0 && strcmp(key, "image") != 0 &&
                     (strcmp(key, "servers") != 0 || req->lang != LANG_PYTHON)) {
-                        snprintf(msg, msg_size,
-                                 "unknown argument \"%.100s\" (%s takes %s, timeout_s, "
-                                 "sync_wait_s, session, files, image%s)",
-                                 key, name, code_key, req->lang == LANG_PYTHON ? ", servers" : "");
-                        return -EINVAL;
+                        return err_set(e, ERR_INVALID, -EINVAL,
+                                       "unknown argument \"%.100s\" (%s takes %s, timeout_s, "
+                                       "sync_wait_s, session, files, image%s)",
+                                       key, name, code_key,
+                                       req->lang == LANG_PYTHON ? ", servers" : "");
                 }
         }
         json_t *code = json_object_get(args, code_key);
         if (!json_is_string(code)) {
-                snprintf(msg, msg_size, "argument \"%s\" is required and must be a string",
-                         code_key);
-                return -EINVAL;
+                return err_set(e, ERR_INVALID, -EINVAL,
+                               "argument \"%s\" is required and must be a string", code_key);
         }
         /* The code travels in one frame; leave room for the envelope. */
         if (json_string_length(code) > cfg->max_frame / 2) {
-                snprintf(msg, msg_size, "argument \"%s\" is %zu bytes; the limit is %llu", code_key,
-                         json_string_length(code), cfg->max_frame / 2);
-                return -EINVAL;
+                return err_set(e, ERR_INVALID, -EINVAL,
+                               "argument \"%s\" is %zu bytes; the limit is %llu", code_key,
+                               json_string_length(code), cfg->max_frame / 2);
         }
         if (strlen(json_string_value(code)) != json_string_length(code)) {
-                snprintf(msg, msg_size, "argument \"%s\" contains a NUL character", code_key);
-                return -EINVAL;
+                return err_set(e, ERR_INVALID, -EINVAL, "argument \"%s\" contains a NUL character",
+                               code_key);
         }
         req->code = json_string_value(code);
         req->timeout_s = cfg->timeout_s;
@@ -721,9 +712,8 @@ static int parse_call(const char *name, json_t *args, const struct config *cfg,
         json_t *servers = json_object_get(args, "servers");
         if (servers) {
                 if (!json_is_array(servers)) {
-                        snprintf(msg, msg_size,
-                                 "argument \"servers\" must be an array of server names");
-                        return -EINVAL;
+                        return err_set(e, ERR_INVALID, -EINVAL,
+                                       "argument \"servers\" must be an array of server names");
                 }
                 req->servers = servers; /* the names are checked against the registry */
         }
@@ -731,8 +721,8 @@ static int parse_call(const char *name, json_t *args, const struct config *cfg,
         if (t) {
                 double d = json_number_value(t);
                 if (!json_is_number(t) || !isfinite(d) || d <= 0) {
-                        snprintf(msg, msg_size, "argument \"timeout_s\" must be a positive number");
-                        return -EINVAL;
+                        return err_set(e, ERR_INVALID, -EINVAL,
+                                       "argument \"timeout_s\" must be a positive number");
                 }
                 req->timeout_s = d < cfg->max_timeout_s ? d : cfg->max_timeout_s;
         }
@@ -740,10 +730,10 @@ static int parse_call(const char *name, json_t *args, const struct config *cfg,
         req->session = NULL;
         if (session) {
                 if (!json_is_string(session)) {
-                        snprintf(msg, msg_size, "argument \"session\" must be a string (a name)");
-                        return -EINVAL;
+                        return err_set(e, ERR_INVALID, -EINVAL,
+                                       "argument \"session\" must be a string (a name)");
                 }
-                int r = session_name_check(json_string_value(session), msg, msg_size);
+                int r = session_name_check(json_string_value(session), e);
                 if (r < 0)
                         return r;
                 req->session = json_string_value(session);
@@ -751,7 +741,7 @@ static int parse_call(const char *name, json_t *args, const struct config *cfg,
         req->image = NULL;
         json_t *image = json_object_get(args, "image");
         if (image) {
-                int r = parse_image(image, images, req, msg, msg_size);
+                int r = parse_image(image, images, req, e);
                 if (r < 0)
                         return r;
         }
@@ -760,7 +750,7 @@ static int parse_call(const char *name, json_t *args, const struct config *cfg,
         req->want_out = true;
         json_t *files = json_object_get(args, "files");
         if (files) {
-                int r = parse_files(files, cfg, req, msg, msg_size);
+                int r = parse_files(files, cfg, req, e);
                 if (r < 0)
                         return r;
         }
@@ -769,9 +759,8 @@ static int parse_call(const char *name, json_t *args, const struct config *cfg,
         if (w) {
                 double d = json_number_value(w);
                 if (!json_is_number(w) || !isfinite(d) || d < 0) {
-                        snprintf(msg, msg_size,
-                                 "argument \"sync_wait_s\" must be a number >= 0 (seconds)");
-                        return -EINVAL;
+                        return err_set(e, ERR_INVALID, -EINVAL,
+                                       "argument \"sync_wait_s\" must be a number >= 0 (seconds)");
                 }
                 req->sync_wait_s = d;
         }

@@ -55,11 +55,11 @@ json_t *tools_list(const char *servers, const struct sandbox_images *images, jso
 /* Validate a tools/call of run_python or run_shell. Returns 0 and fills
  * *req (borrowing from args; `files` are decoded into memory that
  * tools_request_free releases), or -ENOENT for another tool (a protocol
- * error) or -EINVAL for bad arguments, with a message for the caller.
+ * error) or -EINVAL for bad arguments, with *e for the caller.
  * `images`: what `image` may name (NULL: only the default). */
 int tools_parse_call(const char *name, json_t *args, const struct config *cfg,
-                     const struct sandbox_images *images, struct sandbox_request *req, char *msg,
-                     size_t msg_size);
+                     const struct sandbox_images *images, struct sandbox_request *req,
+                     struct err *e);
 void tools_request_free(struct sandbox_request *req);
 
 /* The longest line the host may send: max_frame, or more when a write_file
@@ -67,9 +67,9 @@ void tools_request_free(struct sandbox_request *req);
 size_t tools_line_max(const struct config *cfg);
 
 /* `content` of a file argument as bytes (utf-8 as is, or base64 decoded),
- * at most `max` of them: 0, or -EINVAL / -EFBIG with a message. */
-int tools_file_content(json_t *content, json_t *encoding, size_t max, struct buf *ret, char *msg,
-                       size_t msg_size);
+ * at most `max` of them: 0, or -EINVAL / -EFBIG and *e. */
+int tools_file_content(json_t *content, json_t *encoding, size_t max, struct buf *ret,
+                       struct err *e);
 
 /* A CallToolResult for a sandbox result (new reference); `session` names
  * the session the call ran in, or NULL. Files the code wrote under

@@ -17,29 +17,26 @@
 
 /* ---- paths */
 
-int files_path(const char *in, bool allow_root, char *out, size_t out_size, char *msg,
-               size_t msg_size)
+int files_path(const char *in, bool allow_root, char *out, size_t out_size, struct err *e)
 {
         char shown[120];
         str_printable(in, shown, sizeof(shown));
         for (const unsigned char *p = (const unsigned char *)in; *p; p++)
                 if (*p < 0x20 || *p == 0x7f) {
-                        snprintf(msg, msg_size, "path \"%s\" has a control character", shown);
-                        return -EINVAL;
+                        return err_set(e, ERR_INVALID, -EINVAL,
+                                       "path \"%s\" has a control character", shown);
                 }
         if (!utf8_text(in, strlen(in))) {
-                snprintf(msg, msg_size, "path \"%s\" is not valid UTF-8", shown);
-                return -EINVAL;
+                return err_set(e, ERR_INVALID, -EINVAL, "path \"%s\" is not valid UTF-8", shown);
         }
         const char *rel = in;
         if (in[0] == '/') {
                 size_t n = strlen(FILES_ROOT);
                 if (strncmp(in, FILES_ROOT, n) != 0 || (in[n] != '\0' && in[n] != '/')) {
-                        snprintf(msg, msg_size,
-                                 "path \"%s\" is outside %s: give a path relative to %s, or "
-                                 "one that starts with %s/",
-                                 shown, FILES_ROOT, FILES_ROOT, FILES_ROOT);
-                        return -EINVAL;
+                        return err_set(e, ERR_INVALID, -EINVAL,
+                                       "path \"%s\" is outside %s: give a path relative to %s, or "
+                                       "one that starts with %s/",
+                                       shown, FILES_ROOT, FILES_ROOT, FILES_ROOT);
                 }
                 rel = in + n;
         }
@@ -58,19 +55,19 @@ int files_path(const char *in, bool allow_root, char *out, size_t out_size, char
                         continue;
                 }
                 if (n == 2 && p[0] == '.' && p[1] == '.') {
-                        snprintf(msg, msg_size,
-                                 "path \"%s\" contains \"..\": paths stay inside %s; give one "
-                                 "without \"..\"",
-                                 shown, FILES_ROOT);
-                        return -EINVAL;
+                        return err_set(
+                            e, ERR_INVALID, -EINVAL,
+                            "path \"%s\" contains \"..\": paths stay inside %s; give one "
+                            "without \"..\"",
+                            shown, FILES_ROOT);
                 }
                 if (n > FILES_NAME_MAX || ++depth > FILES_DEPTH_MAX || len + 1 + n >= out_size ||
                     len + 1 + n > strlen(FILES_ROOT) + FILES_PATH_MAX) {
-                        snprintf(msg, msg_size,
-                                 "path \"%s\" is too long (at most %d bytes, %d levels, %d bytes "
-                                 "a name)",
-                                 shown, FILES_PATH_MAX, FILES_DEPTH_MAX, FILES_NAME_MAX);
-                        return -EINVAL;
+                        return err_set(
+                            e, ERR_INVALID, -EINVAL,
+                            "path \"%s\" is too long (at most %d bytes, %d levels, %d bytes "
+                            "a name)",
+                            shown, FILES_PATH_MAX, FILES_DEPTH_MAX, FILES_NAME_MAX);
                 }
                 out[len++] = '/';
                 memcpy(out + len, p, n);
@@ -79,9 +76,9 @@ int files_path(const char *in, bool allow_root, char *out, size_t out_size, char
                 p = end;
         }
         if (depth == 0 && !allow_root) {
-                snprintf(msg, msg_size, "path \"%s\" names %s itself: give a file's path", shown,
-                         FILES_ROOT);
-                return -EINVAL;
+                return err_set(e, ERR_INVALID, -EINVAL,
+                               "path \"%s\" names %s itself: give a file's path", shown,
+                               FILES_ROOT);
         }
         return 0;
 }
@@ -380,9 +377,9 @@ static void stat_done(void *userdata, const struct engine_raw *r)
                  * /etc/passwd); one inside is walked again from the top,
                  * with what is left of the path. */
                 const char *target = json_string_value(json_object_get(r->path_stat, "linkTarget"));
-                char checked[FILES_PATH_MAX + 64], msg[600];
-                if (!target ||
-                    files_path(target, true, checked, sizeof(checked), msg, sizeof(msg)) < 0 ||
+                char checked[FILES_PATH_MAX + 64];
+                struct err ignored = {0};
+                if (!target || files_path(target, true, checked, sizeof(checked), &ignored) < 0 ||
                     target[0] != '/') {
                         char shown[200];
                         str_printable(target ? target : "?", shown, sizeof(shown));

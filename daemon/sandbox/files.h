@@ -19,11 +19,10 @@
 
 /* `in` (from outside) as an absolute, lexically normalised path under
  * /workspace ("a//b/./c" -> "/workspace/a/b/c"); a relative path starts at
- * /workspace. -EINVAL with a message for "..", NUL or control characters,
+ * /workspace. -EINVAL and *e for "..", NUL or control characters,
  * invalid UTF-8, a path outside /workspace, or one too long or too deep;
  * /workspace itself is accepted only when allow_root. */
-int files_path(const char *in, bool allow_root, char *out, size_t out_size, char *msg,
-               size_t msg_size);
+int files_path(const char *in, bool allow_root, char *out, size_t out_size, struct err *e);
 
 /* A tar stream (ustar/pax) of one regular file `name` (relative, may hold
  * "/"), preceded by directory entries for each of its parent directories

@@ -28,7 +28,7 @@ struct sandbox_ask {
         /* Ended: the answer, handed over from the loop. */
         bool ended;
         json_t *result;
-        char *error;
+        struct err err; /* when there is no result */
         struct defer d;
 };
 
@@ -61,7 +61,6 @@ static void ask_free(struct sandbox_ask *a)
         timer_remove(a->timer);
         defer_cancel(&a->d);
         json_decref(a->result);
-        free(a->error);
         free(a);
 }
 
@@ -69,26 +68,31 @@ static void ask_deliver(void *userdata)
 {
         struct sandbox_ask *a = userdata;
         if (a->cb)
-                a->cb(a->userdata, a->result, a->error ? a->error : a->result ? NULL : "no answer");
+                a->cb(a->userdata, a->result, a->result ? NULL : &a->err);
         ask_free(a);
 }
 
 /* The answer (or why there is none) goes to the caller from the loop. */
-static void ask_end(struct sandbox_ask *a, json_t *result, const char *error)
+/* `result`, or none, with why (`kind` and `code`, and the runtime's words
+ * or ours). */
+static void ask_end(struct sandbox_ask *a, json_t *result, enum err_kind kind, int code,
+                    const char *why)
 {
         list_del(&a->node);
         timer_remove(a->timer);
         a->timer = NULL;
         a->ended = true;
         a->result = json_incref(result);
-        a->error = error ? strdup(error) : NULL;
+        if (!result)
+                err_set(&a->err, kind, code, "%.600s", why ? why : "no answer");
         loop_defer(a->sb->mgr->loop, &a->d, ask_deliver, a);
 }
 
 static void ask_timeout(struct timer *t, void *userdata)
 {
         (void)t;
-        ask_end(userdata, NULL, "the sandbox's runtime did not answer in time");
+        ask_end(userdata, NULL, ERR_PROTOCOL, -ETIMEDOUT,
+                "the sandbox's runtime did not answer in time");
 }
 
 void freeze_ask_answered(struct sandbox *s, const char *id, json_t *result, const char *error)
@@ -97,7 +101,7 @@ void freeze_ask_answered(struct sandbox *s, const char *id, json_t *result, cons
         list_for_each(a, &s->asks, node)
         {
                 if (strcmp(a->id, id) == 0) {
-                        ask_end(a, result, error);
+                        ask_end(a, result, ERR_REFUSED, -EIO, error);
                         return;
                 }
         }
@@ -155,7 +159,7 @@ static void thawed(struct sandbox *s)
         }
 }
 
-static void freeze_answer(void *userdata, json_t *result, const char *error)
+static void freeze_answer(void *userdata, json_t *result, const struct err *e)
 {
         struct sandbox *s = userdata;
         bool frozen = result && json_is_true(json_object_get(result, "frozen"));
@@ -179,9 +183,12 @@ static void freeze_answer(void *userdata, json_t *result, const char *error)
                 thaw(s); /* everyone gave up meanwhile */
                 return;
         }
+        struct err none = {0};
+        if (!frozen && !e)
+                err_set(&none, ERR_PROTOCOL, -EIO, "no answer");
         for (struct freeze_wait *w = answered, *next; w; w = next) {
                 next = w->answered_next;
-                w->ready(w->userdata, frozen ? NULL : error ? error : "no answer");
+                w->ready(w->userdata, frozen ? NULL : e ? e : &none);
         }
         if (!frozen && s->state != S_DONE)
                 thawed(s); /* a run waiting for the freeze to end need not wait */
@@ -322,15 +329,15 @@ static void fop_fail(struct sandbox_fop *f, int error, const char *message)
         loop_defer(l, &f->d, fop_failed, f);
 }
 
-static void fop_frozen(void *userdata, const char *error)
+static void fop_frozen(void *userdata, const struct err *why)
 {
         struct sandbox_fop *f = userdata;
         struct sandbox *s = f->sb;
         f->waiting = false;
-        if (error) {
+        if (why) {
                 char msg[600];
                 snprintf(msg, sizeof(msg),
-                         "cannot stop the session's processes to move the file: %s", error);
+                         "cannot stop the session's processes to move the file: %.500s", why->msg);
                 fop_fail(f, -EIO, msg);
                 return;
         }
@@ -413,7 +420,8 @@ void freeze_release(struct sandbox *s)
                 if (silent)
                         ask_free(a);
                 else
-                        ask_end(a, NULL, "the sandbox ended before it answered");
+                        ask_end(a, NULL, ERR_REFUSED, -ENOTCONN,
+                                "the sandbox ended before it answered");
         }
         timer_remove(s->fz_timer);
         s->fz_timer = NULL;

@@ -177,12 +177,9 @@ json_t *sandbox_mounts_resolve(const struct config *cfg, const struct engine_end
         if (!mounts)
                 return NULL;
         for (size_t i = 0; cfg->mounts && cfg->mounts[i]; i++) {
-                char host[PATH_MAX], target[PATH_MAX], real[PATH_MAX], msg[700];
-                if (config_mount_parse(cfg->mounts[i], host, target, sizeof(host), msg,
-                                       sizeof(msg)) < 0) {
-                        err_set(e, ERR_CONFIG, EINVAL, "%s", msg);
+                char host[PATH_MAX], target[PATH_MAX], real[PATH_MAX];
+                if (config_mount_parse(cfg->mounts[i], host, target, sizeof(host), e) < 0)
                         return NULL;
-                }
                 if (ep && ep->host) {
                         err_set(e, ERR_CONFIG, EINVAL,
                                 "mounts need a local engine: the engine at %s would mount %s from "

@@ -47,10 +47,10 @@ enum sandbox_state {
 };
 
 /* Holds a kept sandbox's other processes stopped (sandbox/freeze) while
- * files move; `ready` follows from the loop (error NULL once frozen). */
+ * files move; `ready` follows from the loop (`why` NULL once frozen). */
 struct freeze_wait {
         struct list node; /* s->fz_waits */
-        void (*ready)(void *userdata, const char *error);
+        void (*ready)(void *userdata, const struct err *why);
         void *userdata;
         struct defer d; /* granted at once: the sandbox was frozen already */
         struct freeze_wait *answered_next;

@@ -150,10 +150,10 @@ int sandbox_write_file(struct sandbox *s, const char *path, const void *data, si
 void sandbox_fop_cancel(struct sandbox_fop *f);
 
 /* A request to a sandbox's runtime (sandbox/list): `cb` gets the result
- * object, or NULL and a message, once, from the loop, unless cancelled
- * before it ran; also when the sandbox ends first. `params` is stolen. */
+ * object, or NULL and why (the runtime's message, or no answer), once, from the loop, unless
+ * cancelled before it ran; also when the sandbox ends first. `params` is stolen. */
 struct sandbox_ask;
-typedef void (*sandbox_ask_cb)(void *userdata, json_t *result, const char *error);
+typedef void (*sandbox_ask_cb)(void *userdata, json_t *result, const struct err *e);
 int sandbox_ask(struct sandbox *s, const char *method, json_t *params, sandbox_ask_cb cb,
                 void *userdata, struct sandbox_ask **ret);
 /* The callback will not be called. Accepts NULL. */

@@ -70,7 +70,7 @@ long session_max(const struct session_mgr *m)
         return m->cfg->max_sessions < room ? m->cfg->max_sessions : room;
 }
 
-int session_name_check(const char *name, char *msg, size_t msg_size)
+int session_name_check(const char *name, struct err *e)
 {
         size_t n = strlen(name);
         bool ok = n >= 1 && n <= SESSION_NAME_MAX;
@@ -81,10 +81,10 @@ int session_name_check(const char *name, char *msg, size_t msg_size)
                 return 0;
         char shown[80];
         str_printable(name, shown, sizeof(shown));
-        snprintf(msg, msg_size,
-                 "session name \"%s\" is not valid: use 1 to %d letters, digits, '_', '-' or '.'",
-                 shown, SESSION_NAME_MAX);
-        return -EINVAL;
+        return err_set(
+            e, ERR_INVALID, -EINVAL,
+            "session name \"%s\" is not valid: use 1 to %d letters, digits, '_', '-' or '.'", shown,
+            SESSION_NAME_MAX);
 }
 
 static struct session *find(struct session_mgr *m, const char *name)
@@ -230,24 +230,24 @@ static void session_done(void *userdata, const struct sandbox_result *res)
 }
 
 int session_run(struct session_mgr *m, const struct sandbox_request *req, sandbox_done_cb cb,
-                void *userdata, struct sandbox **ret, char *msg, size_t msg_size)
+                void *userdata, struct sandbox **ret, struct err *e)
 {
         const char *name = req->session;
-        int r = session_name_check(name, msg, msg_size);
+        int r = session_name_check(name, e);
         if (r < 0)
                 return r;
         struct session *x = find(m, name);
         if (x && req->image && strcmp(req->image, x->image) != 0) {
-                snprintf(msg, msg_size,
-                         "session \"%s\" runs image %s, and a session keeps the image it opened "
-                         "with: call without \"image\", or use another session name for %s",
-                         name, x->image, req->image);
-                return -EINVAL;
+                return err_set(
+                    e, ERR_INVALID, -EINVAL,
+                    "session \"%s\" runs image %s, and a session keeps the image it opened "
+                    "with: call without \"image\", or use another session name for %s",
+                    name, x->image, req->image);
         }
         if (x) {
                 if (x->busy || !x->open || !x->sb || !sandbox_idle(x->sb)) {
-                        snprintf(msg, msg_size, "session \"%s\" is running another call", name);
-                        return -EBUSY;
+                        return err_set(e, ERR_REFUSED, -EBUSY,
+                                       "session \"%s\" is running another call", name);
                 }
                 struct sandbox_request q = *req;
                 q.keep = true;
@@ -260,33 +260,31 @@ int session_run(struct session_mgr *m, const struct sandbox_request *req, sandbo
                 if (r < 0) {
                         x->busy = false;
                         x->cb = NULL;
-                        snprintf(msg, msg_size, "session \"%s\" cannot run a call now (%s)", name,
-                                 strerror(-r));
-                        return r;
+                        return err_set(e, ERR_INTERNAL, r,
+                                       "session \"%s\" cannot run a call now (%s)", name,
+                                       strerror(-r));
                 }
                 *ret = x->sb;
                 return 0;
         }
         char why[400];
         if (exhume(m, name, true, why, sizeof(why))) {
-                snprintf(msg, msg_size, "session \"%s\" ended since its last call: %s.", name, why);
-                return -ENOLINK;
+                return err_set(e, ERR_REFUSED, -ENOLINK,
+                               "session \"%s\" ended since its last call: %s.", name, why);
         }
         long max = session_max(m);
         if (max <= 0) {
-                snprintf(msg, msg_size,
-                         "sessions are off here (max_sessions is %ld with max_sandboxes %ld)",
-                         m->cfg->max_sessions, m->cfg->max_sandboxes);
-                return -ENOTSUP;
+                return err_set(e, ERR_INVALID, -ENOTSUP,
+                               "sessions are off here (max_sessions is %ld with max_sandboxes %ld)",
+                               m->cfg->max_sessions, m->cfg->max_sandboxes);
         }
         if (count(m) >= max) {
-                snprintf(msg, msg_size, "%ld sessions are open, the most allowed (max_sessions)",
-                         count(m));
-                return -EUSERS;
+                return err_set(e, ERR_REFUSED, -EUSERS,
+                               "%ld sessions are open, the most allowed (max_sessions)", count(m));
         }
         x = calloc(1, sizeof(*x));
         if (!x)
-                return -ENOMEM;
+                return err_set(e, ERR_INTERNAL, -ENOMEM, "out of memory");
         x->mgr = m;
         snprintf(x->name, sizeof(x->name), "%s", name);
         snprintf(x->image, sizeof(x->image), "%s", req->image ? req->image : m->cfg->image);
@@ -302,16 +300,14 @@ int session_run(struct session_mgr *m, const struct sandbox_request *req, sandbo
         r = sandbox_run(m->sm, &q, session_done, x, ret);
         if (r < 0) {
                 session_free(x);
+                /* -EAGAIN: -EBUSY would say that the session itself is busy. */
                 if (r == -EBUSY)
-                        snprintf(msg, msg_size,
-                                 "every sandbox slot is in use (%ld) and %ld calls are already "
-                                 "waiting",
-                                 m->cfg->max_sandboxes, m->cfg->max_queue);
-                else
-                        snprintf(msg, msg_size, "cannot open session \"%s\": %s", name,
-                                 strerror(-r));
-                /* -EBUSY would say that the session itself is busy. */
-                return r == -EBUSY ? -EAGAIN : r;
+                        return err_set(e, ERR_REFUSED, -EAGAIN,
+                                       "every sandbox slot is in use (%ld) and %ld calls are "
+                                       "already waiting",
+                                       m->cfg->max_sandboxes, m->cfg->max_queue);
+                return err_set(e, ERR_INTERNAL, r, "cannot open session \"%s\": %s", name,
+                               strerror(-r));
         }
         log_info("session %s opening", name);
         x->sb = *ret;
@@ -320,22 +316,19 @@ int session_run(struct session_mgr *m, const struct sandbox_request *req, sandbo
         return 0;
 }
 
-int session_sandbox(struct session_mgr *m, const char *name, struct sandbox **ret, char *msg,
-                    size_t msg_size)
+int session_sandbox(struct session_mgr *m, const char *name, struct sandbox **ret, struct err *e)
 {
         struct session *x = find(m, name);
         char why[400];
         if (!x) {
                 if (exhume(m, name, false, why, sizeof(why))) {
-                        snprintf(msg, msg_size, "session \"%s\" ended: %s", name, why);
-                        return -ENOLINK;
+                        return err_set(e, ERR_REFUSED, -ENOLINK, "session \"%s\" ended: %s", name,
+                                       why);
                 }
-                snprintf(msg, msg_size, "no session \"%s\"", name);
-                return -ENOENT;
+                return err_set(e, ERR_INVALID, -ENOENT, "no session \"%s\"", name);
         }
         if (!x->open || !x->sb) {
-                snprintf(msg, msg_size, "session \"%s\" is still starting", name);
-                return -EAGAIN;
+                return err_set(e, ERR_REFUSED, -EAGAIN, "session \"%s\" is still starting", name);
         }
         x->t_last = now_ms();
         *ret = x->sb;
@@ -347,17 +340,16 @@ bool session_exists(struct session_mgr *m, const char *name)
         return find(m, name) != NULL;
 }
 
-int session_close(struct session_mgr *m, const char *name, char *msg, size_t msg_size)
+int session_close(struct session_mgr *m, const char *name, struct err *e)
 {
         struct session *x = find(m, name);
         if (!x) {
                 char why[400];
                 if (exhume(m, name, true, why, sizeof(why))) {
-                        snprintf(msg, msg_size, "session \"%s\" had already ended: %s", name, why);
-                        return -ENOLINK;
+                        return err_set(e, ERR_REFUSED, -ENOLINK,
+                                       "session \"%s\" had already ended: %s", name, why);
                 }
-                snprintf(msg, msg_size, "no session \"%s\"", name);
-                return -ENOENT;
+                return err_set(e, ERR_INVALID, -ENOENT, "no session \"%s\"", name);
         }
         log_info("session %s: closed by the client", name);
         struct sandbox *sb = x->sb;

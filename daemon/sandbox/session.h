@@ -7,6 +7,7 @@
 
 #include "core/config.h"
 #include "core/loop.h"
+#include "core/util.h"
 #include "sandbox/sandbox.h"
 
 #include <jansson.h>
@@ -22,14 +23,14 @@ void session_mgr_free(struct session_mgr *m);
 /* Sessions open at most (max_sessions, at most max_sandboxes - 1). */
 long session_max(const struct session_mgr *m);
 
-/* A name is 1 to 64 of [A-Za-z0-9_.-]: 0, or -EINVAL with a message. */
-int session_name_check(const char *name, char *msg, size_t msg_size);
+/* A name is 1 to 64 of [A-Za-z0-9_.-]: 0, or -EINVAL and *e. */
+int session_name_check(const char *name, struct err *e);
 
 /* Runs `req` in session req->session, opening it on first use. On success
  * *ret is the sandbox running it (for sandbox_cancel and sandbox_partial
  * until `cb`), and `cb` follows exactly once, from the loop (core/loop.h).
- * Errors, with a message that states the facts (what to do about them is
- * the caller's to say):
+ * Errors, returned and in *e (its code, and a message that states the
+ * facts: what to do about them is the caller's to say):
  *   -EBUSY    the session runs another call
  *   -EAGAIN   it is not open yet and no sandbox slot is free (max_sandboxes
  *             busy, max_queue calls waiting)
@@ -39,22 +40,21 @@ int session_name_check(const char *name, char *msg, size_t msg_size);
  *   -ENOTSUP  sessions are off (max_sessions 0)
  *   -EINVAL   a bad name, -ENOMEM */
 int session_run(struct session_mgr *m, const struct sandbox_request *req, sandbox_done_cb cb,
-                void *userdata, struct sandbox **ret, char *msg, size_t msg_size);
+                void *userdata, struct sandbox **ret, struct err *e);
 
 /* The sandbox of an open session, for its files (counts as activity): 0
- * and *ret, or with a message:
+ * and *ret, or a negative errno and *e:
  *   -ENOENT   no session of that name was opened
  *   -ENOLINK  it ended (why is in the message)
  *   -EAGAIN   its first call has not ended yet (still starting) */
-int session_sandbox(struct session_mgr *m, const char *name, struct sandbox **ret, char *msg,
-                    size_t msg_size);
+int session_sandbox(struct session_mgr *m, const char *name, struct sandbox **ret, struct err *e);
 /* Whether a session of that name is open (or starting). */
 bool session_exists(struct session_mgr *m, const char *name);
 
 /* Closes it: its container is removed, a call still running ends
- * "cancelled". With a message, -ENOENT when none of that name was opened,
+ * "cancelled". Else *e and -ENOENT when none of that name was opened,
  * -ENOLINK when it had ended already. */
-int session_close(struct session_mgr *m, const char *name, char *msg, size_t msg_size);
+int session_close(struct session_mgr *m, const char *name, struct err *e);
 
 /* [{name, state (starting|idle|busy), age_s, idle_s, calls, memory_bytes,
  * container}] (new reference). */

@@ -19,15 +19,15 @@
 
 /* ---- the freeze of a session's transfer */
 
-static void run_frozen(void *userdata, const char *error)
+static void run_frozen(void *userdata, const struct err *why)
 {
         struct sandbox *s = userdata;
         struct run *r = s->run;
-        if (error) {
+        if (why) {
                 r->freeze = RF_NONE;
                 char msg[600];
-                snprintf(msg, sizeof(msg), "cannot stop the session's processes to move files: %s",
-                         error);
+                snprintf(msg, sizeof(msg),
+                         "cannot stop the session's processes to move files: %.500s", why->msg);
                 run_failed(s, ST_ERROR, "FileError", msg);
                 return;
         }
@@ -193,7 +193,11 @@ static const char *out_path(json_t *f, char *full, size_t size, char *why, size_
         why[0] = '\0';
         if (!path || !json_is_integer(bytes) || json_integer_value(bytes) < 0)
                 return NULL;
-        if (files_path(path, false, full, size, why, why_size) < 0) {
+        struct err e = {0};
+        if (files_path(path, false, full, size, &e) < 0) {
+                size_t n = strnlen(e.msg, why_size - 1); /* cut: it is a note */
+                memcpy(why, e.msg, n);
+                why[n] = '\0';
                 const char *rel = strncmp(path, FILES_ROOT "/", strlen(FILES_ROOT "/")) == 0
                                       ? path + strlen(FILES_ROOT "/")
                                       : path;

@@ -596,9 +596,10 @@ static void test_lists(void)
             {"/srv/x:/var/tmp/d", NULL, NULL, "corral's or the engine's"},
         };
         for (size_t i = 0; i < ARRAY_SIZE(mounts); i++) {
-                char host[256], target[256], msg[700];
-                int r = config_mount_parse(mounts[i].spec, host, target, sizeof(host), msg,
-                                           sizeof(msg));
+                char host[256], target[256];
+                struct err ebox = {0};
+                char *msg = ebox.msg;
+                int r = config_mount_parse(mounts[i].spec, host, target, sizeof(host), &ebox);
                 if (mounts[i].host) {
                         is_int(r, 0, "mount %s is taken (%s)", mounts[i].spec, r ? msg : "");
                         is_str(host, mounts[i].host, "...host %s", mounts[i].host);

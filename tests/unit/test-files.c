@@ -41,8 +41,10 @@ static void test_paths(void)
             {"\xc3", NULL, false},
         };
         for (size_t i = 0; i < ARRAY_SIZE(cases); i++) {
-                char out[FILES_PATH_MAX + 64] = "", msg[512] = "";
-                int r = files_path(cases[i].in, cases[i].root, out, sizeof(out), msg, sizeof(msg));
+                char out[FILES_PATH_MAX + 64] = "";
+                struct err ebox = {0};
+                char *msg = ebox.msg;
+                int r = files_path(cases[i].in, cases[i].root, out, sizeof(out), &ebox);
                 char shown[64];
                 str_printable(cases[i].in, shown, sizeof(shown));
                 if (cases[i].want) {
@@ -53,28 +55,29 @@ static void test_paths(void)
                         ok(msg[0] != '\0', "...with a message: %s", msg);
                 }
         }
-        char out[FILES_PATH_MAX + 64], msg[512];
-        files_path("../etc/passwd", false, out, sizeof(out), msg, sizeof(msg));
+        char out[FILES_PATH_MAX + 64];
+        struct err ebox = {0};
+        char *msg = ebox.msg;
+        files_path("../etc/passwd", false, out, sizeof(out), &ebox);
         like(msg, "\"..\"", "the message names the \"..\"");
-        files_path("/etc/passwd", false, out, sizeof(out), msg, sizeof(msg));
+        files_path("/etc/passwd", false, out, sizeof(out), &ebox);
         like(msg, "outside /workspace", "an absolute path elsewhere: outside /workspace");
 
         /* Bounds: a name of 255 bytes passes, 256 does not; 32 levels pass, 33 do not. */
         char name[300];
         memset(name, 'n', 255);
         name[255] = '\0';
-        is_int(files_path(name, false, out, sizeof(out), msg, sizeof(msg)), 0, "a 255-byte name");
+        is_int(files_path(name, false, out, sizeof(out), &ebox), 0, "a 255-byte name");
         memset(name, 'n', 256);
         name[256] = '\0';
-        is_int(files_path(name, false, out, sizeof(out), msg, sizeof(msg)), -EINVAL,
+        is_int(files_path(name, false, out, sizeof(out), &ebox), -EINVAL,
                "a 256-byte name is refused");
         char deep[200] = "";
         for (int i = 0; i < 32; i++)
                 strcat(deep, i ? "/d" : "d");
-        is_int(files_path(deep, false, out, sizeof(out), msg, sizeof(msg)), 0, "32 levels");
+        is_int(files_path(deep, false, out, sizeof(out), &ebox), 0, "32 levels");
         strcat(deep, "/d");
-        is_int(files_path(deep, false, out, sizeof(out), msg, sizeof(msg)), -EINVAL,
-               "33 levels are refused");
+        is_int(files_path(deep, false, out, sizeof(out), &ebox), -EINVAL, "33 levels are refused");
         char longp[2000];
         size_t at = 0;
         for (int i = 0; i < 5; i++) {
@@ -84,7 +87,7 @@ static void test_paths(void)
                 at += 250;
         }
         longp[at] = '\0';
-        is_int(files_path(longp, false, out, sizeof(out), msg, sizeof(msg)), -EINVAL,
+        is_int(files_path(longp, false, out, sizeof(out), &ebox), -EINVAL,
                "a path over %d bytes is refused", FILES_PATH_MAX);
 }
 

@@ -330,10 +330,10 @@ static void test_queue(void)
         config_free(&c);
 }
 
-static void on_ask(void *userdata, json_t *result, const char *error)
+static void on_ask(void *userdata, json_t *result, const struct err *why)
 {
         int *n = userdata;
-        (*n) += result && !error ? 1 : 100;
+        (*n) += result && !why ? 1 : 100;
 }
 
 static void on_file(void *userdata, const struct files_result *r)

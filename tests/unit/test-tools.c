@@ -355,12 +355,13 @@ static void test_parse_image(void)
             {"7", NULL, -EINVAL},
         };
         for (size_t i = 0; i < ARRAY_SIZE(cases); i++) {
-                char text[200], msg[512] = "";
+                char text[200];
+                struct err ebox = {0};
+                char *msg = ebox.msg;
                 snprintf(text, sizeof(text), "{\"code\": \"1\", \"image\": %s}", cases[i].arg);
                 json_t *args = json_loads(text, 0, NULL);
                 struct sandbox_request req = {0};
-                int rc =
-                    tools_parse_call("run_python", args, &cfg, &images, &req, msg, sizeof(msg));
+                int rc = tools_parse_call("run_python", args, &cfg, &images, &req, &ebox);
                 is_int(rc, cases[i].rc, "image %s: returns %d", cases[i].arg, cases[i].rc);
                 if (rc == 0)
                         is_str(req.image, cases[i].want, "...the image %s",
@@ -373,8 +374,8 @@ static void test_parse_image(void)
         }
         json_t *args = json_pack("{s:s, s:s}", "command", "true", "image", "python");
         struct sandbox_request req = {0};
-        char msg[512];
-        is_int(tools_parse_call("run_shell", args, &cfg, &images, &req, msg, sizeof(msg)), 0,
+        struct err ebox = {0};
+        is_int(tools_parse_call("run_shell", args, &cfg, &images, &req, &ebox), 0,
                "run_shell takes image too");
         tools_request_free(&req);
         json_decref(args);
@@ -394,8 +395,9 @@ static void test_parse_call(void)
                         continue;
                 }
                 struct sandbox_request req = {.timeout_s = -1};
-                char msg[512] = "";
-                int rc = tools_parse_call(tc->tool, args, &cfg, &images, &req, msg, sizeof(msg));
+                struct err ebox = {0};
+                char *msg = ebox.msg;
+                int rc = tools_parse_call(tc->tool, args, &cfg, &images, &req, &ebox);
                 const char *what = tc->args ? tc->args : "(no arguments)";
                 is_int(rc, tc->rc, "%s %s: returns %d", tc->tool, what, tc->rc);
                 if (tc->rc == 0) {
@@ -427,8 +429,9 @@ static void test_parse_call(void)
         for (size_t i = 0; i < ARRAY_SIZE(waits); i++) {
                 json_t *a = json_loads(waits[i].args, 0, NULL);
                 struct sandbox_request r = {0};
-                char m[512] = "";
-                int rc = tools_parse_call("run_python", a, &cfg, &images, &r, m, sizeof(m));
+                struct err ebox = {0};
+                char *m = ebox.msg;
+                int rc = tools_parse_call("run_python", a, &cfg, &images, &r, &ebox);
                 is_int(rc, waits[i].rc, "%s: returns %d", waits[i].args, waits[i].rc);
                 if (rc == 0)
                         ok(r.sync_wait_s == waits[i].want, "... sync_wait_s %g (got %g)",
@@ -444,9 +447,10 @@ static void test_parse_call(void)
 
         /* A NUL inside the code cannot be passed to a process. */
         struct sandbox_request req;
-        char msg[512];
+        struct err ebox = {0};
+        char *msg = ebox.msg;
         json_t *args = json_pack("{s:s%}", "code", "a\0b", (size_t)3);
-        is_int(tools_parse_call("run_python", args, &cfg, &images, &req, msg, sizeof(msg)), -EINVAL,
+        is_int(tools_parse_call("run_python", args, &cfg, &images, &req, &ebox), -EINVAL,
                "code with a NUL is refused");
         like(msg, "NUL", "... saying why");
         json_decref(args);
@@ -457,13 +461,13 @@ static void test_parse_call(void)
         memset(code, 'x', (32 << 10) + 1);
         code[32 << 10] = '\0';
         args = json_pack("{s:s}", "code", code);
-        is_int(tools_parse_call("run_python", args, &cfg, &images, &req, msg, sizeof(msg)), 0,
+        is_int(tools_parse_call("run_python", args, &cfg, &images, &req, &ebox), 0,
                "code of max_frame / 2 bytes is accepted");
         json_decref(args);
         code[32 << 10] = 'x';
         code[(32 << 10) + 1] = '\0';
         args = json_pack("{s:s}", "code", code);
-        is_int(tools_parse_call("run_python", args, &cfg, &images, &req, msg, sizeof(msg)), -EINVAL,
+        is_int(tools_parse_call("run_python", args, &cfg, &images, &req, &ebox), -EINVAL,
                "one byte more is refused");
         like(msg, "32768", "... naming the limit");
         json_decref(args);
@@ -472,12 +476,12 @@ static void test_parse_call(void)
         /* The cap follows the configuration. */
         cfg.max_timeout_s = 10;
         args = json_pack("{s:s, s:f}", "code", "x", "timeout_s", 20.0);
-        tools_parse_call("run_python", args, &cfg, &images, &req, msg, sizeof(msg));
+        tools_parse_call("run_python", args, &cfg, &images, &req, &ebox);
         ok(req.timeout_s == 10, "timeout_s is capped at max_timeout_s (10)");
         json_decref(args);
         cfg.timeout_s = 7;
         args = json_pack("{s:s}", "code", "x");
-        tools_parse_call("run_python", args, &cfg, &images, &req, msg, sizeof(msg));
+        tools_parse_call("run_python", args, &cfg, &images, &req, &ebox);
         ok(req.timeout_s == 7, "no timeout_s: the configured default");
         json_decref(args);
 
@@ -492,12 +496,12 @@ static void test_parse_call(void)
         char argtext[160];
         snprintf(argtext, sizeof(argtext), "{\"code\":\"x\",\"%s\":1}", name);
         args = json_loads(argtext, 0, NULL);
-        tools_parse_call("run_python", args, &cfg, &images, &req, msg, sizeof(msg));
+        tools_parse_call("run_python", args, &cfg, &images, &req, &ebox);
         ok(valid_utf8(msg), "unknown-argument message is valid UTF-8");
         json_t *r = tools_error_result("invalid_arguments", "InvalidArguments", msg);
         ok(r != NULL, "... and can be sent as a tool error");
         json_decref(r);
-        tools_parse_call(name, args, &cfg, &images, &req, msg, sizeof(msg));
+        tools_parse_call(name, args, &cfg, &images, &req, &ebox);
         ok(valid_utf8(msg), "unknown-tool message is valid UTF-8");
         json_decref(args);
         config_free(&cfg);
@@ -762,8 +766,9 @@ static void test_parse_files(void)
             "{\"path\":\"empty\",\"content\":\"\"}]}",
             0, NULL);
         struct sandbox_request req = {0};
-        char msg[512] = "";
-        is_int(tools_parse_call("run_python", args, &cfg, &images, &req, msg, sizeof(msg)), 0,
+        struct err ebox = {0};
+        char *msg = ebox.msg;
+        is_int(tools_parse_call("run_python", args, &cfg, &images, &req, &ebox), 0,
                "three files parse (%s)", msg);
         is_str(req.session, "s", "the session name");
         ok(req.want_out, "run_python fetches /workspace/out");
@@ -788,7 +793,7 @@ static void test_parse_files(void)
         big[1100] = '\0';
         args =
             json_pack("{s:s, s:[{s:s, s:s}]}", "code", "x", "files", "path", "f", "content", big);
-        is_int(tools_parse_call("run_python", args, &cfg, &images, &req, msg, sizeof(msg)), -EINVAL,
+        is_int(tools_parse_call("run_python", args, &cfg, &images, &req, &ebox), -EINVAL,
                "a file over file_max_bytes is refused");
         like(msg, "file_max_bytes", "...naming the setting");
         json_decref(args);
@@ -796,7 +801,7 @@ static void test_parse_files(void)
         for (int i = 0; i < FILES_PER_CALL + 1; i++)
                 json_array_append_new(many, json_pack("{s:s, s:s}", "path", "f", "content", ""));
         args = json_pack("{s:s, s:o}", "code", "x", "files", many);
-        is_int(tools_parse_call("run_python", args, &cfg, &images, &req, msg, sizeof(msg)), -EINVAL,
+        is_int(tools_parse_call("run_python", args, &cfg, &images, &req, &ebox), -EINVAL,
                "%d files are refused", FILES_PER_CALL + 1);
         json_decref(args);
         config_free(&cfg);
