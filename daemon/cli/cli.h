@@ -33,6 +33,11 @@ struct cli_engine {
  * and returns negative when it cannot. */
 int cli_confine(const struct config *cfg);
 
+/* Whether `pid`, named by a status file in the runtime directory, is still
+ * a corral: alive and its command corral. A status file outlives an
+ * instance that was killed, and its pid may be another program's since. */
+bool cli_instance_alive(long pid);
+
 /* Choose the engine: the setting, else discovery, else (when allowed) a
  * private podman service. */
 void cli_engine_open(struct cli_engine *ce, struct loop *l, const struct config *cfg,

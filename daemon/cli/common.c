@@ -3,6 +3,9 @@
 #include "core/confine.h"
 #include "core/log.h"
 
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -132,4 +135,18 @@ int cli_confine(const struct config *cfg)
                  c.bounding ? " (bounding set empty)" : "", c.n_denied, c.note[0] ? "; " : "",
                  c.note);
         return 0;
+}
+
+bool cli_instance_alive(long pid)
+{
+        if (pid <= 0 || pid > INT_MAX || (kill((pid_t)pid, 0) < 0 && errno != EPERM))
+                return false;
+        char path[64], comm[32] = "";
+        snprintf(path, sizeof(path), "/proc/%ld/comm", pid);
+        FILE *f = fopen(path, "re");
+        if (!f)
+                return false;
+        bool named = fgets(comm, sizeof(comm), f) && strcmp(comm, "corral\n") == 0;
+        fclose(f);
+        return named;
 }

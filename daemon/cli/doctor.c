@@ -160,8 +160,8 @@ static void check_instances(void)
                 int pid;
                 char tail[8];
                 if (sscanf(de->d_name, "status-%d.%7s", &pid, tail) != 2 ||
-                    strcmp(tail, "json") != 0 || pid <= 0 || kill(pid, 0) < 0)
-                        continue;
+                    strcmp(tail, "json") != 0 || !cli_instance_alive(pid))
+                        continue; /* left by a killed instance */
                 char desc[400], what[64];
                 if (confine_describe(pid, desc, sizeof(desc)) < 0)
                         continue;

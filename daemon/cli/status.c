@@ -6,11 +6,6 @@
 #include <stdio.h>
 #include <string.h>
 
-static bool alive(long pid)
-{
-        return pid > 0 && (kill((pid_t)pid, 0) == 0 || errno == EPERM);
-}
-
 static void print_human(json_t *st)
 {
         json_t *p = json_object_get(st, "pool");
@@ -65,7 +60,7 @@ int cli_status(int argc, char **argv)
                         continue;
                 char path[600];
                 snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
-                if (!alive(pid)) {
+                if (!cli_instance_alive(pid)) {
                         unlink(path); /* left by a killed instance */
                         continue;
                 }

@@ -4,7 +4,8 @@
 //   node run.mjs cli           (cli:, MCP Inspector CLI:)
 
 import assert from 'node:assert/strict';
-import { existsSync, readFileSync } from 'node:fs';
+import { spawn } from 'node:child_process';
+import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { BIN, clip, CONFIG_HOME, CORRAL_TOOLS, corralEnv, ENGINE, HERE, run, test } from './lib/harness.mjs';
 
@@ -22,9 +23,25 @@ test('cli: `corral run -c` prints output and returns the exit code', async (t) =
   t.note('run_c', c);
   assert.equal(c.code, 4);
   assert.equal(c.stdout, 'shell\n');
-  const doc = await run(BIN, ['doctor'], { env, timeoutMs: 60000 });
-  t.note('doctor', doc);
-  assert.equal(doc.code, 0, 'corral doctor passes against the live engine');
+  // A killed instance leaves its status file, and its pid may be another
+  // program's by now: here a live `sleep` that runs unconfined.
+  const sleeper = spawn('sleep', ['60'], { stdio: 'ignore' });
+  const dir = env.XDG_RUNTIME_DIR ? path.join(env.XDG_RUNTIME_DIR, 'corral') : `/tmp/corral-${process.getuid()}`;
+  mkdirSync(dir, { recursive: true, mode: 0o700 });
+  const stale = path.join(dir, `status-${sleeper.pid}.json`);
+  writeFileSync(stale, JSON.stringify({ pid: sleeper.pid, instance: 'gone' }));
+  try {
+    const doc = await run(BIN, ['doctor'], { env, timeoutMs: 60000 });
+    t.note('doctor', doc);
+    assert.equal(doc.code, 0, 'corral doctor passes against the live engine');
+    assert.doesNotMatch(doc.stdout, new RegExp(`pid ${sleeper.pid}\\b`), 'doctor does not take a reused pid for a corral');
+    const st = await run(BIN, ['status', '--json'], { env });
+    assert.doesNotMatch(st.stdout, /"instance":\s*"gone"/, 'corral status does not list it either');
+    assert.ok(!existsSync(stale), 'corral status removes the stale file');
+  } finally {
+    sleeper.kill();
+    rmSync(stale, { force: true });
+  }
 }, { timeoutMs: 120000 });
 
 test('MCP Inspector CLI: tools/list shows the 14 tools and tools/call returns 42', async (t) => {
