@@ -439,7 +439,13 @@ rec("grouped", mcp_grouped.echo(message="g").text)`, ['everything', 'grouped']);
   const guardian = procParent(after[0].pid);
   process.kill(guardian, 'SIGSTOP');
   process.kill(after[0].pid, 'SIGKILL');
-  const dead = await waitFor(() => ({ done: procState(after[0].pid) === 'Z' }), { timeoutMs: 5000 });
+  const states = [];
+  const dead = await waitFor(() => {
+    const st = procState(after[0].pid);
+    if (states[states.length - 1] !== st) states.push(st);
+    return { done: st === 'Z' };
+  }, { timeoutMs: 10000 });
+  t.note('killed_server_states', { pid: after[0].pid, guardian, guardian_state: procState(guardian), states });
   assert.ok(dead.done, 'the killed server is a zombie its stopped guardian has not reaped');
   const third = await bridgeRun(t, d, 'rec("echo", mcp_everything.echo(message="three").text)', ['everything']);
   assert.equal(third.out.echo, 'Echo: three', 'a call made before corral knew of the death succeeds, on a new server');
