@@ -29,11 +29,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         files_tar_each((const char *)data, size, MAX, check_entry, &n, &e);
 
         /* The same bytes as a path (up to the first NUL). */
-        char in[2048], out[FILES_PATH_MAX + 64], msg[512];
+        char in[2048], out[FILES_PATH_MAX + 64];
+        struct err why = {0};
         size_t k = size < sizeof(in) - 1 ? size : sizeof(in) - 1;
         memcpy(in, data, k);
         in[k] = '\0';
-        if (files_path(in, true, out, sizeof(out), msg, sizeof(msg)) == 0) {
+        if (files_path(in, true, out, sizeof(out), &why) == 0) {
                 if (strncmp(out, FILES_ROOT, strlen(FILES_ROOT)) != 0 ||
                     (out[strlen(FILES_ROOT)] != '\0' && out[strlen(FILES_ROOT)] != '/') ||
                     strstr(out, "/../") || strstr(out, "//") || strstr(out, "/./") ||
