@@ -14,7 +14,7 @@ import path from 'node:path';
 import { BIN, clip, corralContainers, ENGINE, HERE, isInt, MiB, run, test, waitFor } from './lib/harness.mjs';
 import {
   assertRaised, bridgeRun, bridgeSetup, checkAuditLine, checkServerEntry, ERROR_CODES, everythingServer,
-  filesystemServer, hostTool, listServers, normTool, procDead, procParent, procState, procsWith, serverEntry,
+  filesystemServer, hostTool, listServers, normTool, procDead, procParent, procState, procsWith, procThreads, serverEntry,
 } from './lib/bridge.mjs';
 
 test('bridge: sandbox code calls server-everything and server-filesystem, plain and awaited', async (t) => {
@@ -439,14 +439,16 @@ rec("grouped", mcp_grouped.echo(message="g").text)`, ['everything', 'grouped']);
   const guardian = procParent(after[0].pid);
   process.kill(guardian, 'SIGSTOP');
   process.kill(after[0].pid, 'SIGKILL');
+  // Dead as corral can see it: a zombie whose threads have all exited, so
+  // that its stdout is closed (the leader alone turns Z first).
   const states = [];
   const dead = await waitFor(() => {
-    const st = procState(after[0].pid);
+    const st = `${procState(after[0].pid)}/${procThreads(after[0].pid)}`;
     if (states[states.length - 1] !== st) states.push(st);
-    return { done: st === 'Z' };
+    return { done: st === 'Z/1' };
   }, { timeoutMs: 10000 });
   t.note('killed_server_states', { pid: after[0].pid, guardian, guardian_state: procState(guardian), states });
-  assert.ok(dead.done, 'the killed server is a zombie its stopped guardian has not reaped');
+  assert.ok(dead.done, 'the killed server is a zombie, every thread gone, its stopped guardian has not reaped it');
   const third = await bridgeRun(t, d, 'rec("echo", mcp_everything.echo(message="three").text)', ['everything']);
   assert.equal(third.out.echo, 'Echo: three', 'a call made before corral knew of the death succeeds, on a new server');
   assert.equal(procsWith(tag).length, 1, 'one everything process runs');

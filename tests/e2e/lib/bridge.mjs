@@ -108,6 +108,12 @@ export function procState(pid) {
     return st.slice(st.lastIndexOf(')') + 2).split(' ')[0];
   } catch { return null; }
 }
+// Threads of `pid` still listed: a killed process's leader shows Z while
+// its other threads are still exiting, and its files (its stdout) close
+// only when the last of them has.
+export function procThreads(pid) {
+  try { return readdirSync(`/proc/${pid}/task`).length; } catch { return 0; }
+}
 export const procParent = (pid) => {
   const st = readFileSync(`/proc/${pid}/stat`, 'utf8');
   return Number(st.slice(st.lastIndexOf(')') + 2).split(' ')[1]);
