@@ -141,12 +141,6 @@ bool cli_instance_alive(long pid)
 {
         if (pid <= 0 || pid > INT_MAX || (kill((pid_t)pid, 0) < 0 && errno != EPERM))
                 return false;
-        char path[64], comm[32] = "";
-        snprintf(path, sizeof(path), "/proc/%ld/comm", pid);
-        FILE *f = fopen(path, "re");
-        if (!f)
-                return false;
-        bool named = fgets(comm, sizeof(comm), f) && strcmp(comm, "corral\n") == 0;
-        fclose(f);
-        return named;
+        char comm[32];
+        return proc_comm(pid, comm, sizeof(comm)) == 0 && strcmp(comm, "corral") == 0;
 }

@@ -1,6 +1,8 @@
 #include "core/util.h"
 
 #include <ctype.h>
+#include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -150,4 +152,19 @@ char *xdg_path(const char *var, const char *home_dir, const char *rel)
                         return NULL;
         }
         return p;
+}
+
+int proc_comm(long pid, char *buf, size_t size)
+{
+        char path[64];
+        snprintf(path, sizeof(path), "/proc/%ld/comm", pid);
+        FILE *f = fopen(path, "re");
+        if (!f)
+                return -errno;
+        bool got = fgets(buf, (int)size, f) != NULL;
+        fclose(f);
+        if (!got)
+                return -EIO;
+        buf[strcspn(buf, "\n")] = '\0';
+        return 0;
 }

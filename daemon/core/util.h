@@ -74,6 +74,10 @@ char *xdg_path(const char *var, const char *home_dir, const char *rel);
 /* Monotonic clock in milliseconds. */
 long long now_ms(void);
 
+/* The command name of process `pid` (/proc/PID/comm, at most 15 bytes,
+ * without its newline): 0, or a negative errno (no such process). */
+int proc_comm(long pid, char *buf, size_t size);
+
 /* corral's private directory for this user ($XDG_RUNTIME_DIR/corral, else
  * /tmp/corral-UID), created 0700 and checked to be ours: it holds the private
  * engine socket and the status files. */

@@ -28,14 +28,8 @@ static bool owner_alive(json_t *labels)
         long pid = pid_s ? strtol(pid_s, NULL, 10) : 0;
         if (pid <= 0)
                 return false;
-        char path[64], comm[32] = "";
-        snprintf(path, sizeof(path), "/proc/%ld/comm", pid);
-        FILE *f = fopen(path, "re");
-        if (!f)
-                return false;
-        bool ok = fgets(comm, sizeof(comm), f) && strncmp(comm, "corral", 6) == 0;
-        fclose(f);
-        return ok;
+        char comm[32];
+        return proc_comm(pid, comm, sizeof(comm)) == 0 && strncmp(comm, "corral", 6) == 0;
 }
 
 static void leftover_remove(struct leftover *lo);
