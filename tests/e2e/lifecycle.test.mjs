@@ -6,9 +6,7 @@
 
 import assert from 'node:assert/strict';
 import { tmpdir } from 'node:os';
-import {
-  BIN, brief, corralContainers, corralEnv, run, sleep, test, waitFor, waitPool, withTimeout,
-} from './lib/harness.mjs';
+import { BIN, brief, corralContainers, corralEnv, run, sleep, test, waitFor, waitNoContainers, waitPool, withTimeout } from './lib/harness.mjs';
 
 test('stdin EOF: corral removes a running sandbox and its ready ones, and exits promptly', async (t) => {
   const d = await t.daemon('eof');
@@ -30,10 +28,7 @@ test('stdin EOF: corral removes a running sandbox and its ready ones, and exits 
   t.note('close', how);
   assert.ok(how.ms < 2000, `corral exited within 2 s of stdin EOF, before the SDK's SIGTERM (took ${how.ms} ms)`);
   assert.equal(how.code, 0, 'corral exited with status 0');
-  const gone = await waitFor(async () => {
-    const cs = await corralContainers(`io.corral.instance=${instance}`);
-    return { done: cs.length === 0, cs };
-  }, { timeoutMs: 10000 });
+  const gone = await waitNoContainers(`io.corral.instance=${instance}`, { timeoutMs: 10000 });
   t.note('left', brief(gone.cs));
   assert.ok(gone.done, 'no container of the daemon remains');
 }, { timeoutMs: 60000 });
@@ -65,10 +60,7 @@ test('SIGTERM: corral answers the running call, removes its sandboxes and exits 
   const res = r.msgs.find((m) => m.id === 1);
   assert.ok(res, 'the running call was answered before exit');
   assert.equal(res.result?.structuredContent?.status, 'cancelled', 'and its status is cancelled');
-  const gone = await waitFor(async () => {
-    const cs = await corralContainers(`io.corral.instance=${instance}`);
-    return { done: cs.length === 0, cs };
-  }, { timeoutMs: 10000 });
+  const gone = await waitNoContainers(`io.corral.instance=${instance}`, { timeoutMs: 10000 });
   t.note('left', brief(gone.cs));
   assert.ok(gone.done, 'no container of the daemon remains');
 }, { timeoutMs: 60000 });

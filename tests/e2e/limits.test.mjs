@@ -5,7 +5,7 @@
 //   node run.mjs limits        (pids limit:, output limit:, settings:, busy:)
 
 import assert from 'node:assert/strict';
-import { corralContainers, MiB, sleep, test, waitFor, waitPool } from './lib/harness.mjs';
+import { MiB, sleep, test, waitGone, waitPool } from './lib/harness.mjs';
 
 test('pids limit: a fork bomb is contained and the daemon keeps serving', async (t) => {
   const d = await t.main();
@@ -147,10 +147,7 @@ test('busy: with one slot and no queue a second call gets status busy (pool off,
     assert.equal(r.structuredContent.stdout, 'first\n', `${label}: the running call is unaffected`);
     // corral holds the slot until the engine has removed the container, which
     // may be a moment after the result: wait for that before the next call.
-    const gone = await waitFor(async () => {
-      const cs = (await corralContainers()).filter((c) => c.id.startsWith(r.structuredContent.container));
-      return { done: cs.length === 0, cs };
-    }, { timeoutMs: 10000 });
+    const gone = await waitGone(r.structuredContent.container, 10000);
     assert.ok(gone.done, `${label}: the first call's container is removed`);
     await sleep(300);
     const third = await d.call(t, 'run_python', { code: 'print("third")' }, { timeoutMs: 60000 });

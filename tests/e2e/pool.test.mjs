@@ -7,10 +7,7 @@
 //                              kill -9 mid-run:)
 
 import assert from 'node:assert/strict';
-import {
-  brief, clip, corralAlive, corralContainers, engineRequest, isInt, out, removeContainers, sleep, test, toolCall,
-  twoReady, waitFor, waitPool, withTimeout,
-} from './lib/harness.mjs';
+import { brief, clip, corralAlive, corralContainers, engineRequest, isInt, out, removeContainers, sleep, test, toolCall, twoReady, waitFor, waitNoContainers, waitPool, withTimeout } from './lib/harness.mjs';
 
 test('single use: files, builtins, globals and environment of one call are gone in the next 8 (warm) calls', async (t) => {
   const d = await t.main();
@@ -247,10 +244,7 @@ test('kill -9: the next corral removes the containers of the killed one', async 
 
   const b = await t.daemon('after-kill');
   const t0 = Date.now();
-  const gone = await waitFor(async () => {
-    const cs = await corralContainers(`io.corral.pid=${a.pid}`);
-    return { done: cs.length === 0, cs };
-  }, { timeoutMs: 15000, intervalMs: 250 });
+  const gone = await waitNoContainers(`io.corral.pid=${a.pid}`, { timeoutMs: 15000, intervalMs: 250 });
   t.note('left_of_a', brief(gone.cs));
   t.note('swept_after_ms', Date.now() - t0);
   assert.ok(still.length > 0, 'the killed corral left containers behind (to be swept)');
@@ -308,10 +302,7 @@ test('kill -9 mid-run: a busy loop (timeout_s 5) and a session shell that traps 
   assert.ok(stopped.cs.length >= 2, 'the killed corral left its containers (stopped) for a sweep');
 
   const b = await t.daemon('sweeper');
-  const gone = await waitFor(async () => {
-    const cs = await corralContainers(`io.corral.pid=${a.pid}`);
-    return { done: cs.length === 0, cs };
-  }, { timeoutMs: 15000, intervalMs: 250 });
+  const gone = await waitNoContainers(`io.corral.pid=${a.pid}`, { timeoutMs: 15000, intervalMs: 250 });
   assert.ok(gone.done, `the next corral removes what is left: ${brief(gone.cs).join('; ')}`);
   const bClose = await b.close();
   assert.equal(bClose.code, 0, 'the sweeping corral exits 0 on stdin EOF');

@@ -7,7 +7,7 @@
 
 import { McpError } from '@modelcontextprotocol/sdk/types.js';
 import assert from 'node:assert/strict';
-import { brief, checkResult, clip, corralContainers, MiB, sleep, suiteStart, test, waitFor } from './lib/harness.mjs';
+import { brief, checkResult, clip, corralContainers, MiB, sleep, suiteStart, test, waitFor, waitNoContainers } from './lib/harness.mjs';
 
 test('tools/call argument errors: unknown tool -32602, bad arguments invalid_arguments', async (t) => {
   const d = await t.main();
@@ -248,10 +248,7 @@ test('raw protocol: a cancelled tools/call gets no response and its container is
   await sleep(500);
   await raw.send({ jsonrpc: '2.0', method: 'notifications/cancelled', params: { requestId: 71, reason: 'test' } });
   assert.deepEqual(await raw.ping(72), { jsonrpc: '2.0', id: 72, result: {} }, 'the daemon answers a ping');
-  const gone = await waitFor(async () => {
-    const cs = await corralContainers(`io.corral.instance=${instance}`);
-    return { done: cs.length === 0, cs };
-  }, { timeoutMs: 10000 });
+  const gone = await waitNoContainers(`io.corral.instance=${instance}`, { timeoutMs: 10000 });
   t.note('after_cancel', brief(gone.cs));
   assert.ok(gone.done, 'the container is removed within 10 s');
   await sleep(1000);

@@ -666,6 +666,15 @@ export async function containerState(prefix) {
   return c ? c.state : 'gone';
 }
 
+// Waits until no corral container carries `label` (io.corral.instance=ID,
+// io.corral.pid=N): { done, cs }, cs what is left.
+export async function waitNoContainers(label, opts = {}) {
+  return waitFor(async () => {
+    const cs = await corralContainers(label);
+    return { done: cs.length === 0, cs };
+  }, opts);
+}
+
 export async function waitGone(prefix, timeoutMs = 15000) {
   return waitFor(async () => ({ done: (await containerState(prefix)) === 'gone' }), { timeoutMs });
 }
