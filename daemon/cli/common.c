@@ -85,6 +85,13 @@ int cli_config(int argc, char **argv, struct config *cfg, char ***rest, int *n_r
         return 0;
 }
 
+/* A found socket that is Docker Engine's by its name. */
+static bool docker_socket(const char *url)
+{
+        size_t n = strlen(url);
+        return n >= 12 && strcmp(url + n - 12, "/docker.sock") == 0;
+}
+
 void cli_engine_open(struct cli_engine *ce, struct loop *l, const struct config *cfg,
                      bool allow_private)
 {
@@ -92,10 +99,21 @@ void cli_engine_open(struct cli_engine *ce, struct loop *l, const struct config 
         _cleanup_free_ char *url = NULL;
         struct err perr = {0};
         ce->explicit_engine = cfg->engine != NULL;
+        /* Podman's API cannot choose a runtime per container: for gVisor,
+         * unless an engine is named, corral runs its own Podman service
+         * with it (Docker Engine, found first, takes it per container). */
+        const char *runtime = config_runsc(cfg) ? CONFIG_RUNSC_NAME : NULL;
         if (cfg->engine) {
                 url = strdup(cfg->engine);
-        } else if (engine_discover(&url, &ce->err) < 0) {
-                int r = allow_private ? private_engine_start(&ce->priv, &perr) : -ENOENT;
+        } else if (engine_discover(&url, &ce->err) < 0 || (runtime && !docker_socket(url))) {
+                if (url && !ce->err.msg[0])
+                        err_set(&ce->err, ERR_ENGINE, ENOENT,
+                                "runtime runsc: the Podman service at %s runs containers with its "
+                                "default runtime, and no private one could be started with %s",
+                                url, runtime);
+                free(url);
+                url = NULL;
+                int r = allow_private ? private_engine_start(&ce->priv, runtime, &perr) : -ENOENT;
                 if (r < 0) {
                         if (r != -ENOENT)
                                 err_prefix(&ce->err, "%s; and", perr.msg);

@@ -14,6 +14,7 @@
 #include <sys/resource.h>
 #include <sys/statfs.h>
 #include <sys/stat.h>
+#include <sys/utsname.h>
 
 #ifndef CGROUP2_SUPER_MAGIC
 #define CGROUP2_SUPER_MAGIC 0x63677270
@@ -54,6 +55,58 @@ static enum cgroup_mode cgroup_mode(void)
         if (statfs("/sys/fs/cgroup/unified", &u) == 0 && u.f_type == CGROUP2_SUPER_MAGIC)
                 return CG_HYBRID;
         return CG_V1;
+}
+
+/* gVisor's platform in the runtime's flags (Docker's runtimeArgs) or in
+ * the wrapper contrib/setup writes, with the reason it gives there. */
+static void gvisor_platform(json_t *entry, char *platform, size_t psize, char *why, size_t wsize)
+{
+        size_t i;
+        json_t *a;
+        json_array_foreach(json_object_get(entry, "runtimeArgs"), i, a)
+        {
+                const char *v = json_string_value(a);
+                if (v && strncmp(v, "--platform=", 11) == 0)
+                        snprintf(platform, psize, "%.20s", v + 11);
+        }
+        const char *path = json_string_value(json_object_get(entry, "path"));
+        FILE *f = path && path[0] == '/' ? fopen(path, "re") : NULL;
+        char line[512];
+        for (int n = 0; f && n < 20 && fgets(line, sizeof(line), f); n++) {
+                line[strcspn(line, "\n")] = '\0';
+                char *p = strstr(line, "--platform=");
+                if (p)
+                        snprintf(platform, psize, "%.*s", (int)strcspn(p + 11, " \""), p + 11);
+                if (strncmp(line, "# Platform ", 11) == 0 && strchr(line, ':'))
+                        snprintf(why, wsize, "%.300s", strchr(line, ':') + 2);
+        }
+        if (f)
+                fclose(f);
+}
+
+/* runtime runsc: the engine offers corral-runsc (Podman: as the service's
+ * runtime), on which platform and why. */
+static void check_gvisor(json_t *info, bool podman)
+{
+        char detail[900], platform[40] = "ptrace (gVisor's default)", why[320] = "";
+        json_t *entry = json_object_get(json_object_get(info, "Runtimes"), CONFIG_RUNSC_NAME);
+        const char *def = json_string_value(json_object_get(info, "DefaultRuntime"));
+        bool offered = podman ? def && strcmp(def, CONFIG_RUNSC_NAME) == 0 : entry != NULL;
+        if (!offered) {
+                snprintf(detail, sizeof(detail), "the engine %s",
+                         podman ? "is a Podman service that does not run corral-runsc"
+                                : "has no runtime corral-runsc");
+                report(false, "runtime runsc", detail,
+                       podman ? "start it as `podman --runtime corral-runsc system service`, or "
+                                "leave `engine` unset (corral starts one); run contrib/setup first"
+                              : "run contrib/setup (it registers corral-runsc), then restart "
+                                "dockerd");
+                return;
+        }
+        gvisor_platform(entry, platform, sizeof(platform), why, sizeof(why));
+        snprintf(detail, sizeof(detail), "gVisor as %s, platform %s%s%s", CONFIG_RUNSC_NAME,
+                 platform, why[0] ? ": " : "", why);
+        report(true, "runtime runsc", detail, NULL);
 }
 
 struct smoke {
@@ -97,9 +150,11 @@ static void check_sandbox(struct loop *l, const struct config *cfg, struct engin
                     "    return 'allowed' if r >= 0 else errno.errorcode.get(ctypes.get_errno())\n"
                     /* unshare through the C library: its number differs
                      * between architectures; io_uring_setup is 425 on all. */
-                    "print(os.getuid(), "
-                    "open('/proc/self/status').read().count('NoNewPrivs:\\t1'), "
-                    "probe(libc.unshare, 0x10000000), probe(libc.syscall, 425, 1, 0))",
+                    /* PR_GET_NO_NEW_PRIVS: gVisor's /proc/self/status
+                     * has no NoNewPrivs line. */
+                    "print(os.getuid(), libc.prctl(39, 0, 0, 0, 0), "
+                    "probe(libc.unshare, 0x10000000), probe(libc.syscall, 425, 1, 0), "
+                    "os.uname().release)",
             .timeout_s = 30,
         };
         if (sandbox_mgr_new(l, cfg, eng, &m) < 0) {
@@ -132,8 +187,19 @@ static void check_sandbox(struct loop *l, const struct config *cfg, struct engin
                "see the failures above; `corral run -c 'print(1)'` shows the whole error");
         if (!ok)
                 return;
-        char userns[32] = "", uring[32] = "";
-        sscanf(s.out, "%*d %*d %31s %31s", userns, uring);
+        char userns[32] = "", uring[32] = "", release[65] = "";
+        sscanf(s.out, "%*d %*d %31s %31s %64s", userns, uring, release);
+        if (config_runsc(cfg)) {
+                /* The second wall: the code saw gVisor's kernel, not the host's. */
+                struct utsname host;
+                bool other = uname(&host) == 0 && release[0] && strcmp(release, host.release) != 0;
+                snprintf(detail, sizeof(detail),
+                         "the sandbox's kernel is gVisor's (release %s; the host's is %s)", release,
+                         other ? host.release : "the same");
+                report(other, "gVisor kernel", detail,
+                       "the sandbox ran on the host's kernel: the engine's corral-runsc is not "
+                       "gVisor; run contrib/setup");
+        }
         snprintf(detail, sizeof(detail),
                  "in the sandbox, unshare(CLONE_NEWUSER) gave %s and io_uring_setup gave %s",
                  userns, uring);
@@ -265,6 +331,9 @@ int cli_doctor(int argc, char **argv)
                 note("cgroups", "with cgroup v1, memory and pids limits work, but rootless "
                                 "Podman cannot apply them; run rootful Podman or Docker, or "
                                 "boot with cgroup v2 (systemd.unified_cgroup_hierarchy=1)");
+
+        if (config_runsc(&cfg))
+                check_gvisor(info, podman);
 
         struct rlimit nofile;
         getrlimit(RLIMIT_NOFILE, &nofile);

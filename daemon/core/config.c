@@ -53,6 +53,7 @@ static const struct config_key {
     {"policy", K_STRING, offsetof(struct config, policy), 0, 0},
     {"audit_log", K_STRING, offsetof(struct config, audit_log), 0, 0},
     {"seccomp", K_STRING, offsetof(struct config, seccomp), 0, 0},
+    {"runtime", K_STRING, offsetof(struct config, runtime), 0, 0},
     {"confine", K_BOOL, offsetof(struct config, confine), 0, 0},
 };
 
@@ -100,11 +101,13 @@ void config_free(struct config *c)
         free(c->policy);
         free(c->audit_log);
         free(c->seccomp);
+        free(c->runtime);
         json_decref(c->servers);
         c->images = strv_free(c->images);
         c->mounts = strv_free(c->mounts);
         c->preload = strv_free(c->preload);
-        c->engine = c->image = c->config_file = c->policy = c->audit_log = c->seccomp = NULL;
+        c->engine = c->image = c->config_file = c->policy = c->audit_log = c->seccomp = c->runtime =
+            NULL;
         c->servers = NULL;
 }
 
@@ -509,6 +512,11 @@ int config_check(const struct config *c, struct err *e)
                                "seccomp must be corral, engine or the absolute path of a "
                                "profile, not \"%s\"",
                                c->seccomp);
+        if (c->runtime && strcmp(c->runtime, "runc") != 0 && strcmp(c->runtime, "runsc") != 0)
+                return err_set(e, ERR_CONFIG, EINVAL,
+                               "runtime must be runc (the engine's default) or runsc (gVisor), "
+                               "not \"%.200s\"",
+                               c->runtime);
         return 0;
 }
 

@@ -9,6 +9,7 @@
 
 #include <jansson.h>
 #include <stdbool.h>
+#include <string.h>
 
 struct config {
         char *engine;                      /* unix:///path or tcp://host:port; NULL: discover */
@@ -54,9 +55,20 @@ struct config {
         char *policy;      /* the user's policy file, or NULL for the default path */
         char *audit_log;   /* JSON-lines audit file, "off", or NULL for the default path */
         char *seccomp;     /* sandboxes' profile: "corral" (NULL too), "engine" or a file */
+        char *runtime;     /* "runc" (NULL too: the engine's default) or "runsc" (gVisor) */
         bool confine;      /* corral confines itself (no_new_privs, no capabilities, seccomp) */
         char *config_file; /* the file that was read, if any */
 };
+
+/* The name an engine knows corral's gVisor runtime by (contrib/setup
+ * registers it with both engines, with the flags this host needs). */
+#define CONFIG_RUNSC_NAME "corral-runsc"
+
+/* The sandboxes run under gVisor. */
+static inline bool config_runsc(const struct config *c)
+{
+        return c->runtime && strcmp(c->runtime, "runsc") == 0;
+}
 
 void config_defaults(struct config *c);
 void config_free(struct config *c);

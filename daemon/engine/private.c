@@ -43,7 +43,7 @@ static bool socket_answers(const char *path)
         return connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
 }
 
-int private_engine_start(struct private_engine *pe, struct err *e)
+int private_engine_start(struct private_engine *pe, const char *runtime, struct err *e)
 {
         *pe = (struct private_engine){.pid = -1};
         _cleanup_free_ char *podman = find_in_path("podman");
@@ -87,7 +87,12 @@ int private_engine_start(struct private_engine *pe, struct err *e)
                 int logfd = open(log_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
                 if (logfd >= 0)
                         dup2(logfd, STDERR_FILENO);
-                execl(podman, "podman", "system", "service", "--time=0", pe->url, (char *)NULL);
+                if (runtime)
+                        execl(podman, "podman", "--runtime", runtime, "system", "service",
+                              "--time=0", pe->url, (char *)NULL);
+                else
+                        execl(podman, "podman", "system", "service", "--time=0", pe->url,
+                              (char *)NULL);
                 _exit(127);
         }
         pe->pid = pid;

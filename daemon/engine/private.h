@@ -14,6 +14,7 @@ struct private_engine {
         char *log;  /* its stderr, removed at stop */
 };
 
-/* Returns -ENOENT quietly when no podman binary is installed. */
-int private_engine_start(struct private_engine *pe, struct err *e);
+/* Returns -ENOENT quietly when no podman binary is installed. `runtime`:
+ * the OCI runtime the service runs containers with (NULL: its default). */
+int private_engine_start(struct private_engine *pe, const char *runtime, struct err *e);
 void private_engine_stop(struct private_engine *pe);

@@ -150,6 +150,7 @@ struct sandbox_mgr {
         long queued;
         long active; /* sandboxes holding a slot (created..removed) */
         bool shutting_down;
+        bool runtime_checked; /* the engine offers the runtime the settings ask for */
         struct timer *drain_timer;
         /* The warm pool: ready sandboxes, each still for a single request. */
         bool pool_on;

@@ -286,7 +286,7 @@ static json_t *arg_cmp(int index, uint64_t value, uint64_t two, const char *op)
                          "valueTwo", (json_int_t)two, "op", op);
 }
 
-json_t *seccomp_rules_engine_json(const struct seccomp_rules *r, char **ret_skipped)
+json_t *seccomp_rules_engine_json(const struct seccomp_rules *r, unsigned flags, char **ret_skipped)
 {
         json_auto_t *prof =
             json_pack("{s:s, s:i, s:o, s:[]}", "defaultAction", "SCMP_ACT_ERRNO", "defaultErrnoRet",
@@ -308,7 +308,15 @@ json_t *seccomp_rules_engine_json(const struct seccomp_rules *r, char **ret_skip
                                 used += (size_t)k;
                         continue;
                 }
-                if (x->action == SC_ALLOW && x->arg < 0) {
+                /* gVisor (runsc 2022-12, --oci-seccomp) answers every
+                 * errno rule with EPERM, which would stop the C library's
+                 * fallback from clone3 to clone: threads could not start.
+                 * Its kernel implements none of the calls the policy
+                 * answers with ENOSYS (clone3 alone today) and answers
+                 * ENOSYS itself, so they are let through to it. */
+                bool gvisor_enosys = (flags & SECCOMP_JSON_GVISOR) && x->action == SC_ERRNO &&
+                                     x->errno_ret == ENOSYS;
+                if ((x->action == SC_ALLOW && x->arg < 0) || gvisor_enosys) {
                         json_array_append_new(plain, json_string(x->name));
                 } else if (x->action == SC_ERRNO) {
                         json_array_append_new(calls, json_pack("{s:[s], s:s, s:i}", "names",
@@ -471,7 +479,8 @@ int sandbox_profile_load(const struct config *cfg, struct sandbox_profile *ret, 
         for (size_t i = 0; i < rules.n; i++)
                 allowed += rules.v[i].action != SC_DENY;
         if (!json)
-                json = seccomp_rules_engine_json(&rules, &skipped);
+                json = seccomp_rules_engine_json(
+                    &rules, config_runsc(cfg) ? SECCOMP_JSON_GVISOR : 0, &skipped);
         seccomp_rules_done(&rules);
         ret->seccomp_json = json ? json_dumps(json, JSON_COMPACT) : NULL;
         if (!ret->seccomp_json)

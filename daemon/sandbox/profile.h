@@ -50,7 +50,12 @@ const struct seccomp_rule *seccomp_rules_find(const struct seccomp_rules *r, con
  * this host's architecture: default EPERM, the rules that are not `deny`.
  * Names the architecture lacks are left out and listed, comma-separated, in
  * *ret_skipped (caller frees; NULL when none). New reference or NULL. */
-json_t *seccomp_rules_engine_json(const struct seccomp_rules *r, char **ret_skipped);
+enum {
+        /* For gVisor: calls answered ENOSYS go to its kernel, which lacks them. */
+        SECCOMP_JSON_GVISOR = 1 << 0,
+};
+json_t *seccomp_rules_engine_json(const struct seccomp_rules *r, unsigned flags,
+                                  char **ret_skipped);
 /* Load the same rules as a filter on the calling thread (tests and probes:
  * it sets no-new-privileges first). */
 int seccomp_rules_load(const struct seccomp_rules *r, struct err *e);

@@ -11,6 +11,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <string.h>
 #include <sys/random.h>
 #include <unistd.h>
@@ -464,9 +465,19 @@ static void inspected(void *userdata, long status, json_t *body, const struct er
                 snprintf(msg, sizeof(msg),
                          "the sandbox ended before reporting a result (exit code %d)",
                          r->res.has_exit_code ? r->res.exit_code : -1);
+                /* gVisor's kernel runs in the container's cgroup: past the
+                 * memory limit the host kills it, and with it the whole
+                 * sandbox, with SIGKILL (137), and the engines do not see
+                 * an OOM kill. corral's own kills settle the run first. */
+                bool gvisor_oom = config_runsc(s->mgr->cfg) && r->res.has_exit_code &&
+                                  r->res.exit_code == 128 + SIGKILL;
                 if (json_is_true(json_object_get(state, "OOMKilled")))
                         run_settle(r, ST_OOM, "MemoryError",
                                    "the sandbox exceeded its memory limit and was killed");
+                else if (gvisor_oom)
+                        run_settle(r, ST_OOM, "MemoryError",
+                                   "the sandbox was killed (SIGKILL): under gVisor that is how "
+                                   "the host ends a sandbox past its memory limit");
                 else
                         run_settle(r, ST_ERROR, "SandboxDied", msg);
         }
@@ -622,6 +633,72 @@ static void send_create(struct sandbox *s)
                 sandbox_fail(s, ST_ENGINE_ERROR, "EngineError", "cannot start an engine request");
 }
 
+/* Whether the engine runs sandboxes under the runtime the settings ask
+ * for; if not, why not and what to do, in msg. */
+static bool runtime_offered(struct sandbox_mgr *m, json_t *info, char *msg, size_t size)
+{
+        const char *where = engine_endpoint(m->eng)->display;
+        if (engine_kind(m->eng) == ENGINE_DOCKER) {
+                if (json_object_get(json_object_get(info, "Runtimes"), CONFIG_RUNSC_NAME))
+                        return true;
+                snprintf(msg, size,
+                         "runtime runsc: the Docker Engine at %s has no runtime named "
+                         "%s: run contrib/setup, which installs gVisor and registers it with "
+                         "the flags this host needs, then restart dockerd",
+                         where, CONFIG_RUNSC_NAME);
+                return false;
+        }
+        const char *def = json_string_value(json_object_get(info, "DefaultRuntime"));
+        if (def && strcmp(def, CONFIG_RUNSC_NAME) == 0)
+                return true;
+        snprintf(msg, size,
+                 "runtime runsc: the Podman service at %s runs containers with %.60s, and "
+                 "Podman's API cannot choose a runtime per container: start that service as "
+                 "`podman --runtime %s system service`, or leave `engine` unset and corral "
+                 "starts its own (contrib/setup registers %s with Podman)",
+                 where, def ? def : "its default runtime", CONFIG_RUNSC_NAME, CONFIG_RUNSC_NAME);
+        return false;
+}
+
+static void runtime_checked(void *userdata, long status, json_t *body, const struct err *e)
+{
+        struct sandbox *s = userdata;
+        s->req = NULL;
+        if (s->killing) {
+                sandbox_remove(s);
+                return;
+        }
+        if (status != 200) {
+                engine_failed(s, "asking the engine for its runtimes failed", status, body, e);
+                return;
+        }
+        char msg[800];
+        if (!runtime_offered(s->mgr, body, msg, sizeof(msg))) {
+                log_warn("%s", msg);
+                if (!s->image)
+                        pool_note_failure(s->mgr, msg);
+                sandbox_fail(s, ST_ENGINE_ERROR, "RuntimeMissing", msg);
+                return;
+        }
+        s->mgr->runtime_checked = true;
+        send_create(s);
+}
+
+/* The create, once the engine's kind is known and, under gVisor, once the
+ * engine is known to offer it (checked until it does: the user may fix
+ * the engine while corral runs). */
+static void create_when_known(struct sandbox *s)
+{
+        struct sandbox_mgr *m = s->mgr;
+        if (config_runsc(m->cfg) && !m->runtime_checked) {
+                if (engine_request(m->eng, "GET", "/info", NULL, runtime_checked, s, &s->req) < 0)
+                        sandbox_fail(s, ST_ENGINE_ERROR, "EngineError",
+                                     "cannot start an engine request");
+                return;
+        }
+        send_create(s);
+}
+
 static void probed(void *userdata, long status, json_t *body, const struct err *e)
 {
         struct sandbox *s = userdata;
@@ -634,7 +711,7 @@ static void probed(void *userdata, long status, json_t *body, const struct err *
                 engine_failed(s, "asking the engine for its version failed", status, body, e);
                 return;
         }
-        send_create(s); /* now that the engine's kind is known */
+        create_when_known(s); /* now that the engine's kind is known */
 }
 
 /* The start bound (start_timeout_s), from creation to ready. */
@@ -668,7 +745,7 @@ void sandbox_create(struct sandbox *s)
                                      "cannot start an engine request");
                 return;
         }
-        send_create(s);
+        create_when_known(s);
 }
 
 /* ---- shutdown */

@@ -102,6 +102,13 @@ json_t *sandbox_create_body(const struct config *cfg, const struct sandbox_profi
                 if (!mounts || json_object_set_new(hc, "Mounts", mounts) < 0)
                         return NULL;
         }
+        /* gVisor: Docker takes the runtime per container. Podman's compat
+         * API has no such field: the Podman service itself runs with
+         * `--runtime corral-runsc` (sandbox_mgr checks that it does). */
+        if (body && kind == ENGINE_DOCKER && config_runsc(cfg) &&
+            json_object_set_new(json_object_get(body, "HostConfig"), "Runtime",
+                                json_string(CONFIG_RUNSC_NAME)) < 0)
+                return NULL;
         /* The kernel surface: corral's seccomp profile, masked /proc and
          * /sys entries, and no writable space but /tmp, /workspace and
          * /dev/shm, the same on both engines. */

@@ -34,7 +34,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                         abort(); /* named twice */
         }
         char *skipped = NULL;
-        json_t *j = seccomp_rules_engine_json(&r, &skipped);
+        json_t *j = seccomp_rules_engine_json(&r, (unsigned)(size & 1), &skipped);
         if (!j)
                 abort();
         json_decref(j);

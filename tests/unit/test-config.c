@@ -47,7 +47,7 @@ static void test_defaults(void)
         size_t n = 0;
         while (names[n])
                 n++;
-        is_int(n, 35, "config_key_names lists 35 keys, NULL-terminated");
+        is_int(n, 36, "config_key_names lists 36 keys, NULL-terminated");
         is_str(names[0], "engine", "... starting with engine");
 }
 
@@ -531,6 +531,30 @@ static void test_check(void)
                         is_int(rc, -EINVAL, "config_check #%zu fails", i);
                         like(e.msg, cases[i].why, "... because %s", cases[i].why);
                 }
+                config_free(&c);
+        }
+        /* The runtime: runc, runsc, nothing else; config_runsc follows. */
+        static const struct {
+                const char *value;
+                bool good, runsc;
+        } rt[] = {{"runc", true, false},
+                  {"runsc", true, true},
+                  {"kata", false, false},
+                  {"RUNSC", false, false},
+                  {"runsc ", false, false}};
+        for (size_t i = 0; i < ARRAY_SIZE(rt); i++) {
+                struct config c;
+                struct err e = {0};
+                config_defaults(&c);
+                ok(!config_runsc(&c), "runtime unset: not gVisor");
+                is_int(config_set(&c, "runtime", rt[i].value, "test", &e), 0, "runtime %s is set",
+                       rt[i].value);
+                int rc = config_check(&c, &e);
+                is_int(rc, rt[i].good ? 0 : -EINVAL, "runtime \"%s\" %s", rt[i].value,
+                       rt[i].good ? "passes" : "is refused");
+                if (!rt[i].good)
+                        like(e.msg, "runtime must be runc", "... naming the choices");
+                ok(config_runsc(&c) == rt[i].runsc, "config_runsc for \"%s\"", rt[i].value);
                 config_free(&c);
         }
 }

@@ -162,7 +162,7 @@ static void check_closed_named(void)
 static void check_engine_json(void)
 {
         char *skipped = NULL;
-        json_t *j = seccomp_rules_engine_json(&policy, &skipped);
+        json_t *j = seccomp_rules_engine_json(&policy, 0, &skipped);
         if (!ok(j != NULL, "the engine JSON builds"))
                 return;
         is_str(json_string_value(json_object_get(j, "defaultAction")), "SCMP_ACT_ERRNO",
@@ -208,6 +208,34 @@ static void check_engine_json(void)
         if (skipped)
                 diag("left out on this architecture: %s", skipped);
         free(skipped);
+        json_decref(j);
+}
+
+/* Under gVisor, clone3 goes to its kernel (which answers ENOSYS) and
+ * nothing else changes: clone keeps its condition, unshare stays out. */
+static void check_engine_json_gvisor(void)
+{
+        json_t *j = seccomp_rules_engine_json(&policy, SECCOMP_JSON_GVISOR, NULL);
+        json_t *plain = json_object_get(json_array_get(json_object_get(j, "syscalls"), 0), "names");
+        bool clone3 = false, clone = false, unshare = false, errno_rule = false;
+        size_t i, k;
+        json_t *c, *n;
+        json_array_foreach(plain, i, n)
+        {
+                clone3 |= strcmp(json_string_value(n), "clone3") == 0;
+                clone |= strcmp(json_string_value(n), "clone") == 0;
+        }
+        json_array_foreach(json_object_get(j, "syscalls"), i, c)
+        {
+                errno_rule |=
+                    strcmp(json_string_value(json_object_get(c, "action")), "SCMP_ACT_ERRNO") == 0;
+                json_array_foreach(json_object_get(c, "names"), k, n) unshare |=
+                    strcmp(json_string_value(n), "unshare") == 0;
+        }
+        ok(j && clone3, "gVisor: clone3 is let through to gVisor's kernel");
+        ok(j && !clone, "gVisor: clone is still allowed only with its condition");
+        ok(j && !errno_rule, "gVisor: no errno rule is left (gVisor would answer it EPERM)");
+        ok(j && !unshare, "gVisor: unshare is still denied");
         json_decref(j);
 }
 
@@ -411,6 +439,7 @@ int main(void)
         check_classified();
         check_closed_named();
         check_engine_json();
+        check_engine_json_gvisor();
         check_filter();
         seccomp_rules_done(&policy);
         return done_testing();
