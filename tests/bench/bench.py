@@ -350,8 +350,9 @@ def measure_session(c, n):
 
 def sandbox_pss(engine, corral_pid):
     """Host memory of one ready sandbox of corral's: PSS and RSS (kB) of
-    every process of its container and of the engine's monitor above it
-    (conmon, containerd-shim), from /proc/PID/smaps_rollup."""
+    the engine's monitor above its first process (conmon, containerd-shim)
+    and of everything under that monitor (the container's processes, and
+    under gVisor its kernel, gofer and stubs), from /proc/PID/smaps_rollup."""
     q = urllib.parse.quote(json.dumps({'label': ['io.corral.pid=%d' % corral_pid], 'status': ['running']}))
     _, found = engine_get(engine, 'GET', '/containers/json?filters=' + q)
     if not found:
@@ -368,7 +369,8 @@ def sandbox_pss(engine, corral_pid):
                     parent[int(name)] = int(f.read().rsplit(')', 1)[1].split()[1])
             except (OSError, ValueError, IndexError):
                 pass
-    pids, todo = [init, parent.get(init)], [init]
+    top = parent.get(init) or init
+    pids, todo = [top], [top]
     while todo:
         p = todo.pop()
         kids = [c for c, pp in parent.items() if pp == p]
@@ -417,6 +419,31 @@ def measure_data(a, n, R, lat, cli, start):
     return leaked
 
 
+def measure_runsc(a, n, R, lat):
+    """The same cold and warm rows, throughput and host memory of a ready
+    sandbox, with CORRAL_RUNTIME=runsc against --runsc-engine."""
+    out, leaked = {'rate': {}}, []
+
+    def start(extra_env):
+        c = Corral(a.corral, a.runsc_engine, dict(extra_env, CORRAL_RUNTIME='runsc'))
+        c.initialize()
+        return c
+    cold = start(COLD_ENV)
+    try:
+        lat['runsc_cold'] = measure_cold(cold, n['cold'], out)
+    finally:
+        leaked += cold.close()
+    warm = start({'CORRAL_IMAGE': IMAGE})
+    try:
+        warm.wait_ready(quiet=True)
+        out['sandbox'] = sandbox_pss(a.runsc_engine, warm.pid)
+        lat['runsc_warm'] = measure_warm(warm, n['warm'], out, pct(lat['runsc_cold'], 50))
+    finally:
+        leaked += warm.close()
+    R['runsc'] = {'rate': out['rate'], 'sandbox': out.get('sandbox'), 'pool_hits': out.get('pool_hits')}
+    return leaked
+
+
 def main():
     ap = argparse.ArgumentParser(description="Benchmark corral's warm sandbox pool.")
     ap.add_argument('--engine', default=os.environ.get('CORRAL_ENGINE', 'unix:///run/podman/podman.sock'))
@@ -424,6 +451,9 @@ def main():
     ap.add_argument('--calls', type=int, help='warm paced and throughput calls (default 200, --quick 20)')
     ap.add_argument('--quick', action='store_true', help='few samples, for a CI smoke run')
     ap.add_argument('--json', metavar='FILE', help='also write the results as JSON')
+    ap.add_argument('--runsc-engine', metavar='URL',
+                    help='also measure gVisor (CORRAL_RUNTIME=runsc) against this engine: Docker '
+                         'Engine with corral-runsc, or a Podman service run with --runtime corral-runsc')
     a = ap.parse_args()
     n = dict(cold=10, podman=5, host=10, warm=20, data_warm=10, data_cold=3, data_podman=3) if a.quick else \
         dict(cold=30, podman=20, host=50, warm=200, data_warm=50, data_cold=10, data_podman=10)
@@ -458,6 +488,13 @@ def main():
         lat.update(measure_session(warm, n['warm']))
         leaked += warm.close()
         leaked += measure_data(a, n, R, lat, cli, start)
+        # The runc sandbox's memory, measured the same way as runsc's.
+        w = start({'CORRAL_IMAGE': IMAGE})
+        w.wait_ready(quiet=True)
+        R['sandbox'] = sandbox_pss(a.engine, w.pid)
+        leaked += w.close()
+        if a.runsc_engine:
+            leaked += measure_runsc(a, n, R, lat)
     except (Broken, OSError) as e:
         print('\nBROKEN: %s' % e, file=sys.stderr)
         broken = True
@@ -541,7 +578,36 @@ def report(R, lat):
         print('%-40s %10s %12s  %s' % (name, fmt % val, op + ' ' + fmt % want, 'PASS' if ok else 'FAIL'))
     if not pool:
         print('(without sandbox_status no pool was seen: the warm targets count as FAIL)')
+    if 'runsc_warm' in lat:
+        report_runsc(R, lat, p50, p95, kind, checks)
     print('\nload average at the end: %.2f' % R['machine']['loadavg_end'])
+
+
+def report_runsc(R, lat, p50, p95, kind, checks):
+    """runc beside runsc (gVisor), from the same run, and the issue's targets."""
+    g = R['runsc']
+    mib = lambda s: '%.1f MiB PSS (RSS %.1f), %d processes' % (
+        s['pss_kb'] / 1024, s['rss_kb'] / 1024, s['processes']) if s else 'n/a'
+    print('\n%-44s %16s %16s' % ('runc and gVisor (runsc), same run', 'runc', 'runsc'))
+    line = lambda label, x, y: print('%-44s %16s %16s' % (label, x, y))
+    line('warm p50 / p95 (ms)', '%.1f / %.1f' % (p50['warm'], p95['warm']),
+         '%.1f / %.1f' % (p50['runsc_warm'], p95['runsc_warm']))
+    line('cold p50 (ms)', '%.1f' % p50['cold'], '%.1f' % p50['runsc_cold'])
+    for conc in (1, 4):
+        line('sandboxes per second, concurrency %d' % conc, '%.1f /s' % R['rate']['c%d' % conc],
+             '%.1f /s' % g['rate']['c%d' % conc])
+    print('memory of one ready sandbox on the host, all its processes with the monitor:')
+    print('  runc:  %s' % mib(R.get('sandbox')))
+    print('  runsc: %s' % mib(g.get('sandbox')))
+    rows = [('runsc warm p50 (ms)', p50['runsc_warm'], '<=', 10, '%.2f'),
+            ('runsc warm p50 / runc warm p50', p50['runsc_warm'] / p50['warm'], '<=', 2, '%.2f'),
+            ('runsc cold p50 / %s run --rm (runc) p50' % kind, p50['runsc_cold'] / p50['podman'], '<=', 1,
+             '%.3f')]
+    print('\n%-40s %10s %12s' % ('gVisor target', 'measured', 'target'))
+    for name, val, op, want, fmt in rows:
+        ok = val <= want if op == '<=' else val >= want
+        R['targets'][name] = {'value': val, 'target': op + ' ' + fmt % want, 'pass': ok}
+        print('%-40s %10s %12s  %s' % (name, fmt % val, op + ' ' + fmt % want, 'PASS' if ok else 'FAIL'))
 
 
 if __name__ == '__main__':

@@ -9,7 +9,7 @@
 
 import assert from 'node:assert/strict';
 import { readdirSync, readFileSync } from 'node:fs';
-import { clip, MiB, test, toolCall } from './lib/harness.mjs';
+import { clip, GVISOR, MiB, RUNTIME, test, toolCall } from './lib/harness.mjs';
 import { bridgeSetup, everythingServer, hostTool } from './lib/bridge.mjs';
 
 test('no network: connects to 1.1.1.1:53 and 127.0.0.1 fail; only interface is lo', async (t) => {
@@ -93,7 +93,11 @@ test('filesystem: / is read-only; /tmp and /workspace are writable', async (t) =
 test('privileges: uid 65534, CapEff 0, NoNewPrivs 1', async (t) => {
   const d = await t.main();
   const r = await d.call(t, 'run_python', {
-    code: 'import os\nprint(os.getuid(), os.geteuid(), os.getgid())\nprint(open("/proc/self/status").read())',
+    // prctl as well as /proc: gVisor's status file has no CapAmb or
+    // NoNewPrivs line (PR_GET_NO_NEW_PRIVS 39, PR_CAP_AMBIENT_IS_SET 47/1).
+    code: 'import os, ctypes\nlibc = ctypes.CDLL(None)\nprint(os.getuid(), os.geteuid(), os.getgid())\n' +
+      'print("prctl", libc.prctl(39, 0, 0, 0, 0), sum(libc.prctl(47, 1, c, 0, 0) == 1 for c in range(64)))\n' +
+      'print(open("/proc/self/status").read())',
   });
   assert.equal(r.structuredContent.status, 'ok', 'the probe ran');
   const text = r.structuredContent.stdout;
@@ -102,8 +106,11 @@ test('privileges: uid 65534, CapEff 0, NoNewPrivs 1', async (t) => {
   assert.deepEqual(field('Uid')?.split(/\s+/), ['65534', '65534', '65534', '65534'], 'Uid line');
   assert.equal(field('CapEff'), '0000000000000000', 'no effective capabilities');
   assert.equal(field('CapPrm'), '0000000000000000', 'no permitted capabilities');
-  assert.equal(field('CapAmb'), '0000000000000000', 'no ambient capabilities');
-  assert.equal(field('NoNewPrivs'), '1', 'no_new_privs is set');
+  assert.equal(text.split('\n')[1], 'prctl 1 0', 'prctl: no_new_privs set, no ambient capability');
+  if (!GVISOR) {
+    assert.equal(field('CapAmb'), '0000000000000000', 'no ambient capabilities');
+    assert.equal(field('NoNewPrivs'), '1', 'no_new_privs is set');
+  }
 });
 
 // The calls policy/seccomp.policy closes, by number (x86_64 and aarch64),
@@ -423,3 +430,28 @@ test('forged records: code writing end records and answers on every descriptor i
   assert.equal(s3.structuredContent.status, 'ok', 'and ends ok');
   await toolCall(t, d, 'session_close', { session: 'forge' });
 }, { timeoutMs: 90000 });
+
+// The second wall: under runsc the code sees gVisor's kernel, not the
+// host's; under runc, the host's. dmesg (syslog) is closed by corral's
+// profile either way; with the engine's profile, gVisor's own log shows.
+test('kernel: uname -r and dmesg show gVisor under runsc and the host kernel under runc', async (t) => {
+  const { release } = await import('node:os');
+  const probe = 'uname -r; dmesg 2>&1 | head -n 2';
+  const d = await t.main();
+  const r = await d.call(t, 'run_shell', { command: probe });
+  const [kernel, ...log] = r.structuredContent.stdout.split('\n');
+  t.note('kernel', { runtime: RUNTIME, host: release(), sandbox: kernel, dmesg: log.join(' | ') });
+  assert.equal(r.structuredContent.status, 'ok', 'the probe ran');
+  if (GVISOR)
+    assert.notEqual(kernel, release(), `the sandbox's kernel (${kernel}) is not the host's`);
+  else
+    assert.equal(kernel, release(), "under runc the sandbox shares the host's kernel");
+  assert.match(log.join('\n'), /Operation not permitted/, "dmesg is closed by corral's profile");
+  const e = await t.daemon('kernel-engine-seccomp', { CORRAL_SECCOMP: 'engine', CORRAL_POOL_MAX: '0' });
+  const r2 = await e.call(t, 'run_shell', { command: probe });
+  t.note('engine_profile', r2.structuredContent.stdout);
+  if (GVISOR)
+    assert.match(r2.structuredContent.stdout, /gVisor/, "with the engine's profile dmesg shows gVisor's log");
+  else
+    assert.doesNotMatch(r2.structuredContent.stdout, /gVisor/, 'no gVisor under runc');
+}, { timeoutMs: 60000 });

@@ -26,6 +26,9 @@ import { inspect } from 'node:util';
 // The e2e directory (this file is in its lib/).
 export const HERE = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 export const ENGINE = process.env.CORRAL_ENGINE;
+// The sandboxes' runtime: runc (the engine's default) or runsc (gVisor).
+export const RUNTIME = process.env.CORRAL_RUNTIME || 'runc';
+export const GVISOR = RUNTIME === 'runsc';
 export const BIN = path.resolve(HERE, process.env.CORRAL_BIN || '../../build/corral');
 const ONLY = process.env.E2E_ONLY ? new RegExp(process.env.E2E_ONLY) : null;
 const VERBOSE = process.env.E2E_VERBOSE === '1';
@@ -165,12 +168,13 @@ export function run(file, args, { env, timeoutMs = 60000, input } = {}) {
 }
 
 // Environment for corral: the caller's, minus corral settings that would
-// change what the tests expect, with an empty config directory.
+// change what the tests expect (but the runtime), with an empty config
+// directory.
 export const CONFIG_HOME = mkdtempSync(path.join(tmpdir(), 'corral-e2e-'));
 export function corralEnv(extra = {}) {
   const env = {};
   for (const [k, v] of Object.entries(process.env))
-    if (!k.startsWith('CORRAL_') || k === 'CORRAL_IMAGE') env[k] = v;
+    if (!k.startsWith('CORRAL_') || k === 'CORRAL_IMAGE' || k === 'CORRAL_RUNTIME') env[k] = v;
   return { ...env, XDG_CONFIG_HOME: CONFIG_HOME, CORRAL_ENGINE: ENGINE, CORRAL_LOG_LEVEL: 'info', ...extra };
 }
 
