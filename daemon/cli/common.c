@@ -101,24 +101,24 @@ void cli_engine_open(struct cli_engine *ce, struct loop *l, const struct config 
         ce->explicit_engine = cfg->engine != NULL;
         /* Podman's API cannot choose a runtime per container: for gVisor,
          * unless an engine is named, corral runs its own Podman service
-         * with it (Docker Engine, found first, takes it per container). */
+         * with it (a Docker Engine socket, when that is the one found,
+         * takes it per container). */
         const char *runtime = config_runsc(cfg) ? CONFIG_RUNSC_NAME : NULL;
         if (cfg->engine) {
                 url = strdup(cfg->engine);
         } else if (engine_discover(&url, &ce->err) < 0 || (runtime && !docker_socket(url))) {
-                if (url && !ce->err.msg[0])
+                _cleanup_free_ char *found = TAKE_PTR(url);
+                int r = allow_private ? private_engine_start(&ce->priv, runtime, &perr) : -ENOENT;
+                if (r < 0 && found)
                         err_set(&ce->err, ERR_ENGINE, ENOENT,
                                 "runtime runsc: the Podman service at %s runs containers with its "
-                                "default runtime, and no private one could be started with %s",
-                                url, runtime);
-                free(url);
-                url = NULL;
-                int r = allow_private ? private_engine_start(&ce->priv, runtime, &perr) : -ENOENT;
-                if (r < 0) {
-                        if (r != -ENOENT)
-                                err_prefix(&ce->err, "%s; and", perr.msg);
+                                "own default, and corral could not start one with %s%s%s",
+                                found, runtime, r == -ENOENT ? "" : ": ",
+                                r == -ENOENT ? "" : perr.msg);
+                else if (r < 0 && r != -ENOENT)
+                        err_prefix(&ce->err, "%s; and", perr.msg);
+                if (r < 0)
                         return;
-                }
                 url = strdup(ce->priv.url);
         }
         if (!url || engine_new(l, url, 4 << 20, &ce->eng, &ce->err) < 0) {
