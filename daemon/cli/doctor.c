@@ -90,9 +90,7 @@ static void check_gvisor(json_t *info, bool podman)
 {
         char detail[900], platform[40] = "ptrace (gVisor's default)", why[320] = "";
         json_t *entry = json_object_get(json_object_get(info, "Runtimes"), CONFIG_RUNSC_NAME);
-        const char *def = json_string_value(json_object_get(info, "DefaultRuntime"));
-        bool offered = podman ? def && strcmp(def, CONFIG_RUNSC_NAME) == 0 : entry != NULL;
-        if (!offered) {
+        if (!sandbox_runsc_offered(info, podman)) {
                 snprintf(detail, sizeof(detail), "the engine %s",
                          podman ? "is a Podman service that does not run corral-runsc"
                                 : "has no runtime corral-runsc");

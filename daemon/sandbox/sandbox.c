@@ -635,12 +635,21 @@ static void send_create(struct sandbox *s)
 
 /* Whether the engine runs sandboxes under the runtime the settings ask
  * for; if not, why not and what to do, in msg. */
+bool sandbox_runsc_offered(json_t *info, bool podman)
+{
+        if (!podman)
+                return json_object_get(json_object_get(info, "Runtimes"), CONFIG_RUNSC_NAME);
+        const char *def = json_string_value(json_object_get(info, "DefaultRuntime"));
+        return def && strcmp(def, CONFIG_RUNSC_NAME) == 0;
+}
+
 static bool runtime_offered(struct sandbox_mgr *m, json_t *info, char *msg, size_t size)
 {
         const char *where = engine_endpoint(m->eng)->display;
-        if (engine_kind(m->eng) == ENGINE_DOCKER) {
-                if (json_object_get(json_object_get(info, "Runtimes"), CONFIG_RUNSC_NAME))
-                        return true;
+        bool podman = engine_kind(m->eng) != ENGINE_DOCKER;
+        if (sandbox_runsc_offered(info, podman))
+                return true;
+        if (!podman) {
                 snprintf(msg, size,
                          "runtime runsc: the Docker Engine at %s has no runtime named "
                          "%s: run contrib/setup, which installs gVisor and registers it with "
@@ -649,8 +658,6 @@ static bool runtime_offered(struct sandbox_mgr *m, json_t *info, char *msg, size
                 return false;
         }
         const char *def = json_string_value(json_object_get(info, "DefaultRuntime"));
-        if (def && strcmp(def, CONFIG_RUNSC_NAME) == 0)
-                return true;
         snprintf(msg, size,
                  "runtime runsc: the Podman service at %s runs containers with %.60s, and "
                  "Podman's API cannot choose a runtime per container: start that service as "

@@ -121,6 +121,9 @@ void sandbox_cancel(struct sandbox *s);
 /* Kept sandboxes (sessions). After a run with `keep` the sandbox waits,
  * idle, attached and with its container running. */
 bool sandbox_idle(const struct sandbox *s);
+/* Whether an engine's GET /info offers corral-runsc: Docker Engine among
+ * its runtimes (chosen per container), Podman as the service's own. */
+bool sandbox_runsc_offered(json_t *info, bool podman);
 /* Its next run; -EBUSY when it is not idle (also while the last result is
  * on its way to the caller). `cb` as for sandbox_run. */
 int sandbox_exec(struct sandbox *s, const struct sandbox_request *req, sandbox_done_cb cb,
