@@ -158,10 +158,10 @@ class Job:
             if not isinstance(code, int) or isinstance(code, bool) or not 0 <= code <= 255:
                 continue
             self.record = rec
-            # A session's worker lives on: its record is the end of the run.
-            # A single-use worker's end is its exit, which only the kernel tells.
-            if self.keep:
-                self.ended()
+            self.stamps[1] = time.monotonic()
+            # The record is the end of the run: a session's worker lives on,
+            # and a single-use one has nothing left to do but exit.
+            self.ended()
 
     def ended(self):
         """The worker is done: a single-use one exited (the kernel says so),
@@ -174,8 +174,8 @@ class Job:
         # What the code sent on its API socket before it ended (a
         # corral.progress() report, say) goes before the answer.
         self.relay.drain()
+        self.drain()  # a single-use worker's pipes may be at EOF already: done now
         if self.keep and self.worker.alive():
-            self.drain()
             self.deadline = time.monotonic()
         else:
             self.deadline = time.monotonic() + DRAIN_SECONDS
@@ -210,8 +210,9 @@ class Job:
 
     def result(self, budget):
         rec, st = self.record, self.worker.wait_status
-        if self.keep and rec is not None and st is None:
-            # A session's run that ended in a worker that lives on.
+        if rec is not None and st is None:
+            # Ended on its record: a session's worker lives on, a single-use
+            # one is still exiting (its pipes are closed: all it wrote is in).
             code, signum = rec['end'], rec.get('signal')
             if not isinstance(signum, int) or isinstance(signum, bool) or not 0 < signum < 65:
                 signum = None
@@ -380,7 +381,7 @@ class Supervisor:
         self.pre = None       # the worker forked ahead, waiting for its first request
         self.worker = None    # a session's worker, kept between runs
         self.lost = False     # a session's worker ended: its next run starts afresh
-        self.spent = False    # a single-use run answered: only waiting to be removed
+        self.spent = None     # a single-use run answered: its worker, left for kill_leftovers
         self.frozen_until = None  # sandbox/freeze: when it ends by itself
         self.pooled = None  # the modules a pool sandbox's worker preloads
         self.out_inline = 0
@@ -445,8 +446,7 @@ class Supervisor:
                     and time.monotonic() >= job.next_sigint:
                 self.sigint(job)
             if job is not None and job.done():
-                if self.finish():
-                    return 0
+                self.finish()
                 continue
             if job is None and self.eof:
                 self.kill_leftovers()
@@ -547,7 +547,7 @@ class Supervisor:
             self.reply_error(rid, -32601, 'method not found: %s' % method[:100])
         elif self.job is not None:
             self.reply_error(rid, -32000, 'an exec is already running')
-        elif self.spent:
+        elif self.spent is not None:
             self.reply_error(rid, -32000, 'this sandbox was single-use and has run its exec')
         else:
             self.start(rid, msg.get('params'))
@@ -803,6 +803,7 @@ class Supervisor:
         restarted, self.lost = self.lost, False
         w.runs += 1
         self.job = Job(self, rid, w, language, limit, oom_before, keep, restarted, out_before, *run)
+        self.job.stamps = [time.monotonic(), None, None]  # sent; record; exit
         self.job.out_inline = self.out_inline
 
     def reap(self):
@@ -819,6 +820,7 @@ class Supervisor:
                 if w is not None and w.pid == pid:
                     w.wait_status = st
             if job is not None and pid == job.pid:
+                job.stamps[2] = time.monotonic()
                 job.ended()
             elif self.worker is not None and pid == self.worker.pid:
                 # a session's worker died between runs (OOM killer, a thread
@@ -829,7 +831,7 @@ class Supervisor:
                 self.lost = True
 
     def finish(self):
-        """Answers the exec.  True when the runtime is done (single-use)."""
+        """Answers the exec."""
         job, self.job = self.job, None
         w = job.worker
         while w.fds['report'] is not None:  # written before the worker ended
@@ -856,21 +858,23 @@ class Supervisor:
             w.close()
             self.lost = job.keep
         if not job.keep:
-            self.kill_leftovers(w)  # single-use: nothing of the code's outlives its run
             if result['out_files'] and job.out_inline > 0:
                 # What the frame has room for, a margin kept for escaping.
                 room = self.max_frame - len(encode(result)) - 65536
                 inline_out_files(result, min(job.out_inline, room))
+        # Where the time went, for the daemon's log: record, exit, answer.
+        t0 = job.stamps[0]
+        result['us'] = [-1 if t is None else int((t - t0) * 1e6)
+                        for t in job.stamps[1:] + [time.monotonic()]]
         self.send({'jsonrpc': '2.0', 'id': job.rid, 'result': result})
         if keep or job.keep:
-            return False  # a session: wait for the next exec
-        if any('data' not in f for f in result['out_files']):
-            # The daemon fetches them through the engine, which needs the
-            # container (and its tmpfs) still there: stay until it is done
-            # and closes stdin or removes us.
-            self.spent = True
-            return False
-        return True
+            return  # a session: wait for the next exec
+        # Single-use: stay until the daemon closes stdin or removes us. It
+        # may fetch files through the engine, which needs the container
+        # (and its tmpfs); and the container's end, with the engine's work
+        # it sets off, comes once the caller has its answer, not during.
+        # Its code's processes go with the container, or at stdin's EOF.
+        self.spent = w
 
     def kill_leftovers(self, w=None):
         # As PID 1 every other process of the container goes (our exit
@@ -885,7 +889,7 @@ class Supervisor:
         # Found first: once the worker is dead, a session's shell (a group of
         # its own) is no longer our descendant.
         rest = descendants(os.getpid())
-        for x in (w, self.worker, self.job.worker if self.job is not None else None):
+        for x in (w, self.worker, self.job.worker if self.job is not None else None, self.spent):
             if x is not None:
                 try:
                     os.killpg(x.pid, signal.SIGKILL)

@@ -100,8 +100,16 @@ def worker(sup, pipes, api_fd, go_r, set_w=None):
                                  'error': error})
         if keep and sent:
             continue           # the session goes on: fds 0-2 stay
-        # Single-use, or a session whose code broke the report socket: exit,
-        # so that the supervisor learns the end from the kernel.
+        if sent and os.getpid() == me:
+            # Single-use: the record ended the run. Exiting now would tear
+            # this process down while the answer is on its way; the
+            # supervisor kills it once the daemon has the answer.
+            signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
+            while True:
+                time.sleep(3600)
+        # A session whose code broke the report socket, or a child that user
+        # code forked: exit, so that the supervisor learns the end from the
+        # kernel.
         os._exit(status)
 
 

@@ -225,6 +225,9 @@ def print_output():
     out, res, rt, _ = run("print('hello')")
     check(text(out, 'stdout') == 'hello\n' and text(out, 'stderr') == '', 'print output forwarded', out)
     mem = res.pop('memory_bytes', 'missing')
+    us = res.pop('us', None)
+    check(isinstance(us, list) and len(us) == 3 and all(isinstance(v, int) for v in us),
+          'the runtime says where the time went: record, exit, answer (microseconds)', us)
     check(res == {'status': 'ok', 'exit_code': 0, 'signal': None, 'stdout_bytes': 6,
                   'stderr_bytes': 0, 'error': None, 'out_files': []}, 'ok result fields', res)
     check(mem is None or (isinstance(mem, int) and mem > 0), 'memory_bytes: the cgroup\'s figure or null', mem)
