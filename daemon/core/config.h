@@ -38,7 +38,9 @@ struct config {
                                             * In effect: min(pool_max, max_sandboxes),
                                             * and pool_min at most that. */
         long pool_max_starting;            /* pool sandboxes starting at once */
-        double pool_idle_s;                /* idle time before shrinking to pool_min */
+        double pool_idle_s;                /* idle time before shrinking to pool_min; the
+                                            * window over which the pool keeps a demand */
+        unsigned long long pool_memory;    /* bytes of host memory ready sandboxes may take */
         double sync_wait_s;                /* a call still running then becomes a job */
         double job_retention_s;            /* a finished job's result is kept this long */
         long max_sessions;                 /* sessions open at once; 0: none. In effect at

@@ -1,9 +1,11 @@
 #include "core/util.h"
 
 #include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -83,6 +85,13 @@ long long now_ms(void)
         return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+long long now_us(void)
+{
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (long long)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
 int parse_size(const char *s, unsigned long long *ret)
 {
         if (!s || !isdigit((unsigned char)*s))
@@ -152,6 +161,111 @@ char *xdg_path(const char *var, const char *home_dir, const char *rel)
                         return NULL;
         }
         return p;
+}
+
+/* The parent of a process, from /proc/PID/stat (after the command's
+ * closing parenthesis: state, then ppid). */
+static long proc_ppid(long pid)
+{
+        char path[64], line[512];
+        snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
+        FILE *f = fopen(path, "re");
+        if (!f)
+                return -1;
+        size_t n = fread(line, 1, sizeof(line) - 1, f);
+        fclose(f);
+        line[n] = '\0';
+        char *p = strrchr(line, ')');
+        long ppid;
+        if (!p || sscanf(p + 1, " %*c %ld", &ppid) != 1)
+                return -1;
+        return ppid;
+}
+
+static long long proc_pss_kb(long pid)
+{
+        char path[64], line[256];
+        long long kb = -1, v;
+        snprintf(path, sizeof(path), "/proc/%ld/smaps_rollup", pid);
+        FILE *f = fopen(path, "re");
+        if (f) {
+                while (kb < 0 && fgets(line, sizeof(line), f))
+                        if (sscanf(line, "Pss: %lld kB", &v) == 1)
+                                kb = v;
+                fclose(f);
+                if (kb >= 0)
+                        return kb;
+        }
+        snprintf(path, sizeof(path), "/proc/%ld/status", pid);
+        f = fopen(path, "re");
+        if (!f)
+                return -1;
+        while (kb < 0 && fgets(line, sizeof(line), f))
+                if (sscanf(line, "VmRSS: %lld kB", &v) == 1)
+                        kb = v;
+        fclose(f);
+        return kb < 0 ? 0 : kb; /* a kernel thread, a zombie: no memory */
+}
+
+#define PROC_TREE_MAX 4096 /* processes looked at, of the whole host */
+
+int proc_tree_pss(long pid, long long *ret_kb)
+{
+        long top = proc_ppid(pid);
+        if (top <= 1)
+                top = pid; /* no monitor of its own: the container's processes only */
+        DIR *d = opendir("/proc");
+        if (!d)
+                return -errno;
+        long(*pp)[2] = malloc(PROC_TREE_MAX * sizeof(*pp)); /* pid, ppid */
+        size_t n = 0;
+        struct dirent *de;
+        while (pp && n < PROC_TREE_MAX && (de = readdir(d))) {
+                char *end;
+                long p = strtol(de->d_name, &end, 10);
+                long parent;
+                if (*end || p <= 0 || (parent = proc_ppid(p)) < 0)
+                        continue;
+                pp[n][0] = p;
+                pp[n][1] = parent;
+                n++;
+        }
+        closedir(d);
+        if (!pp)
+                return -ENOMEM;
+        /* Breadth first from the top: the list in front of i is the tree
+         * found so far, its members moved there as they are found. */
+        size_t found = 0;
+        for (size_t i = 0; i < n; i++)
+                if (pp[i][0] == top) {
+                        long t[2] = {pp[i][0], pp[i][1]};
+                        memcpy(pp[i], pp[0], sizeof(t));
+                        memcpy(pp[0], t, sizeof(t));
+                        found = 1;
+                        break;
+                }
+        for (size_t i = 0; i < found; i++)
+                for (size_t j = found; j < n; j++)
+                        if (pp[j][1] == pp[i][0]) {
+                                long t[2] = {pp[j][0], pp[j][1]};
+                                memcpy(pp[j], pp[found], sizeof(t));
+                                memcpy(pp[found], t, sizeof(t));
+                                found++;
+                        }
+        long long kb = 0;
+        int counted = 0;
+        for (size_t i = 0; i < found; i++) {
+                long long k = proc_pss_kb(pp[i][0]);
+                if (k >= 0) {
+                        kb += k;
+                        counted++;
+                }
+        }
+        free(pp);
+        if (counted == 0)
+                return -ESRCH;
+        *ret_kb = kb;
+        return counted;
 }
 
 int proc_comm(long pid, char *buf, size_t size)

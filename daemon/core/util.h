@@ -73,10 +73,16 @@ char *xdg_path(const char *var, const char *home_dir, const char *rel);
 
 /* Monotonic clock in milliseconds. */
 long long now_ms(void);
+long long now_us(void);
 
 /* The command name of process `pid` (/proc/PID/comm, at most 15 bytes,
  * without its newline): 0, or a negative errno (no such process). */
 int proc_comm(long pid, char *buf, size_t size);
+/* Host memory of a container's processes: PSS (RSS where the kernel has
+ * no smaps_rollup) summed over the parent of `pid` (the engine's monitor:
+ * conmon, containerd-shim) and every process under that parent. Returns
+ * the number of processes counted, or negative errno. */
+int proc_tree_pss(long pid, long long *ret_kb);
 
 /* corral's private directory for this user ($XDG_RUNTIME_DIR/corral, else
  * /tmp/corral-UID), created 0700 and checked to be ours: it holds the private

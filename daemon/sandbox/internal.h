@@ -27,6 +27,9 @@
 #include "sandbox/profile.h"
 
 #define POOL_FAIL_FAST 3 /* failed starts in a row before calls fail fast */
+/* After an answer, the work it leaves (the container's removal, the
+ * pool's refill) waits this long: the caller reads its answer first. */
+#define AFTER_ANSWER_MS 5
 
 /* Every state a sandbox passes through; only sandbox_set_state assigns one
  * (it logs the transition by name, and warns of one it does not expect). */
@@ -56,6 +59,17 @@ struct freeze_wait {
         struct freeze_wait *answered_next;
 };
 
+/* Where a run's time goes, for the log at debug level (run_deliver):
+ * microsecond stamps of the steps on the call's path. */
+enum run_step {
+        RS_CALL,   /* the call came (run_new) */
+        RS_READY,  /* it had a ready sandbox: taken from the pool, or started for it */
+        RS_EXEC,   /* the exec frame went to the runtime */
+        RS_RESULT, /* the runtime's result arrived */
+        RS_ANSWER, /* the caller had it */
+        RS_N,
+};
+
 /* One request in a sandbox, from assign to the hand-over of its result. */
 struct run {
         struct sandbox_mgr *mgr;
@@ -73,6 +87,9 @@ struct run {
         void *hook_ud;             /* their userdata */
         struct bridge_run *bridge; /* the MCP servers its code may call, if any */
         long long t_start;
+        long long t_us[RS_N];    /* enum run_step; 0: not reached */
+        bool demand;             /* counted in mgr->demand until answered */
+        long long runtime_us[3]; /* the runtime's word: record, exit, answer after the exec */
         /* Files in (before the code) and out (after it): transfer.c. */
         struct sandbox_file *files;
         size_t n_files, i_file;
@@ -138,6 +155,13 @@ struct sandbox {
         struct defer free_d;
 };
 
+/* Calls that came together: from no call in flight back to none. */
+struct pool_burst {
+        long calls, hits;            /* hits: served by a ready sandbox */
+        long long t0_ms;             /* the first call came */
+        long long first_ms, last_ms; /* its first and last answers, after t0 */
+};
+
 struct sandbox_mgr {
         struct loop *loop;
         const struct config *cfg;
@@ -158,6 +182,8 @@ struct sandbox_mgr {
         struct list ready;       /* stack of S_READY sandboxes */
         long n_ready;
         struct timer *tick;
+        struct timer *refill_timer; /* pool_refill_soon */
+        bool refill_armed;
         long long last_call_ms;
         unsigned long long hits, misses, failures;
         int consecutive_failures; /* starts that failed in a row */
@@ -165,6 +191,19 @@ struct sandbox_mgr {
         char last_error[1400];
         long long refill_ms[128]; /* creation to ready, newest last */
         unsigned n_refill;
+        /* Demand (pool.c): calls for the default image in flight now, the
+         * most at once in this window of pool_idle_s and in the last one,
+         * and the pool size they ask for (and why that size). */
+        long demand, peak_cur, peak_prev;
+        long long window_ms; /* when peak_cur's window began */
+        long target;
+        const char *target_why;
+        struct pool_burst last_burst, burst; /* calls from demand 0 back to 0 */
+        /* What a ready sandbox costs the host (pool.c), measured now and
+         * then from /proc: its processes and the engine's monitor. */
+        long long cost_kb, cost_at_ms;
+        int cost_procs;
+        struct engine_req *cost_req;
         struct list leftovers;        /* being removed by the sweep */
         struct bridge *bridge;        /* NULL: sandboxes call no MCP servers */
         struct list done;             /* released sandboxes, freed from the loop */
@@ -186,6 +225,8 @@ void sandbox_create(struct sandbox *s);
 void sandbox_remove(struct sandbox *s);
 /* Kill it for `why`, which becomes the result unless one is final. */
 void sandbox_kill(struct sandbox *s, enum sandbox_status why, const char *msg);
+/* A single-use sandbox whose run ended: answer now, remove shortly after. */
+void sandbox_retire(struct sandbox *s);
 void sandbox_fail(struct sandbox *s, enum sandbox_status st, const char *type, const char *msg);
 /* Out of every list and nothing of it running; the result (if any) goes
  * to its caller, the slot to the next call. Refused: held no slot. */
@@ -245,6 +286,12 @@ void freeze_release(struct sandbox *s);
 struct sandbox *pool_take(struct sandbox_mgr *m);
 bool pool_starting(const struct sandbox *s);
 void pool_refill(struct sandbox_mgr *m);
+void pool_refill_soon(struct sandbox_mgr *m);
+/* A call for the default image came (hit: a ready sandbox took it), or its
+ * answer went. */
+void pool_demand_came(struct sandbox_mgr *m, struct run *r, bool hit);
+void pool_demand_left(struct sandbox_mgr *m, struct run *r);
+void pool_cost_cancel(struct sandbox_mgr *m);
 void pool_ready(struct sandbox *s);
 void pool_remove(struct sandbox *s);
 void pool_note_failure(struct sandbox_mgr *m, const char *msg);

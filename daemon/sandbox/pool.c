@@ -1,7 +1,13 @@
 /* The warm pool: sandboxes started ahead of calls, each waiting ready
  * (S_READY) for the single request it will serve. A call takes one in
  * constant time; the pool refills after the answer, shrinks when idle,
- * and backs off while starts fail. */
+ * and backs off while starts fail.
+ *
+ * Its size follows the demand: the most calls for the default image in
+ * flight at once, over the current window of pool_idle_s and the one
+ * before, between pool_min and pool_max, and no more sandboxes than
+ * pool_memory pays for at what a ready sandbox was measured to cost the
+ * host (its processes and the engine's monitor, from /proc). */
 #include "sandbox/internal.h"
 
 #include "core/log.h"
@@ -10,26 +16,138 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* What a ready sandbox is taken to cost until one was measured: on the
+ * high side (the data image's is about this). */
+#define COST_GUESS_KB (128LL << 10)
+#define COST_EVERY_MS 60000 /* measured again after this long */
+
 /* A pool sandbox on its way to ready, with no call yet. */
 bool pool_starting(const struct sandbox *s)
 {
         return s->pooled && !s->run && !s->killing && s->state >= S_CREATING && s->state < S_READY;
 }
 
-/* Sandboxes starting for the pool, and sandboxes with a call. */
-static void pool_counts(const struct sandbox_mgr *m, long *ret_starting, long *ret_busy)
+/* Sandboxes starting for the pool, sandboxes with a call, and of those
+ * the ones whose call waits for them to start. */
+static void pool_counts(const struct sandbox_mgr *m, long *ret_starting, long *ret_busy,
+                        long *ret_waiting)
 {
-        long starting = 0, busy = 0;
+        long starting = 0, busy = 0, waiting = 0;
         struct sandbox *s;
         list_for_each(s, &m->all, all_node)
         {
                 if (pool_starting(s))
                         starting++;
-                else if (s->run && s->state >= S_CREATING && s->state <= S_COLLECTING)
+                else if (s->run && s->state >= S_CREATING && s->state <= S_COLLECTING) {
                         busy++;
+                        if (s->state < S_READY && !s->killing)
+                                waiting++;
+                }
         }
         *ret_starting = starting;
         *ret_busy = busy;
+        if (ret_waiting)
+                *ret_waiting = waiting;
+}
+
+long pool_target(long min, long max, long demand, long budget_n, const char **why)
+{
+        long t = demand > min ? demand : min;
+        *why = demand > min ? "demand" : "pool_min";
+        if (t > max) {
+                t = max;
+                *why = "pool_max";
+        }
+        if (t > budget_n) {
+                t = budget_n < 0 ? 0 : budget_n;
+                *why = "pool_memory";
+        }
+        return t;
+}
+
+static long budget_n(const struct sandbox_mgr *m)
+{
+        long long cost = m->cost_kb > 0 ? m->cost_kb : COST_GUESS_KB;
+        unsigned long long n = (m->cfg->pool_memory >> 10) / (unsigned long long)cost;
+        return n > 4096 ? 4096 : (long)n;
+}
+
+static long update_target(struct sandbox_mgr *m)
+{
+        long peak = m->peak_cur > m->peak_prev ? m->peak_cur : m->peak_prev;
+        m->target = pool_target(m->pool_min, m->pool_max, peak, budget_n(m), &m->target_why);
+        return m->target;
+}
+
+void pool_demand_came(struct sandbox_mgr *m, struct run *r, bool hit)
+{
+        if (!r || r->demand)
+                return;
+        r->demand = true;
+        if (m->demand++ == 0)
+                m->burst = (struct pool_burst){.t0_ms = now_ms(), .first_ms = -1, .last_ms = -1};
+        m->burst.calls++;
+        m->burst.hits += hit;
+        if (m->demand > m->peak_cur)
+                m->peak_cur = m->demand;
+}
+
+void pool_demand_left(struct sandbox_mgr *m, struct run *r)
+{
+        if (!r->demand || m->demand <= 0)
+                return;
+        r->demand = false;
+        long long t = now_ms() - m->burst.t0_ms;
+        if (m->burst.first_ms < 0)
+                m->burst.first_ms = t;
+        if (--m->demand > 0)
+                return;
+        m->burst.last_ms = t;
+        m->last_burst = m->burst;
+        if (m->burst.calls > 1)
+                log_debug("a burst of %ld calls: first answer in %lld ms, last in %lld ms, %ld "
+                          "from ready sandboxes",
+                          m->burst.calls, m->burst.first_ms, m->burst.last_ms, m->burst.hits);
+}
+
+/* ---- what a ready sandbox costs */
+
+static void cost_inspected(void *userdata, long status, json_t *body, const struct err *e)
+{
+        struct sandbox_mgr *m = userdata;
+        (void)e;
+        m->cost_req = NULL;
+        json_t *pid = json_object_get(json_object_get(body, "State"), "Pid");
+        long long kb;
+        int n;
+        if (status != 200 || !json_is_integer(pid) || json_integer_value(pid) <= 1 ||
+            (n = proc_tree_pss((long)json_integer_value(pid), &kb)) <= 0) {
+                log_debug("pool: cannot measure a ready sandbox's memory (HTTP %ld)", status);
+                return;
+        }
+        m->cost_kb = kb;
+        m->cost_procs = n;
+        log_debug("pool: a ready sandbox costs the host %lld KiB (%d processes)", kb, n);
+        update_target(m);
+}
+
+/* Now and then, the host memory of the sandbox that just became ready. */
+static void cost_measure(struct sandbox *s)
+{
+        struct sandbox_mgr *m = s->mgr;
+        char path[256];
+        if (m->cost_req || s->image || (m->cost_at_ms && now_ms() - m->cost_at_ms < COST_EVERY_MS))
+                return;
+        m->cost_at_ms = now_ms();
+        snprintf(path, sizeof(path), "/containers/%s/json", s->id);
+        if (engine_request(m->eng, "GET", path, NULL, cost_inspected, m, &m->cost_req) < 0)
+                m->cost_req = NULL;
+}
+
+void pool_cost_cancel(struct sandbox_mgr *m)
+{
+        engine_request_cancel(m->cost_req);
+        m->cost_req = NULL;
 }
 
 /* The warm path: the ready sandbox started last, or NULL. */
@@ -50,20 +168,19 @@ static void pool_spawn(struct sandbox_mgr *m)
         sandbox_create(s);
 }
 
-/* Start sandboxes until the pool holds what the load asks for: pool_min
- * spare beyond the calls running now, at most pool_max, no more than
- * pool_max_starting at once, never while calls wait for a slot. */
+/* Start sandboxes until the pool holds what the demand asks for
+ * (update_target), no more than pool_max_starting at once, never while
+ * calls wait for a slot or for their own sandbox to start: the engine's
+ * time is theirs first. */
 void pool_refill(struct sandbox_mgr *m)
 {
         if (!m->pool_on || m->shutting_down || m->queued > 0 || !m->eng)
                 return;
-        long starting, busy;
-        pool_counts(m, &starting, &busy);
-        long target = busy + m->pool_min;
-        if (target > m->pool_max)
-                target = m->pool_max;
-        if (target < m->pool_min)
-                target = m->pool_min;
+        long starting, busy, waiting;
+        pool_counts(m, &starting, &busy, &waiting);
+        long target = update_target(m);
+        if (waiting > 0)
+                return;
         long room = m->cfg->pool_max_starting - starting;
         if (m->consecutive_failures > 0) {
                 /* Failing: one probe at a time, after a back-off. */
@@ -75,6 +192,26 @@ void pool_refill(struct sandbox_mgr *m)
                 pool_spawn(m);
                 starting++;
         }
+}
+
+static void refill_now(struct timer *t, void *userdata)
+{
+        struct sandbox_mgr *m = userdata;
+        (void)t;
+        m->refill_armed = false;
+        pool_refill(m);
+}
+
+/* A refill AFTER_ANSWER_MS from now (not pushed back by later answers). */
+void pool_refill_soon(struct sandbox_mgr *m)
+{
+        if (!m->pool_on || m->shutting_down || m->refill_armed)
+                return;
+        if (timer_set(m->loop, &m->refill_timer, refill_now, m, AFTER_ANSWER_MS) < 0) {
+                pool_refill(m);
+                return;
+        }
+        m->refill_armed = true;
 }
 
 void pool_ready(struct sandbox *s)
@@ -89,6 +226,7 @@ void pool_ready(struct sandbox *s)
         list_push(&m->ready, &s->place);
         m->n_ready++;
         log_debug("sandbox %s ready for the pool in %lld ms", s->short_id, ms);
+        cost_measure(s);
 }
 
 void pool_remove(struct sandbox *s)
@@ -116,13 +254,24 @@ static void on_tick(struct timer *t, void *userdata)
         timer_arm(t, 1000);
         if (m->shutting_down)
                 return;
-        /* Idle: shrink to pool_min. */
-        if (now_ms() - m->last_call_ms > (long long)(m->cfg->pool_idle_s * 1000))
-                while (m->n_ready > m->pool_min) {
-                        struct sandbox *s = list_first(&m->ready, struct sandbox, place);
-                        log_debug("pool idle: removing ready sandbox %s", s->short_id);
-                        sandbox_kill(s, ST_CANCELLED, "the pool shrank");
-                }
+        long long now = now_ms(), window = (long long)(m->cfg->pool_idle_s * 1000);
+        /* Idle: the demand is forgotten, the pool shrinks to pool_min. A
+         * window ended: its peak becomes the last one. */
+        if (now - m->last_call_ms > window) {
+                m->peak_cur = m->peak_prev = m->demand;
+                m->window_ms = now;
+        } else if (now - m->window_ms >= window) {
+                m->peak_prev = m->peak_cur;
+                m->peak_cur = m->demand;
+                m->window_ms = now;
+        }
+        long target = update_target(m);
+        while (m->n_ready > target) {
+                struct sandbox *s = list_first(&m->ready, struct sandbox, place);
+                log_debug("pool: removing ready sandbox %s (size %ld: %s)", s->short_id, target,
+                          m->target_why);
+                sandbox_kill(s, ST_CANCELLED, "the pool shrank");
+        }
         pool_refill(m);
 }
 
@@ -133,7 +282,8 @@ void sandbox_mgr_start_pool(struct sandbox_mgr *m)
         m->pool_max = max;
         m->pool_min = m->cfg->pool_min < max ? m->cfg->pool_min : max;
         m->pool_on = max > 0;
-        m->last_call_ms = now_ms();
+        m->last_call_ms = m->window_ms = now_ms();
+        update_target(m);
         if (m->pool_on && timer_add(m->loop, on_tick, m, &m->tick) == 0)
                 timer_arm(m->tick, 1000);
         pool_refill(m);
@@ -148,7 +298,7 @@ static int cmp_ll(const void *a, const void *b)
 json_t *sandbox_mgr_status(const struct sandbox_mgr *m)
 {
         long starting, busy;
-        pool_counts(m, &starting, &busy);
+        pool_counts(m, &starting, &busy, NULL);
         long long sorted[ARRAY_SIZE(m->refill_ms)];
         size_t n = m->n_refill < ARRAY_SIZE(sorted) ? m->n_refill : ARRAY_SIZE(sorted);
         memcpy(sorted, m->refill_ms, n * sizeof(sorted[0]));
@@ -168,6 +318,28 @@ json_t *sandbox_mgr_status(const struct sandbox_mgr *m)
             (json_int_t)m->failures, "consecutive_failures", (json_int_t)m->consecutive_failures,
             "refill_p50_ms", p50, "refill_p95_ms", p95, "last_error",
             m->consecutive_failures ? m->last_error : NULL);
+        /* The size it keeps, and why: the demand, and what a ready sandbox
+         * costs against the budget. */
+        long peak = m->peak_cur > m->peak_prev ? m->peak_cur : m->peak_prev;
+        const struct pool_burst *b = &m->last_burst;
+        json_object_set_new(pool, "target", json_integer(m->target));
+        json_object_set_new(pool, "target_reason", json_string(m->target_why));
+        json_object_set_new(pool, "demand",
+                            json_pack("{s:I, s:I, s:f}", "in_flight", (json_int_t)m->demand, "peak",
+                                      (json_int_t)peak, "window_s", m->cfg->pool_idle_s));
+        json_object_set_new(
+            pool, "memory",
+            json_pack("{s:I, s:o, s:b, s:I, s:I}", "budget_bytes", (json_int_t)m->cfg->pool_memory,
+                      "sandbox_bytes",
+                      json_integer((m->cost_kb > 0 ? m->cost_kb : COST_GUESS_KB) << 10), "measured",
+                      m->cost_kb > 0, "sandbox_processes", (json_int_t)m->cost_procs, "fits",
+                      (json_int_t)budget_n(m)));
+        json_object_set_new(
+            pool, "last_burst",
+            b->calls ? json_pack("{s:I, s:I, s:I, s:I}", "calls", (json_int_t)b->calls, "from_pool",
+                                 (json_int_t)b->hits, "first_ms", (json_int_t)b->first_ms,
+                                 "last_ms", (json_int_t)b->last_ms)
+                     : json_null());
         return json_pack(
             "{s:i, s:s, s:s?, s:s, s:o, s:I, s:I, s:I, s:I}", "pid", (int)getpid(), "instance",
             m->instance, "engine", m->eng ? engine_endpoint(m->eng)->display : NULL, "image",

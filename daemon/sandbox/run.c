@@ -115,6 +115,7 @@ struct run *run_new(struct sandbox *s, const struct sandbox_request *req, sandbo
         r->on_progress = req->on_progress;
         r->hook_ud = req->hook_userdata ? req->hook_userdata : userdata;
         r->t_start = now_ms();
+        r->t_us[RS_CALL] = now_us();
         s->run = r;
         return r;
 }
@@ -168,6 +169,26 @@ void run_quiesce(struct sandbox *s)
 
 /* ---- delivery */
 
+/* Microseconds from step a to step b, or -1 when either was not reached. */
+static long long step_us(const struct run *r, enum run_step a, enum run_step b)
+{
+        return r->t_us[a] && r->t_us[b] ? r->t_us[b] - r->t_us[a] : -1;
+}
+
+/* Where the call's time went, at debug level: what a warm call spends
+ * that a session's does not shows here (tests/bench/README.md). */
+static void log_steps(const struct run *r, const char *id)
+{
+        if (log_max_level < LOG_DEBUG)
+                return;
+        log_debug("sandbox %s: call path (us): sandbox %lld, exec %lld, runtime %lld "
+                  "(record %lld, exit %lld, answer %lld), result %lld; total %lld",
+                  id, step_us(r, RS_CALL, RS_READY), step_us(r, RS_READY, RS_EXEC),
+                  step_us(r, RS_EXEC, RS_RESULT), r->runtime_us[0], r->runtime_us[1],
+                  r->runtime_us[2], step_us(r, RS_RESULT, RS_ANSWER),
+                  step_us(r, RS_CALL, RS_ANSWER));
+}
+
 static void deliver_now(void *userdata)
 {
         struct run *r = userdata;
@@ -177,9 +198,12 @@ static void deliver_now(void *userdata)
         if (r->sb && r->sb->run == r)
                 r->sb->run = NULL;
         r->cb(r->userdata, &r->res);
+        r->t_us[RS_ANSWER] = now_us();
+        pool_demand_left(m, r);
+        log_steps(r, r->res.container_id ? r->res.container_id : "-");
         run_free(r);
-        /* The caller has its answer: now is the time to top the pool up. */
-        pool_refill(m);
+        /* The caller has its answer: top the pool up once it has read it. */
+        pool_refill_soon(m);
 }
 
 void run_deliver(struct sandbox *s)
@@ -209,7 +233,11 @@ void run_deliver(struct sandbox *s)
 void run_end(struct sandbox *s)
 {
         run_quiesce(s);
-        if (!s->keep || s->killing || s->closing || !s->attach || s->mgr->shutting_down) {
+        if (!s->keep) {
+                sandbox_retire(s);
+                return;
+        }
+        if (s->killing || s->closing || !s->attach || s->mgr->shutting_down) {
                 sandbox_remove(s);
                 return;
         }
@@ -267,6 +295,7 @@ static void arm_limit(struct sandbox *s)
 
 void run_begin(struct sandbox *s)
 {
+        s->run->t_us[RS_READY] = now_us();
         timer_stop(s->start_timer); /* started: the run's own limit applies */
         if (!s->keep && s->run->n_files == 0) {
                 run_send_exec(s); /* the warm path: nothing can hold a single-use sandbox */
@@ -311,6 +340,7 @@ int run_send_exec(struct sandbox *s)
                 sandbox_fail(s, ST_ERROR, "FrameError", "the code does not fit in one frame");
                 return -1;
         }
+        r->t_us[RS_EXEC] = now_us();
         sandbox_set_state(s, S_BUSY);
         arm_limit(s); /* the code's whole time, whatever the uploads took */
         return 0;
@@ -400,6 +430,12 @@ static void take_result(struct sandbox *s, json_t *res)
         if (eb > 0 && (unsigned long long)eb > r->res.err.total)
                 r->res.err.total = (unsigned long long)eb;
         take_error(r, res, st);
+        /* The runtime's own stamps, for the log only. */
+        json_t *us = json_object_get(res, "us");
+        for (size_t i = 0; i < ARRAY_SIZE(r->runtime_us); i++) {
+                json_t *v = json_array_get(us, i);
+                r->runtime_us[i] = json_is_integer(v) ? json_integer_value(v) : -1;
+        }
         json_t *mem = json_object_get(res, "memory_bytes");
         r->res.memory_bytes =
             json_is_integer(mem) && json_integer_value(mem) >= 0 ? json_integer_value(mem) : -1;
@@ -472,6 +508,7 @@ static void take_progress(struct run *r, json_t *params)
 static void exec_answered(struct sandbox *s, const struct jrpc_msg *m)
 {
         struct run *r = s->run;
+        r->t_us[RS_RESULT] = now_us();
         if (m->kind == JRPC_RESULT) {
                 take_result(s, m->result);
         } else {
@@ -623,15 +660,28 @@ static int run_cold(struct sandbox_mgr *m, const struct sandbox_request *req, bo
         return 0;
 }
 
+static int run_any(struct sandbox_mgr *m, const struct sandbox_request *req, bool other,
+                   sandbox_done_cb cb, void *userdata, struct sandbox **ret);
+
 int sandbox_run(struct sandbox_mgr *m, const struct sandbox_request *req, sandbox_done_cb cb,
                 void *userdata, struct sandbox **ret)
 {
         if (m->shutting_down)
                 return -ESHUTDOWN;
-        m->last_call_ms = now_ms();
         /* The pool holds the default image: a call for another gets a
-         * sandbox made for it. */
+         * sandbox made for it, and is no demand on the pool. */
         bool other = req->image && strcmp(req->image, m->cfg->image) != 0;
+        unsigned long long hits = m->hits;
+        int r = run_any(m, req, other, cb, userdata, ret);
+        if (r == 0 && !other && m->pool_on)
+                pool_demand_came(m, (*ret)->run, m->hits > hits);
+        return r;
+}
+
+static int run_any(struct sandbox_mgr *m, const struct sandbox_request *req, bool other,
+                   sandbox_done_cb cb, void *userdata, struct sandbox **ret)
+{
+        m->last_call_ms = now_ms();
         if (!other && !list_empty(&m->ready))
                 return run_warm(m, req, cb, userdata, ret);
         /* A pool sandbox already on its way: it will run this call. */

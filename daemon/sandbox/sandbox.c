@@ -292,10 +292,15 @@ void sandbox_notify_gone(struct sandbox *s, const char *why)
 
 static void send_remove(struct sandbox *s);
 
+/* The removal's next step: after a retired sandbox's answer (its stream
+ * still open), or after the engine asked for a moment. */
 static void remove_again(struct timer *t, void *userdata)
 {
+        struct sandbox *s = userdata;
         (void)t;
-        send_remove(userdata);
+        attach_close(s->attach);
+        s->attach = NULL;
+        send_remove(s);
 }
 
 static void removed(void *userdata, long status, json_t *body, const struct err *e)
@@ -349,6 +354,29 @@ void sandbox_remove(struct sandbox *s)
         if (!s->killing)
                 run_deliver(s);
         send_remove(s);
+}
+
+/* A single-use sandbox whose run has ended: the answer goes now, the
+ * container a moment later. Closing its stream ends the runtime, and the
+ * container's end sets the engine to work (conmon, cleanup, removal):
+ * begun during the answer, that work takes the CPU from the caller
+ * reading it. */
+void sandbox_retire(struct sandbox *s)
+{
+        struct sandbox_mgr *m = s->mgr;
+        if (s->killing || !s->id || !s->attach || m->shutting_down || s->state == S_REMOVING ||
+            s->state == S_DONE) {
+                sandbox_remove(s);
+                return;
+        }
+        run_quiesce(s);
+        timer_stop(s->start_timer);
+        engine_request_cancel(s->req);
+        s->req = NULL;
+        sandbox_set_state(s, S_REMOVING);
+        run_deliver(s);
+        if (timer_set(m->loop, &s->remove_timer, remove_again, s, AFTER_ANSWER_MS) < 0)
+                remove_again(NULL, s);
 }
 
 void sandbox_fail(struct sandbox *s, enum sandbox_status st, const char *type, const char *msg)
@@ -497,6 +525,8 @@ static void on_attach_close(void *userdata, const struct err *e)
 {
         struct sandbox *s = userdata;
         s->attach = NULL;
+        if (s->state == S_REMOVING)
+                return; /* retired: its removal is on its way */
         if (s->state == S_IDLE) {
                 /* A session's container ended between its runs (OOM
                  * killer, engine restart, `rm -f`): its owner hears why. */
@@ -782,6 +812,9 @@ void sandbox_mgr_shutdown(struct sandbox_mgr *m, void (*drained)(void *), void *
         m->shutting_down = true;
         timer_remove(m->tick);
         m->tick = NULL;
+        timer_remove(m->refill_timer);
+        m->refill_timer = NULL;
+        pool_cost_cancel(m);
         m->drained = drained;
         m->drained_ud = userdata;
         if (timer_add(m->loop, drain_deadline, m, &m->drain_timer) == 0)
@@ -808,6 +841,8 @@ void sandbox_mgr_free(struct sandbox_mgr *m)
                 sandbox_destroy(list_first(&m->done, struct sandbox, place));
         timer_remove(m->drain_timer);
         timer_remove(m->tick);
+        timer_remove(m->refill_timer);
+        pool_cost_cancel(m);
         sweep_free(m);
         if (m->owns_eng)
                 engine_free(m->eng);

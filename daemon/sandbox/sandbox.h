@@ -191,3 +191,9 @@ const struct sandbox_images *sandbox_mgr_images(const struct sandbox_mgr *m);
 json_t *sandbox_mgr_mounts(const struct sandbox_mgr *m);
 /* The profile every sandbox of this manager gets (its summary for doctor). */
 const struct sandbox_profile *sandbox_mgr_profile(const struct sandbox_mgr *m);
+
+/* The pool's size for a demand (the most calls at once of late), within
+ * pool_min, pool_max and the budget_n sandboxes pool_memory pays for;
+ * *why names what decided: "demand", "pool_min", "pool_max" or
+ * "pool_memory". */
+long pool_target(long min, long max, long demand, long budget_n, const char **why);

@@ -27,7 +27,7 @@ static void test_defaults(void)
         is_int(c.max_frame, 16 << 20, "default max_frame 16 MiB");
         is_int(c.tmp_size, 64 << 20, "default tmp_size 64 MiB");
         is_int(c.workspace_size, 256 << 20, "default workspace_size 256 MiB");
-        is_int(c.max_sandboxes, 8, "default max_sandboxes");
+        is_int(c.max_sandboxes, 16, "default max_sandboxes");
         is_int(c.max_queue, 256, "default max_queue");
         is_int(c.log_level, LOG_INFO, "default log_level info");
         is_int(c.max_sessions, 4, "default max_sessions 4");
@@ -47,7 +47,7 @@ static void test_defaults(void)
         size_t n = 0;
         while (names[n])
                 n++;
-        is_int(n, 36, "config_key_names lists 36 keys, NULL-terminated");
+        is_int(n, 37, "config_key_names lists 37 keys, NULL-terminated");
         is_str(names[0], "engine", "... starting with engine");
 }
 

@@ -359,12 +359,14 @@ int main(void)
         test_sessions();
         test_busy();
 
-        mcp_server_free(srv);
-        session_mgr_free(S);
+        /* serve's order: the sandboxes drain (their results reach the
+         * calls still waiting), then the server and its calls go. */
         sandbox_mgr_shutdown(M, NULL, NULL);
         for (int i = 0; i < 200 && fake_engine_alive(F); i++)
                 loop_iterate(L, 10);
         is_int(fake_engine_alive(F), 0, "every container is removed at shutdown");
+        mcp_server_free(srv);
+        session_mgr_free(S);
         sandbox_mgr_free(M);
         watch_remove(reader);
         engine_free(E);

@@ -370,5 +370,25 @@ int main(void)
         }
         config_free(&cfg);
         sandbox_profile_done(&prof);
+
+        /* The pool's size: the demand between pool_min and pool_max, and
+         * never past what the memory budget pays for. */
+        static const struct {
+                long min, max, demand, budget, want;
+                const char *why;
+        } sizes[] = {
+            {2, 16, 0, 20, 2, "pool_min"},      {2, 16, 2, 20, 2, "pool_min"},
+            {2, 16, 8, 20, 8, "demand"},        {2, 16, 30, 20, 16, "pool_max"},
+            {2, 16, 30, 10, 10, "pool_memory"}, {2, 16, 0, 1, 1, "pool_memory"},
+            {0, 16, 0, 20, 0, "pool_min"},      {2, 16, 8, 0, 0, "pool_memory"},
+        };
+        for (size_t i = 0; i < ARRAY_SIZE(sizes); i++) {
+                const char *why = NULL;
+                long t =
+                    pool_target(sizes[i].min, sizes[i].max, sizes[i].demand, sizes[i].budget, &why);
+                ok(t == sizes[i].want && why && strcmp(why, sizes[i].why) == 0,
+                   "pool size: min %ld, max %ld, demand %ld, budget %ld: %ld (%s)", sizes[i].min,
+                   sizes[i].max, sizes[i].demand, sizes[i].budget, t, why ? why : "-");
+        }
         return done_testing();
 }

@@ -1,0 +1,238 @@
+#!/usr/bin/python3
+"""Bursts: many run_python calls at once, as agents send them in parallel.
+See README.md beside this file ("Bursts").
+
+Python 3 standard library only. Prints, per burst size, the first, median,
+p95 and last answer of a burst from idle after a warm-up that contains
+such bursts, of a burst into a corral that has just started, and of the
+engine's own `run --rm` of the same burst; then what the pool learned,
+the host memory of its ready sandboxes against pool_memory, and how long
+it took to shrink back. Exit 0 whatever the verdicts; 1 when a
+measurement itself broke.
+"""
+import argparse, json, os, subprocess, sys, threading, time, urllib.parse
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import bench  # noqa: E402  the Corral client, engine helpers, machine facts
+
+SIZES = (4, 8, 16)
+TODAY_LAST_16_MS = 2031  # the issue's figure for a burst of 16 before the pool learned
+
+
+def burst(c, n):
+    """n run_python calls written back to back on one connection; the
+    seconds to each answer, sorted. Each is timed from its own request's
+    write (the writes of a burst take microseconds), to its answer as the
+    client's reader thread saw it."""
+    waits = [c.send('tools/call', {'name': 'run_python', 'arguments': {'code': bench.CODE}})
+             for _ in range(n)]
+    times = []
+    for w in waits:
+        msg, secs = w()
+        sc = (msg.get('result') or {}).get('structuredContent') or {}
+        if sc.get('status') != 'ok' or sc.get('stdout') != '1\n':
+            raise bench.Broken('a burst call did not answer ok: %s' % json.dumps(msg)[:400])
+        times.append(secs)
+    return sorted(times)
+
+
+def engine_burst(engine, kind, n):
+    """n `run --rm` of the same program at once; seconds to each end."""
+    cli = ['podman', '--url', engine] if kind == 'podman' else ['docker', '-H', engine]
+    argv = cli + ['run', '--rm'] + bench.FLAGS + [bench.IMAGE, 'python3', '-c', bench.CODE]
+    out = [None] * n
+    t0 = time.perf_counter()
+
+    def one(i):
+        p = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        out[i] = (time.perf_counter() - t0, p.returncode, p.stdout, p.stderr[-300:])
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for secs, rc, so, se in out:
+        if rc != 0 or so != b'1\n':
+            raise bench.Broken('%s run exited %d: %r' % (cli[0], rc, se))
+    return sorted(x[0] for x in out)
+
+
+def wait_quiet(c, timeout=120):
+    """Until the pool holds its target, ready, and nothing else runs,
+    starts or is being removed; returns the status."""
+    deadline = time.monotonic() + timeout
+    while True:
+        st = c.status()
+        p = st['pool']
+        if p['ready'] >= p['target'] and p['containers'] == p['ready'] and p['starting'] == 0:
+            return st
+        if time.monotonic() > deadline:
+            raise bench.Broken('the pool did not settle: %s' % json.dumps(p))
+        time.sleep(0.05)
+
+
+def ready_memory(engine, corral_pid):
+    """Host memory (PSS, kB) of every running container of this corral:
+    the monitor above each and everything under it (bench.sandbox_pss's
+    way, for all of them)."""
+    q = urllib.parse.quote(json.dumps({'label': ['io.corral.pid=%d' % corral_pid],
+                                       'status': ['running']}))
+    _, found = bench.engine_get(engine, 'GET', '/containers/json?filters=' + q)
+    parent = {}
+    for name in os.listdir('/proc'):
+        if name.isdigit():
+            try:
+                with open('/proc/%s/stat' % name) as f:
+                    parent[int(name)] = int(f.read().rsplit(')', 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                pass
+    total, count = 0, 0
+    for ct in found or []:
+        _, info = bench.engine_get(engine, 'GET', '/containers/%s/json' % ct['Id'])
+        init = (info or {}).get('State', {}).get('Pid')
+        if not init:
+            continue
+        top = parent.get(init) or init
+        pids, todo = [top], [top]
+        while todo:
+            p = todo.pop()
+            kids = [k for k, pp in parent.items() if pp == p]
+            pids += kids
+            todo += kids
+        for p in pids:
+            try:
+                with open('/proc/%d/smaps_rollup' % p) as f:
+                    kv = dict(line.split(':', 1) for line in f if ':' in line)
+                total += int(kv['Pss'].split()[0])
+            except (OSError, KeyError, ValueError):
+                pass
+        count += 1
+    return total, count
+
+
+def row(name, xs):
+    return '| %-34s | %7.0f | %7.0f | %7.0f | %7.0f |' % (
+        name, xs[0] * 1000, bench.pct(xs, 50), bench.pct(xs, 95), xs[-1] * 1000)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    ap.add_argument('--engine', default=os.environ.get('CORRAL_ENGINE', 'unix:///run/podman/podman.sock'))
+    ap.add_argument('--corral', default='build/corral')
+    ap.add_argument('--quick', action='store_true', help='one burst of each size (else 3)')
+    ap.add_argument('--idle', type=float, default=20, help='pool_idle_s of the warm corral')
+    ap.add_argument('--json', help='also write every figure here')
+    a = ap.parse_args()
+    reps = 1 if a.quick else 3
+    kind, version = bench.engine_facts(a.engine)
+    R = {'machine': bench.machine(a.engine), 'engine': [kind, version], 'bursts': {}}
+    print('# corral burst benchmark: %s %s at %s, image %s' % (kind, version, a.engine, bench.IMAGE))
+    print('# load average at start: %s' % ' '.join(open('/proc/loadavg').read().split()[:3]))
+    env = {'CORRAL_IMAGE': bench.IMAGE, 'CORRAL_POOL_IDLE_S': '%g' % a.idle}
+    left = []
+
+    # Warm: bursts of every size teach the pool; then each size from idle.
+    c = bench.Corral(a.corral, a.engine, env)
+    try:
+        c.initialize()
+        wait_quiet(c)
+        for n in SIZES + SIZES:
+            burst(c, n)
+            wait_quiet(c)
+        st = wait_quiet(c)
+        pool = st['pool']
+        mem_kb, n_ready = ready_memory(a.engine, c.pid)
+        R['learned'] = {'target': pool['target'], 'reason': pool['target_reason'],
+                        'demand': pool['demand'], 'memory': pool['memory'],
+                        'ready': pool['ready'], 'host_pss_kb': mem_kb, 'containers_measured': n_ready}
+        warm = {}
+        for n in SIZES:
+            runs = []
+            for _ in range(reps):
+                wait_quiet(c)
+                runs.append(burst(c, n))
+            runs.sort(key=lambda xs: xs[-1])
+            warm[n] = runs[len(runs) // 2]  # the burst of median last answer
+            R['bursts']['warm_%d' % n] = runs
+        # Shrinking back: no call for pool_idle_s.
+        t0 = time.monotonic()
+        while True:
+            p = c.status()['pool']
+            if p['target_reason'] == 'pool_min' and p['ready'] <= p['min'] and \
+                    p['containers'] <= p['min']:
+                break
+            if time.monotonic() - t0 > a.idle * 3 + 30:
+                raise bench.Broken('the pool did not shrink back: %s' % json.dumps(p))
+            time.sleep(0.5)
+        R['shrink_s'] = time.monotonic() - t0
+        R['after_shrink'] = {'ready': p['ready'], 'target': p['target'], 'reason': p['target_reason']}
+    finally:
+        left += c.close()
+
+    # Cold: a corral that has just started gets the burst at once.
+    cold = {}
+    for n in SIZES:
+        c = bench.Corral(a.corral, a.engine, env)
+        try:
+            c.initialize()
+            cold[n] = burst(c, n)
+            R['bursts']['cold_%d' % n] = [cold[n]]
+        finally:
+            left += c.close()
+
+    # The engine's own: `run --rm` of the same burst.
+    eng = {n: engine_burst(a.engine, kind, n) for n in SIZES}
+    for n in SIZES:
+        R['bursts']['engine_%d' % n] = [eng[n]]
+
+    print()
+    print('| burst (ms from its start)          |   first |  median |     p95 |    last |')
+    print('| ---------------------------------- | ------: | ------: | ------: | ------: |')
+    for n in SIZES:
+        print(row('corral, %d from idle after warm-up' % n, warm[n]))
+        print(row('corral, %d into a fresh corral' % n, cold[n]))
+        print(row('%s run --rm, %d at once' % (kind, n), eng[n]))
+    L = R['learned']
+    print()
+    print('pool after the warm-up: target %d (%s), demand peak %d, %d ready' % (
+        L['target'], L['reason'], L['demand']['peak'], L['ready']))
+    m = L['memory']
+    print('memory: a ready sandbox costs %.1f MiB (%s, %d processes); budget %.0f MiB fits %d' % (
+        m['sandbox_bytes'] / 2**20, 'measured by corral' if m['measured'] else 'corral\'s guess',
+        m['sandbox_processes'], m['budget_bytes'] / 2**20, m['fits']))
+    print('host memory of the %d ready sandboxes, read here from /proc: %.1f MiB (PSS)' % (
+        L['containers_measured'], L['host_pss_kb'] / 1024))
+    print('shrank back to pool_min (%d ready, target %d: %s) %.1f s after the last call '
+          '(pool_idle_s %g)' % (R['after_shrink']['ready'], R['after_shrink']['target'],
+                                R['after_shrink']['reason'], R['shrink_s'], a.idle))
+    checks = [
+        ('a burst of 8 from idle after warm-up: last answer <= 50 ms', warm[8][-1] * 1000 <= 50,
+         '%.0f ms' % (warm[8][-1] * 1000)),
+        ('a burst of 16 from idle after warm-up: last answer <= half of %d ms' % TODAY_LAST_16_MS,
+         warm[16][-1] * 1000 <= TODAY_LAST_16_MS / 2, '%.0f ms' % (warm[16][-1] * 1000)),
+        ('ready sandboxes within pool_memory', L['host_pss_kb'] * 1024 <= m['budget_bytes'],
+         '%.1f of %.0f MiB' % (L['host_pss_kb'] / 1024, m['budget_bytes'] / 2**20)),
+        ('shrinks back to pool_min after pool_idle_s', R['after_shrink']['reason'] == 'pool_min'
+         and a.idle <= R['shrink_s'] <= a.idle * 3 + 30,
+         '%.1f s' % R['shrink_s']),
+    ]
+    print()
+    for name, ok, fig in checks:
+        print('%s  %s (%s)' % ('PASS' if ok else 'FAIL', name, fig))
+    print('# load average at end: %s' % ' '.join(open('/proc/loadavg').read().split()[:3]))
+    if a.json:
+        with open(a.json, 'w') as f:
+            json.dump(R, f, indent=1)
+    if left:
+        print('BROKEN: containers left behind (removed): %s' % ' '.join(left), file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == '__main__':
+    try:
+        sys.exit(main())
+    except bench.Broken as e:
+        print('BROKEN: %s' % e, file=sys.stderr)
+        sys.exit(1)
