@@ -65,10 +65,14 @@ long pool_target(long min, long max, long demand, long budget_n, const char **wh
         return t;
 }
 
+/* How many ready sandboxes pool_memory pays for; before one was measured,
+ * at least one, so that one is (a guess must not keep the pool empty). */
 static long budget_n(const struct sandbox_mgr *m)
 {
         long long cost = m->cost_kb > 0 ? m->cost_kb : COST_GUESS_KB;
         unsigned long long n = (m->cfg->pool_memory >> 10) / (unsigned long long)cost;
+        if (n == 0 && m->cost_kb <= 0)
+                n = 1;
         return n > 4096 ? 4096 : (long)n;
 }
 

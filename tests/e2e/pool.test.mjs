@@ -65,7 +65,9 @@ test('sandbox_status: the pool fills to min, a warm call is a hit; settings and 
   assert.equal(String(s0.pid), d.pid, 'pid is the corral process');
   assert.equal(s0.image, process.env.CORRAL_IMAGE || 'corral-python:latest', 'image is the configured one');
   assert.equal(typeof s0.engine, 'string', 'engine names the endpoint');
-  assert.deepEqual([s0.pool.enabled, s0.pool.min, s0.pool.max], [true, 2, 4], 'pool defaults: on, min 2, max 4');
+  assert.deepEqual([s0.pool.enabled, s0.pool.min, s0.pool.max], [true, 2, 16], 'pool defaults: on, min 2, max 16');
+  assert.equal(s0.pool.memory.budget_bytes, 2 ** 30, 'pool_memory defaults to 1 GiB');
+  assert.equal(s0.pool.last_burst, null, 'no burst yet');
   assert.equal(s0.calls, 0, 'no call yet');
   const w = await waitPool(t, d, (p) => p.ready >= p.min);
   assert.ok(w.done, `the pool reaches ready >= min (2) within 30 s (ready ${w.s.pool.ready})`);
@@ -307,3 +309,42 @@ test('kill -9 mid-run: a busy loop (timeout_s 5) and a session shell that traps 
   const bClose = await b.close();
   assert.equal(bClose.code, 0, 'the sweeping corral exits 0 on stdin EOF');
 }, { timeoutMs: 90000 });
+
+test('demand: a burst of 6 teaches the pool to keep 6 ready; pool_memory caps it, measured from /proc', async (t) => {
+  const d = await t.daemon('demand', { CORRAL_POOL_IDLE_S: '60' });
+  const w0 = await waitPool(t, d, (p) => p.ready >= p.min && p.memory.measured);
+  assert.ok(w0.done, 'the pool fills and corral measures what a ready sandbox costs');
+  const m = w0.s.pool.memory;
+  t.note('memory', m);
+  assert.ok(m.sandbox_bytes > (1 << 20) && m.sandbox_bytes < (1 << 30) && m.sandbox_processes >= 1,
+    `a ready sandbox costs a plausible amount: ${m.sandbox_bytes} bytes, ${m.sandbox_processes} processes`);
+  assert.equal(m.fits, Math.floor(m.budget_bytes / m.sandbox_bytes), 'fits = budget / cost');
+  assert.equal(w0.s.pool.target_reason, 'pool_min', 'before any call the pool keeps pool_min');
+  const calls = Array.from({ length: 6 }, (_, i) => d.call(t, 'run_python', { code: `print(${i})` }));
+  const res = await Promise.all(calls);
+  assert.ok(res.every((r) => r.structuredContent.status === 'ok'), 'all 6 calls answered ok');
+  const s1 = await d.status(t);
+  t.note('after_burst', s1.pool);
+  // The client writes the six requests together; corral reads them in one
+  // round, before any answer can go (answers go from the loop's next turn).
+  assert.ok(s1.pool.demand.peak >= 4 && s1.pool.demand.peak <= 6,
+    `the demand peak is the calls in flight at once (${s1.pool.demand.peak})`);
+  assert.deepEqual([s1.pool.target, s1.pool.target_reason], [s1.pool.demand.peak, 'demand'],
+    'the pool aims at that many ready sandboxes');
+  assert.equal(s1.pool.last_burst.calls, 6, 'the burst is on record');
+  assert.ok(s1.pool.last_burst.first_ms <= s1.pool.last_burst.last_ms, 'first answer before the last');
+  const grown = await waitPool(t, d, (p) => p.ready >= s1.pool.target, 60000);
+  assert.ok(grown.done, `the pool grows to ${s1.pool.target} ready (ready ${grown.s.pool.ready})`);
+  await d.close();
+
+  // A budget below one sandbox's cost: once measured, the pool keeps none.
+  const tight = await t.daemon('demand-budget', { CORRAL_POOL_MEMORY: '2m' });
+  const wt = await waitPool(t, tight, (p) => p.memory.measured && p.ready === 0 && p.starting === 0, 60000);
+  t.note('tight', wt.s.pool);
+  assert.ok(wt.done, 'measured, the pool empties');
+  assert.deepEqual([wt.s.pool.target, wt.s.pool.target_reason, wt.s.pool.memory.fits], [0, 'pool_memory', 0],
+    'pool_memory 2m pays for no ready sandbox, and the status says so');
+  const r = await tight.call(t, 'run_python', { code: 'print("cold")' });
+  assert.equal(r.structuredContent.stdout, 'cold\n', 'calls still run, cold');
+  await tight.close();
+}, { timeoutMs: 180000 });
