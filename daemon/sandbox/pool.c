@@ -94,6 +94,7 @@ void pool_demand_came(struct sandbox_mgr *m, struct run *r, bool hit)
         m->burst.hits += hit;
         if (m->demand > m->peak_cur)
                 m->peak_cur = m->demand;
+        update_target(m);
 }
 
 void pool_demand_left(struct sandbox_mgr *m, struct run *r)
@@ -326,8 +327,10 @@ json_t *sandbox_mgr_status(const struct sandbox_mgr *m)
          * costs against the budget. */
         long peak = m->peak_cur > m->peak_prev ? m->peak_cur : m->peak_prev;
         const struct pool_burst *b = &m->last_burst;
-        json_object_set_new(pool, "target", json_integer(m->target));
-        json_object_set_new(pool, "target_reason", json_string(m->target_why));
+        const char *why;
+        long target = pool_target(m->pool_min, m->pool_max, peak, budget_n(m), &why);
+        json_object_set_new(pool, "target", json_integer(target));
+        json_object_set_new(pool, "target_reason", json_string(why));
         json_object_set_new(pool, "demand",
                             json_pack("{s:I, s:I, s:f}", "in_flight", (json_int_t)m->demand, "peak",
                                       (json_int_t)peak, "window_s", m->cfg->pool_idle_s));
