@@ -164,8 +164,8 @@ class Job:
             self.ended()
 
     def ended(self):
-        """The worker is done: a single-use one exited (the kernel says so),
-        a session's sent its end record, or it died.  One-shot: wait
+        """The run is done: the worker sent its end record, or it exited or
+        died without one (the kernel says so).  One-shot: wait
         DRAIN_SECONDS at most for its pipes to close.  A session's worker
         keeps them open: what it wrote before its record is in them already,
         so drain them now and be done."""
@@ -803,7 +803,7 @@ class Supervisor:
         restarted, self.lost = self.lost, False
         w.runs += 1
         self.job = Job(self, rid, w, language, limit, oom_before, keep, restarted, out_before, *run)
-        self.job.stamps = [time.monotonic(), None, None]  # sent; record; exit
+        self.job.stamps = [time.monotonic(), None, None]  # started; record; exit
         self.job.out_inline = self.out_inline
 
     def reap(self):
