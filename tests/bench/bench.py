@@ -357,10 +357,11 @@ def sandbox_pss(engine, corral_pid):
     _, found = engine_get(engine, 'GET', '/containers/json?filters=' + q)
     if not found:
         return None
-    _, info = engine_get(engine, 'GET', '/containers/%s/json' % found[0]['Id'])
-    init = (info or {}).get('State', {}).get('Pid')
-    if not init:
-        return None
+    return container_memory(engine, found[0]['Id'], proc_parents())
+
+
+def proc_parents():
+    """{pid: ppid} of every process on the host, from /proc/PID/stat."""
     parent = {}
     for name in os.listdir('/proc'):
         if name.isdigit():
@@ -369,6 +370,17 @@ def sandbox_pss(engine, corral_pid):
                     parent[int(name)] = int(f.read().rsplit(')', 1)[1].split()[1])
             except (OSError, ValueError, IndexError):
                 pass
+    return parent
+
+
+def container_memory(engine, cid, parent):
+    """PSS and RSS (kB) of one running container's first process's parent
+    (the engine's monitor) and everything under it; None when the engine
+    gives no pid."""
+    _, info = engine_get(engine, 'GET', '/containers/%s/json' % cid)
+    init = (info or {}).get('State', {}).get('Pid')
+    if not init:
+        return None
     top = parent.get(init) or init
     pids, todo = [top], [top]
     while todo:

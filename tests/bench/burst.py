@@ -74,40 +74,17 @@ def wait_quiet(c, timeout=120):
 
 def ready_memory(engine, corral_pid):
     """Host memory (PSS, kB) of every running container of this corral:
-    the monitor above each and everything under it (bench.sandbox_pss's
-    way, for all of them)."""
+    the monitor above each and everything under it (bench.container_memory)."""
     q = urllib.parse.quote(json.dumps({'label': ['io.corral.pid=%d' % corral_pid],
                                        'status': ['running']}))
     _, found = bench.engine_get(engine, 'GET', '/containers/json?filters=' + q)
-    parent = {}
-    for name in os.listdir('/proc'):
-        if name.isdigit():
-            try:
-                with open('/proc/%s/stat' % name) as f:
-                    parent[int(name)] = int(f.read().rsplit(')', 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                pass
+    parent = bench.proc_parents()
     total, count = 0, 0
     for ct in found or []:
-        _, info = bench.engine_get(engine, 'GET', '/containers/%s/json' % ct['Id'])
-        init = (info or {}).get('State', {}).get('Pid')
-        if not init:
-            continue
-        top = parent.get(init) or init
-        pids, todo = [top], [top]
-        while todo:
-            p = todo.pop()
-            kids = [k for k, pp in parent.items() if pp == p]
-            pids += kids
-            todo += kids
-        for p in pids:
-            try:
-                with open('/proc/%d/smaps_rollup' % p) as f:
-                    kv = dict(line.split(':', 1) for line in f if ':' in line)
-                total += int(kv['Pss'].split()[0])
-            except (OSError, KeyError, ValueError):
-                pass
-        count += 1
+        m = bench.container_memory(engine, ct['Id'], parent)
+        if m is not None:
+            total += m['pss_kb']
+            count += 1
     return total, count
 
 
