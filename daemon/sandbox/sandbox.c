@@ -697,18 +697,28 @@ static bool runtime_offered(struct sandbox_mgr *m, json_t *info, char *msg, size
         return false;
 }
 
-static void runtime_checked(void *userdata, long status, json_t *body, const struct err *e)
+/* A question to the engine before the create came back: false when the
+ * sandbox went another way (killed meanwhile, or the engine failed `what`). */
+static bool asked_ok(struct sandbox *s, const char *what, long status, json_t *body,
+                     const struct err *e)
 {
-        struct sandbox *s = userdata;
         s->req = NULL;
         if (s->killing) {
                 sandbox_remove(s);
-                return;
+                return false;
         }
         if (status != 200) {
-                engine_failed(s, "asking the engine for its runtimes failed", status, body, e);
-                return;
+                engine_failed(s, what, status, body, e);
+                return false;
         }
+        return true;
+}
+
+static void runtime_checked(void *userdata, long status, json_t *body, const struct err *e)
+{
+        struct sandbox *s = userdata;
+        if (!asked_ok(s, "asking the engine for its runtimes failed", status, body, e))
+                return;
         char msg[800];
         if (!runtime_offered(s->mgr, body, msg, sizeof(msg))) {
                 log_warn("%s", msg);
@@ -739,15 +749,8 @@ static void create_when_known(struct sandbox *s)
 static void probed(void *userdata, long status, json_t *body, const struct err *e)
 {
         struct sandbox *s = userdata;
-        s->req = NULL;
-        if (s->killing) {
-                sandbox_remove(s);
+        if (!asked_ok(s, "asking the engine for its version failed", status, body, e))
                 return;
-        }
-        if (status != 200) {
-                engine_failed(s, "asking the engine for its version failed", status, body, e);
-                return;
-        }
         create_when_known(s); /* now that the engine's kind is known */
 }
 
