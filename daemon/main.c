@@ -35,7 +35,7 @@ static void usage(FILE *f)
             "  --max-frame SIZE     largest JSON message on any link (default 16m)\n"
             "  --tmp-size SIZE      size of /tmp in the sandbox (default 64m)\n"
             "  --workspace-size SIZE size of /workspace (default 256m)\n"
-            "  --max-sandboxes N    sandboxes at once (default 8)\n"
+            "  --max-sandboxes N    sandboxes at once (default 16)\n"
             "  --max-queue N        calls waiting for a sandbox (default 256)\n"
             "  --log-level LEVEL    error, warning, info, debug (default info)\n"
             "  --images, --preload, --mounts LIST  comma-separated (README: Images, Host data)\n");

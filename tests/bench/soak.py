@@ -377,12 +377,14 @@ def tool_sc(c, name):
 
 def wait_quiet(c):
     """Waits until corral is idle in the same state at every checkpoint:
-    pool.ready == pool.min, nothing starting, busy or queued, every
-    container a ready one, no session, no job kept. Returns the pool."""
+    the demand forgotten (the pool's target back at pool.min, which takes
+    up to pool_idle_s after the last call), pool.ready == pool.min, nothing
+    starting, busy or queued, every container a ready one, no session, no
+    job kept. Returns the pool."""
     deadline = time.monotonic() + QUIET_TIMEOUT
     while True:
         pool = tool_sc(c, 'sandbox_status').get('pool') or {}
-        quiet = (pool.get('ready') == pool.get('min') == pool.get('containers') and
+        quiet = (pool.get('target') == pool.get('ready') == pool.get('min') == pool.get('containers') and
                  pool.get('starting') == pool.get('busy') == pool.get('queued') == 0 and
                  not tool_sc(c, 'session_list').get('sessions') and not tool_sc(c, 'job_list').get('jobs'))
         if quiet:
