@@ -2,6 +2,7 @@
 
 #include "bridge/bridge.h"
 #include "core/log.h"
+#include "mcp/http.h"
 #include "mcp/server.h"
 #include "sandbox/sandbox.h"
 #include "sandbox/session.h"
@@ -19,7 +20,9 @@ struct serve {
         struct loop *loop;
         struct sandbox_mgr *mgr;
         struct session_mgr *sessions;
-        struct mcp_server *srv;
+        struct mcp_server *srv; /* stdio's; NULL when serving HTTP */
+        struct mcp_http *http;  /* the service's listeners and clients */
+        const struct config *cfg;
         /* The bridge to upstream MCP servers. */
         struct upstream_set *ups;
         struct policy *pol;
@@ -78,7 +81,9 @@ static void stop(struct serve *s, const char *why)
                 return;
         s->stopping = true;
         log_info("stopping (%s): removing every sandbox", why);
+        systemd_notify("STOPPING=1");
         mcp_server_stop(s->srv);
+        mcp_http_stop(s->http);
         s->draining = s->ups ? 2 : 1;
         sandbox_mgr_shutdown(s->mgr, drained, s);
         if (s->ups)
@@ -158,6 +163,41 @@ static int bridge_open(struct serve *s, const struct config *cfg)
         return 0;
 }
 
+/* A client of the service: its own server, the shared managers. */
+static int http_server_new(void *userdata, const char *owner, struct mcp_server **ret)
+{
+        struct serve *s = userdata;
+        return mcp_server_new(s->loop, s->cfg, s->mgr, s->sessions, s->bridge, owner, NULL, NULL,
+                              ret);
+}
+
+/* The listeners: systemd's sockets when it passed some, else `listen`
+ * ("unix" alone: the default socket). */
+static int http_open(struct serve *s, const struct config *cfg, int n_fds)
+{
+        struct err e = {0};
+        int r = mcp_http_new(s->loop, cfg, http_server_new, s, &s->http, &e);
+        for (int i = 0; r == 0 && i < n_fds; i++)
+                r = mcp_http_adopt(s->http, 3 + i, &e);
+        for (char **a = cfg->listen; r == 0 && n_fds == 0 && a && *a; a++) {
+                char path[300];
+                if (strcmp(*a, "unix") == 0 || strcmp(*a, "unix:") == 0) {
+                        if (service_socket_path(path, sizeof(path), &e) < 0)
+                                return -1;
+                        char spec[310];
+                        snprintf(spec, sizeof(spec), "unix:%s", path);
+                        r = mcp_http_listen(s->http, spec, &e);
+                } else {
+                        r = mcp_http_listen(s->http, *a, &e);
+                }
+        }
+        if (r < 0) {
+                log_err("%s", e.msg);
+                return -1;
+        }
+        return 0;
+}
+
 static void bridge_close(struct serve *s)
 {
         bridge_free(s->bridge);
@@ -180,7 +220,9 @@ int cli_serve(int argc, char **argv)
         /* A host that goes away must not kill us before cleanup. */
         signal(SIGPIPE, SIG_IGN);
         int in_flags = fcntl(STDIN_FILENO, F_GETFL), out_flags = fcntl(STDOUT_FILENO, F_GETFL);
-        struct serve s = {0};
+        int n_fds = systemd_listen_fds();
+        bool service = n_fds > 0 || cfg.listen;
+        struct serve s = {.cfg = &cfg};
         struct cli_engine ce;
         int r = loop_new(&s.loop);
         if (r < 0) {
@@ -191,8 +233,8 @@ int cli_serve(int argc, char **argv)
         if (!ce.eng)
                 log_warn("%s (tool calls will report this until an engine answers)", ce.err.msg);
         else
-                log_info("serving on stdio; engine %s, image %s", engine_endpoint(ce.eng)->display,
-                         cfg.image);
+                log_info("serving on %s; engine %s, image %s", service ? "HTTP" : "stdio",
+                         engine_endpoint(ce.eng)->display, cfg.image);
         if (bridge_open(&s, &cfg) < 0) {
                 cli_engine_close(&ce);
                 bridge_close(&s);
@@ -213,9 +255,14 @@ int cli_serve(int argc, char **argv)
         }
         if (r == 0)
                 r = session_mgr_new(s.loop, &cfg, s.mgr, &s.sessions);
-        if (r == 0)
-                r = mcp_server_new(s.loop, &cfg, s.mgr, s.sessions, s.bridge, STDIN_FILENO,
-                                   STDOUT_FILENO, on_eof, &s, &s.srv);
+        if (r == 0 && service && http_open(&s, &cfg, n_fds) < 0)
+                r = -EINVAL;
+        if (r == 0 && !service) {
+                r = mcp_server_new(s.loop, &cfg, s.mgr, s.sessions, s.bridge, NULL, on_eof, &s,
+                                   &s.srv);
+                if (r == 0)
+                        r = mcp_server_serve_stdio(s.srv, STDIN_FILENO, STDOUT_FILENO);
+        }
         if (r == 0)
                 r = loop_signal(s.loop, SIGTERM, on_signal, &s);
         if (r == 0)
@@ -227,6 +274,8 @@ int cli_serve(int argc, char **argv)
          * sandbox profile): from here on corral has none it does not need. */
         if (r == 0 && cli_confine(&cfg) < 0)
                 r = -EPERM;
+        if (r == 0 && service)
+                systemd_notify("READY=1");
         if (r == 0)
                 r = loop_run(s.loop);
         if (r < 0)
@@ -235,6 +284,7 @@ int cli_serve(int argc, char **argv)
                 mcp_server_flush(s.srv, 1000);
         status_stop(&s);
         mcp_server_free(s.srv);
+        mcp_http_free(s.http);
         /* Sessions hold sandboxes: they go before the sandbox manager. */
         session_mgr_free(s.sessions);
         sandbox_mgr_free(s.mgr);

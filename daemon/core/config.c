@@ -56,6 +56,15 @@ static const struct config_key {
     {"seccomp", K_STRING, offsetof(struct config, seccomp), 0, 0},
     {"runtime", K_STRING, offsetof(struct config, runtime), 0, 0},
     {"confine", K_BOOL, offsetof(struct config, confine), 0, 0},
+    {"listen", K_LIST, offsetof(struct config, listen), 0, 0},
+    {"token", K_STRING, offsetof(struct config, token), 0, 0},
+    {"http_public", K_BOOL, offsetof(struct config, http_public), 0, 0},
+    {"http_origins", K_LIST, offsetof(struct config, http_origins), 0, 0},
+    {"http_hosts", K_LIST, offsetof(struct config, http_hosts), 0, 0},
+    {"max_clients", K_LONG, offsetof(struct config, max_clients), 1, 100000},
+    {"client_idle_s", K_DOUBLE, offsetof(struct config, client_idle_s), 1, 30 * 86400},
+    {"client_max_sandboxes", K_LONG, offsetof(struct config, client_max_sandboxes), 0, 4096},
+    {"connect_fallback", K_BOOL, offsetof(struct config, connect_fallback), 0, 0},
 };
 
 void config_defaults(struct config *c)
@@ -92,6 +101,11 @@ void config_defaults(struct config *c)
             .log_level = LOG_INFO,
             .host_servers = true,
             .confine = true,
+            /* The service: a few hundred clients, idle ones gone after an
+             * hour; no client takes more than half the slots. */
+            .max_clients = 256,
+            .client_idle_s = 3600,
+            .client_max_sandboxes = 0,
         };
 }
 
@@ -104,10 +118,15 @@ void config_free(struct config *c)
         free(c->audit_log);
         free(c->seccomp);
         free(c->runtime);
+        free(c->token);
         json_decref(c->servers);
         c->images = strv_free(c->images);
         c->mounts = strv_free(c->mounts);
         c->preload = strv_free(c->preload);
+        c->listen = strv_free(c->listen);
+        c->http_origins = strv_free(c->http_origins);
+        c->http_hosts = strv_free(c->http_hosts);
+        c->token = NULL;
         c->engine = c->image = c->config_file = c->policy = c->audit_log = c->seccomp = c->runtime =
             NULL;
         c->servers = NULL;

@@ -60,6 +60,16 @@ struct config {
         char *runtime;     /* "runc" (NULL too: the engine's default) or "runsc" (gVisor) */
         bool confine;      /* corral confines itself (no_new_privs, no capabilities, seccomp) */
         char *config_file; /* the file that was read, if any */
+        /* The service (mcp/http.h). */
+        char **listen;             /* "unix:PATH", "tcp:HOST:PORT"; NULL: stdio */
+        char *token;               /* TCP clients' bearer token; NULL: the token file */
+        bool http_public;          /* TCP listeners on non-loopback addresses allowed */
+        char **http_origins;       /* Origins allowed besides loopback pages */
+        char **http_hosts;         /* Host names allowed besides loopback ones */
+        long max_clients;          /* MCP sessions at once */
+        double client_idle_s;      /* an MCP session with no request this long ends */
+        long client_max_sandboxes; /* sandboxes one client may hold; 0: half of max_sandboxes */
+        bool connect_fallback;     /* corral connect serves stdio itself when no service */
 };
 
 /* The name an engine knows corral's gVisor runtime by (contrib/setup

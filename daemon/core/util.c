@@ -60,6 +60,15 @@ int runtime_dir(char *buf, size_t size, struct err *e)
         return 0;
 }
 
+int service_socket_path(char *buf, size_t size, struct err *e)
+{
+        char dir[256];
+        if (runtime_dir(dir, sizeof(dir), e) < 0)
+                return -1;
+        snprintf(buf, size, "%s/corral.sock", dir);
+        return 0;
+}
+
 void proc_usage(long *ret_rss_kb, long *ret_hwm_kb, long long *ret_cpu_ms)
 {
         char line[256];
@@ -76,6 +85,14 @@ void proc_usage(long *ret_rss_kb, long *ret_hwm_kb, long long *ret_cpu_ms)
         *ret_rss_kb = rss;
         *ret_hwm_kb = hwm;
         *ret_cpu_ms = (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+bool str_equal_ct(const char *a, const char *b, size_t n)
+{
+        volatile unsigned char d = 0;
+        for (size_t i = 0; i < n; i++)
+                d |= (unsigned char)a[i] ^ (unsigned char)b[i];
+        return d == 0;
 }
 
 long long now_ms(void)

@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -71,6 +72,10 @@ char **strv_free(char **v);
  * frees), or NULL when neither is set. */
 char *xdg_path(const char *var, const char *home_dir, const char *rel);
 
+/* Whether a[0..n) and b[0..n) are equal, in time that depends on n only
+ * (for secrets: tokens, session ids). */
+bool str_equal_ct(const char *a, const char *b, size_t n);
+
 /* Monotonic clock in milliseconds. */
 long long now_ms(void);
 long long now_us(void);
@@ -88,6 +93,9 @@ int proc_tree_pss(long pid, long long *ret_kb);
  * /tmp/corral-UID), created 0700 and checked to be ours: it holds the private
  * engine socket and the status files. */
 int runtime_dir(char *buf, size_t size, struct err *e);
+
+/* The service's default socket: runtime_dir()/corral.sock. */
+int service_socket_path(char *buf, size_t size, struct err *e);
 
 /* This process's resident memory (and its peak) in KiB and CPU time in ms. */
 void proc_usage(long *ret_rss_kb, long *ret_hwm_kb, long long *ret_cpu_ms);

@@ -68,6 +68,7 @@ struct mcp_server {
         struct list fcalls;   /* struct file_call: file tools on their way */
         struct list searches; /* struct search: search_tools waiting for servers */
         bool initialized;     /* initialize answered */
+        char owner[40];       /* the client, for the session manager ("": stdio's) */
         void (*on_eof)(void *);
         void *userdata;
 };

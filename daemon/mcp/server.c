@@ -283,14 +283,19 @@ static void on_ended(void *userdata)
                 s->on_eof(s->userdata);
 }
 
-static const struct transport_events stdio_events = {
+const struct transport_events mcp_server_events = {
     .message = on_message,
     .too_long = on_too_long,
     .ended = on_ended,
 };
 
+size_t mcp_server_line_max_cfg(const struct config *cfg)
+{
+        return tools_line_max(cfg);
+}
+
 int mcp_server_new(struct loop *l, const struct config *cfg, struct sandbox_mgr *mgr,
-                   struct session_mgr *sessions, struct bridge *bridge, int in_fd, int out_fd,
+                   struct session_mgr *sessions, struct bridge *bridge, const char *owner,
                    void (*on_eof)(void *), void *userdata, struct mcp_server **ret)
 {
         struct mcp_server *s = calloc(1, sizeof(*s));
@@ -303,29 +308,42 @@ int mcp_server_new(struct loop *l, const struct config *cfg, struct sandbox_mgr 
                                  .bridge = bridge,
                                  .on_eof = on_eof,
                                  .userdata = userdata};
+        snprintf(s->owner, sizeof(s->owner), "%s", owner ? owner : "");
         list_init(&s->calls);
         list_init(&s->fcalls);
         list_init(&s->searches);
         servers_names(bridge, s->names, sizeof(s->names));
         s->line_max = tools_line_max(cfg);
-        int r = transport_stdio_new(l, in_fd, out_fd, s->line_max, &stdio_events, s, &s->transport);
-        if (r < 0) {
-                mcp_server_free(s);
-                return r;
-        }
         *ret = s;
         return 0;
 }
 
+void mcp_server_attach(struct mcp_server *s, struct transport *t)
+{
+        s->transport = t;
+}
+
+int mcp_server_serve_stdio(struct mcp_server *s, int in_fd, int out_fd)
+{
+        return transport_stdio_new(s->loop, in_fd, out_fd, s->line_max, &mcp_server_events, s,
+                                   &s->transport);
+}
+
+bool mcp_server_busy(const struct mcp_server *s)
+{
+        return !list_empty(&s->calls) || !list_empty(&s->fcalls) || !list_empty(&s->searches);
+}
+
 void mcp_server_stop(struct mcp_server *s)
 {
-        if (s->transport)
+        if (s && s->transport)
                 transport_stop(s->transport);
 }
 
 void mcp_server_flush(struct mcp_server *s, int timeout_ms)
 {
-        transport_flush(s->transport, timeout_ms);
+        if (s->transport)
+                transport_flush(s->transport, timeout_ms);
 }
 
 void mcp_server_free(struct mcp_server *s)

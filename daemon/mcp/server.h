@@ -7,15 +7,33 @@
 #include "core/loop.h"
 #include "sandbox/sandbox.h"
 
+#include <stdbool.h>
+#include <stddef.h>
+
 struct mcp_server;
 
-/* `on_eof` is called once when the host closes stdin. `bridge` (may be
- * NULL) serves list_servers, search_tools and run_python's `servers`. */
+/* One client's server, with no transport yet. `on_eof` is called once
+ * when the client's input ends (stdio). `bridge` (may be NULL) serves
+ * list_servers, search_tools and run_python's `servers`. `owner` names the
+ * client to the session manager (NULL or "": the one client of stdio). */
 struct bridge;
 struct session_mgr;
+struct transport;
+struct transport_events;
 int mcp_server_new(struct loop *l, const struct config *cfg, struct sandbox_mgr *mgr,
-                   struct session_mgr *sessions, struct bridge *bridge, int in_fd, int out_fd,
+                   struct session_mgr *sessions, struct bridge *bridge, const char *owner,
                    void (*on_eof)(void *), void *userdata, struct mcp_server **ret);
+/* What a transport calls, with the server as its userdata. */
+extern const struct transport_events mcp_server_events;
+/* Serves over newline-delimited JSON on the two descriptors. */
+int mcp_server_serve_stdio(struct mcp_server *s, int in_fd, int out_fd);
+/* Sends through `t`, a transport that calls mcp_server_events with the
+ * server as userdata; its free op is called by mcp_server_free. */
+void mcp_server_attach(struct mcp_server *s, struct transport *t);
+/* Whether calls, file tools or searches of this client are under way. */
+bool mcp_server_busy(const struct mcp_server *s);
+/* The longest message a client may send (tools_line_max). */
+size_t mcp_server_line_max_cfg(const struct config *cfg);
 /* Stop reading; calls still running will not be answered. */
 void mcp_server_stop(struct mcp_server *s);
 /* Try to write what is left, blocking up to timeout_ms (for exit). */

@@ -344,7 +344,8 @@ int main(void)
             sandbox_mgr_new(L, &cfg, E, &M) < 0 || sandbox_mgr_prepare(M, &e) < 0 ||
             session_mgr_new(L, &cfg, M, &S) < 0 || pipe2(in, O_CLOEXEC) < 0 ||
             pipe2(out, O_CLOEXEC) < 0 ||
-            mcp_server_new(L, &cfg, M, S, NULL, in[0], out[1], on_eof, NULL, &srv) < 0) {
+            mcp_server_new(L, &cfg, M, S, NULL, NULL, on_eof, NULL, &srv) < 0 ||
+            mcp_server_serve_stdio(srv, in[0], out[1]) < 0) {
                 printf("Bail out! set-up failed: %s\n", e.msg);
                 return 1;
         }

@@ -1,0 +1,1100 @@
+/* MCP streamable HTTP (mcp/http.h). One libmicrohttpd daemon with no
+ * listening socket of its own: corral accepts (so that it can check a unix
+ * peer's uid before a byte is read) and hands each connection over.
+ *
+ * A POST carries one JSON-RPC message. A request's answer comes on that
+ * POST's response: application/json, or an event stream when the call may
+ * send notifications first (tools/call with a progress token). Everything
+ * else the server sends (task status, log messages) goes on the session's
+ * GET stream, or waits for one in a small bounded queue. A response body
+ * that has nothing to send yet suspends its connection; a message resumes
+ * it. */
+#include "mcp/http.h"
+
+#include "core/buf.h"
+#include "core/jsonrpc.h"
+#include "core/list.h"
+#include "core/log.h"
+#include "mcp/server.h"
+#include "mcp/transport.h"
+
+#include <arpa/inet.h>
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <microhttpd.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#define MCP_PATH         "/mcp"
+#define SESSION_ID_BYTES 16
+#define SESSION_ID_LEN   (2 * SESSION_ID_BYTES)
+#define HELD_MAX         64        /* messages waiting for a GET stream */
+#define STREAM_OUT_MAX   (1 << 30) /* a stream's unsent bytes (ours to make) */
+#define TICK_MS          5000
+#define LISTENERS_MAX    16
+#define TOKEN_BYTES      32
+
+static const char *const protocol_versions[] = {"2025-11-25", "2025-06-18", "2025-03-26",
+                                                "2024-11-05"};
+
+struct listener {
+        struct mcp_http *h;
+        int fd;
+        bool unix_socket;
+        char display[300];
+        char unlink_path[256]; /* a socket file we made: removed at the end */
+        struct watch *watch;
+};
+
+struct session;
+
+/* One HTTP request, from its headers until MHD says it is complete. */
+struct req {
+        struct mcp_http *h;
+        struct MHD_Connection *conn;
+        struct session *sess; /* the MCP session it belongs to, or NULL */
+        struct list node;     /* in sess->streams while it is one */
+        struct buf body;
+        int status; /* an answer decided before the body was read */
+        char why[200];
+        bool too_long;
+        /* A stream: the answer to `id` (and, SSE, what comes before it) or
+         * a GET stream. */
+        bool stream, sse, get, done, suspended;
+        json_t *id, *ptoken;
+        struct buf out;
+};
+
+struct session {
+        struct mcp_http *h;
+        struct list node; /* in h->sessions */
+        char id[SESSION_ID_LEN + 1];
+        char owner[40];
+        struct transport t; /* what the server sends through */
+        struct mcp_server *srv;
+        struct list streams; /* struct req */
+        json_t *held;        /* messages for a GET stream not open yet */
+        long long last_ms;
+        bool ended;
+};
+
+struct mcp_http {
+        struct loop *loop;
+        const struct config *cfg;
+        mcp_http_server_new server_new;
+        void *userdata;
+        struct MHD_Daemon *mhd;
+        struct watch *mhd_watch;
+        struct timer *mhd_timer, *tick;
+        struct defer run_d;
+        struct listener *ls[LISTENERS_MAX];
+        size_t n_ls;
+        struct list sessions;
+        long n_sessions;
+        unsigned long long seq;
+        char token[2 * TOKEN_BYTES + 1];
+        bool stopping;
+};
+
+/* ---- driving libmicrohttpd from the loop */
+
+static void mhd_run(struct mcp_http *h)
+{
+        MHD_run(h->mhd);
+        MHD_UNSIGNED_LONG_LONG t;
+        if (MHD_get_timeout(h->mhd, &t) == MHD_YES)
+                timer_arm(h->mhd_timer, t > 0 ? (long long)t : 1);
+        else
+                timer_stop(h->mhd_timer);
+}
+
+static void mhd_run_d(void *userdata)
+{
+        mhd_run(userdata);
+}
+
+/* After work done outside MHD's callbacks (a resume, a new connection). */
+static void mhd_kick(struct mcp_http *h)
+{
+        loop_defer(h->loop, &h->run_d, mhd_run_d, h);
+}
+
+static void on_mhd_fd(struct watch *w, uint32_t events, void *userdata)
+{
+        (void)w;
+        (void)events;
+        mhd_run(userdata);
+}
+
+static void on_mhd_timer(struct timer *t, void *userdata)
+{
+        (void)t;
+        mhd_run(userdata);
+}
+
+/* ---- streams */
+
+static void stream_wake(struct req *q)
+{
+        if (q->suspended) {
+                q->suspended = false;
+                MHD_resume_connection(q->conn);
+                mhd_kick(q->h);
+        }
+}
+
+/* One message onto a stream: an SSE event, or the JSON body. */
+static void stream_put(struct req *q, const char *text, size_t len)
+{
+        int r = q->sse ? buf_append(&q->out, "event: message\ndata: ", 21) : 0;
+        if (r == 0)
+                r = buf_append(&q->out, text, len);
+        if (r == 0 && q->sse)
+                r = buf_append(&q->out, "\n\n", 2);
+        if (r < 0)
+                log_err("a client's stream is backed up; dropped a %zu-byte message", len);
+        stream_wake(q);
+}
+
+static void stream_end(struct req *q)
+{
+        q->done = true;
+        if (q->stream && list_linked(&q->node))
+                list_del(&q->node);
+        stream_wake(q);
+}
+
+static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max)
+{
+        struct req *q = cls;
+        (void)pos;
+        if (q->out.len > 0) {
+                size_t n = q->out.len < max ? q->out.len : max;
+                memcpy(out, q->out.data, n);
+                buf_consume(&q->out, n);
+                return (ssize_t)n;
+        }
+        if (q->done)
+                return MHD_CONTENT_READER_END_OF_STREAM;
+        /* Nothing yet: park the connection until a message comes. */
+        q->suspended = true;
+        MHD_suspend_connection(q->conn);
+        return 0;
+}
+
+/* ---- the transport of one MCP session */
+
+/* The stream waiting for the answer to `id`: the newest (a request that
+ * reused a running one's id is refused at once, on its own stream). */
+static struct req *stream_for_id(struct session *s, json_t *id)
+{
+        struct req *q, *found = NULL;
+        list_for_each(q, &s->streams, node)
+        {
+                if (!q->get && !q->done && q->id && json_equal(q->id, id))
+                        found = q;
+        }
+        return found;
+}
+
+static struct req *stream_for_token(struct session *s, json_t *token)
+{
+        struct req *q;
+        list_for_each(q, &s->streams, node)
+        {
+                if (q->sse && !q->get && !q->done && q->ptoken && json_equal(q->ptoken, token))
+                        return q;
+        }
+        return NULL;
+}
+
+static struct req *get_stream(struct session *s)
+{
+        struct req *q;
+        list_for_each(q, &s->streams, node)
+        {
+                if (q->get && !q->done)
+                        return q;
+        }
+        return NULL;
+}
+
+static void put_json(struct req *q, json_t *msg)
+{
+        size_t len;
+        char *text = jrpc_encode(msg, &len);
+        if (!text) {
+                log_err("cannot encode a message for a client");
+                return;
+        }
+        /* jrpc_encode ends the line; neither a body nor an event wants it. */
+        if (len > 0 && text[len - 1] == '\n')
+                len--;
+        stream_put(q, text, len);
+        free(text);
+}
+
+static void session_send(struct transport *t, json_t *msg)
+{
+        struct session *s = (struct session *)((char *)t - offsetof(struct session, t));
+        json_t *id = json_object_get(msg, "id");
+        bool response = id && !json_object_get(msg, "method");
+        struct req *q = NULL;
+        if (response) {
+                q = stream_for_id(s, id);
+                if (q) {
+                        put_json(q, msg);
+                        stream_end(q);
+                }
+                /* Else the client went away: "disconnection is not
+                 * cancellation", the answer has nowhere to go. */
+                json_decref(msg);
+                return;
+        }
+        json_t *token = json_object_get(json_object_get(msg, "params"), "progressToken");
+        if (token)
+                q = stream_for_token(s, token);
+        if (!q)
+                q = get_stream(s);
+        if (q) {
+                put_json(q, msg);
+                json_decref(msg);
+                return;
+        }
+        if (json_array_size(s->held) >= HELD_MAX)
+                json_array_remove(s->held, 0);
+        json_array_append_new(s->held, msg);
+}
+
+static void session_tr_stop(struct transport *t)
+{
+        (void)t;
+}
+
+static void session_tr_flush(struct transport *t, int timeout_ms)
+{
+        (void)t;
+        (void)timeout_ms;
+}
+
+/* The session owns its server, not the other way round. */
+static void session_tr_free(struct transport *t)
+{
+        (void)t;
+}
+
+static const struct transport_ops session_ops = {
+    .send = session_send,
+    .stop = session_tr_stop,
+    .flush = session_tr_flush,
+    .free = session_tr_free,
+};
+
+static void session_end(struct session *s, const char *why)
+{
+        if (s->ended)
+                return;
+        s->ended = true;
+        log_info("MCP session %.8s... (client %s) ended: %s", s->id, s->owner, why);
+        struct req *q, *n;
+        list_for_each_safe(q, n, &s->streams, node)
+        {
+                q->sess = NULL;
+                stream_end(q);
+        }
+        list_del(&s->node);
+        s->h->n_sessions--;
+        mcp_server_free(s->srv);
+        json_decref(s->held);
+        free(s);
+}
+
+static struct session *session_find(struct mcp_http *h, const char *id)
+{
+        struct session *s;
+        if (!id || strlen(id) != SESSION_ID_LEN)
+                return NULL;
+        list_for_each(s, &h->sessions, node)
+        {
+                if (str_equal_ct(s->id, id, SESSION_ID_LEN))
+                        return s;
+        }
+        return NULL;
+}
+
+static int session_new(struct mcp_http *h, struct session **ret)
+{
+        unsigned char raw[SESSION_ID_BYTES];
+        if (getrandom(raw, sizeof(raw), 0) != (ssize_t)sizeof(raw))
+                return -EIO;
+        struct session *s = calloc(1, sizeof(*s));
+        if (!s)
+                return -ENOMEM;
+        s->h = h;
+        for (size_t i = 0; i < sizeof(raw); i++)
+                snprintf(s->id + 2 * i, 3, "%02x", raw[i]);
+        snprintf(s->owner, sizeof(s->owner), "c%llu", ++h->seq);
+        s->t.ops = &session_ops;
+        s->last_ms = now_ms();
+        list_init(&s->streams);
+        s->held = json_array();
+        int r = s->held ? h->server_new(h->userdata, s->owner, &s->srv) : -ENOMEM;
+        if (r == 0)
+                mcp_server_attach(s->srv, &s->t);
+        if (r < 0) {
+                mcp_server_free(s->srv);
+                json_decref(s->held);
+                free(s);
+                return r;
+        }
+        list_push(&h->sessions, &s->node);
+        h->n_sessions++;
+        *ret = s;
+        return 0;
+}
+
+/* Idle sessions end, with what they hold. */
+static void on_tick(struct timer *t, void *userdata)
+{
+        struct mcp_http *h = userdata;
+        timer_arm(t, TICK_MS);
+        long long now = now_ms(), idle = (long long)(h->cfg->client_idle_s * 1000);
+        struct session *s, *n;
+        list_for_each_safe(s, n, &h->sessions, node)
+        {
+                if (list_empty(&s->streams) && now - s->last_ms > idle && !mcp_server_busy(s->srv))
+                        session_end(s, "idle past client_idle_s");
+        }
+}
+
+/* ---- answers */
+
+static enum MHD_Result answer_text(struct MHD_Connection *c, unsigned code, const char *ctype,
+                                   const char *text)
+{
+        struct MHD_Response *r =
+            MHD_create_response_from_buffer(strlen(text), (void *)text, MHD_RESPMEM_MUST_COPY);
+        if (!r)
+                return MHD_NO;
+        MHD_add_response_header(r, "Content-Type", ctype);
+        if (code == 401)
+                MHD_add_response_header(r, "WWW-Authenticate", "Bearer realm=\"corral\"");
+        if (code == 405)
+                MHD_add_response_header(r, "Allow", "GET, POST, DELETE");
+        enum MHD_Result ok = MHD_queue_response(c, code, r);
+        MHD_destroy_response(r);
+        return ok;
+}
+
+/* A transport-level refusal: the status, and a JSON-RPC error with no id
+ * that says why. */
+static enum MHD_Result answer_error(struct MHD_Connection *c, unsigned code, const char *why)
+{
+        json_auto_t *e = jrpc_error(NULL, code == 404 ? -32001 : JRPC_INVALID_REQUEST, why, NULL);
+        _cleanup_free_ char *text = e ? json_dumps(e, JSON_COMPACT) : NULL;
+        return answer_text(c, code, "application/json", text ? text : "{}");
+}
+
+/* ---- access: the checks every request passes first */
+
+static const char *header(struct MHD_Connection *c, const char *name)
+{
+        return MHD_lookup_connection_value(c, MHD_HEADER_KIND, name);
+}
+
+/* "localhost", "127.0.0.1", "[::1]", optionally with ":port". */
+static bool loopback_host(const char *host, size_t n)
+{
+        static const char *const names[] = {"localhost", "127.0.0.1", "[::1]"};
+        for (size_t i = 0; i < ARRAY_SIZE(names); i++) {
+                size_t k = strlen(names[i]);
+                if (n >= k && strncasecmp(host, names[i], k) == 0 && (n == k || host[k] == ':'))
+                        return true;
+        }
+        return false;
+}
+
+static bool listed(char **list, const char *s)
+{
+        for (char **p = list; p && *p; p++)
+                if (strcasecmp(*p, s) == 0)
+                        return true;
+        return false;
+}
+
+/* An Origin a browser sends: allowed when it is a loopback page or one the
+ * user named (http_origins). */
+static bool origin_ok(const struct mcp_http *h, const char *origin)
+{
+        if (listed(h->cfg->http_origins, origin))
+                return true;
+        const char *p = strstr(origin, "://");
+        if (!p)
+                return false;
+        p += 3;
+        size_t n = strcspn(p, "/");
+        return loopback_host(p, n);
+}
+
+static bool host_ok(const struct mcp_http *h, const char *host)
+{
+        if (loopback_host(host, strlen(host)) || listed(h->cfg->http_hosts, host))
+                return true;
+        char name[300];
+        snprintf(name, sizeof(name), "%s", host);
+        char *colon = strrchr(name, ':');
+        if (colon && !strchr(colon, ']'))
+                *colon = '\0';
+        return listed(h->cfg->http_hosts, name) || (h->cfg->http_public && !h->cfg->http_hosts);
+}
+
+static bool via_unix(struct MHD_Connection *c)
+{
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+        return ci && ci->client_addr && ci->client_addr->sa_family == AF_UNIX;
+}
+
+/* 0, or the status to refuse with and why. */
+static unsigned access_check(struct mcp_http *h, struct MHD_Connection *c, char *why, size_t size)
+{
+        const char *origin = header(c, "Origin");
+        if (origin && !origin_ok(h, origin)) {
+                snprintf(why, size,
+                         "Origin not allowed: corral takes requests from loopback pages and the "
+                         "origins in http_origins");
+                return 403;
+        }
+        if (via_unix(c))
+                return 0; /* the peer's uid was checked at accept */
+        const char *host = header(c, "Host");
+        if (!host || !host_ok(h, host)) {
+                snprintf(why, size,
+                         "Host not allowed: corral answers localhost, 127.0.0.1, [::1] and the "
+                         "names in http_hosts (this guards against DNS rebinding)");
+                return 403;
+        }
+        const char *auth = header(c, "Authorization");
+        if (!auth || strncasecmp(auth, "Bearer ", 7) != 0) {
+                snprintf(why, size,
+                         "this needs \"Authorization: Bearer TOKEN\" (the token is in "
+                         "$XDG_CONFIG_HOME/corral/token, or CORRAL_TOKEN)");
+                return 401;
+        }
+        const char *tok = auth + 7;
+        size_t n = strlen(tok), want = strlen(h->token);
+        /* Constant time over the token's length; the length itself is no
+         * secret. */
+        if (!(n == want && str_equal_ct(tok, h->token, want))) {
+                snprintf(why, size, "wrong token");
+                return 401;
+        }
+        return 0;
+}
+
+static bool accepts(struct MHD_Connection *c, const char *type)
+{
+        const char *a = header(c, "Accept");
+        return a && (strstr(a, type) || strstr(a, "*/*"));
+}
+
+static bool version_ok(const char *v)
+{
+        for (size_t i = 0; i < ARRAY_SIZE(protocol_versions); i++)
+                if (strcmp(v, protocol_versions[i]) == 0)
+                        return true;
+        return false;
+}
+
+/* ---- the MCP endpoint */
+
+static enum MHD_Result queue_stream(struct req *q, unsigned code, const char *session_id)
+{
+        struct MHD_Response *r =
+            MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 64 * 1024, stream_read, q, NULL);
+        if (!r)
+                return MHD_NO;
+        MHD_add_response_header(r, "Content-Type",
+                                q->sse ? "text/event-stream" : "application/json");
+        if (q->sse)
+                MHD_add_response_header(r, "Cache-Control", "no-cache");
+        if (session_id)
+                MHD_add_response_header(r, "Mcp-Session-Id", session_id);
+        enum MHD_Result ok = MHD_queue_response(q->conn, code, r);
+        MHD_destroy_response(r);
+        return ok;
+}
+
+static enum MHD_Result mcp_post(struct mcp_http *h, struct req *q)
+{
+        struct MHD_Connection *c = q->conn;
+        if (!accepts(c, "application/json") || !accepts(c, "text/event-stream"))
+                return answer_error(c, 406,
+                                    "Accept must list both application/json and text/event-stream");
+        const char *ctype = header(c, "Content-Type");
+        if (!ctype || strncasecmp(ctype, "application/json", 16) != 0)
+                return answer_error(c, 415, "Content-Type must be application/json");
+        if (q->too_long) {
+                char why[160];
+                snprintf(why, sizeof(why), "message larger than the limit of %zu bytes",
+                         q->body.max);
+                return answer_error(c, 413, why);
+        }
+        json_error_t je;
+        json_auto_t *msg = json_loadb(q->body.data ? q->body.data : "", q->body.len, 0, &je);
+        if (!msg) {
+                json_auto_t *e = jrpc_error(NULL, JRPC_PARSE_ERROR, "not JSON", NULL);
+                _cleanup_free_ char *text = json_dumps(e, JSON_COMPACT);
+                return answer_text(c, 400, "application/json", text ? text : "{}");
+        }
+        if (!json_is_object(msg))
+                return answer_error(c, 400, "a POST carries one JSON-RPC message (an object)");
+        const char *method = json_string_value(json_object_get(msg, "method"));
+        json_t *id = json_object_get(msg, "id");
+        bool request = method && id;
+        const char *sid = header(c, "Mcp-Session-Id");
+        struct session *s = NULL;
+        bool fresh = false;
+        if (request && strcmp(method, "initialize") == 0 && !sid) {
+                if (h->n_sessions >= h->cfg->max_clients)
+                        return answer_error(c, 503,
+                                            "too many MCP sessions (max_clients): end one, or "
+                                            "raise the setting");
+                int r = session_new(h, &s);
+                if (r < 0)
+                        return answer_error(c, 500, "cannot open an MCP session");
+                fresh = true;
+                log_info("MCP session %.8s... opened for client %s%s", s->id, s->owner,
+                         via_unix(c) ? " (unix socket)" : "");
+        } else {
+                if (!sid)
+                        return answer_error(c, 400, "Mcp-Session-Id missing: initialize first");
+                s = session_find(h, sid);
+                if (!s)
+                        return answer_error(c, 404,
+                                            "no such MCP session (it ended): "
+                                            "initialize a new one");
+                const char *v = header(c, "MCP-Protocol-Version");
+                if (v && !version_ok(v))
+                        return answer_error(c, 400, "unsupported MCP-Protocol-Version");
+        }
+        s->last_ms = now_ms();
+        const char *text = q->body.data;
+        size_t len = q->body.len;
+        if (!request) {
+                /* A notification or a response: taken, no body. */
+                mcp_server_events.message(s->srv, text, len);
+                return answer_text(c, 202, "application/json", "");
+        }
+        q->stream = true;
+        q->sess = s;
+        q->id = json_incref(id);
+        q->ptoken = json_incref(json_object_get(
+            json_object_get(json_object_get(msg, "params"), "_meta"), "progressToken"));
+        q->sse = q->ptoken && strcmp(method, "tools/call") == 0;
+        buf_init(&q->out, STREAM_OUT_MAX);
+        list_push(&s->streams, &q->node);
+        mcp_server_events.message(s->srv, text, len);
+        return queue_stream(q, 200, fresh ? s->id : NULL);
+}
+
+static enum MHD_Result mcp_get(struct mcp_http *h, struct req *q)
+{
+        struct MHD_Connection *c = q->conn;
+        if (!accepts(c, "text/event-stream"))
+                return answer_error(c, 406, "Accept must list text/event-stream");
+        struct session *s = session_find(h, header(c, "Mcp-Session-Id"));
+        if (!s)
+                return answer_error(c, header(c, "Mcp-Session-Id") ? 404 : 400,
+                                    "a GET stream needs the Mcp-Session-Id of a live session");
+        s->last_ms = now_ms();
+        q->stream = q->sse = q->get = true;
+        q->sess = s;
+        buf_init(&q->out, STREAM_OUT_MAX);
+        list_push(&s->streams, &q->node);
+        /* What waited for a stream. */
+        size_t i;
+        json_t *m;
+        json_array_foreach(s->held, i, m) put_json(q, m);
+        json_array_clear(s->held);
+        return queue_stream(q, 200, NULL);
+}
+
+static enum MHD_Result mcp_delete(struct mcp_http *h, struct req *q)
+{
+        struct session *s = session_find(h, header(q->conn, "Mcp-Session-Id"));
+        if (!s)
+                return answer_error(q->conn, header(q->conn, "Mcp-Session-Id") ? 404 : 400,
+                                    "DELETE needs the Mcp-Session-Id of a live session");
+        session_end(s, "the client ended it");
+        return answer_text(q->conn, 200, "application/json", "");
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
+                                  const char *method, const char *version, const char *data,
+                                  size_t *data_size, void **con_cls)
+{
+        struct mcp_http *h = cls;
+        struct req *q = *con_cls;
+        (void)version;
+        if (!q) {
+                q = calloc(1, sizeof(*q));
+                if (!q)
+                        return MHD_NO;
+                q->h = h;
+                q->conn = c;
+                list_init(&q->node);
+                buf_init(&q->body, mcp_server_line_max_cfg(h->cfg));
+                q->status = access_check(h, c, q->why, sizeof(q->why));
+                *con_cls = q;
+                return MHD_YES;
+        }
+        if (*data_size > 0) {
+                if (!q->status && !q->too_long && buf_append(&q->body, data, *data_size) < 0) {
+                        q->too_long = true;
+                        buf_free(&q->body);
+                }
+                *data_size = 0;
+                return MHD_YES;
+        }
+        if (q->status)
+                return answer_error(c, (unsigned)q->status, q->why);
+        if (h->stopping)
+                return answer_error(c, 503, "corral is stopping");
+        if (strcmp(url, MCP_PATH) != 0)
+                return answer_error(c, 404, "not found: MCP is at " MCP_PATH);
+        if (strcmp(method, "POST") == 0)
+                return mcp_post(h, q);
+        if (strcmp(method, "GET") == 0)
+                return mcp_get(h, q);
+        if (strcmp(method, "DELETE") == 0)
+                return mcp_delete(h, q);
+        return answer_error(c, 405, "MCP takes GET, POST and DELETE");
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+        struct req *q = *con_cls;
+        (void)cls;
+        (void)c;
+        (void)toe;
+        if (!q)
+                return;
+        if (list_linked(&q->node))
+                list_del(&q->node);
+        if (q->sess)
+                q->sess->last_ms = now_ms();
+        json_decref(q->id);
+        json_decref(q->ptoken);
+        buf_free(&q->body);
+        buf_free(&q->out);
+        free(q);
+        *con_cls = NULL;
+}
+
+/* ---- listeners */
+
+static void on_accept(struct watch *w, uint32_t events, void *userdata)
+{
+        struct listener *l = userdata;
+        (void)w;
+        (void)events;
+        for (int i = 0; i < 32; i++) {
+                struct sockaddr_storage ss;
+                socklen_t len = sizeof(ss);
+                int fd = accept4(l->fd, (struct sockaddr *)&ss, &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+                if (fd < 0) {
+                        if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
+                                log_warn("accept on %s: %s", l->display, strerror(errno));
+                        return;
+                }
+                if (l->unix_socket) {
+                        struct ucred cr;
+                        socklen_t cl = sizeof(cr);
+                        if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &cl) < 0 ||
+                            cr.uid != geteuid()) {
+                                log_warn("%s: refused a peer of uid %ld (only uid %ld may connect)",
+                                         l->display, cl ? (long)cr.uid : -1L, (long)geteuid());
+                                close(fd);
+                                continue;
+                        }
+                        memset(&ss, 0, sizeof(ss));
+                        ss.ss_family = AF_UNIX;
+                        len = sizeof(struct sockaddr_un);
+                }
+                if (MHD_add_connection(l->h->mhd, fd, (struct sockaddr *)&ss, len) != MHD_YES)
+                        log_warn("%s: could not take a connection: %s", l->display,
+                                 strerror(errno));
+        }
+        mhd_kick(l->h);
+}
+
+static int listener_add(struct mcp_http *h, int fd, bool unix_socket, const char *display,
+                        const char *unlink_path, struct err *e)
+{
+        if (h->n_ls >= LISTENERS_MAX) {
+                close(fd);
+                return err_set(e, ERR_CONFIG, E2BIG, "at most %d listeners", LISTENERS_MAX);
+        }
+        struct listener *l = calloc(1, sizeof(*l));
+        if (!l) {
+                close(fd);
+                return -ENOMEM;
+        }
+        *l = (struct listener){.h = h, .fd = fd, .unix_socket = unix_socket};
+        snprintf(l->display, sizeof(l->display), "%s", display);
+        if (unlink_path)
+                snprintf(l->unlink_path, sizeof(l->unlink_path), "%s", unlink_path);
+        fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+        int r = watch_add(h->loop, fd, EPOLLIN, on_accept, l, &l->watch);
+        if (r < 0) {
+                close(fd);
+                free(l);
+                return err_set(e, ERR_INTERNAL, -r, "cannot watch %s", display);
+        }
+        h->ls[h->n_ls++] = l;
+        log_info("listening on %s", display);
+        return 0;
+}
+
+static int mkdir_parents(const char *path)
+{
+        char dir[256];
+        snprintf(dir, sizeof(dir), "%s", path);
+        for (char *p = dir + 1; *p; p++) {
+                if (*p != '/')
+                        continue;
+                *p = '\0';
+                if (mkdir(dir, 0700) < 0 && errno != EEXIST)
+                        return -errno;
+                *p = '/';
+        }
+        return 0;
+}
+
+static int listen_unix(struct mcp_http *h, const char *path, struct err *e)
+{
+        struct sockaddr_un sa = {.sun_family = AF_UNIX};
+        if (!*path || strlen(path) >= sizeof(sa.sun_path))
+                return err_set(e, ERR_CONFIG, EINVAL,
+                               "listen: unix socket path empty or too long "
+                               "(at most %zu bytes)",
+                               sizeof(sa.sun_path) - 1);
+        memcpy(sa.sun_path, path, strlen(path));
+        int r = mkdir_parents(path);
+        if (r < 0)
+                return err_set(e, ERR_CONFIG, -r, "listen: cannot make the directory of %s: %s",
+                               path, strerror(-r));
+        int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+                return err_set(e, ERR_INTERNAL, errno, "socket: %s", strerror(errno));
+        /* A socket file left by a corral that died: nobody answers on it. */
+        if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
+                close(fd);
+                return err_set(e, ERR_CONFIG, EADDRINUSE,
+                               "listen: %s: another corral already serves there", path);
+        }
+        close(fd);
+        struct stat st;
+        if (lstat(path, &st) == 0 && S_ISSOCK(st.st_mode))
+                unlink(path);
+        fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+                return err_set(e, ERR_INTERNAL, errno, "socket: %s", strerror(errno));
+        mode_t old = umask(0077);
+        r = bind(fd, (struct sockaddr *)&sa, sizeof(sa));
+        int saved = errno;
+        umask(old);
+        if (r < 0 || chmod(path, 0600) < 0 || listen(fd, 128) < 0) {
+                if (r == 0)
+                        saved = errno;
+                close(fd);
+                return err_set(e, ERR_CONFIG, saved, "listen: %s: %s", path, strerror(saved));
+        }
+        char display[300];
+        snprintf(display, sizeof(display), "unix:%s", path);
+        return listener_add(h, fd, true, display, path, e);
+}
+
+static bool addr_loopback(const struct sockaddr *sa)
+{
+        if (sa->sa_family == AF_INET)
+                return (ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 24) == 127;
+        if (sa->sa_family == AF_INET6)
+                return IN6_IS_ADDR_LOOPBACK(&((const struct sockaddr_in6 *)sa)->sin6_addr);
+        return false;
+}
+
+static int listen_tcp(struct mcp_http *h, const char *spec, struct err *e)
+{
+        char host[256], port[16];
+        const char *colon = strrchr(spec, ':');
+        if (!colon || colon == spec || strlen(colon + 1) == 0 ||
+            strlen(colon + 1) >= sizeof(port) || (size_t)(colon - spec) >= sizeof(host))
+                return err_set(e, ERR_CONFIG, EINVAL, "listen: tcp:HOST:PORT, not \"tcp:%.100s\"",
+                               spec);
+        memcpy(host, spec, (size_t)(colon - spec));
+        host[colon - spec] = '\0';
+        snprintf(port, sizeof(port), "%s", colon + 1);
+        if (host[0] == '[' && host[strlen(host) - 1] == ']') {
+                memmove(host, host + 1, strlen(host));
+                host[strlen(host) - 1] = '\0';
+        }
+        struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE}, *ai = NULL;
+        int g = getaddrinfo(strcmp(host, "localhost") == 0 ? "127.0.0.1" : host, port, &hints, &ai);
+        if (g != 0)
+                return err_set(e, ERR_CONFIG, EINVAL, "listen: tcp:%.200s: %s", spec,
+                               gai_strerror(g));
+        if (!addr_loopback(ai->ai_addr) && !h->cfg->http_public) {
+                freeaddrinfo(ai);
+                return err_set(e, ERR_CONFIG, EPERM,
+                               "listen: tcp:%.200s is not a loopback address: set http_public to "
+                               "serve other machines (and put TLS in front: README, Service)",
+                               spec);
+        }
+        int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
+        if (fd >= 0)
+                setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+        if (fd < 0 || bind(fd, ai->ai_addr, ai->ai_addrlen) < 0 || listen(fd, 128) < 0) {
+                int saved = errno;
+                if (fd >= 0)
+                        close(fd);
+                freeaddrinfo(ai);
+                return err_set(e, ERR_CONFIG, saved, "listen: tcp:%.200s: %s", spec,
+                               strerror(saved));
+        }
+        freeaddrinfo(ai);
+        char display[300];
+        snprintf(display, sizeof(display), "tcp:%s", spec);
+        return listener_add(h, fd, false, display, NULL, e);
+}
+
+/* The token TCP clients must present: CORRAL_TOKEN (the setting), else
+ * the file, made on first start. */
+static int token_load(struct mcp_http *h, struct err *e)
+{
+        if (h->token[0])
+                return 0;
+        if (h->cfg->token) {
+                if (strlen(h->cfg->token) < 16 || strlen(h->cfg->token) >= sizeof(h->token))
+                        return err_set(e, ERR_CONFIG, EINVAL, "token: 16 to %zu characters",
+                                       sizeof(h->token) - 1);
+                snprintf(h->token, sizeof(h->token), "%s", h->cfg->token);
+                return 0;
+        }
+        _cleanup_free_ char *path = xdg_path("XDG_CONFIG_HOME", ".config", "corral/token");
+        if (!path)
+                return -ENOMEM;
+        struct buf b;
+        int r = buf_read_file(path, sizeof(h->token) + 16, &b);
+        if (r == 0) {
+                size_t n = b.len;
+                while (n && isspace((unsigned char)b.data[n - 1]))
+                        n--;
+                if (n < 16 || n >= sizeof(h->token)) {
+                        buf_free(&b);
+                        return err_set(e, ERR_CONFIG, EINVAL,
+                                       "%s: the token must be 16 to %zu "
+                                       "characters",
+                                       path, sizeof(h->token) - 1);
+                }
+                memcpy(h->token, b.data, n);
+                h->token[n] = '\0';
+                buf_free(&b);
+                return 0;
+        }
+        if (r != -ENOENT)
+                return err_set(e, ERR_CONFIG, -r, "%s: %s", path, strerror(-r));
+        unsigned char raw[TOKEN_BYTES];
+        if (getrandom(raw, sizeof(raw), 0) != (ssize_t)sizeof(raw))
+                return err_set(e, ERR_INTERNAL, EIO, "getrandom failed");
+        for (size_t i = 0; i < sizeof(raw); i++)
+                snprintf(h->token + 2 * i, 3, "%02x", raw[i]);
+        mkdir_parents(path);
+        int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        if (fd < 0 || write(fd, h->token, strlen(h->token)) != (ssize_t)strlen(h->token) ||
+            write(fd, "\n", 1) != 1) {
+                int saved = errno;
+                if (fd >= 0)
+                        close(fd);
+                return err_set(e, ERR_CONFIG, saved, "%s: cannot write the token: %s", path,
+                               strerror(saved));
+        }
+        close(fd);
+        log_info("made a token for TCP clients in %s", path);
+        return 0;
+}
+
+int mcp_http_listen(struct mcp_http *h, const char *addr, struct err *e)
+{
+        if (strncmp(addr, "unix:", 5) == 0)
+                return listen_unix(h, addr + 5, e);
+        if (strncmp(addr, "tcp:", 4) == 0) {
+                int r = token_load(h, e);
+                return r < 0 ? r : listen_tcp(h, addr + 4, e);
+        }
+        return err_set(e, ERR_CONFIG, EINVAL,
+                       "listen: \"%.100s\" is neither unix:PATH nor tcp:HOST:PORT", addr);
+}
+
+int mcp_http_adopt(struct mcp_http *h, int fd, struct err *e)
+{
+        struct sockaddr_storage ss;
+        socklen_t len = sizeof(ss);
+        int type = 0;
+        socklen_t tl = sizeof(type);
+        if (getsockname(fd, (struct sockaddr *)&ss, &len) < 0 ||
+            getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tl) < 0 || type != SOCK_STREAM)
+                return err_set(e, ERR_CONFIG, EINVAL, "fd %d from systemd is not a stream socket",
+                               fd);
+        char display[300];
+        if (ss.ss_family == AF_UNIX) {
+                snprintf(display, sizeof(display), "unix:%s (from systemd)",
+                         ((struct sockaddr_un *)&ss)->sun_path);
+                return listener_add(h, fd, true, display, NULL, e);
+        }
+        if (!addr_loopback((struct sockaddr *)&ss) && !h->cfg->http_public)
+                return err_set(e, ERR_CONFIG, EPERM,
+                               "the TCP socket from systemd is not loopback: "
+                               "set http_public to serve other machines");
+        int r = token_load(h, e);
+        if (r < 0)
+                return r;
+        snprintf(display, sizeof(display), "tcp fd %d (from systemd)", fd);
+        return listener_add(h, fd, false, display, NULL, e);
+}
+
+const char *mcp_http_token(const struct mcp_http *h)
+{
+        return h->token;
+}
+
+int mcp_http_new(struct loop *l, const struct config *cfg, mcp_http_server_new server_new,
+                 void *userdata, struct mcp_http **ret, struct err *e)
+{
+        struct mcp_http *h = calloc(1, sizeof(*h));
+        if (!h)
+                return -ENOMEM;
+        *h = (struct mcp_http){
+            .loop = l, .cfg = cfg, .server_new = server_new, .userdata = userdata};
+        list_init(&h->sessions);
+        h->mhd = MHD_start_daemon(
+            MHD_USE_EPOLL | MHD_USE_NO_LISTEN_SOCKET | MHD_ALLOW_SUSPEND_RESUME, 0, NULL, NULL,
+            on_request, h, MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
+            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120, MHD_OPTION_CONNECTION_LIMIT,
+            (unsigned)(4 * cfg->max_clients + 16), MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+            (size_t)(64 * 1024), MHD_OPTION_END);
+        if (!h->mhd) {
+                free(h);
+                return err_set(e, ERR_INTERNAL, EIO, "cannot start the HTTP server");
+        }
+        const union MHD_DaemonInfo *di = MHD_get_daemon_info(h->mhd, MHD_DAEMON_INFO_EPOLL_FD);
+        int r = di ? watch_add(l, di->epoll_fd, EPOLLIN, on_mhd_fd, h, &h->mhd_watch) : -EIO;
+        if (r == 0)
+                r = timer_add(l, on_mhd_timer, h, &h->mhd_timer);
+        if (r == 0)
+                r = timer_add(l, on_tick, h, &h->tick);
+        if (r < 0) {
+                mcp_http_free(h);
+                return err_set(e, ERR_INTERNAL, -r, "cannot watch the HTTP server");
+        }
+        timer_arm(h->tick, TICK_MS);
+        *ret = h;
+        return 0;
+}
+
+void mcp_http_stop(struct mcp_http *h)
+{
+        if (!h || h->stopping)
+                return;
+        h->stopping = true;
+        for (size_t i = 0; i < h->n_ls; i++) {
+                watch_remove(h->ls[i]->watch);
+                h->ls[i]->watch = NULL;
+        }
+        struct session *s, *n;
+        list_for_each_safe(s, n, &h->sessions, node) session_end(s, "corral is stopping");
+        if (h->mhd)
+                mhd_run(h);
+}
+
+void mcp_http_free(struct mcp_http *h)
+{
+        if (!h)
+                return;
+        mcp_http_stop(h);
+        defer_cancel(&h->run_d);
+        if (h->mhd) {
+                /* Every suspended connection must be resumed before the
+                 * daemon stops: their streams ended above. */
+                MHD_run(h->mhd);
+                MHD_stop_daemon(h->mhd);
+        }
+        watch_remove(h->mhd_watch);
+        timer_remove(h->mhd_timer);
+        timer_remove(h->tick);
+        for (size_t i = 0; i < h->n_ls; i++) {
+                struct listener *l = h->ls[i];
+                watch_remove(l->watch);
+                close(l->fd);
+                if (l->unlink_path[0])
+                        unlink(l->unlink_path);
+                free(l);
+        }
+        free(h);
+}
+
+json_t *mcp_http_status(const struct mcp_http *h)
+{
+        json_t *ls = json_array();
+        for (size_t i = 0; i < h->n_ls; i++)
+                json_array_append_new(ls, json_string(h->ls[i]->display));
+        return json_pack("{s:I, s:I, s:o}", "clients", (json_int_t)h->n_sessions, "max_clients",
+                         (json_int_t)h->cfg->max_clients, "listeners", ls);
+}
+
+/* ---- systemd, without libsystemd: the two protocols are small */
+
+int systemd_listen_fds(void)
+{
+        const char *pid = getenv("LISTEN_PID"), *fds = getenv("LISTEN_FDS");
+        if (!pid || !fds || strtol(pid, NULL, 10) != (long)getpid())
+                return 0;
+        long n = strtol(fds, NULL, 10);
+        unsetenv("LISTEN_PID");
+        unsetenv("LISTEN_FDS");
+        unsetenv("LISTEN_FDNAMES");
+        if (n <= 0 || n > LISTENERS_MAX)
+                return 0;
+        for (int fd = 3; fd < 3 + n; fd++)
+                fcntl(fd, F_SETFD, FD_CLOEXEC);
+        return (int)n;
+}
+
+void systemd_notify(const char *state)
+{
+        const char *path = getenv("NOTIFY_SOCKET");
+        struct sockaddr_un sa = {.sun_family = AF_UNIX};
+        if (!path || (path[0] != '/' && path[0] != '@') || strlen(path) >= sizeof(sa.sun_path))
+                return;
+        memcpy(sa.sun_path, path, strlen(path));
+        if (sa.sun_path[0] == '@')
+                sa.sun_path[0] = '\0';
+        int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+                return;
+        socklen_t len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + strlen(path));
+        if (sendto(fd, state, strlen(state), MSG_NOSIGNAL, (struct sockaddr *)&sa, len) < 0)
+                log_warn("sd_notify: %s", strerror(errno));
+        close(fd);
+}

@@ -1,0 +1,45 @@
+/* corral as a service: MCP streamable HTTP (2025-11-25) on unix sockets
+ * and loopback TCP, for many clients at once. Each MCP session
+ * (Mcp-Session-Id) is an mcp_server of its own with this module as its
+ * transport; all of them share the one sandbox manager, pool and engine
+ * connection of the process. HTTP itself is libmicrohttpd's, driven by
+ * corral's loop (its epoll fd is one watch, its timeout one timer). */
+#pragma once
+
+#include "core/config.h"
+#include "core/loop.h"
+#include "core/util.h"
+
+#include <jansson.h>
+#include <stdbool.h>
+
+struct mcp_http;
+struct mcp_server;
+
+/* A new MCP session's server, made by whoever holds the managers
+ * (cli/serve.c); `owner` names the client for what it owns (sessions).
+ * The transport is attached by mcp_http. */
+typedef int (*mcp_http_server_new)(void *userdata, const char *owner, struct mcp_server **ret);
+
+int mcp_http_new(struct loop *l, const struct config *cfg, mcp_http_server_new server_new,
+                 void *userdata, struct mcp_http **ret, struct err *e);
+/* Listens on `addr`: "unix:PATH" (mode 0600, peers of another uid are
+ * refused) or "tcp:HOST:PORT" (loopback unless http_public; a bearer
+ * token on every request). */
+int mcp_http_listen(struct mcp_http *h, const char *addr, struct err *e);
+/* Takes a socket that already listens (systemd's LISTEN_FDS). */
+int mcp_http_adopt(struct mcp_http *h, int fd, struct err *e);
+/* The token TCP clients must send (empty when no TCP listener). */
+const char *mcp_http_token(const struct mcp_http *h);
+/* Stops accepting and ends every MCP session (their calls and sessions). */
+void mcp_http_stop(struct mcp_http *h);
+void mcp_http_free(struct mcp_http *h);
+/* {clients, listeners[]} for the status (new reference). */
+json_t *mcp_http_status(const struct mcp_http *h);
+
+/* The sockets systemd passed (LISTEN_PID, LISTEN_FDS), from fd 3 on: how
+ * many; 0 when none were passed to this process. */
+int systemd_listen_fds(void);
+/* Tells systemd (NOTIFY_SOCKET) `state`, e.g. "READY=1"; nothing when not
+ * under systemd. */
+void systemd_notify(const char *state);
