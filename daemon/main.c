@@ -11,6 +11,8 @@ static void usage(FILE *f)
         fprintf(
             f,
             "usage: corral [serve] [OPTIONS]          stdio MCP server (what MCP hosts start)\n"
+            "       corral serve --listen ADDR[,ADDR]  the service: unix[:PATH], tcp:HOST:PORT\n"
+            "       corral connect [--socket PATH]    stdio MCP server relaying to the service\n"
             "       corral run [OPTIONS] -c CODE | FILE | -   run Python once in a sandbox\n"
             "       corral run --shell [OPTIONS] -c COMMAND   run a shell command once\n"
             "       corral doctor [OPTIONS]           check the engine, image and host\n"
@@ -60,6 +62,8 @@ int main(int argc, char **argv)
         }
         if (strcmp(cmd, "serve") == 0)
                 return cli_serve(argc - first, argv + first);
+        if (strcmp(cmd, "connect") == 0)
+                return cli_connect(argc - first, argv + first);
         if (strcmp(cmd, "run") == 0)
                 return cli_run(argc - first, argv + first);
         if (strcmp(cmd, "doctor") == 0)

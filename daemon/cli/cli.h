@@ -11,6 +11,7 @@
 
 int cli_serve(int argc, char **argv);
 int cli_run(int argc, char **argv);
+int cli_connect(int argc, char **argv);
 int cli_doctor(int argc, char **argv);
 int cli_image(int argc, char **argv);
 int cli_status(int argc, char **argv);

@@ -25,6 +25,7 @@
 #include <microhttpd.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -70,6 +71,8 @@ struct req {
         /* A stream: the answer to `id` (and, SSE, what comes before it) or
          * a GET stream. */
         bool stream, sse, get, done, suspended;
+        bool parked; /* a JSON answer not there yet: suspended, no response */
+        char new_session[SESSION_ID_LEN + 1]; /* initialize's: sent as Mcp-Session-Id */
         json_t *id, *ptoken;
         struct buf out;
 };
@@ -96,6 +99,7 @@ struct mcp_http {
         struct watch *mhd_watch;
         struct timer *mhd_timer, *tick;
         struct defer run_d;
+        int again; /* MHD_run calls in a row that asked for more at once */
         struct listener *ls[LISTENERS_MAX];
         size_t n_ls;
         struct list sessions;
@@ -107,14 +111,24 @@ struct mcp_http {
 
 /* ---- driving libmicrohttpd from the loop */
 
+static void mhd_run_d(void *userdata);
+
+/* MHD's work, then its next deadline: "now" is taken after this round of
+ * the loop (a few times in a row, then 1 ms later, so that nothing spins). */
 static void mhd_run(struct mcp_http *h)
 {
         MHD_run(h->mhd);
         MHD_UNSIGNED_LONG_LONG t;
-        if (MHD_get_timeout(h->mhd, &t) == MHD_YES)
-                timer_arm(h->mhd_timer, t > 0 ? (long long)t : 1);
-        else
+        if (MHD_get_timeout(h->mhd, &t) != MHD_YES) {
                 timer_stop(h->mhd_timer);
+                h->again = 0;
+        } else if (t == 0 && h->again < 4) {
+                h->again++;
+                loop_defer(h->loop, &h->run_d, mhd_run_d, h);
+        } else {
+                h->again = 0;
+                timer_arm(h->mhd_timer, t > 0 ? (long long)t : 1);
+        }
 }
 
 static void mhd_run_d(void *userdata)
@@ -313,7 +327,7 @@ static void session_end(struct session *s, const char *why)
         }
         list_del(&s->node);
         s->h->n_sessions--;
-        mcp_server_free(s->srv);
+        mcp_server_close(s->srv);
         json_decref(s->held);
         free(s);
 }
@@ -534,6 +548,22 @@ static enum MHD_Result queue_stream(struct req *q, unsigned code, const char *se
         return ok;
 }
 
+/* A JSON answer, whole: one write with its length. */
+static enum MHD_Result queue_json(struct req *q)
+{
+        struct MHD_Response *r = MHD_create_response_from_buffer(
+            q->out.len, q->out.data ? q->out.data : "", MHD_RESPMEM_MUST_COPY);
+        if (!r)
+                return MHD_NO;
+        MHD_add_response_header(r, "Content-Type", "application/json");
+        if (q->new_session[0])
+                MHD_add_response_header(r, "Mcp-Session-Id", q->new_session);
+        enum MHD_Result ok = MHD_queue_response(q->conn, 200, r);
+        MHD_destroy_response(r);
+        buf_consume(&q->out, q->out.len);
+        return ok;
+}
+
 static enum MHD_Result mcp_post(struct mcp_http *h, struct req *q)
 {
         struct MHD_Connection *c = q->conn;
@@ -602,9 +632,19 @@ static enum MHD_Result mcp_post(struct mcp_http *h, struct req *q)
             json_object_get(json_object_get(msg, "params"), "_meta"), "progressToken"));
         q->sse = q->ptoken && strcmp(method, "tools/call") == 0;
         buf_init(&q->out, STREAM_OUT_MAX);
+        if (fresh)
+                snprintf(q->new_session, sizeof(q->new_session), "%s", s->id);
         list_push(&s->streams, &q->node);
         mcp_server_events.message(s->srv, text, len);
-        return queue_stream(q, 200, fresh ? s->id : NULL);
+        if (q->sse)
+                return queue_stream(q, 200, fresh ? s->id : NULL);
+        if (q->done)
+                return queue_json(q);
+        /* Answered later: the connection waits, suspended, and is resumed
+         * by the answer (stream_wake), which is then queued whole. */
+        q->parked = q->suspended = true;
+        MHD_suspend_connection(q->conn);
+        return MHD_YES;
 }
 
 static enum MHD_Result mcp_get(struct mcp_http *h, struct req *q)
@@ -665,6 +705,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                 }
                 *data_size = 0;
                 return MHD_YES;
+        }
+        if (q->parked) {
+                /* Resumed: the answer came, or the session ended. */
+                q->parked = false;
+                if (q->out.len > 0)
+                        return queue_json(q);
+                return answer_error(c, 503, "the MCP session ended before this was answered");
         }
         if (q->status)
                 return answer_error(c, (unsigned)q->status, q->why);
@@ -731,6 +778,11 @@ static void on_accept(struct watch *w, uint32_t events, void *userdata)
                         memset(&ss, 0, sizeof(ss));
                         ss.ss_family = AF_UNIX;
                         len = sizeof(struct sockaddr_un);
+                } else {
+                        /* An answer is written in pieces (headers, chunks):
+                         * Nagle would hold each behind the client's ACK. */
+                        int one = 1;
+                        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
                 }
                 if (MHD_add_connection(l->h->mhd, fd, (struct sockaddr *)&ss, len) != MHD_YES)
                         log_warn("%s: could not take a connection: %s", l->display,

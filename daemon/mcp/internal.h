@@ -68,6 +68,7 @@ struct mcp_server {
         struct list fcalls;   /* struct file_call: file tools on their way */
         struct list searches; /* struct search: search_tools waiting for servers */
         bool initialized;     /* initialize answered */
+        bool closing;         /* mcp_server_close: freed when its last call ends */
         char owner[40];       /* the client, for the session manager ("": stdio's) */
         void (*on_eof)(void *);
         void *userdata;
@@ -117,6 +118,9 @@ bool calls_in_flight(const struct mcp_server *s, const json_t *id);
 /* notifications/cancelled for such a call: it ends without an answer. */
 void calls_cancel(struct mcp_server *s, const json_t *id, const char *why);
 void calls_free(struct mcp_server *s);
+/* The client went away: running calls are cancelled (their ends free
+ * them), the rest freed. Whether any still runs. */
+bool calls_close(struct mcp_server *s);
 
 /* ---- jobs.c: jobs and MCP tasks */
 

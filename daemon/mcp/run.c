@@ -7,6 +7,7 @@
 #include "core/jsonrpc.h"
 #include "core/log.h"
 #include "core/util.h"
+#include "mcp/server.h"
 #include "mcp/tools.h"
 #include "sandbox/sandbox.h"
 #include "sandbox/session.h"
@@ -59,9 +60,17 @@ static void call_detach(struct timer *t, void *userdata)
 static void call_done(void *userdata, const struct sandbox_result *res)
 {
         struct call *c = userdata;
+        struct mcp_server *s = c->srv;
         c->sb = NULL;
         timer_remove(c->sync_timer);
         c->sync_timer = NULL;
+        if (s->closing) {
+                /* Its client went away: the last call's end frees the server. */
+                call_free(c);
+                if (list_empty(&s->calls))
+                        mcp_server_free(s);
+                return;
+        }
         if (c->job_id[0]) {
                 job_finished(c, res);
                 return;
@@ -158,10 +167,50 @@ static void call_follow(struct call *c, json_t *params, struct sandbox_request *
 
 /* Starts the run, in its session or a sandbox of its own: 0, or a
  * negative errno and *failure, the result that says why not. */
-static int call_start(struct call *c, const struct sandbox_request *req, json_t **failure)
+/* The sandboxes one client of the service may hold at once: its running
+ * calls and its sessions. (stdio's one client has no cap of its own.) */
+static long client_cap(const struct mcp_server *s)
+{
+        if (!s->owner[0])
+                return -1;
+        if (s->cfg->client_max_sandboxes > 0)
+                return s->cfg->client_max_sandboxes;
+        long half = s->cfg->max_sandboxes / 2;
+        return half > 0 ? half : 1;
+}
+
+static long client_held(const struct mcp_server *s, const char *session)
+{
+        long n = 0;
+        struct call *c;
+        list_for_each(c, &s->calls, node)
+        {
+                if (c->sb && !c->session)
+                        n++;
+        }
+        n += session_count(s->sessions, s->owner);
+        /* A call in a session this client has open takes no new one. */
+        if (session && session_exists(s->sessions, s->owner, session))
+                n--;
+        return n;
+}
+
+static int call_start(struct call *c, const struct sandbox_request *in, json_t **failure)
 {
         struct mcp_server *s = c->srv;
         char msg[512] = "";
+        struct sandbox_request q = *in, *req = &q;
+        q.owner = s->owner;
+        long cap = client_cap(s);
+        if (cap >= 0 && client_held(s, req->session) >= cap) {
+                snprintf(msg, sizeof(msg),
+                         "this client holds %ld sandboxes (calls and sessions), the most one "
+                         "client of the service may (client_max_sandboxes): wait for a call to "
+                         "end, or close a session",
+                         cap);
+                *failure = error_result(FAILED_SANDBOX_RUN, -EBUSY, msg);
+                return -EBUSY;
+        }
         if (req->session) {
                 struct err e = {0};
                 int r = session_run(s->sessions, req, call_done, c, &c->sb, &e);
@@ -235,6 +284,25 @@ void calls_cancel(struct mcp_server *s, const json_t *id, const char *why)
                 sandbox_cancel(c->sb); /* call_done follows */
                 return;
         }
+}
+
+bool calls_close(struct mcp_server *s)
+{
+        struct call *c, *n;
+        bool running = false;
+        list_for_each_safe(c, n, &s->calls, node)
+        {
+                if (c->sb) {
+                        running = true;
+                        progress_free(c->progress);
+                        c->progress = NULL;
+                        job_waits_free(c);
+                        sandbox_cancel(c->sb); /* call_done follows */
+                } else {
+                        call_free(c);
+                }
+        }
+        return running;
 }
 
 void calls_free(struct mcp_server *s)

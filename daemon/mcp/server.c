@@ -9,6 +9,7 @@
 #include "mcp/tools.h"
 #include "mcp/transport.h"
 #include "sandbox/sandbox.h"
+#include "sandbox/session.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -26,6 +27,10 @@ static const char *const protocol_versions[] = {
 
 void mcp_send(struct mcp_server *s, json_t *msg)
 {
+        if (!s->transport || s->closing) {
+                json_decref(msg);
+                return;
+        }
         transport_send(s->transport, msg);
 }
 
@@ -344,6 +349,22 @@ void mcp_server_flush(struct mcp_server *s, int timeout_ms)
 {
         if (s->transport)
                 transport_flush(s->transport, timeout_ms);
+}
+
+void mcp_server_close(struct mcp_server *s)
+{
+        if (!s || s->closing)
+                return;
+        mcp_server_stop(s);
+        transport_free(s->transport);
+        s->transport = NULL;
+        s->closing = true;
+        file_calls_free(s);
+        searches_free(s);
+        if (s->owner[0])
+                session_close_owner(s->sessions, s->owner);
+        if (!calls_close(s))
+                mcp_server_free(s);
 }
 
 void mcp_server_free(struct mcp_server *s)

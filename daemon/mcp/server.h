@@ -39,3 +39,7 @@ void mcp_server_stop(struct mcp_server *s);
 /* Try to write what is left, blocking up to timeout_ms (for exit). */
 void mcp_server_flush(struct mcp_server *s, int timeout_ms);
 void mcp_server_free(struct mcp_server *s);
+/* Its client went away: nothing more is sent, its sessions close, its
+ * running calls are cancelled, and it frees itself once they ended (now,
+ * when none runs). */
+void mcp_server_close(struct mcp_server *s);

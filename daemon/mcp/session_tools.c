@@ -107,7 +107,7 @@ void tool_session_list(struct mcp_server *s, json_t *id, json_t *args, json_t *p
         static const char *const keys[] = {NULL};
         if (!only_keys(s, id, args, "session_list", keys))
                 return;
-        json_t *list = session_list(s->sessions);
+        json_t *list = session_list(s->sessions, s->owner);
         struct buf text;
         buf_init(&text, 1 << 20);
         char line[400];
@@ -151,7 +151,7 @@ void tool_session_close(struct mcp_server *s, json_t *id, json_t *args, json_t *
                 return;
         char text[200];
         struct err e = {0};
-        int r = session_close(s->sessions, name, &e);
+        int r = session_close(s->sessions, s->owner, name, &e);
         if (r < 0) {
                 mcp_send_result(s, id, err_result(FAILED_SESSION_CLOSE, r, &e));
                 return;
@@ -191,7 +191,7 @@ static struct sandbox *file_session(struct mcp_server *s, json_t *id, const char
 {
         struct err e = {0};
         struct sandbox *sb;
-        int r = session_sandbox(s->sessions, name, &sb, &e);
+        int r = session_sandbox(s->sessions, s->owner, name, &sb, &e);
         if (r < 0) {
                 mcp_send_result(s, id, err_result(FAILED_SESSION_GET, r, &e));
                 return NULL;
@@ -267,7 +267,7 @@ void tool_write_file(struct mcp_server *s, json_t *id, json_t *args, json_t *par
                 return;
         }
         fc->bytes = data.len;
-        if (session_exists(s->sessions, name)) {
+        if (session_exists(s->sessions, s->owner, name)) {
                 struct sandbox *sb = file_session(s, id, name);
                 r = sb ? sandbox_write_file(sb, full, data.data ? data.data : "", data.len,
                                             write_done, fc, &fc->fop)
@@ -286,6 +286,7 @@ void tool_write_file(struct mcp_server *s, json_t *id, json_t *args, json_t *par
             .code = "",
             .timeout_s = s->cfg->timeout_s,
             .session = name,
+            .owner = s->owner,
             .files = &f,
             .n_files = 1,
         };

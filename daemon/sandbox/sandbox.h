@@ -39,6 +39,7 @@ struct sandbox_request {
         json_t *servers;    /* borrowed: MCP servers the code may call (checked), or NULL */
         double sync_wait_s; /* MCP layer only: when the call becomes a job (sandbox.c ignores it) */
         const char *session; /* MCP layer only: the session's name, or NULL */
+        const char *owner;   /* MCP layer only: the client the session belongs to */
         bool keep;           /* a session's run: the sandbox stays for the next (sandbox_exec) */
         const struct sandbox_file *files; /* written first (copied), n_files of them */
         size_t n_files;

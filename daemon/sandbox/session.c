@@ -11,6 +11,7 @@
 struct session {
         struct session_mgr *mgr;
         struct list node; /* in mgr->all, until closed */
+        char owner[SESSION_OWNER_MAX + 1];
         char name[SESSION_NAME_MAX + 1];
         char image[256]; /* what it opened with: its calls keep it */
         struct sandbox *sb;
@@ -28,6 +29,7 @@ struct session {
 /* A session that ended with no call to tell: the next call with its name
  * is told instead. */
 struct tombstone {
+        char owner[SESSION_OWNER_MAX + 1];
         char name[SESSION_NAME_MAX + 1];
         char why[400];
 };
@@ -87,10 +89,20 @@ int session_name_check(const char *name, struct err *e)
             SESSION_NAME_MAX);
 }
 
-static struct session *find(struct session_mgr *m, const char *name)
+static const char *owner_of(const char *owner)
+{
+        return owner ? owner : "";
+}
+
+static struct session *find(struct session_mgr *m, const char *owner, const char *name)
 {
         struct session *x;
-        list_for_each(x, &m->all, node) if (strcmp(x->name, name) == 0) return x;
+        owner = owner_of(owner);
+        list_for_each(x, &m->all, node)
+        {
+                if (strcmp(x->name, name) == 0 && strcmp(x->owner, owner) == 0)
+                        return x;
+        }
         return NULL;
 }
 
@@ -99,21 +111,24 @@ static long count(const struct session_mgr *m)
         return (long)list_length(&m->all);
 }
 
-static void bury(struct session_mgr *m, const char *name, const char *why)
+static void bury(struct session_mgr *m, const char *owner, const char *name, const char *why)
 {
         struct tombstone *t = &m->graves[m->n_graves++ % TOMBSTONES];
+        snprintf(t->owner, sizeof(t->owner), "%s", owner);
         snprintf(t->name, sizeof(t->name), "%s", name);
         snprintf(t->why, sizeof(t->why), "%s", why);
         utf8_scrub(t->why);
 }
 
 /* The newest tombstone of `name`, taken away when `take`. */
-static bool exhume(struct session_mgr *m, const char *name, bool take, char *why, size_t size)
+static bool exhume(struct session_mgr *m, const char *owner, const char *name, bool take, char *why,
+                   size_t size)
 {
+        owner = owner_of(owner);
         unsigned n = m->n_graves < TOMBSTONES ? m->n_graves : TOMBSTONES;
         for (unsigned i = 0; i < n; i++) {
                 struct tombstone *t = &m->graves[(m->n_graves - 1 - i) % TOMBSTONES];
-                if (t->name[0] && strcmp(t->name, name) == 0) {
+                if (t->name[0] && strcmp(t->name, name) == 0 && strcmp(t->owner, owner) == 0) {
                         snprintf(why, size, "%s", t->why);
                         if (take)
                                 t->name[0] = '\0';
@@ -143,7 +158,7 @@ static void gone(void *owner, const char *why)
         char text[400];
         snprintf(text, sizeof(text), "its sandbox ended: %s", why);
         log_warn("session %s: %s", x->name, text);
-        bury(x->mgr, x->name, text);
+        bury(x->mgr, x->owner, x->name, text);
         x->sb = NULL;
         session_free(x);
 }
@@ -153,7 +168,7 @@ static void expire(struct session *x, const char *why)
 {
         struct session_mgr *m = x->mgr;
         log_info("session %s: %s", x->name, why);
-        bury(m, x->name, why);
+        bury(m, x->owner, x->name, why);
         struct sandbox *sb = x->sb;
         session_free(x);
         if (sb)
@@ -236,7 +251,7 @@ int session_run(struct session_mgr *m, const struct sandbox_request *req, sandbo
         int r = session_name_check(name, e);
         if (r < 0)
                 return r;
-        struct session *x = find(m, name);
+        struct session *x = find(m, req->owner, name);
         if (x && req->image && strcmp(req->image, x->image) != 0) {
                 return err_set(
                     e, ERR_INVALID, -EINVAL,
@@ -268,7 +283,7 @@ int session_run(struct session_mgr *m, const struct sandbox_request *req, sandbo
                 return 0;
         }
         char why[400];
-        if (exhume(m, name, true, why, sizeof(why))) {
+        if (exhume(m, req->owner, name, true, why, sizeof(why))) {
                 return err_set(e, ERR_REFUSED, -ENOLINK,
                                "session \"%s\" ended since its last call: %s.", name, why);
         }
@@ -286,6 +301,7 @@ int session_run(struct session_mgr *m, const struct sandbox_request *req, sandbo
         if (!x)
                 return err_set(e, ERR_INTERNAL, -ENOMEM, "out of memory");
         x->mgr = m;
+        snprintf(x->owner, sizeof(x->owner), "%s", owner_of(req->owner));
         snprintf(x->name, sizeof(x->name), "%s", name);
         snprintf(x->image, sizeof(x->image), "%s", req->image ? req->image : m->cfg->image);
         x->t_open = x->t_last = now_ms();
@@ -316,12 +332,13 @@ int session_run(struct session_mgr *m, const struct sandbox_request *req, sandbo
         return 0;
 }
 
-int session_sandbox(struct session_mgr *m, const char *name, struct sandbox **ret, struct err *e)
+int session_sandbox(struct session_mgr *m, const char *owner, const char *name,
+                    struct sandbox **ret, struct err *e)
 {
-        struct session *x = find(m, name);
+        struct session *x = find(m, owner, name);
         char why[400];
         if (!x) {
-                if (exhume(m, name, false, why, sizeof(why))) {
+                if (exhume(m, owner, name, false, why, sizeof(why))) {
                         return err_set(e, ERR_REFUSED, -ENOLINK, "session \"%s\" ended: %s", name,
                                        why);
                 }
@@ -335,17 +352,17 @@ int session_sandbox(struct session_mgr *m, const char *name, struct sandbox **re
         return 0;
 }
 
-bool session_exists(struct session_mgr *m, const char *name)
+bool session_exists(struct session_mgr *m, const char *owner, const char *name)
 {
-        return find(m, name) != NULL;
+        return find(m, owner, name) != NULL;
 }
 
-int session_close(struct session_mgr *m, const char *name, struct err *e)
+int session_close(struct session_mgr *m, const char *owner, const char *name, struct err *e)
 {
-        struct session *x = find(m, name);
+        struct session *x = find(m, owner, name);
         if (!x) {
                 char why[400];
-                if (exhume(m, name, true, why, sizeof(why))) {
+                if (exhume(m, owner, name, true, why, sizeof(why))) {
                         return err_set(e, ERR_REFUSED, -ENOLINK,
                                        "session \"%s\" had already ended: %s", name, why);
                 }
@@ -365,15 +382,48 @@ int session_close(struct session_mgr *m, const char *name, struct err *e)
         return 0;
 }
 
-json_t *session_list(struct session_mgr *m)
+long session_count(struct session_mgr *m, const char *owner)
+{
+        long n = 0;
+        struct session *x;
+        owner = owner_of(owner);
+        list_for_each(x, &m->all, node) n += strcmp(x->owner, owner) == 0;
+        return n;
+}
+
+void session_close_owner(struct session_mgr *m, const char *owner)
+{
+        struct session *x, *n;
+        owner = owner_of(owner);
+        list_for_each_safe(x, n, &m->all, node)
+        {
+                if (strcmp(x->owner, owner) != 0)
+                        continue;
+                log_info("session %s: closed with its client's MCP session", x->name);
+                struct sandbox *sb = x->sb;
+                if (x->busy) {
+                        list_del(&x->node);
+                        x->closed = true;
+                } else {
+                        session_free(x);
+                }
+                if (sb)
+                        sandbox_close(sb);
+        }
+}
+
+json_t *session_list(struct session_mgr *m, const char *owner)
 {
         json_t *list = json_array();
         long long now = now_ms();
         struct session *x;
+        owner = owner_of(owner);
         list_for_each(x, &m->all, node)
         {
                 if (!list)
                         break;
+                if (strcmp(x->owner, owner) != 0)
+                        continue;
                 const char *id = x->sb ? sandbox_container(x->sb) : NULL;
                 json_array_append_new(
                     list,

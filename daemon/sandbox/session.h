@@ -1,8 +1,10 @@
 /* Named sessions: a sandbox kept across calls (Python globals and imports,
  * files in /workspace), one per name, bounded in number (max_sessions),
  * idle time (session_idle_s) and lifetime (session_max_s). A session runs
- * one call at a time. corral serves one MCP client per process over stdio,
- * so a session is that client's alone. */
+ * one call at a time. A session belongs to the client that opened it (its
+ * owner: "" for the one client of stdio, the MCP session's client when
+ * serving HTTP): another client can neither see nor reach it, and may use
+ * the same name for a session of its own. */
 #pragma once
 
 #include "core/config.h"
@@ -12,7 +14,8 @@
 
 #include <jansson.h>
 
-#define SESSION_NAME_MAX 64
+#define SESSION_NAME_MAX  64
+#define SESSION_OWNER_MAX 39
 
 struct session_mgr;
 
@@ -26,7 +29,7 @@ long session_max(const struct session_mgr *m);
 /* A name is 1 to 64 of [A-Za-z0-9_.-]: 0, or -EINVAL and *e. */
 int session_name_check(const char *name, struct err *e);
 
-/* Runs `req` in session req->session, opening it on first use. On success
+/* Runs `req` in session req->session of req->owner, opening it on first use. On success
  * *ret is the sandbox running it (for sandbox_cancel and sandbox_partial
  * until `cb`), and `cb` follows exactly once, from the loop (core/loop.h).
  * Errors, returned and in *e (its code, and a message that states the
@@ -47,15 +50,20 @@ int session_run(struct session_mgr *m, const struct sandbox_request *req, sandbo
  *   -ENOENT   no session of that name was opened
  *   -ENOLINK  it ended (why is in the message)
  *   -EAGAIN   its first call has not ended yet (still starting) */
-int session_sandbox(struct session_mgr *m, const char *name, struct sandbox **ret, struct err *e);
-/* Whether a session of that name is open (or starting). */
-bool session_exists(struct session_mgr *m, const char *name);
+int session_sandbox(struct session_mgr *m, const char *owner, const char *name,
+                    struct sandbox **ret, struct err *e);
+/* Whether a session of that owner and name is open (or starting). */
+bool session_exists(struct session_mgr *m, const char *owner, const char *name);
 
 /* Closes it: its container is removed, a call still running ends
  * "cancelled". Else *e and -ENOENT when none of that name was opened,
  * -ENOLINK when it had ended already. */
-int session_close(struct session_mgr *m, const char *name, struct err *e);
+int session_close(struct session_mgr *m, const char *owner, const char *name, struct err *e);
+/* How many sessions `owner` has open (or starting). */
+long session_count(struct session_mgr *m, const char *owner);
+/* Closes every session of `owner` (its client went away). */
+void session_close_owner(struct session_mgr *m, const char *owner);
 
 /* [{name, state (starting|idle|busy), age_s, idle_s, calls, memory_bytes,
  * container}] (new reference). */
-json_t *session_list(struct session_mgr *m);
+json_t *session_list(struct session_mgr *m, const char *owner);

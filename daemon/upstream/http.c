@@ -218,6 +218,7 @@ struct http_conn {
         size_t max;
         char *session;
         char *protocol;
+        char *unix_socket; /* connect there instead of the URL's host */
         const struct http_conn_ops *ops;
         void *userdata;
         struct list posts;
@@ -384,6 +385,7 @@ static void conn_destroy(struct http_conn *c)
         free(c->display);
         free(c->session);
         free(c->protocol);
+        free(c->unix_socket);
         free(c);
 }
 
@@ -595,9 +597,11 @@ static struct curl_slist *request_headers(struct http_conn *c, const char *accep
         return l;
 }
 
-static void common_options(CURL *easy)
+static void common_options(const struct http_conn *c, CURL *easy)
 {
         curl_easy_setopt(easy, CURLOPT_NOSIGNAL, 1L);
+        if (c->unix_socket)
+                curl_easy_setopt(easy, CURLOPT_UNIX_SOCKET_PATH, c->unix_socket);
         curl_easy_setopt(easy, CURLOPT_CONNECTTIMEOUT_MS, (long)CONNECT_TIMEOUT_MS);
         curl_easy_setopt(easy, CURLOPT_TCP_KEEPALIVE, 1L);
         /* Redirects are judged by us (redirect_ok), never followed by libcurl. */
@@ -636,7 +640,7 @@ static int post_start(struct post *po)
         buf_init(&po->error_body, ERROR_BODY_MAX);
         po->error_cut = false;
         CURL *easy = po->easy;
-        common_options(easy);
+        common_options(c, easy);
         curl_easy_setopt(easy, CURLOPT_URL, po->url ? po->url : c->url);
         if (po->get) {
                 curl_easy_setopt(easy, CURLOPT_HTTPGET, 1L);
@@ -1001,7 +1005,7 @@ bool http_conn_shutdown(struct http_conn *c, void (*done)(void *), void *userdat
         c->del = c->del_headers ? curl_easy_init() : NULL;
         if (!c->del)
                 return false;
-        common_options(c->del);
+        common_options(c, c->del);
         curl_easy_setopt(c->del, CURLOPT_URL, c->url);
         curl_easy_setopt(c->del, CURLOPT_CUSTOMREQUEST, "DELETE");
         curl_easy_setopt(c->del, CURLOPT_WRITEFUNCTION, discard);
@@ -1016,6 +1020,13 @@ bool http_conn_shutdown(struct http_conn *c, void (*done)(void *), void *userdat
                 return false;
         }
         return true;
+}
+
+int http_conn_set_unix_socket(struct http_conn *c, const char *path)
+{
+        free(c->unix_socket);
+        c->unix_socket = strdup(path);
+        return c->unix_socket ? 0 : -ENOMEM;
 }
 
 const char *http_conn_url(const struct http_conn *c)

@@ -103,5 +103,8 @@ void http_conn_forget(struct http_conn *c, json_int_t id);
  * Returns true when `done` will be called (once the DELETE is over), false
  * when there is no session to end (`done` is not called). */
 bool http_conn_shutdown(struct http_conn *c, void (*done)(void *), void *userdata);
+/* Reach the server through the unix socket at `path` (the URL still names
+ * the host and path sent). */
+int http_conn_set_unix_socket(struct http_conn *c, const char *path);
 /* The URL for messages: no user information, no query. */
 const char *http_conn_url(const struct http_conn *c);
