@@ -1,0 +1,416 @@
+#!/usr/bin/env node
+// End-to-end check of corral as a service: one `corral serve --listen
+// unix:...,tcp:127.0.0.1:PORT`, reached by the official SDK's streamable
+// HTTP client (with the token) and by stdio hosts through `corral connect`.
+// Prints TAP version 13.
+//
+//   CORRAL_ENGINE=unix:///run/corral-dev/podman.sock node service.mjs
+//
+// What it shows: the access checks (no token, a wrong token, a foreign
+// Origin or Host, another uid on the unix socket), the MCP session rules
+// (Mcp-Session-Id, MCP-Protocol-Version, DELETE), calls, progress,
+// cancellation, tasks, sessions and files over both ways in, and two
+// clients at once that can neither see nor touch each other's sessions,
+// jobs or tasks.
+//
+// Environment: CORRAL_ENGINE (required; exit 77 without it), CORRAL_BIN
+// (default ../../build/corral), CORRAL_IMAGE, E2E_ONLY (a regex of test
+// names), E2E_VERBOSE=1. Exit status: 0 passed, 1 failed, 77 skipped.
+
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import { CallToolResultSchema } from '@modelcontextprotocol/sdk/types.js';
+import assert from 'node:assert/strict';
+import { execFileSync, spawn } from 'node:child_process';
+import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import http from 'node:http';
+import net from 'node:net';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const HERE = path.dirname(fileURLToPath(import.meta.url));
+const ENGINE = process.env.CORRAL_ENGINE;
+const BIN = path.resolve(HERE, process.env.CORRAL_BIN || '../../build/corral');
+const VERBOSE = process.env.E2E_VERBOSE === '1';
+const out = (line) => process.stdout.write(line + '\n');
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+if (!ENGINE) {
+  out('TAP version 13\n1..0 # SKIP CORRAL_ENGINE is not set');
+  process.exit(77);
+}
+
+async function freePort() {
+  const s = net.createServer();
+  await new Promise((r) => s.listen(0, '127.0.0.1', r));
+  const { port } = s.address();
+  await new Promise((r) => s.close(r));
+  return port;
+}
+
+// ---------------------------------------------------------------- service
+
+const ROOT = mkdtempSync(path.join(tmpdir(), 'corral-service-'));
+chmodSync(ROOT, 0o755);
+const RUNTIME_DIR = path.join(ROOT, 'run');
+const CONFIG_HOME = path.join(ROOT, 'config');
+mkdirSync(RUNTIME_DIR, { mode: 0o700 });
+const SOCKET = path.join(RUNTIME_DIR, 'corral', 'corral.sock');
+
+function serviceEnv(extra = {}) {
+  const env = { ...process.env, XDG_RUNTIME_DIR: RUNTIME_DIR, XDG_CONFIG_HOME: CONFIG_HOME,
+    CORRAL_ENGINE: ENGINE, CORRAL_HOST_SERVERS: 'false', CORRAL_AUDIT_LOG: 'off', ...extra };
+  delete env.CORRAL_TOKEN;
+  return env;
+}
+
+class Service {
+  constructor(extraEnv = {}, listen = null) {
+    this.extraEnv = extraEnv;
+    this.listen = listen;
+    this.log = '';
+  }
+
+  async start() {
+    this.port = await freePort();
+    const listen = this.listen || `unix,tcp:127.0.0.1:${this.port}`;
+    this.proc = spawn(BIN, ['serve', '--listen', listen], { env: serviceEnv(this.extraEnv), stdio: ['ignore', 'ignore', 'pipe'] });
+    this.proc.stderr.on('data', (d) => { this.log += d; });
+    const deadline = Date.now() + 20000;
+    while (!/listening on tcp:/.test(this.log) || !/listening on unix:/.test(this.log)) {
+      if (this.proc.exitCode !== null) throw new Error(`corral serve exited: ${this.log}`);
+      if (Date.now() > deadline) throw new Error(`corral serve did not listen: ${this.log}`);
+      await sleep(50);
+    }
+    this.token = readFileSync(path.join(CONFIG_HOME, 'corral', 'token'), 'utf8').trim();
+    this.url = `http://127.0.0.1:${this.port}/mcp`;
+    return this;
+  }
+
+  async stop() {
+    if (!this.proc || this.proc.exitCode !== null) return this.proc?.exitCode;
+    this.proc.kill('SIGTERM');
+    const t = Date.now();
+    while (this.proc.exitCode === null && Date.now() - t < 20000) await sleep(50);
+    return this.proc.exitCode;
+  }
+}
+
+async function httpClient(svc, name = 'http') {
+  const c = new Client({ name, version: '1' });
+  const transport = new StreamableHTTPClientTransport(new URL(svc.url),
+    { requestInit: { headers: { Authorization: `Bearer ${svc.token}` } } });
+  await c.connect(transport);
+  c.transportRef = transport;
+  return c;
+}
+
+async function connectClient(name = 'connect') {
+  const c = new Client({ name, version: '1' });
+  const transport = new StdioClientTransport({ command: BIN, args: ['connect'],
+    env: serviceEnv(), stderr: 'pipe' });
+  await c.connect(transport);
+  return c;
+}
+
+// One raw HTTP request: {status, headers, body}.
+function raw(svc, { method = 'POST', headers = {}, body = null, socketPath = null, pathName = '/mcp' } = {}) {
+  return new Promise((resolve, reject) => {
+    const opts = socketPath ? { socketPath, path: pathName, method } : { host: '127.0.0.1', port: svc.port, path: pathName, method };
+    opts.headers = { 'Content-Type': 'application/json', Accept: 'application/json, text/event-stream', ...headers };
+    const req = http.request(opts, (res) => {
+      let data = '';
+      res.on('data', (d) => { data += d; });
+      res.on('end', () => resolve({ status: res.statusCode, headers: res.headers, body: data }));
+    });
+    req.on('error', reject);
+    if (body) req.write(typeof body === 'string' ? body : JSON.stringify(body));
+    req.end();
+  });
+}
+
+const INIT = { jsonrpc: '2.0', id: 1, method: 'initialize',
+  params: { protocolVersion: '2025-11-25', capabilities: {}, clientInfo: { name: 'raw', version: '1' } } };
+const auth = (svc) => ({ Authorization: `Bearer ${svc.token}` });
+
+async function rawSession(svc) {
+  const r = await raw(svc, { headers: auth(svc), body: INIT });
+  assert.equal(r.status, 200, r.body);
+  const sid = r.headers['mcp-session-id'];
+  assert.match(sid, /^[0-9a-f]{32}$/);
+  return sid;
+}
+
+const text = (r) => (r.content || []).filter((c) => c.type === 'text').map((c) => c.text).join('');
+const py = (c, code, extra = {}) => c.callTool({ name: 'run_python', arguments: { code, ...extra } }, CallToolResultSchema, { timeout: 60000 });
+
+// ------------------------------------------------------------------ tests
+
+const tests = [];
+const test = (name, fn) => tests.push({ name, fn });
+
+test('access: no token, a wrong token: 401; the right one: 200', async (svc) => {
+  let r = await raw(svc, { body: INIT });
+  assert.equal(r.status, 401);
+  assert.match(r.headers['www-authenticate'] || '', /Bearer/);
+  assert.match(JSON.parse(r.body).error.message, /Authorization: Bearer/);
+  r = await raw(svc, { headers: { Authorization: 'Bearer wrong-token-wrong-token' }, body: INIT });
+  assert.equal(r.status, 401);
+  r = await raw(svc, { headers: { Authorization: `Bearer ${svc.token}x` }, body: INIT });
+  assert.equal(r.status, 401);
+  r = await raw(svc, { headers: auth(svc), body: INIT });
+  assert.equal(r.status, 200);
+});
+
+test('access: a foreign Origin: 403; a foreign Host (DNS rebinding): 403; loopback ones: 200', async (svc) => {
+  let r = await raw(svc, { headers: { ...auth(svc), Origin: 'http://evil.example' }, body: INIT });
+  assert.equal(r.status, 403);
+  assert.match(JSON.parse(r.body).error.message, /Origin/);
+  r = await raw(svc, { headers: { ...auth(svc), Host: `evil.example:${svc.port}` }, body: INIT });
+  assert.equal(r.status, 403);
+  assert.match(JSON.parse(r.body).error.message, /Host/);
+  r = await raw(svc, { headers: { ...auth(svc), Origin: `http://localhost:${svc.port}`, Host: `localhost:${svc.port}` }, body: INIT });
+  assert.equal(r.status, 200);
+  // The unix socket needs no token, and still checks Origin.
+  r = await raw(svc, { socketPath: SOCKET, body: INIT });
+  assert.equal(r.status, 200);
+  r = await raw(svc, { socketPath: SOCKET, headers: { Origin: 'http://evil.example' }, body: INIT });
+  assert.equal(r.status, 403);
+});
+
+test('access: another uid on the unix socket is refused (mode 0600, and by SO_PEERCRED)', async (svc) => {
+  const st = execFileSync('stat', ['-c', '%a', SOCKET]).toString().trim();
+  assert.equal(st, '600');
+  const curl = (sock) => {
+    try {
+      return execFileSync('setpriv', ['--reuid=nobody', '--regid=nogroup', '--clear-groups', 'curl', '-s', '-o', '/dev/null',
+        '-w', '%{http_code}', '--unix-socket', sock, '-H', 'Content-Type: application/json', '-H',
+        'Accept: application/json, text/event-stream', '-d', JSON.stringify(INIT), 'http://localhost/mcp'],
+      { stdio: ['ignore', 'pipe', 'pipe'] }).toString();
+    } catch (e) {
+      return `exit ${e.status} ${e.stdout}`;
+    }
+  };
+  // As made: the directory and socket are the user's alone.
+  assert.match(curl(SOCKET), /^exit 7/);
+  // Opened up on purpose: corral itself still refuses the peer.
+  const open = path.join(ROOT, 'open');
+  mkdirSync(open, { mode: 0o777 });
+  chmodSync(open, 0o777);
+  const svc2 = await new Service({}, `unix:${open}/corral.sock,tcp:127.0.0.1:0`).startUnixOnly(open);
+  try {
+    chmodSync(`${open}/corral.sock`, 0o777);
+    const got = curl(`${open}/corral.sock`);
+    assert.match(got, /^(000|exit 52|exit 56)/, got);
+    const deadline = Date.now() + 5000;
+    while (!/refused a peer of uid/.test(svc2.log) && Date.now() < deadline) await sleep(50);
+    assert.match(svc2.log, /refused a peer of uid \d+ \(only uid \d+ may connect\)/);
+  } finally {
+    await svc2.stop();
+  }
+});
+
+Service.prototype.startUnixOnly = async function startUnixOnly() {
+  this.proc = spawn(BIN, ['serve', '--listen', this.listen.split(',')[0]], { env: serviceEnv(this.extraEnv), stdio: ['ignore', 'ignore', 'pipe'] });
+  this.proc.stderr.on('data', (d) => { this.log += d; });
+  const deadline = Date.now() + 20000;
+  while (!/listening on unix:/.test(this.log)) {
+    if (this.proc.exitCode !== null || Date.now() > deadline) throw new Error(`corral serve: ${this.log}`);
+    await sleep(50);
+  }
+  return this;
+};
+
+test('MCP sessions: no Mcp-Session-Id 400, unknown 404, bad MCP-Protocol-Version 400, DELETE ends it', async (svc) => {
+  const ping = { jsonrpc: '2.0', id: 2, method: 'ping' };
+  let r = await raw(svc, { headers: auth(svc), body: ping });
+  assert.equal(r.status, 400);
+  r = await raw(svc, { headers: { ...auth(svc), 'Mcp-Session-Id': '0'.repeat(32) }, body: ping });
+  assert.equal(r.status, 404);
+  const sid = await rawSession(svc);
+  r = await raw(svc, { headers: { ...auth(svc), 'Mcp-Session-Id': sid, 'MCP-Protocol-Version': '1999-01-01' }, body: ping });
+  assert.equal(r.status, 400);
+  r = await raw(svc, { headers: { ...auth(svc), 'Mcp-Session-Id': sid, 'MCP-Protocol-Version': '2025-11-25' }, body: ping });
+  assert.equal(r.status, 200);
+  assert.deepEqual(JSON.parse(r.body), { jsonrpc: '2.0', id: 2, result: {} });
+  r = await raw(svc, { headers: { ...auth(svc), 'Mcp-Session-Id': sid }, body: { jsonrpc: '2.0', method: 'notifications/initialized' } });
+  assert.equal(r.status, 202);
+  r = await raw(svc, { headers: { ...auth(svc), Accept: 'application/json' }, body: INIT });
+  assert.equal(r.status, 406);
+  r = await raw(svc, { method: 'DELETE', headers: { ...auth(svc), 'Mcp-Session-Id': sid } });
+  assert.equal(r.status, 200);
+  r = await raw(svc, { headers: { ...auth(svc), 'Mcp-Session-Id': sid }, body: ping });
+  assert.equal(r.status, 404);
+});
+
+test('HTTP client: a call, progress on its event stream, a cancellation', async (svc) => {
+  const c = await httpClient(svc);
+  try {
+    const r = await py(c, 'print(6 * 7)');
+    assert.equal(r.structuredContent.status, 'ok', JSON.stringify(r));
+    assert.match(text(r), /42/);
+    const seen = [];
+    const p = await c.callTool({ name: 'run_python', arguments: { code: 'import time\nfor i in range(3):\n    print("step", i, flush=True)\n    time.sleep(0.6)' } },
+      CallToolResultSchema, { timeout: 60000, onprogress: (n) => seen.push(n) });
+    assert.equal(p.structuredContent.status, 'ok');
+    assert.ok(seen.length >= 1, 'progress notifications arrived');
+    const ac = new AbortController();
+    const t0 = Date.now();
+    const slow = c.callTool({ name: 'run_python', arguments: { code: 'import time; time.sleep(30)' } }, CallToolResultSchema, { signal: ac.signal, timeout: 60000 });
+    await sleep(1500);
+    ac.abort('changed my mind');
+    await assert.rejects(slow);
+    assert.ok(Date.now() - t0 < 10000);
+    const after = await py(c, 'print("still here")');
+    assert.match(text(after), /still here/);
+  } finally {
+    await c.close();
+  }
+});
+
+test('corral connect: calls, a session and its files, through the unix socket', async (svc) => {
+  const c = await connectClient();
+  try {
+    const r = await py(c, 'x = 41\nprint(x + 1)', { session: 'calc' });
+    assert.match(text(r), /42/);
+    const r2 = await py(c, 'print(x + 2)', { session: 'calc' });
+    assert.match(text(r2), /43/);
+    const w = await c.callTool({ name: 'write_file', arguments: { session: 'calc', path: 'in.txt', content: 'hello' } });
+    assert.ok(!w.isError, JSON.stringify(w));
+    const rd = await c.callTool({ name: 'read_file', arguments: { session: 'calc', path: 'in.txt' } });
+    assert.match(JSON.stringify(rd), /hello/);
+    const l = await c.callTool({ name: 'session_list', arguments: {} });
+    assert.deepEqual(l.structuredContent.sessions.map((s) => s.name), ['calc']);
+    await c.callTool({ name: 'session_close', arguments: { session: 'calc' } });
+  } finally {
+    await c.close();
+  }
+});
+
+test('two clients at once: neither sees nor touches the other\'s sessions, jobs or tasks', async (svc) => {
+  const a = await httpClient(svc, 'a');
+  const b = await connectClient('b');
+  try {
+    // The same session name, two sessions.
+    await py(a, 'v = "a"', { session: 'work' });
+    await py(b, 'v = "b"', { session: 'work' });
+    assert.match(text(await py(a, 'print(v)', { session: 'work' })), /^a/);
+    assert.match(text(await py(b, 'print(v)', { session: 'work' })), /^b/);
+    await py(a, 'pass', { session: 'only-a' });
+    const la = (await a.callTool({ name: 'session_list', arguments: {} })).structuredContent.sessions.map((s) => s.name).sort();
+    const lb = (await b.callTool({ name: 'session_list', arguments: {} })).structuredContent.sessions.map((s) => s.name).sort();
+    assert.deepEqual(la, ['only-a', 'work']);
+    assert.deepEqual(lb, ['work']);
+    const closeOther = await b.callTool({ name: 'session_close', arguments: { session: 'only-a' } });
+    assert.ok(closeOther.isError, 'b cannot close a\'s session');
+    const readOther = await b.callTool({ name: 'list_files', arguments: { session: 'only-a' } });
+    assert.ok(readOther.isError, 'b cannot reach a\'s files');
+    // A job of a's: b can neither see, wait for nor cancel it.
+    const job = await a.callTool({ name: 'run_python', arguments: { code: 'import time; time.sleep(4); print("done")', sync_wait_s: 0 } });
+    const jobId = job.structuredContent.job_id;
+    assert.ok(jobId, JSON.stringify(job));
+    const jl = (await b.callTool({ name: 'job_list', arguments: {} })).structuredContent;
+    assert.ok(!JSON.stringify(jl).includes(jobId));
+    assert.ok((await b.callTool({ name: 'job_status', arguments: { job_id: jobId } })).isError);
+    assert.ok((await b.callTool({ name: 'job_cancel', arguments: { job_id: jobId } })).isError);
+    const res = await a.callTool({ name: 'job_result', arguments: { job_id: jobId, wait_s: 20 } }, CallToolResultSchema, { timeout: 30000 });
+    assert.match(JSON.stringify(res), /done/);
+    // A task of b's: a cannot get or cancel it.
+    const created = await b.request({ method: 'tools/call', params: { name: 'run_python', arguments: { code: 'print(7)' }, task: { ttl: 60000 } } },
+      (await import('@modelcontextprotocol/sdk/types.js')).CreateTaskResultSchema);
+    const taskId = created.task.taskId;
+    await assert.rejects(a.request({ method: 'tasks/get', params: { taskId } }, (await import('@modelcontextprotocol/sdk/types.js')).GetTaskResultSchema));
+    await assert.rejects(a.request({ method: 'tasks/cancel', params: { taskId } }, (await import('@modelcontextprotocol/sdk/types.js')).CancelTaskResultSchema));
+    // Both fast: the shared pool answers each.
+    const t0 = performance.now();
+    await Promise.all([py(a, 'print(1)'), py(b, 'print(2)')]);
+    if (VERBOSE) out(`# two warm calls at once: ${(performance.now() - t0).toFixed(1)} ms`);
+  } finally {
+    await a.close();
+    await b.close();
+  }
+});
+
+test('a client that goes away: its sessions close and its MCP session ends when idle', async () => {
+  const svc = await new Service({ CORRAL_CLIENT_IDLE_S: '2' }).start();
+  try {
+    const sid = await rawSession(svc);
+    const call = { jsonrpc: '2.0', id: 5, method: 'tools/call', params: { name: 'run_python', arguments: { code: 'pass', session: 'left' } } };
+    const r = await raw(svc, { headers: { ...auth(svc), 'Mcp-Session-Id': sid }, body: call });
+    assert.equal(r.status, 200, r.body);
+    const deadline = Date.now() + 30000;
+    while (!/client c1\) ended: idle/.test(svc.log) && Date.now() < deadline) await sleep(200);
+    assert.match(svc.log, /ended: idle past client_idle_s/);
+    assert.match(svc.log, /session left: closed with its client's MCP session/);
+    const again = await raw(svc, { headers: { ...auth(svc), 'Mcp-Session-Id': sid }, body: { jsonrpc: '2.0', id: 6, method: 'ping' } });
+    assert.equal(again.status, 404);
+  } finally {
+    assert.equal(await svc.stop(), 0);
+  }
+});
+
+test('a client holds at most client_max_sandboxes; another client is still served', async () => {
+  const svc = await new Service({ CORRAL_CLIENT_MAX_SANDBOXES: '1' }).start();
+  const a = await httpClient(svc, 'a');
+  const b = await httpClient(svc, 'b');
+  try {
+    const slow = py(a, 'import time; time.sleep(3)');
+    await sleep(800);
+    const refused = await py(a, 'print(1)');
+    assert.equal(refused.structuredContent.status, 'busy', JSON.stringify(refused));
+    assert.match(text(refused), /client_max_sandboxes/);
+    const other = await py(b, 'print(2)');
+    assert.equal(other.structuredContent.status, 'ok');
+    assert.equal((await slow).structuredContent.status, 'ok');
+  } finally {
+    await a.close();
+    await b.close();
+    assert.equal(await svc.stop(), 0);
+  }
+});
+
+test('corral connect with no service: a clear error, nothing started', async () => {
+  const env = { ...serviceEnv(), XDG_RUNTIME_DIR: path.join(ROOT, 'nowhere') };
+  mkdirSync(env.XDG_RUNTIME_DIR, { mode: 0o700 });
+  const p = spawn(BIN, ['connect'], { env, stdio: ['pipe', 'pipe', 'pipe'] });
+  let err = '';
+  p.stderr.on('data', (d) => { err += d; });
+  const code = await new Promise((r) => p.on('exit', r));
+  assert.equal(code, 1);
+  assert.match(err, /no corral service at .*corral\.sock: start it/);
+});
+
+// ------------------------------------------------------------------- main
+
+const only = process.env.E2E_ONLY ? new RegExp(process.env.E2E_ONLY) : null;
+const chosen = tests.filter((t) => !only || only.test(t.name));
+out('TAP version 13');
+out(`1..${chosen.length}`);
+let failed = 0;
+let svc = null;
+try {
+  svc = await new Service().start();
+} catch (e) {
+  out(`Bail out! ${e.message}`);
+  process.exit(1);
+}
+for (const [i, t] of chosen.entries()) {
+  try {
+    await Promise.race([t.fn(svc), sleep(120000).then(() => { throw new Error('no end within 120 s'); })]);
+    out(`ok ${i + 1} - ${t.name}`);
+  } catch (e) {
+    failed++;
+    out(`not ok ${i + 1} - ${t.name}`);
+    out(`  # ${String(e && e.stack || e).split('\n').slice(0, 6).join('\n  # ')}`);
+    if (VERBOSE) out(`  # corral: ${svc.log.split('\n').slice(-30).join('\n  # ')}`);
+  }
+}
+const code = await svc.stop();
+if (code !== 0) {
+  failed++;
+  out(`not ok ${chosen.length + 1} - the service stops cleanly on SIGTERM (exit ${code})`);
+}
+rmSync(ROOT, { recursive: true, force: true });
+process.exit(failed ? 1 : 0);
