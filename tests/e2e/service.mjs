@@ -23,7 +23,7 @@ import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/
 import { CallToolResultSchema } from '@modelcontextprotocol/sdk/types.js';
 import assert from 'node:assert/strict';
 import { execFileSync, spawn } from 'node:child_process';
-import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
@@ -380,6 +380,38 @@ test('corral connect with no service: a clear error, nothing started', async () 
   const code = await new Promise((r) => p.on('exit', r));
   assert.equal(code, 1);
   assert.match(err, /no corral service at .*corral\.sock: start it/);
+});
+
+test('systemd: the units pass systemd-analyze verify; socket activation works', async () => {
+  const units = path.join(ROOT, 'units');
+  mkdirSync(units, { recursive: true });
+  for (const u of ['corral.socket', 'corral.service']) {
+    const src = readFileSync(path.join(HERE, '../../contrib/systemd', u), 'utf8');
+    writeFileSync(path.join(units, u), src.replaceAll('/usr/local/bin/corral', BIN));
+  }
+  const rt = path.join(ROOT, 'sd-run');
+  mkdirSync(rt, { mode: 0o700, recursive: true });
+  const v = execFileSync('systemd-analyze', ['--user', 'verify', path.join(units, 'corral.socket'), path.join(units, 'corral.service')],
+    { env: { ...process.env, XDG_RUNTIME_DIR: rt }, stdio: ['ignore', 'pipe', 'pipe'] }).toString();
+  assert.equal(v.trim(), '');
+  const sock = path.join(ROOT, 'activated.sock');
+  const env = serviceEnv();
+  const p = spawn('systemd-socket-activate', ['-l', sock, '-E', `CORRAL_ENGINE=${ENGINE}`, '-E', `XDG_CONFIG_HOME=${CONFIG_HOME}`,
+    '-E', 'CORRAL_HOST_SERVERS=false', '-E', 'CORRAL_AUDIT_LOG=off', '-E', `XDG_RUNTIME_DIR=${RUNTIME_DIR}`, BIN, 'serve'],
+  { env, stdio: ['ignore', 'ignore', 'pipe'] });
+  let log = '';
+  p.stderr.on('data', (d) => { log += d; });
+  try {
+    const deadline = Date.now() + 5000;
+    while (!/Listening on/.test(log) && Date.now() < deadline) await sleep(50);
+    const r = await raw(null, { socketPath: sock, body: INIT });
+    assert.equal(r.status, 200, r.body);
+    assert.match(JSON.parse(r.body).result.serverInfo.name, /corral/);
+    assert.match(log, /listening on unix:.*activated\.sock \(from systemd\)/);
+  } finally {
+    p.kill('SIGTERM');
+    await new Promise((r) => (p.exitCode !== null ? r() : p.on('exit', r)));
+  }
 });
 
 // ------------------------------------------------------------------- main
