@@ -17,28 +17,12 @@ struct audit {
 };
 
 /* mkdir -p for the directory part of path, 0700 for what it creates. */
-static int make_parents(const char *path)
-{
-        _cleanup_free_ char *dir = strdup(path);
-        if (!dir)
-                return -ENOMEM;
-        for (char *p = dir + 1; *p; p++) {
-                if (*p != '/')
-                        continue;
-                *p = '\0';
-                if (mkdir(dir, 0700) < 0 && errno != EEXIST)
-                        return -errno;
-                *p = '/';
-        }
-        return 0;
-}
-
 int audit_open(const char *path, struct audit **ret, struct err *e)
 {
         if (path[0] != '/')
                 return err_set(e, ERR_CONFIG, EINVAL, "audit_log must be an absolute path, not %s",
                                path);
-        int r = make_parents(path);
+        int r = mkdir_parents(path);
         if (r < 0)
                 return err_set(e, ERR_CONFIG, -r, "cannot make the directory of audit log %s: %s",
                                path, strerror(-r));

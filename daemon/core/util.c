@@ -60,6 +60,22 @@ int runtime_dir(char *buf, size_t size, struct err *e)
         return 0;
 }
 
+int mkdir_parents(const char *path)
+{
+        _cleanup_free_ char *dir = strdup(path);
+        if (!dir)
+                return -ENOMEM;
+        for (char *p = dir + 1; *p; p++) {
+                if (*p != '/')
+                        continue;
+                *p = '\0';
+                if (mkdir(dir, 0700) < 0 && errno != EEXIST)
+                        return -errno;
+                *p = '/';
+        }
+        return 0;
+}
+
 int service_socket_path(char *buf, size_t size, struct err *e)
 {
         char dir[256];

@@ -94,6 +94,10 @@ int proc_tree_pss(long pid, long long *ret_kb);
  * engine socket and the status files. */
 int runtime_dir(char *buf, size_t size, struct err *e);
 
+/* Makes the directories above `path` that are missing, mode 0700: 0 or a
+ * negative errno. */
+int mkdir_parents(const char *path);
+
 /* The service's default socket: runtime_dir()/corral.sock. */
 int service_socket_path(char *buf, size_t size, struct err *e);
 

@@ -819,21 +819,6 @@ static int listener_add(struct mcp_http *h, int fd, bool unix_socket, const char
         return 0;
 }
 
-static int mkdir_parents(const char *path)
-{
-        char dir[256];
-        snprintf(dir, sizeof(dir), "%s", path);
-        for (char *p = dir + 1; *p; p++) {
-                if (*p != '/')
-                        continue;
-                *p = '\0';
-                if (mkdir(dir, 0700) < 0 && errno != EEXIST)
-                        return -errno;
-                *p = '/';
-        }
-        return 0;
-}
-
 static int listen_unix(struct mcp_http *h, const char *path, struct err *e)
 {
         struct sockaddr_un sa = {.sun_family = AF_UNIX};

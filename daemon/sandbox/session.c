@@ -357,6 +357,21 @@ bool session_exists(struct session_mgr *m, const char *owner, const char *name)
         return find(m, owner, name) != NULL;
 }
 
+/* Removes its container; a call still running ends "cancelled", and
+ * session_done frees the session then. */
+static void close_now(struct session *x)
+{
+        struct sandbox *sb = x->sb;
+        if (x->busy) {
+                list_del(&x->node);
+                x->closed = true;
+        } else {
+                session_free(x);
+        }
+        if (sb)
+                sandbox_close(sb);
+}
+
 int session_close(struct session_mgr *m, const char *owner, const char *name, struct err *e)
 {
         struct session *x = find(m, owner, name);
@@ -369,16 +384,7 @@ int session_close(struct session_mgr *m, const char *owner, const char *name, st
                 return err_set(e, ERR_INVALID, -ENOENT, "no session \"%s\"", name);
         }
         log_info("session %s: closed by the client", name);
-        struct sandbox *sb = x->sb;
-        if (x->busy) {
-                /* Its call ends "cancelled"; session_done frees it then. */
-                list_del(&x->node);
-                x->closed = true;
-        } else {
-                session_free(x);
-        }
-        if (sb)
-                sandbox_close(sb);
+        close_now(x);
         return 0;
 }
 
@@ -400,15 +406,7 @@ void session_close_owner(struct session_mgr *m, const char *owner)
                 if (strcmp(x->owner, owner) != 0)
                         continue;
                 log_info("session %s: closed with its client's MCP session", x->name);
-                struct sandbox *sb = x->sb;
-                if (x->busy) {
-                        list_del(&x->node);
-                        x->closed = true;
-                } else {
-                        session_free(x);
-                }
-                if (sb)
-                        sandbox_close(sb);
+                close_now(x);
         }
 }
 

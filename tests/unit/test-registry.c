@@ -42,7 +42,7 @@ static void fresh_dirs(void)
         mkdir(cwd, 0700);
 }
 
-static void mkdir_parents(const char *path)
+static void make_dirs_for(const char *path)
 {
         char tmp[PATH_MAX];
         snprintf(tmp, sizeof(tmp), "%s", path);
@@ -59,7 +59,7 @@ static void put(const char *dir, const char *rel, const char *text)
 {
         char path[PATH_MAX];
         snprintf(path, sizeof(path), "%s/%s", dir, rel);
-        mkdir_parents(path);
+        make_dirs_for(path);
         FILE *f = fopen(path, "w");
         if (!f) {
                 perror(path);
@@ -994,7 +994,7 @@ static void test_bounds(void)
         put(cwd, ".mcp.json", "{\"mcpServers\": {\"broken\": ");
         put(home, ".claude.json", "[1, 2]");
         snprintf(path, sizeof(path), "%s/.vscode/mcp.json", cwd);
-        mkdir_parents(path);
+        make_dirs_for(path);
         mkdir(path, 0700);
         put(cwd, ".cursor/mcp.json", "{\"mcpServers\": [\"not an object\"]}");
         is_int(load(NULL, false, &reg, &e), 0, "broken files are not fatal");
