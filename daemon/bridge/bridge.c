@@ -3,6 +3,7 @@
 #include "core/buf.h"
 #include "core/list.h"
 #include "core/log.h"
+#include "core/metrics.h"
 
 #include <ctype.h>
 #include <stdio.h>
@@ -282,6 +283,7 @@ static void audit(struct bridge_run *r, const char *server, const char *tool, si
             .allowed = allowed,
             .error = error,
         };
+        metrics_bridge(server, !allowed ? "denied" : error ? "error" : "ok");
         if (!allowed && ++r->denials > DENIALS_AUDITED)
                 return; /* counted; bridge_run_free writes how many */
         audit_write(r->b->audit, &en);

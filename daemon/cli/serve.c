@@ -43,6 +43,8 @@ static void write_status(struct timer *t, void *userdata)
         char tmp[320];
         snprintf(tmp, sizeof(tmp), "%s.tmp", s->status_path);
         json_auto_t *st = sandbox_mgr_status(s->mgr);
+        if (st && s->http)
+                json_object_set_new(st, "service", mcp_http_status(s->http));
         if (st && json_dump_file(st, tmp, JSON_COMPACT) == 0 && rename(tmp, s->status_path) < 0)
                 unlink(tmp);
 }
@@ -171,12 +173,35 @@ static int http_server_new(void *userdata, const char *owner, struct mcp_server 
                               ret);
 }
 
+/* What /health and /metrics show of the managers. */
+static json_t *service_status(void *userdata)
+{
+        struct serve *s = userdata;
+        json_t *st = sandbox_mgr_status(s->mgr);
+        json_t *ups = json_array();
+        for (size_t i = 0; s->ups && i < upstream_count(s->ups); i++) {
+                struct upstream *u = upstream_at(s->ups, i);
+                json_array_append_new(ups, json_pack("{s:s, s:s}", "name", upstream_spec(u)->name,
+                                                     "state", upstream_state(u)));
+        }
+        if (st) {
+                json_object_set_new(st, "upstreams", ups);
+                json_object_set_new(st, "sessions", json_integer(session_total(s->sessions)));
+        } else {
+                json_decref(ups);
+        }
+        return st;
+}
+
 /* The listeners: systemd's sockets when it passed some, else `listen`
  * ("unix" alone: the default socket). */
 static int http_open(struct serve *s, const struct config *cfg, int n_fds)
 {
         struct err e = {0};
         int r = mcp_http_new(s->loop, cfg, http_server_new, s, &s->http, &e);
+        if (r == 0)
+                mcp_http_set_status(s->http, service_status, s, sandbox_mgr_engine(s->mgr),
+                                    cfg->image);
         for (int i = 0; r == 0 && i < n_fds; i++)
                 r = mcp_http_adopt(s->http, 3 + i, &e);
         for (char **a = cfg->listen; r == 0 && n_fds == 0 && a && *a; a++) {

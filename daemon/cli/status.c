@@ -31,6 +31,16 @@ static void print_human(json_t *st)
                I(p, "consecutive_failures"),
                json_is_string(json_object_get(p, "last_error")) ? ": " : "",
                json_string_value(json_object_get(p, "last_error")) ?: "");
+        json_t *svc = json_object_get(st, "service");
+        if (svc) {
+                printf("  service: %lld clients (max %lld) on", I(svc, "clients"),
+                       I(svc, "max_clients"));
+                size_t i;
+                json_t *l;
+                json_array_foreach(json_object_get(svc, "listeners"), i, l)
+                    printf(" %s", json_string_value(l) ?: "?");
+                printf("\n");
+        }
         printf("  memory %lld KiB (peak %lld KiB), CPU %lld ms\n", I(st, "rss_kb"),
                I(st, "peak_rss_kb"), I(st, "cpu_ms"));
 #undef I

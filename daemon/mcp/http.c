@@ -15,6 +15,8 @@
 #include "core/jsonrpc.h"
 #include "core/list.h"
 #include "core/log.h"
+#include "core/metrics.h"
+#include "engine/engine.h"
 #include "mcp/server.h"
 #include "mcp/transport.h"
 
@@ -71,6 +73,7 @@ struct req {
         /* A stream: the answer to `id` (and, SSE, what comes before it) or
          * a GET stream. */
         bool stream, sse, get, done, suspended;
+        bool health; /* parked until the engine answers /health */
         bool parked; /* a JSON answer not there yet: suspended, no response */
         char new_session[SESSION_ID_LEN + 1]; /* initialize's: sent as Mcp-Session-Id */
         json_t *id, *ptoken;
@@ -107,6 +110,15 @@ struct mcp_http {
         unsigned long long seq;
         char token[2 * TOKEN_BYTES + 1];
         bool stopping;
+        /* /health and /metrics */
+        json_t *(*status)(void *userdata);
+        void *status_ud;
+        struct engine *eng;
+        const char *image;
+        struct engine_req *health_req; /* one engine question for every waiting /health */
+        struct list health_waits;      /* struct req, parked */
+        json_t *health;                /* the last answer, for those waiting */
+        long long health_ms;
 };
 
 /* ---- driving libmicrohttpd from the loop */
@@ -679,6 +691,165 @@ static enum MHD_Result mcp_delete(struct mcp_http *h, struct req *q)
         return answer_text(q->conn, 200, "application/json", "");
 }
 
+/* ---- /health and /metrics */
+
+static json_t *status_now(struct mcp_http *h)
+{
+        json_t *st = h->status ? h->status(h->status_ud) : NULL;
+        return st ? st : json_object();
+}
+
+/* Ready: the engine answered and has the image, the pool is not failing,
+ * and corral takes new clients. */
+static enum MHD_Result health_answer(struct mcp_http *h, struct req *q)
+{
+        json_auto_t *st = status_now(h);
+        json_t *pool = json_object_get(st, "pool");
+        json_t *eng = json_object_get(h->health, "engine");
+        bool engine_ok = json_is_true(json_object_get(eng, "reachable"));
+        bool image_ok =
+            json_is_true(json_object_get(json_object_get(h->health, "image"), "present"));
+        long failing = (long)json_integer_value(json_object_get(pool, "consecutive_failures"));
+        bool ready = engine_ok && image_ok && failing == 0 && !h->stopping;
+        json_auto_t *body =
+            json_pack("{s:s, s:b, s:b, s:O?, s:O?, s:{s:O?, s:O?, s:O?, s:O?, s:O?}, s:I, s:b}",
+                      "status", ready ? "ok" : "unavailable", "live", 1, "ready", ready, "engine",
+                      eng, "image", json_object_get(h->health, "image"), "pool", "ready",
+                      json_object_get(pool, "ready"), "target", json_object_get(pool, "target"),
+                      "starting", json_object_get(pool, "starting"), "consecutive_failures",
+                      json_object_get(pool, "consecutive_failures"), "last_error",
+                      json_object_get(pool, "last_error"), "clients", (json_int_t)h->n_sessions,
+                      "draining", h->stopping);
+        _cleanup_free_ char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+        return answer_text(q->conn, ready ? 200 : 503, "application/json", text ? text : "{}");
+}
+
+static void health_engine_answered(void *userdata, long status, json_t *body, const struct err *e)
+{
+        struct mcp_http *h = userdata;
+        (void)body;
+        h->health_req = NULL;
+        json_decref(h->health);
+        char why[300] = "";
+        if (status == 0)
+                snprintf(why, sizeof(why), "%.290s", e && e->msg[0] ? e->msg : "no answer");
+        else if (status >= 500)
+                snprintf(why, sizeof(why), "the engine answered %ld", status);
+        utf8_scrub(why);
+        bool reachable = status > 0 && status < 500;
+        h->health =
+            json_pack("{s:{s:b, s:s?}, s:{s:s, s:b}}", "engine", "reachable", reachable, "error",
+                      why[0] ? why : NULL, "image", "name", h->image, "present", status == 200);
+        h->health_ms = now_ms();
+        struct req *q, *n;
+        list_for_each_safe(q, n, &h->health_waits, node)
+        {
+                list_del(&q->node);
+                list_init(&q->node);
+                stream_wake(q);
+        }
+}
+
+static enum MHD_Result health_get(struct mcp_http *h, struct req *q)
+{
+        /* An answer less than a second old serves: a prober cannot make
+         * corral ask the engine more than once a second. */
+        if (h->health && now_ms() - h->health_ms < 1000)
+                return health_answer(h, q);
+        if (!h->eng || !h->image) {
+                json_decref(h->health);
+                h->health = json_pack("{s:{s:b, s:s}}", "engine", "reachable", 0, "error",
+                                      "no engine configured");
+                return health_answer(h, q);
+        }
+        if (!h->health_req) {
+                _cleanup_free_ char *name = engine_escape(h->image);
+                char path[600];
+                snprintf(path, sizeof(path), "/images/%s/json", name ? name : "");
+                if (!name || engine_request(h->eng, "GET", path, NULL, health_engine_answered, h,
+                                            &h->health_req) < 0)
+                        return answer_error(q->conn, 500, "cannot ask the engine");
+        }
+        q->health = q->parked = q->suspended = true;
+        list_push(&h->health_waits, &q->node);
+        MHD_suspend_connection(q->conn);
+        return MHD_YES;
+}
+
+static void gauge(struct buf *b, const char *name, const char *help, json_t *v)
+{
+        char hd[300];
+        snprintf(hd, sizeof(hd), "# HELP %s %s\n# TYPE %s gauge\n", name, help, name);
+        buf_append(b, hd, strlen(hd));
+        metrics_line(b, name, json_number_value(v), NULL);
+}
+
+static void counter(struct buf *b, const char *name, const char *help, json_t *v)
+{
+        char hd[300];
+        snprintf(hd, sizeof(hd), "# HELP %s %s\n# TYPE %s counter\n", name, help, name);
+        buf_append(b, hd, strlen(hd));
+        metrics_line(b, name, json_number_value(v), NULL);
+}
+
+static enum MHD_Result metrics_get(struct mcp_http *h, struct req *q)
+{
+        json_auto_t *st = status_now(h);
+        json_t *pool = json_object_get(st, "pool");
+        struct buf b;
+        buf_init(&b, 4 << 20);
+        metrics_render(&b);
+        static const char *const states[] = {"ready", "starting", "busy"};
+        const char *hd = "# HELP corral_pool_sandboxes sandboxes of the pool by state\n"
+                         "# TYPE corral_pool_sandboxes gauge\n";
+        buf_append(&b, hd, strlen(hd));
+        for (size_t i = 0; i < ARRAY_SIZE(states); i++)
+                metrics_line(&b, "corral_pool_sandboxes",
+                             json_number_value(json_object_get(pool, states[i])), "state",
+                             states[i], NULL);
+        gauge(&b, "corral_pool_target", "ready sandboxes the pool aims at",
+              json_object_get(pool, "target"));
+        gauge(&b, "corral_queued_calls", "calls waiting for a sandbox slot",
+              json_object_get(pool, "queued"));
+        gauge(&b, "corral_sandboxes", "containers corral holds (pool, calls, sessions)",
+              json_object_get(pool, "containers"));
+        counter(&b, "corral_pool_hits_total", "calls answered by a ready sandbox",
+                json_object_get(pool, "hits"));
+        counter(&b, "corral_pool_misses_total", "calls that waited for a sandbox to start",
+                json_object_get(pool, "misses"));
+        counter(&b, "corral_pool_failures_total", "sandbox starts that failed",
+                json_object_get(pool, "failures"));
+        gauge(&b, "corral_sessions", "sessions open", json_object_get(st, "sessions"));
+        json_auto_t *clients = json_integer(h->n_sessions);
+        gauge(&b, "corral_clients", "MCP sessions of the service", clients);
+        hd = "# HELP corral_upstream_up MCP servers for sandboxed code: 1 when running\n"
+             "# TYPE corral_upstream_up gauge\n";
+        buf_append(&b, hd, strlen(hd));
+        size_t i;
+        json_t *u;
+        json_array_foreach(json_object_get(st, "upstreams"), i, u)
+        {
+                const char *state = json_string_value(json_object_get(u, "state"));
+                metrics_line(&b, "corral_upstream_up", state && strcmp(state, "running") == 0,
+                             "server", json_string_value(json_object_get(u, "name")), "state",
+                             state ? state : "unknown", NULL);
+        }
+        long rss, hwm;
+        long long cpu;
+        proc_usage(&rss, &hwm, &cpu);
+        json_auto_t *rss_b = json_integer((json_int_t)rss * 1024);
+        gauge(&b, "corral_resident_memory_bytes", "corral's resident memory", rss_b);
+        struct MHD_Response *r =
+            MHD_create_response_from_buffer(b.len, b.data ? b.data : "", MHD_RESPMEM_MUST_COPY);
+        buf_free(&b);
+        if (!r)
+                return MHD_NO;
+        MHD_add_response_header(r, "Content-Type", "text/plain; version=0.0.4; charset=utf-8");
+        enum MHD_Result ok = MHD_queue_response(q->conn, 200, r);
+        MHD_destroy_response(r);
+        return ok;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
                                   const char *method, const char *version, const char *data,
                                   size_t *data_size, void **con_cls)
@@ -706,6 +877,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                 *data_size = 0;
                 return MHD_YES;
         }
+        if (q->parked && q->health) {
+                q->parked = false;
+                return health_answer(h, q);
+        }
         if (q->parked) {
                 /* Resumed: the answer came, or the session ended. */
                 q->parked = false;
@@ -717,8 +892,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                 return answer_error(c, (unsigned)q->status, q->why);
         if (h->stopping)
                 return answer_error(c, 503, "corral is stopping");
+        if (strcmp(url, "/health") == 0 && strcmp(method, "GET") == 0)
+                return health_get(h, q);
+        if (strcmp(url, "/metrics") == 0 && strcmp(method, "GET") == 0)
+                return metrics_get(h, q);
         if (strcmp(url, MCP_PATH) != 0)
-                return answer_error(c, 404, "not found: MCP is at " MCP_PATH);
+                return answer_error(c, 404,
+                                    "not found: MCP is at " MCP_PATH
+                                    ", health at /health, metrics at /metrics");
         if (strcmp(method, "POST") == 0)
                 return mcp_post(h, q);
         if (strcmp(method, "GET") == 0)
@@ -1011,6 +1192,15 @@ int mcp_http_adopt(struct mcp_http *h, int fd, struct err *e)
         return listener_add(h, fd, false, display, NULL, e);
 }
 
+void mcp_http_set_status(struct mcp_http *h, json_t *(*status)(void *userdata), void *userdata,
+                         struct engine *eng, const char *image)
+{
+        h->status = status;
+        h->status_ud = userdata;
+        h->eng = eng;
+        h->image = image;
+}
+
 const char *mcp_http_token(const struct mcp_http *h)
 {
         return h->token;
@@ -1025,6 +1215,7 @@ int mcp_http_new(struct loop *l, const struct config *cfg, mcp_http_server_new s
         *h = (struct mcp_http){
             .loop = l, .cfg = cfg, .server_new = server_new, .userdata = userdata};
         list_init(&h->sessions);
+        list_init(&h->health_waits);
         h->mhd = MHD_start_daemon(
             MHD_USE_EPOLL | MHD_USE_NO_LISTEN_SOCKET | MHD_ALLOW_SUSPEND_RESUME, 0, NULL, NULL,
             on_request, h, MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
@@ -1055,6 +1246,15 @@ void mcp_http_stop(struct mcp_http *h)
         if (!h || h->stopping)
                 return;
         h->stopping = true;
+        engine_request_cancel(h->health_req);
+        h->health_req = NULL;
+        struct req *q, *qn;
+        list_for_each_safe(q, qn, &h->health_waits, node)
+        {
+                list_del(&q->node);
+                list_init(&q->node);
+                stream_wake(q);
+        }
         for (size_t i = 0; i < h->n_ls; i++) {
                 watch_remove(h->ls[i]->watch);
                 h->ls[i]->watch = NULL;
@@ -1080,6 +1280,7 @@ void mcp_http_free(struct mcp_http *h)
         watch_remove(h->mhd_watch);
         timer_remove(h->mhd_timer);
         timer_remove(h->tick);
+        json_decref(h->health);
         for (size_t i = 0; i < h->n_ls; i++) {
                 struct listener *l = h->ls[i];
                 watch_remove(l->watch);

@@ -29,6 +29,13 @@ int mcp_http_new(struct loop *l, const struct config *cfg, mcp_http_server_new s
 int mcp_http_listen(struct mcp_http *h, const char *addr, struct err *e);
 /* Takes a socket that already listens (systemd's LISTEN_FDS). */
 int mcp_http_adopt(struct mcp_http *h, int fd, struct err *e);
+/* What /health and /metrics report beside the HTTP side's own figures:
+ * `status` returns {pool (sandbox_mgr_status's), sessions, upstreams:
+ * [{name, state}]} (a new reference); `eng` and `image` are asked on
+ * /health whether the engine answers and has the image. */
+struct engine;
+void mcp_http_set_status(struct mcp_http *h, json_t *(*status)(void *userdata), void *userdata,
+                         struct engine *eng, const char *image);
 /* The token TCP clients must send (empty when no TCP listener). */
 const char *mcp_http_token(const struct mcp_http *h);
 /* Stops accepting and ends every MCP session (their calls and sessions). */

@@ -70,6 +70,7 @@ struct mcp_server {
         bool initialized;     /* initialize answered */
         bool closing;         /* mcp_server_close: freed when its last call ends */
         char owner[40];       /* the client, for the session manager ("": stdio's) */
+        char protocol[16];    /* the version initialize settled on */
         void (*on_eof)(void *);
         void *userdata;
 };
@@ -85,6 +86,9 @@ void mcp_send_error(struct mcp_server *s, json_t *id, int code, const char *mess
 void mcp_send_result(struct mcp_server *s, json_t *id, json_t *result);
 
 /* ---- server.c: what the tools share */
+
+/* Whether the client's protocol has MCP tasks (2025-11-25 on). */
+bool mcp_server_tasks(const struct mcp_server *s);
 
 /* Whether a tool's `args` is absent or an object; else answers that it
  * must be one. */

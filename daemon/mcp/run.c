@@ -6,6 +6,7 @@
 #include "bridge/bridge.h"
 #include "core/jsonrpc.h"
 #include "core/log.h"
+#include "core/metrics.h"
 #include "core/util.h"
 #include "mcp/server.h"
 #include "mcp/tools.h"
@@ -64,6 +65,8 @@ static void call_done(void *userdata, const struct sandbox_result *res)
         c->sb = NULL;
         timer_remove(c->sync_timer);
         c->sync_timer = NULL;
+        metrics_run(c->tool, sandbox_status_name(res->status),
+                    (double)(now_ms() - c->t_start) / 1000);
         if (s->closing) {
                 /* Its client went away: the last call's end frees the server. */
                 call_free(c);

@@ -3,6 +3,7 @@
 #include "bridge/bridge.h"
 #include "core/jsonrpc.h"
 #include "core/log.h"
+#include "core/metrics.h"
 #include "core/loop.h"
 #include "core/util.h"
 #include "mcp/internal.h"
@@ -82,6 +83,10 @@ static void tools_call(struct mcp_server *s, json_t *id, json_t *params)
                 mcp_send_error(s, id, JRPC_INVALID_PARAMS, "tools/call needs a \"name\" string");
                 return;
         }
+        /* A client of a protocol before tasks was offered none: a "task"
+         * it sends anyway is not one, and the call runs as any other. */
+        if (!mcp_server_tasks(s) && json_object_get(params, "task"))
+                json_object_del(params, "task");
         json_t *task = json_object_get(params, "task");
         if (task && !task_valid(task)) {
                 mcp_send_error(s, id, JRPC_INVALID_PARAMS,
@@ -101,6 +106,7 @@ static void tools_call(struct mcp_server *s, json_t *id, json_t *params)
                 mcp_send_error(s, id, JRPC_INVALID_PARAMS, utf8_scrub(msg));
                 return;
         }
+        metrics_tool_call(t->name);
         t->call(s, id, json_object_get(params, "arguments"), params);
 }
 
@@ -116,18 +122,34 @@ static void cancel_request(struct mcp_server *s, json_t *params)
 
 /* ---- lifecycle */
 
-static json_t *initialize_result(json_t *params)
+/* The version both speak: the client's when corral knows it, else the
+ * latest. */
+static const char *negotiate(json_t *params)
 {
         const char *asked = json_string_value(json_object_get(params, "protocolVersion"));
-        const char *version = protocol_versions[0];
         for (size_t i = 0; asked && i < ARRAY_SIZE(protocol_versions); i++)
                 if (strcmp(asked, protocol_versions[i]) == 0)
-                        version = protocol_versions[i];
+                        return protocol_versions[i];
+        return protocol_versions[0];
+}
+
+/* Tasks came with 2025-11-25: an older client is offered none. */
+static bool with_tasks(const char *version)
+{
+        return strcmp(version, "2025-11-25") >= 0;
+}
+
+static json_t *initialize_result(const char *version)
+{
+        json_t *caps = json_pack("{s:{s:b}, s:{}}", "tools", "listChanged", 0, "logging");
+        if (caps && with_tasks(version))
+                json_object_set_new(caps, "tasks",
+                                    json_pack("{s:{}, s:{}, s:{s:{s:{}}}}", "list", "cancel",
+                                              "requests", "tools", "call"));
         return json_pack(
-            "{s:s, s:{s:{s:b}, s:{}, s:{s:{}, s:{}, s:{s:{s:{}}}}}, s:{s:s, s:s, s:s}, s:s}",
-            "protocolVersion", version, "capabilities", "tools", "listChanged", 0, "logging",
-            "tasks", "list", "cancel", "requests", "tools", "call", "serverInfo", "name", "corral",
-            "title", "corral sandbox", "version", CORRAL_VERSION, "instructions",
+            "{s:s, s:o, s:{s:s, s:s, s:s}, s:s}", "protocolVersion", version, "capabilities", caps,
+            "serverInfo", "name", "corral", "title", "corral sandbox", "version", CORRAL_VERSION,
+            "instructions",
             "Use run_python or run_shell to run code in a fresh, isolated sandbox "
             "(no network, read-only root, writable /tmp and /workspace). Each call gets a "
             "new sandbox, unless it names a `session`: then variables, imports and "
@@ -151,7 +173,9 @@ static void initialize(struct mcp_server *s, json_t *id, json_t *params)
                                "initialize needs a \"protocolVersion\" string");
                 return;
         }
-        mcp_send(s, jrpc_result(id, initialize_result(params)));
+        const char *version = negotiate(params);
+        snprintf(s->protocol, sizeof(s->protocol), "%s", version);
+        mcp_send(s, jrpc_result(id, initialize_result(version)));
         s->initialized = true;
 }
 
@@ -162,9 +186,16 @@ static void ping(struct mcp_server *s, json_t *id, json_t *params)
 
 static void tools_list_request(struct mcp_server *s, json_t *id, json_t *params)
 {
+        /* One page holds every tool: no cursor was ever given out. */
+        if (json_object_get(params, "cursor")) {
+                mcp_send_error(s, id, JRPC_INVALID_PARAMS,
+                               "unknown cursor: corral lists every tool on one page");
+                return;
+        }
         mcp_send(s, jrpc_result(id, json_pack("{s:o}", "tools",
                                               tools_list(s->names, sandbox_mgr_images(s->mgr),
-                                                         sandbox_mgr_mounts(s->mgr)))));
+                                                         sandbox_mgr_mounts(s->mgr),
+                                                         mcp_server_tasks(s)))));
 }
 
 static void set_level(struct mcp_server *s, json_t *id, json_t *params)
@@ -221,6 +252,12 @@ static void handle_request(struct mcp_server *s, struct jrpc_msg *m)
         }
         if (m->params && !json_is_object(m->params)) {
                 mcp_send_error(s, m->id, JRPC_INVALID_PARAMS, "params must be an object");
+                return;
+        }
+        if (strncmp(method, "tasks/", 6) == 0 && !mcp_server_tasks(s)) {
+                mcp_send_error(s, m->id, JRPC_METHOD_NOT_FOUND,
+                               "tasks came with protocol 2025-11-25; this session negotiated an "
+                               "older one");
                 return;
         }
         for (size_t i = 0; i < ARRAY_SIZE(methods); i++)
@@ -332,6 +369,11 @@ int mcp_server_serve_stdio(struct mcp_server *s, int in_fd, int out_fd)
 {
         return transport_stdio_new(s->loop, in_fd, out_fd, s->line_max, &mcp_server_events, s,
                                    &s->transport);
+}
+
+bool mcp_server_tasks(const struct mcp_server *s)
+{
+        return with_tasks(s->protocol[0] ? s->protocol : protocol_versions[0]);
 }
 
 bool mcp_server_busy(const struct mcp_server *s)

@@ -231,7 +231,13 @@ static json_t *run_python_tool(const char *name, const char *servers)
 
 static json_t *describe_run_python(const char *name, const struct tools_context *x)
 {
-        return with_sync_wait(run_python_tool(name, x->servers), x->images, x->mounts);
+        json_t *t = with_sync_wait(run_python_tool(name, x->servers), x->images, x->mounts);
+        /* Code that may call the user's MCP servers reaches past the
+         * sandbox: the hint says so when there are any. */
+        if (t && x->servers && x->servers[0])
+                json_object_set_new(json_object_get(t, "annotations"), "openWorldHint",
+                                    json_true());
+        return t;
 }
 
 static json_t *describe_run_shell(const char *name, const struct tools_context *x)
@@ -448,14 +454,15 @@ void tools_unknown(const char *name, char *msg, size_t msg_size)
         snprintf(msg, msg_size, "unknown tool \"%.100s\" (corral offers %s)", name, names);
 }
 
-json_t *tools_list(const char *servers, const struct sandbox_images *images, json_t *mounts)
+json_t *tools_list(const char *servers, const struct sandbox_images *images, json_t *mounts,
+                   bool tasks)
 {
         const struct tools_context x = {.servers = servers, .images = images, .mounts = mounts};
         json_t *list = json_array();
         for (size_t i = 0; list && i < ARRAY_SIZE(tools); i++) {
                 json_t *t = tools[i].describe(tools[i].name, &x);
                 /* MCP tasks (2025-11-25): a host may run these as tasks. */
-                if (t && tools[i].task)
+                if (t && tasks && tools[i].task)
                         json_object_set_new(t, "execution",
                                             json_pack("{s:s}", "taskSupport", "optional"));
                 if (!t || json_array_append_new(list, t) < 0) {

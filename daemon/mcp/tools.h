@@ -49,8 +49,11 @@ void tools_names(bool tasks_only, char *out, size_t size);
 /* The message for a tools/call of a tool corral does not offer. */
 void tools_unknown(const char *name, char *msg, size_t msg_size);
 
-/* The `tools` array for tools/list (new reference, or NULL). */
-json_t *tools_list(const char *servers, const struct sandbox_images *images, json_t *mounts);
+/* The `tools` array for tools/list (new reference, or NULL); `tasks`: the
+ * client negotiated a protocol with tasks (2025-11-25), so the tools that
+ * may run as one say so (execution.taskSupport). */
+json_t *tools_list(const char *servers, const struct sandbox_images *images, json_t *mounts,
+                   bool tasks);
 
 /* Validate a tools/call of run_python or run_shell. Returns 0 and fills
  * *req (borrowing from args; `files` are decoded into memory that

@@ -388,6 +388,11 @@ int session_close(struct session_mgr *m, const char *owner, const char *name, st
         return 0;
 }
 
+long session_total(const struct session_mgr *m)
+{
+        return count(m);
+}
+
 long session_count(struct session_mgr *m, const char *owner)
 {
         long n = 0;

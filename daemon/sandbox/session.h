@@ -59,6 +59,8 @@ bool session_exists(struct session_mgr *m, const char *owner, const char *name);
  * "cancelled". Else *e and -ENOENT when none of that name was opened,
  * -ENOLINK when it had ended already. */
 int session_close(struct session_mgr *m, const char *owner, const char *name, struct err *e);
+/* How many sessions are open (or starting), of every owner. */
+long session_total(const struct session_mgr *m);
 /* How many sessions `owner` has open (or starting). */
 long session_count(struct session_mgr *m, const char *owner);
 /* Closes every session of `owner` (its client went away). */

@@ -35,11 +35,23 @@ test('raw protocol: initialize echoes a supported version and offers its own for
   const a = await raw.initialize(1, '2025-03-26');
   assert.equal(a.result?.protocolVersion, '2025-03-26', 'a supported older version is kept');
   assert.equal(a.result?.serverInfo?.name, 'corral');
+  // Tasks came with 2025-11-25: an older client is offered none.
+  assert.equal(a.result.capabilities.tasks, undefined, 'no tasks capability for 2025-03-26');
+  await raw.send({ jsonrpc: '2.0', id: 10, method: 'tools/list' });
+  const old = await raw.response(10);
+  assert.ok(old.result.tools.every((x) => x.execution === undefined), 'no execution.taskSupport for 2025-03-26');
+  await raw.send({ jsonrpc: '2.0', id: 11, method: 'tasks/list' });
+  assert.equal((await raw.response(11)).error?.code, -32601, 'tasks/list: method not found for 2025-03-26');
+  await raw.send({ jsonrpc: '2.0', id: 12, method: 'tools/list', params: { cursor: 'page-2' } });
+  const cur = await raw.response(12);
+  assert.equal(cur.error?.code, -32602, 'tools/list with an unknown cursor: -32602');
   await raw.send({ jsonrpc: '2.0', id: 2, method: 'initialize', params: {
     protocolVersion: '1999-01-01', capabilities: {}, clientInfo: { name: 'x', version: '1' } } });
   const b = await raw.response(2);
   assert.equal(typeof b.result?.protocolVersion, 'string', 'an unknown version gets a counter-offer');
   assert.notEqual(b.result.protocolVersion, '1999-01-01');
+  assert.deepEqual(b.result.capabilities.tasks, { list: {}, cancel: {}, requests: { tools: { call: {} } } },
+    'the latest version has tasks');
   const c = await raw.ping('string-id');
   assert.deepEqual(c, { jsonrpc: '2.0', id: 'string-id', result: {} }, 'ping with a string id');
   const exit = await raw.close();

@@ -29,7 +29,7 @@ static void test_list_images(void)
          * and their descriptions say what the sandbox holds. */
         image_v[0].packages = "numpy 1.24.2, pandas 1.5.3";
         json_t *mounts = json_pack("[{s:s}, {s:s}]", "Target", "/data", "Target", "/ref");
-        json_t *list = tools_list(NULL, &images, mounts);
+        json_t *list = tools_list(NULL, &images, mounts, true);
         for (size_t i = 0; i < 2; i++) {
                 json_t *t = json_array_get(list, i);
                 const char *name = json_string_value(json_object_get(t, "name"));
@@ -51,16 +51,42 @@ static void test_list_images(void)
         image_v[0].packages = NULL;
         /* One image and no mounts: nothing to choose, nothing said. */
         struct sandbox_images one = {.v = image_v, .n = 1};
-        list = tools_list(NULL, &one, NULL);
+        list = tools_list(NULL, &one, NULL, true);
         json_t *props =
             json_object_get(json_object_get(json_array_get(list, 0), "inputSchema"), "properties");
         ok(!json_object_get(props, "image"), "one image: no `image` argument");
         json_decref(list);
 }
 
+/* run_python's openWorldHint tells whether its code may call the user's
+ * servers; execution.taskSupport is offered only to a protocol with
+ * tasks. */
+static void test_list_hints(void)
+{
+        json_t *with = tools_list("everything, fs", NULL, NULL, true);
+        json_t *without = tools_list(NULL, NULL, NULL, false);
+        json_t *rp = json_array_get(with, 0), *rp0 = json_array_get(without, 0);
+        is_str(json_string_value(json_object_get(rp, "name")), "run_python", "run_python first");
+        ok(json_is_true(json_object_get(json_object_get(rp, "annotations"), "openWorldHint")),
+           "run_python with servers: openWorldHint true");
+        ok(json_is_false(json_object_get(json_object_get(rp0, "annotations"), "openWorldHint")),
+           "run_python with none: openWorldHint false");
+        ok(json_is_false(json_object_get(json_object_get(json_array_get(with, 1), "annotations"),
+                                         "openWorldHint")),
+           "run_shell: openWorldHint false (it has no bridge)");
+        ok(json_object_get(rp, "execution") != NULL, "tasks: run_python says taskSupport");
+        size_t i;
+        json_t *t;
+        int with_execution = 0;
+        json_array_foreach(without, i, t) with_execution += json_object_get(t, "execution") != NULL;
+        is_int(with_execution, 0, "no tasks: no tool says taskSupport");
+        json_decref(with);
+        json_decref(without);
+}
+
 static void test_list(void)
 {
-        json_t *list = tools_list("everything, fs", NULL, NULL);
+        json_t *list = tools_list("everything, fs", NULL, NULL, true);
         if (!ok(json_is_array(list) && json_array_size(list) == 14, "tools_list has 14 tools"))
                 return;
         /* The session tools: session_list, session_close, write_file,
@@ -239,9 +265,12 @@ static void test_list(void)
                             strcmp(json_string_value(json_array_get(oreq, k)), "status") == 0;
                 ok(has_status, "%s: status is required", want[i].name);
                 json_t *ann = json_object_get(t, "annotations");
+                /* This list names servers: run_python's code may reach them. */
+                bool open = strcmp(want[i].name, "run_python") == 0;
                 ok(json_is_false(json_object_get(ann, "readOnlyHint")) &&
-                       json_is_false(json_object_get(ann, "openWorldHint")),
-                   "%s: annotations", want[i].name);
+                       json_is_boolean(json_object_get(ann, "openWorldHint")) &&
+                       json_is_true(json_object_get(ann, "openWorldHint")) == open,
+                   "%s: annotations (openWorldHint %s)", want[i].name, open ? "true" : "false");
         }
         char *s = json_dumps(list, JSON_COMPACT);
         ok(s != NULL, "tools_list encodes");
@@ -707,7 +736,7 @@ static void test_error_result(void)
         json_decref(r);
 
         /* Every field of the output schema is present in both shapes. */
-        json_t *list = tools_list(NULL, NULL, NULL);
+        json_t *list = tools_list(NULL, NULL, NULL, true);
         json_t *props =
             json_object_get(json_object_get(json_array_get(list, 0), "outputSchema"), "properties");
         r = tools_error_result("busy", "Busy", "every sandbox slot is in use");
@@ -943,6 +972,7 @@ int main(void)
         test_parse_call();
         test_parse_image();
         test_list_images();
+        test_list_hints();
         test_result_table();
         test_error_result();
         return done_testing();
