@@ -288,8 +288,8 @@ static void audit(struct bridge_run *r, const char *server, const char *tool, si
                 return; /* counted; bridge_run_free writes how many */
         audit_write(r->b->audit, &en);
         if (!allowed)
-                log_info("sandbox %s: denied %s.%s: %s", r->sandbox, server, tool,
-                         error ? error : "");
+                log_event(LOG_WARN, "policy", "sandbox %s: denied %s.%s: %s", r->sandbox, server,
+                          tool, error ? error : "");
 }
 
 static struct bcall *bcall_new(struct bridge_run *r, enum bcall_kind kind, json_t *id,

@@ -173,6 +173,16 @@ static int http_server_new(void *userdata, const char *owner, struct mcp_server 
                               ret);
 }
 
+/* Events for the user go to every client as notifications/message. */
+static void to_clients(void *userdata, enum log_level level, const char *logger, const char *text)
+{
+        struct serve *s = userdata;
+        if (s->srv)
+                mcp_server_notify_log(s->srv, level, logger, text);
+        if (s->http)
+                mcp_http_notify_log(s->http, level, logger, text);
+}
+
 /* What /health and /metrics show of the managers. */
 static json_t *service_status(void *userdata)
 {
@@ -299,6 +309,8 @@ int cli_serve(int argc, char **argv)
          * sandbox profile): from here on corral has none it does not need. */
         if (r == 0 && cli_confine(&cfg) < 0)
                 r = -EPERM;
+        if (r == 0)
+                log_set_sink(to_clients, &s);
         if (r == 0 && service)
                 systemd_notify("READY=1");
         if (r == 0)
@@ -307,6 +319,7 @@ int cli_serve(int argc, char **argv)
                 log_err("serving failed: %s", strerror(-r));
         if (s.srv)
                 mcp_server_flush(s.srv, 1000);
+        log_set_sink(NULL, NULL);
         status_stop(&s);
         mcp_server_free(s.srv);
         mcp_http_free(s.http);

@@ -254,18 +254,15 @@ static struct req *get_stream(struct session *s)
         return NULL;
 }
 
+/* One message (borrowed) onto a stream. */
 static void put_json(struct req *q, json_t *msg)
 {
-        size_t len;
-        char *text = jrpc_encode(msg, &len);
+        char *text = json_dumps(msg, JSON_COMPACT);
         if (!text) {
                 log_err("cannot encode a message for a client");
                 return;
         }
-        /* jrpc_encode ends the line; neither a body nor an event wants it. */
-        if (len > 0 && text[len - 1] == '\n')
-                len--;
-        stream_put(q, text, len);
+        stream_put(q, text, strlen(text));
         free(text);
 }
 
@@ -1239,6 +1236,13 @@ int mcp_http_new(struct loop *l, const struct config *cfg, mcp_http_server_new s
         timer_arm(h->tick, TICK_MS);
         *ret = h;
         return 0;
+}
+
+void mcp_http_notify_log(struct mcp_http *h, enum log_level level, const char *logger,
+                         const char *text)
+{
+        struct session *s;
+        list_for_each(s, &h->sessions, node) mcp_server_notify_log(s->srv, level, logger, text);
 }
 
 void mcp_http_stop(struct mcp_http *h)

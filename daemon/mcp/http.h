@@ -7,6 +7,7 @@
 #pragma once
 
 #include "core/config.h"
+#include "core/log.h"
 #include "core/loop.h"
 #include "core/util.h"
 
@@ -38,6 +39,9 @@ void mcp_http_set_status(struct mcp_http *h, json_t *(*status)(void *userdata), 
                          struct engine *eng, const char *image);
 /* The token TCP clients must send (empty when no TCP listener). */
 const char *mcp_http_token(const struct mcp_http *h);
+/* An event for the user, to every client (mcp_server_notify_log). */
+void mcp_http_notify_log(struct mcp_http *h, enum log_level level, const char *logger,
+                         const char *text);
 /* Stops accepting and ends every MCP session (their calls and sessions). */
 void mcp_http_stop(struct mcp_http *h);
 void mcp_http_free(struct mcp_http *h);

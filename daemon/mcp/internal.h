@@ -4,6 +4,7 @@
 
 #include "core/config.h"
 #include "core/list.h"
+#include "core/log.h"
 #include "core/loop.h"
 
 #include <jansson.h>
@@ -61,16 +62,17 @@ struct mcp_server {
         struct session_mgr *sessions;
         struct bridge *bridge; /* may be NULL */
         struct transport *transport;
-        size_t line_max;      /* the longest message taken (tools_line_max) */
-        char names[512];      /* the servers, for run_python's description */
-        struct list calls;    /* struct call: run_python, run_shell, jobs, tasks */
-        unsigned job_seq;     /* the last job-<n> given */
-        struct list fcalls;   /* struct file_call: file tools on their way */
-        struct list searches; /* struct search: search_tools waiting for servers */
-        bool initialized;     /* initialize answered */
-        bool closing;         /* mcp_server_close: freed when its last call ends */
-        char owner[40];       /* the client, for the session manager ("": stdio's) */
-        char protocol[16];    /* the version initialize settled on */
+        size_t line_max;          /* the longest message taken (tools_line_max) */
+        char names[512];          /* the servers, for run_python's description */
+        struct list calls;        /* struct call: run_python, run_shell, jobs, tasks */
+        unsigned job_seq;         /* the last job-<n> given */
+        struct list fcalls;       /* struct file_call: file tools on their way */
+        struct list searches;     /* struct search: search_tools waiting for servers */
+        bool initialized;         /* initialize answered */
+        bool closing;             /* mcp_server_close: freed when its last call ends */
+        char owner[40];           /* the client, for the session manager ("": stdio's) */
+        char protocol[16];        /* the version initialize settled on */
+        enum log_level log_level; /* notifications/message up to this (logging/setLevel) */
         void (*on_eof)(void *);
         void *userdata;
 };

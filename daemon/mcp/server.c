@@ -208,8 +208,9 @@ static void set_level(struct mcp_server *s, json_t *id, json_t *params)
                                "critical, alert, emergency");
                 return;
         }
-        /* Logs still go to stderr only; the level filters them. */
-        log_max_level = l;
+        /* What this client is sent (notifications/message); corral's own
+         * log on stderr keeps the level of its settings. */
+        s->log_level = l;
         mcp_send(s, jrpc_result(id, json_object()));
 }
 
@@ -351,6 +352,7 @@ int mcp_server_new(struct loop *l, const struct config *cfg, struct sandbox_mgr 
                                  .on_eof = on_eof,
                                  .userdata = userdata};
         snprintf(s->owner, sizeof(s->owner), "%s", owner ? owner : "");
+        s->log_level = LOG_WARN; /* until the client sets one */
         list_init(&s->calls);
         list_init(&s->fcalls);
         list_init(&s->searches);
@@ -369,6 +371,16 @@ int mcp_server_serve_stdio(struct mcp_server *s, int in_fd, int out_fd)
 {
         return transport_stdio_new(s->loop, in_fd, out_fd, s->line_max, &mcp_server_events, s,
                                    &s->transport);
+}
+
+void mcp_server_notify_log(struct mcp_server *s, enum log_level level, const char *logger,
+                           const char *text)
+{
+        if (!s || !s->initialized || s->closing || level > s->log_level)
+                return;
+        mcp_send(s, jrpc_notification("notifications/message",
+                                      json_pack("{s:s, s:s, s:s}", "level", log_level_name(level),
+                                                "logger", logger, "data", text)));
 }
 
 bool mcp_server_tasks(const struct mcp_server *s)

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "core/config.h"
+#include "core/log.h"
 #include "core/loop.h"
 #include "sandbox/sandbox.h"
 
@@ -30,6 +31,10 @@ int mcp_server_serve_stdio(struct mcp_server *s, int in_fd, int out_fd);
 /* Sends through `t`, a transport that calls mcp_server_events with the
  * server as userdata; its free op is called by mcp_server_free. */
 void mcp_server_attach(struct mcp_server *s, struct transport *t);
+/* An event for the user (log_event) as notifications/message, when the
+ * client's level (logging/setLevel; warning until set) lets it through. */
+void mcp_server_notify_log(struct mcp_server *s, enum log_level level, const char *logger,
+                           const char *text);
 /* Whether calls, file tools or searches of this client are under way. */
 bool mcp_server_busy(const struct mcp_server *s);
 /* The longest message a client may send (tools_line_max). */

@@ -249,6 +249,13 @@ void pool_note_failure(struct sandbox_mgr *m, const char *msg)
         m->consecutive_failures++;
         snprintf(m->last_error, sizeof(m->last_error), "%s", msg ? msg : "sandbox start failed");
         utf8_scrub(m->last_error);
+        /* The third failure in a row, and every tenth after it: the user
+         * should know that calls will wait or fail. */
+        if (m->consecutive_failures == 3 ||
+            (m->consecutive_failures > 3 && m->consecutive_failures % 10 == 3))
+                log_event(LOG_ERR, "pool",
+                          "the pool failed to start a sandbox %d times in a row: %s",
+                          m->consecutive_failures, m->last_error);
         int shift = m->consecutive_failures < 5 ? m->consecutive_failures : 5;
         m->retry_at_ms = now_ms() + (250LL << shift); /* 0.5 s doubling to 8 s */
 }

@@ -786,7 +786,7 @@ static void u_died(struct upstream *u, const char *why)
                 u->backoff_ms = BACKOFF_MAX_MS;
         u->retry_at_ms = now_ms() + u->backoff_ms;
         timer_arm(u->timer, 0);
-        log_warn("%s", u->last_error ? u->last_error : "upstream died");
+        log_event(LOG_ERR, "upstream", "%s", u->last_error ? u->last_error : "upstream died");
         /* What the server had fails: calls in flight, and calls queued for
          * a start that failed. A call not yet sent to a server that was
          * ready waits for the next one (the timer starts it). Each failed

@@ -66,9 +66,17 @@ function serviceEnv(extra = {}) {
   return env;
 }
 
+let services = 0;
 class Service {
+  // The first service is the suite's, at SOCKET; every other one gets a
+  // runtime directory (and so a default socket) of its own.
   constructor(extraEnv = {}, listen = null) {
-    this.extraEnv = extraEnv;
+    this.runtimeDir = RUNTIME_DIR;
+    if (services++ > 0) {
+      this.runtimeDir = path.join(ROOT, `run-${services}`);
+      mkdirSync(this.runtimeDir, { mode: 0o700 });
+    }
+    this.extraEnv = { XDG_RUNTIME_DIR: this.runtimeDir, ...extraEnv };
     this.listen = listen;
     this.log = '';
   }
@@ -107,10 +115,10 @@ async function httpClient(svc, name = 'http') {
   return c;
 }
 
-async function connectClient(name = 'connect') {
+async function connectClient(name = 'connect', svc = null) {
   const c = new Client({ name, version: '1' });
   const transport = new StdioClientTransport({ command: BIN, args: ['connect'],
-    env: serviceEnv(), stderr: 'pipe' });
+    env: serviceEnv(svc ? svc.extraEnv : {}), stderr: 'pipe' });
   await c.connect(transport);
   return c;
 }
@@ -364,6 +372,36 @@ test('a client holds at most client_max_sandboxes; another client is still serve
     const other = await py(b, 'print(2)');
     assert.equal(other.structuredContent.status, 'ok');
     assert.equal((await slow).structuredContent.status, 'ok');
+  } finally {
+    await a.close();
+    await b.close();
+    assert.equal(await svc.stop(), 0);
+  }
+});
+
+test('events: the pool failing reaches both kinds of client as notifications/message', async () => {
+  // An engine that is not there: the pool's third failure in a row is an
+  // event every client should see.
+  const svc = await new Service({ CORRAL_ENGINE: `unix://${path.join(ROOT, 'no-engine.sock')}` }).start();
+  const got = [];
+  const { LoggingMessageNotificationSchema } = await import('@modelcontextprotocol/sdk/types.js');
+  const a = new Client({ name: 'a', version: '1' });
+  a.setNotificationHandler(LoggingMessageNotificationSchema, (n) => got.push(['http', n.params]));
+  const b = new Client({ name: 'b', version: '1' });
+  b.setNotificationHandler(LoggingMessageNotificationSchema, (n) => got.push(['connect', n.params]));
+  try {
+    await a.connect(new StreamableHTTPClientTransport(new URL(svc.url),
+      { requestInit: { headers: { Authorization: `Bearer ${svc.token}` } } }));
+    await b.connect(new StdioClientTransport({ command: BIN, args: ['connect'], env: serviceEnv(svc.extraEnv), stderr: 'pipe' }));
+    const deadline = Date.now() + 20000;
+    while (got.length < 2 && Date.now() < deadline) await sleep(100);
+    for (const who of ['http', 'connect']) {
+      const m = got.find(([w]) => w === who);
+      assert.ok(m, `${who} client got a notifications/message (${JSON.stringify(got).slice(0, 300)})`);
+      assert.equal(m[1].level, 'error');
+      assert.equal(m[1].logger, 'pool');
+      assert.match(m[1].data, /failed to start a sandbox 3 times in a row/);
+    }
   } finally {
     await a.close();
     await b.close();
