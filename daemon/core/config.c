@@ -65,6 +65,7 @@ static const struct config_key {
     {"client_idle_s", K_DOUBLE, offsetof(struct config, client_idle_s), 1, 30 * 86400},
     {"client_max_sandboxes", K_LONG, offsetof(struct config, client_max_sandboxes), 0, 4096},
     {"connect_fallback", K_BOOL, offsetof(struct config, connect_fallback), 0, 0},
+    {"tcp_token", K_BOOL, offsetof(struct config, tcp_token), 0, 0},
 };
 
 void config_defaults(struct config *c)
@@ -106,6 +107,7 @@ void config_defaults(struct config *c)
             .max_clients = 256,
             .client_idle_s = 3600,
             .client_max_sandboxes = 0,
+            .tcp_token = true,
         };
 }
 

@@ -70,6 +70,7 @@ struct config {
         double client_idle_s;      /* an MCP session with no request this long ends */
         long client_max_sandboxes; /* sandboxes one client may hold; 0: half of max_sandboxes */
         bool connect_fallback;     /* corral connect serves stdio itself when no service */
+        bool tcp_token;            /* TCP clients need the token; false: loopback only, no token */
 };
 
 /* The name an engine knows corral's gVisor runtime by (contrib/setup

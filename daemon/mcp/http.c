@@ -506,6 +506,8 @@ static unsigned access_check(struct mcp_http *h, struct MHD_Connection *c, char 
                          "names in http_hosts (this guards against DNS rebinding)");
                 return 403;
         }
+        if (!h->cfg->tcp_token)
+                return 0; /* explicitly off: loopback listeners only (listen_tcp) */
         const char *auth = header(c, "Authorization");
         if (!auth || strncasecmp(auth, "Bearer ", 7) != 0) {
                 snprintf(why, size,
@@ -1070,6 +1072,13 @@ static int listen_tcp(struct mcp_http *h, const char *spec, struct err *e)
         if (g != 0)
                 return err_set(e, ERR_CONFIG, EINVAL, "listen: tcp:%.200s: %s", spec,
                                gai_strerror(g));
+        if (!addr_loopback(ai->ai_addr) && !h->cfg->tcp_token) {
+                freeaddrinfo(ai);
+                return err_set(e, ERR_CONFIG, EPERM,
+                               "listen: tcp:%.200s is not a loopback address, and tcp_token is "
+                               "off: a listener without the token serves this machine only",
+                               spec);
+        }
         if (!addr_loopback(ai->ai_addr) && !h->cfg->http_public) {
                 freeaddrinfo(ai);
                 return err_set(e, ERR_CONFIG, EPERM,
@@ -1155,7 +1164,11 @@ int mcp_http_listen(struct mcp_http *h, const char *addr, struct err *e)
         if (strncmp(addr, "unix:", 5) == 0)
                 return listen_unix(h, addr + 5, e);
         if (strncmp(addr, "tcp:", 4) == 0) {
-                int r = token_load(h, e);
+                int r = h->cfg->tcp_token ? token_load(h, e) : 0;
+                if (!h->cfg->tcp_token)
+                        log_warn("listen: tcp:%s takes requests without a token (tcp_token "
+                                 "off): any local user can use it",
+                                 addr + 4);
                 return r < 0 ? r : listen_tcp(h, addr + 4, e);
         }
         return err_set(e, ERR_CONFIG, EINVAL,
