@@ -278,6 +278,70 @@ test('HTTP client: a call, progress on its event stream, a cancellation', async 
   }
 });
 
+// /metrics through Debian's Prometheus text parser: {"name{labels}": value}.
+function parseMetrics(text) {
+  const py = 'import json, sys\nfrom prometheus_client.parser import text_string_to_metric_families\n' +
+    'out = {}\nfor f in text_string_to_metric_families(sys.stdin.read()):\n' +
+    '    for s in f.samples:\n' +
+    '        out[s.name + json.dumps(s.labels, sort_keys=True)] = s.value\n' +
+    'print(json.dumps(out))';
+  return JSON.parse(execFileSync('/usr/bin/python3', ['-c', py], { input: text }).toString());
+}
+
+test('HTTP client: tasks, and a session\'s files', async (svc) => {
+  const c = await httpClient(svc);
+  try {
+    const types = await import('@modelcontextprotocol/sdk/types.js');
+    const created = await c.request({ method: 'tools/call', params: { name: 'run_python', arguments: { code: 'print(6 * 7)' }, task: { ttl: 60000 } } },
+      types.CreateTaskResultSchema);
+    const taskId = created.task.taskId;
+    assert.ok(taskId);
+    const got = await c.request({ method: 'tasks/get', params: { taskId } }, types.GetTaskResultSchema);
+    assert.equal(got.taskId, taskId);
+    const res = await c.request({ method: 'tasks/result', params: { taskId } }, CallToolResultSchema, { timeout: 60000 });
+    assert.match(text(res), /42/);
+    const w = await c.callTool({ name: 'write_file', arguments: { session: 'h', path: 'a.txt', content: 'over http' } });
+    assert.ok(!w.isError, JSON.stringify(w));
+    const r = await c.callTool({ name: 'read_file', arguments: { session: 'h', path: 'a.txt' } });
+    assert.match(JSON.stringify(r), /over http/);
+    await c.callTool({ name: 'session_close', arguments: { session: 'h' } });
+  } finally {
+    await c.close();
+  }
+});
+
+test('/health: 200 and why; /metrics: parses, and its counters move with calls', async (svc) => {
+  const h = await raw(svc, { method: 'GET', headers: auth(svc), pathName: '/health' });
+  assert.equal(h.status, 200, h.body);
+  const health = JSON.parse(h.body);
+  assert.equal(health.ready, true);
+  assert.equal(health.engine.reachable, true);
+  assert.equal(health.image.present, true);
+  const noToken = await raw(svc, { method: 'GET', pathName: '/metrics' });
+  assert.equal(noToken.status, 401, 'the same access checks');
+  const before = parseMetrics((await raw(svc, { method: 'GET', headers: auth(svc), pathName: '/metrics' })).body);
+  const c = await httpClient(svc);
+  try {
+    await py(c, 'print(1)');
+    await py(c, 'raise SystemExit(3)');
+  } finally {
+    await c.close();
+  }
+  const m = await raw(svc, { method: 'GET', headers: auth(svc), pathName: '/metrics' });
+  assert.match(m.headers['content-type'], /text\/plain; version=0\.0\.4/);
+  const after = parseMetrics(m.body);
+  const v = (x, k) => x[k] ?? 0;
+  const ok = 'corral_runs_total{"status": "ok", "tool": "run_python"}';
+  const err = 'corral_runs_total{"status": "error", "tool": "run_python"}';
+  const calls = 'corral_tool_calls_total{"tool": "run_python"}';
+  const hist = 'corral_run_duration_seconds_count{"tool": "run_python"}';
+  assert.equal(v(after, ok) - v(before, ok), 1, 'one ok run more');
+  assert.equal(v(after, err) - v(before, err), 1, 'one error run more');
+  assert.equal(v(after, calls) - v(before, calls), 2, 'two run_python calls more');
+  assert.equal(v(after, hist) - v(before, hist), 2, 'two more in the latency histogram');
+  assert.ok(after['corral_clients{}'] >= 0 && 'corral_pool_target{}' in after && 'corral_resident_memory_bytes{}' in after);
+});
+
 test('corral connect: calls, a session and its files, through the unix socket', async (svc) => {
   const c = await connectClient();
   try {
@@ -332,9 +396,16 @@ test('two clients at once: neither sees nor touches the other\'s sessions, jobs 
     await assert.rejects(a.request({ method: 'tasks/get', params: { taskId } }, (await import('@modelcontextprotocol/sdk/types.js')).GetTaskResultSchema));
     await assert.rejects(a.request({ method: 'tasks/cancel', params: { taskId } }, (await import('@modelcontextprotocol/sdk/types.js')).CancelTaskResultSchema));
     // Both fast: the shared pool answers each.
+    let st0;
+    const deadline = Date.now() + 60000; // the pool refills after the calls above
+    while ((st0 = (await a.callTool({ name: 'sandbox_status', arguments: {} })).structuredContent.pool).ready < 2 &&
+      Date.now() < deadline) await sleep(250);
     const t0 = performance.now();
     await Promise.all([py(a, 'print(1)'), py(b, 'print(2)')]);
-    if (VERBOSE) out(`# two warm calls at once: ${(performance.now() - t0).toFixed(1)} ms`);
+    const ms = performance.now() - t0;
+    const st1 = (await a.callTool({ name: 'sandbox_status', arguments: {} })).structuredContent.pool;
+    out(`# two clients' warm calls at once: ${ms.toFixed(1)} ms, ${st1.hits - st0.hits} of 2 from the shared pool`);
+    assert.equal(st1.hits - st0.hits, 2, 'both calls took a ready sandbox of the one pool');
   } finally {
     await a.close();
     await b.close();

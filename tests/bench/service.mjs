@@ -1,0 +1,169 @@
+#!/usr/bin/env node
+// The service's cost, measured in one run (tests/bench/README.md,
+// "The service"):
+//   1. warm calls (run_python print(1), and ping) through the three ways in,
+//      interleaved call by call so that the machine's noise falls on all of
+//      them alike: stdio (a corral of its own, what hosts start today),
+//      streamable HTTP over loopback TCP (the SDK's client, with the token),
+//      and `corral connect` (stdio relayed over the service's unix socket);
+//      p50 and p95 of each, and the difference to stdio (target: within 1 ms);
+//   2. one service holding 100 MCP sessions at once (no sandboxes open): its
+//      RSS before, with them, and after they ended.
+//
+//   CORRAL_ENGINE=unix:///path node tests/bench/service.mjs [--calls N] [--sessions N]
+//
+// The SDK client comes from tests/e2e/node_modules. Exit status 0 when it
+// ran (the figures are for people: a target missed prints MISSED, not a
+// failure), 1 when something broke.
+
+import { spawn } from 'node:child_process';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const HERE = path.dirname(fileURLToPath(import.meta.url));
+const ROOT = path.resolve(HERE, '../..');
+const require = createRequire(path.join(ROOT, 'tests/e2e/package.json'));
+const { Client } = require('@modelcontextprotocol/sdk/client/index.js');
+const { StdioClientTransport } = require('@modelcontextprotocol/sdk/client/stdio.js');
+const { StreamableHTTPClientTransport } = require('@modelcontextprotocol/sdk/client/streamableHttp.js');
+const { CallToolResultSchema } = require('@modelcontextprotocol/sdk/types.js');
+
+const argv = process.argv.slice(2);
+let CALLS = 60;
+let SESSIONS = 100;
+for (let i = 0; i < argv.length; i++) {
+  if (argv[i] === '--calls') CALLS = Number(argv[++i]);
+  else if (argv[i] === '--sessions') SESSIONS = Number(argv[++i]);
+  else {
+    process.stderr.write(`service.mjs: unknown argument ${argv[i]}\n`);
+    process.exit(2);
+  }
+}
+const ENGINE = process.env.CORRAL_ENGINE;
+if (!ENGINE) {
+  process.stderr.write('service.mjs: CORRAL_ENGINE is not set\n');
+  process.exit(2);
+}
+const BIN = path.resolve(ROOT, process.env.CORRAL_BIN || 'build/corral');
+const IMAGE = process.env.CORRAL_IMAGE || 'corral-python:latest';
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+const dir = mkdtempSync(path.join(os.tmpdir(), 'corral-bench-service-'));
+const runDir = path.join(dir, 'run');
+mkdirSync(runDir, { mode: 0o700 });
+const env = { ...process.env, XDG_RUNTIME_DIR: runDir, XDG_CONFIG_HOME: path.join(dir, 'config'),
+  CORRAL_ENGINE: ENGINE, CORRAL_IMAGE: IMAGE, CORRAL_IMAGES: IMAGE, CORRAL_HOST_SERVERS: 'false',
+  CORRAL_AUDIT_LOG: 'off', CORRAL_LOG_LEVEL: 'warning', CORRAL_MAX_CLIENTS: String(SESSIONS + 16) };
+delete env.CORRAL_TOKEN;
+
+async function freePort() {
+  const s = net.createServer();
+  await new Promise((r) => s.listen(0, '127.0.0.1', r));
+  const { port } = s.address();
+  await new Promise((r) => s.close(r));
+  return port;
+}
+
+const rssKiB = (pid) => Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))[1]);
+const pct = (xs, p) => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.min(s.length - 1, Math.floor((s.length - 1) * p))];
+};
+
+async function main() {
+  const port = await freePort();
+  const svc = spawn(BIN, ['serve', '--listen', `unix,tcp:127.0.0.1:${port}`], { env, stdio: ['ignore', 'ignore', 'pipe'] });
+  let log = '';
+  svc.stderr.on('data', (d) => { log += d; });
+  const clients = [];
+  try {
+    for (let i = 0; i < 200 && !/listening on tcp:/.test(log); i++) await sleep(50);
+    // The log level hides "listening": wait for the token file instead.
+    const tokenFile = path.join(dir, 'config', 'corral', 'token');
+    for (let i = 0; i < 200; i++) {
+      try { readFileSync(tokenFile); break; } catch { await sleep(50); }
+    }
+    const token = readFileSync(tokenFile, 'utf8').trim();
+    const url = new URL(`http://127.0.0.1:${port}/mcp`);
+
+    const ways = {};
+    ways.stdio = new Client({ name: 'bench-stdio', version: '1' });
+    await ways.stdio.connect(new StdioClientTransport({ command: BIN, args: ['serve'], env, stderr: 'ignore' }));
+    ways.http = new Client({ name: 'bench-http', version: '1' });
+    await ways.http.connect(new StreamableHTTPClientTransport(url, { requestInit: { headers: { Authorization: `Bearer ${token}` } } }));
+    ways.connect = new Client({ name: 'bench-connect', version: '1' });
+    await ways.connect.connect(new StdioClientTransport({ command: BIN, args: ['connect'], env, stderr: 'ignore' }));
+    clients.push(...Object.values(ways));
+
+    const call = async (c) => {
+      const t0 = performance.now();
+      const r = await c.callTool({ name: 'run_python', arguments: { code: 'print(1)' } }, CallToolResultSchema, { timeout: 60000 });
+      const ms = performance.now() - t0;
+      if (r.structuredContent?.status !== 'ok') throw new Error(`a call answered ${JSON.stringify(r).slice(0, 300)}`);
+      return ms;
+    };
+    const ping = async (c) => {
+      const t0 = performance.now();
+      await c.ping();
+      return performance.now() - t0;
+    };
+    // Warm-up: the pools fill, the connections open.
+    for (const c of Object.values(ways)) for (let i = 0; i < 5; i++) await call(c);
+    await sleep(2000);
+    const t = { stdio: [], http: [], connect: [] };
+    const p = { stdio: [], http: [], connect: [] };
+    for (let i = 0; i < CALLS; i++) {
+      for (const w of Object.keys(ways)) {
+        t[w].push(await call(ways[w]));
+        p[w].push(await ping(ways[w]));
+      }
+      await sleep(150); // the sandbox's removal and the pool's refill, off the next call
+    }
+    console.log(`corral service bench: ${CALLS} warm run_python print(1) calls and pings per way, interleaved; nproc ${os.cpus().length}, load ${os.loadavg()[0].toFixed(2)}`);
+    console.log('  way        call p50   call p95   ping p50   vs stdio (call p50)');
+    const base = pct(t.stdio, 0.5);
+    let missed = 0;
+    for (const w of Object.keys(ways)) {
+      const d = pct(t[w], 0.5) - base;
+      const verdict = w === 'stdio' ? '' : `${d >= 0 ? '+' : ''}${d.toFixed(2)} ms ${d <= 1 ? 'ok' : 'MISSED'} (target: within 1 ms)`;
+      if (w !== 'stdio' && d > 1) missed++;
+      console.log(`  ${w.padEnd(9)} ${pct(t[w], 0.5).toFixed(2).padStart(7)} ms ${pct(t[w], 0.95).toFixed(2).padStart(7)} ms ${pct(p[w], 0.5).toFixed(2).padStart(7)} ms   ${verdict}`);
+    }
+
+    // 100 MCP sessions at once, none with a sandbox.
+    const before = rssKiB(svc.pid);
+    const many = [];
+    const t0 = performance.now();
+    for (let i = 0; i < SESSIONS; i++) {
+      const c = new Client({ name: `bench-${i}`, version: '1' });
+      await c.connect(new StreamableHTTPClientTransport(url, { requestInit: { headers: { Authorization: `Bearer ${token}` } } }));
+      many.push(c);
+    }
+    const opened = performance.now() - t0;
+    const pings = await Promise.all(many.map((c) => ping(c)));
+    const during = rssKiB(svc.pid);
+    const status = await ways.http.callTool({ name: 'sandbox_status', arguments: {} });
+    for (const c of many) await c.transport.terminateSession().catch(() => {});
+    for (const c of many) await c.close();
+    await sleep(500);
+    const after = rssKiB(svc.pid);
+    console.log(`  ${SESSIONS} MCP sessions (GET streams open, no sandboxes): opened in ${opened.toFixed(0)} ms, a ping from each at once p50 ${pct(pings, 0.5).toFixed(1)} ms, p95 ${pct(pings, 0.95).toFixed(1)} ms`);
+    console.log(`  service RSS: ${(before / 1024).toFixed(1)} MiB before, ${(during / 1024).toFixed(1)} MiB with them (${((during - before) / SESSIONS).toFixed(1)} KiB a session), ${(after / 1024).toFixed(1)} MiB after they ended`);
+    console.log(`  pool: ${JSON.stringify({ ready: status.structuredContent?.pool?.ready, containers: status.structuredContent?.pool?.containers })}`);
+    console.log(missed ? `  ${missed} way(s) MISSED the 1 ms target in this run` : '  both ways met the 1 ms target in this run');
+  } finally {
+    for (const c of clients) await c.close().catch(() => {});
+    svc.kill('SIGTERM');
+    await new Promise((r) => (svc.exitCode !== null ? r() : svc.on('exit', r)));
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+main().catch((e) => {
+  console.error(`service.mjs: ${e.stack || e}`);
+  process.exit(1);
+});
