@@ -33,7 +33,7 @@ const { StreamableHTTPClientTransport } = require('@modelcontextprotocol/sdk/cli
 const { CallToolResultSchema } = require('@modelcontextprotocol/sdk/types.js');
 
 const argv = process.argv.slice(2);
-let CALLS = 60;
+let CALLS = 30;
 let SESSIONS = 100;
 for (let i = 0; i < argv.length; i++) {
   if (argv[i] === '--calls') CALLS = Number(argv[++i]);
@@ -111,19 +111,36 @@ async function main() {
       await c.ping();
       return performance.now() - t0;
     };
+    // Before each round: both pools full again and nothing starting, so
+    // that every call meets a ready sandbox and no container start (a
+    // second of CPU on this kind of machine) runs beside the calls.
+    const settle = async () => {
+      const deadline = Date.now() + 15000;
+      for (const c of [ways.stdio, ways.http]) {
+        for (;;) {
+          const pool = (await c.callTool({ name: 'sandbox_status', arguments: {} })).structuredContent?.pool || {};
+          if ((pool.ready >= 2 && pool.starting === 0) || Date.now() > deadline) break;
+          await sleep(50);
+        }
+      }
+      await sleep(100); // the last removals
+    };
     // Warm-up: the pools fill, the connections open.
     for (const c of Object.values(ways)) for (let i = 0; i < 5; i++) await call(c);
     await sleep(2000);
     const t = { stdio: [], http: [], connect: [] };
     const p = { stdio: [], http: [], connect: [] };
     for (let i = 0; i < CALLS; i++) {
-      for (const w of Object.keys(ways)) {
+      // The order turns each round: none is always first after the settle.
+      const order = Object.keys(ways);
+      for (let k = 0; k < i % order.length; k++) order.push(order.shift());
+      for (const w of order) {
+        await settle();
         t[w].push(await call(ways[w]));
         p[w].push(await ping(ways[w]));
       }
-      await sleep(150); // the sandbox's removal and the pool's refill, off the next call
     }
-    console.log(`corral service bench: ${CALLS} warm run_python print(1) calls and pings per way, interleaved; nproc ${os.cpus().length}, load ${os.loadavg()[0].toFixed(2)}`);
+    console.log(`corral service bench: ${CALLS} warm run_python print(1) calls and pings per way, interleaved, each after both pools refilled; nproc ${os.cpus().length}, load ${os.loadavg()[0].toFixed(2)}`);
     console.log('  way        call p50   call p95   ping p50   vs stdio (call p50)');
     const base = pct(t.stdio, 0.5);
     let missed = 0;

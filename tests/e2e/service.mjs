@@ -61,7 +61,8 @@ const SOCKET = path.join(RUNTIME_DIR, 'corral', 'corral.sock');
 
 function serviceEnv(extra = {}) {
   const env = { ...process.env, XDG_RUNTIME_DIR: RUNTIME_DIR, XDG_CONFIG_HOME: CONFIG_HOME,
-    CORRAL_ENGINE: ENGINE, CORRAL_HOST_SERVERS: 'false', CORRAL_AUDIT_LOG: 'off', ...extra };
+    CORRAL_ENGINE: ENGINE, CORRAL_IMAGE: process.env.CORRAL_IMAGE || 'corral-python:latest',
+    CORRAL_HOST_SERVERS: 'false', CORRAL_AUDIT_LOG: 'off', ...extra };
   delete env.CORRAL_TOKEN;
   return env;
 }
