@@ -775,18 +775,11 @@ static enum MHD_Result health_get(struct mcp_http *h, struct req *q)
         return MHD_YES;
 }
 
-static void gauge(struct buf *b, const char *name, const char *help, json_t *v)
+/* One family of one sample: its HELP and TYPE lines, and the value. */
+static void single(struct buf *b, const char *type, const char *name, const char *help, json_t *v)
 {
         char hd[300];
-        snprintf(hd, sizeof(hd), "# HELP %s %s\n# TYPE %s gauge\n", name, help, name);
-        buf_append(b, hd, strlen(hd));
-        metrics_line(b, name, json_number_value(v), NULL);
-}
-
-static void counter(struct buf *b, const char *name, const char *help, json_t *v)
-{
-        char hd[300];
-        snprintf(hd, sizeof(hd), "# HELP %s %s\n# TYPE %s counter\n", name, help, name);
+        snprintf(hd, sizeof(hd), "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
         buf_append(b, hd, strlen(hd));
         metrics_line(b, name, json_number_value(v), NULL);
 }
@@ -806,21 +799,21 @@ static enum MHD_Result metrics_get(struct mcp_http *h, struct req *q)
                 metrics_line(&b, "corral_pool_sandboxes",
                              json_number_value(json_object_get(pool, states[i])), "state",
                              states[i], NULL);
-        gauge(&b, "corral_pool_target", "ready sandboxes the pool aims at",
-              json_object_get(pool, "target"));
-        gauge(&b, "corral_queued_calls", "calls waiting for a sandbox slot",
-              json_object_get(pool, "queued"));
-        gauge(&b, "corral_sandboxes", "containers corral holds (pool, calls, sessions)",
-              json_object_get(pool, "containers"));
-        counter(&b, "corral_pool_hits_total", "calls answered by a ready sandbox",
-                json_object_get(pool, "hits"));
-        counter(&b, "corral_pool_misses_total", "calls that waited for a sandbox to start",
-                json_object_get(pool, "misses"));
-        counter(&b, "corral_pool_failures_total", "sandbox starts that failed",
-                json_object_get(pool, "failures"));
-        gauge(&b, "corral_sessions", "sessions open", json_object_get(st, "sessions"));
+        single(&b, "gauge", "corral_pool_target", "ready sandboxes the pool aims at",
+               json_object_get(pool, "target"));
+        single(&b, "gauge", "corral_queued_calls", "calls waiting for a sandbox slot",
+               json_object_get(pool, "queued"));
+        single(&b, "gauge", "corral_sandboxes", "containers corral holds (pool, calls, sessions)",
+               json_object_get(pool, "containers"));
+        single(&b, "counter", "corral_pool_hits_total", "calls answered by a ready sandbox",
+               json_object_get(pool, "hits"));
+        single(&b, "counter", "corral_pool_misses_total",
+               "calls that waited for a sandbox to start", json_object_get(pool, "misses"));
+        single(&b, "counter", "corral_pool_failures_total", "sandbox starts that failed",
+               json_object_get(pool, "failures"));
+        single(&b, "gauge", "corral_sessions", "sessions open", json_object_get(st, "sessions"));
         json_auto_t *clients = json_integer(h->n_sessions);
-        gauge(&b, "corral_clients", "MCP sessions of the service", clients);
+        single(&b, "gauge", "corral_clients", "MCP sessions of the service", clients);
         hd = "# HELP corral_upstream_up MCP servers for sandboxed code: 1 when running\n"
              "# TYPE corral_upstream_up gauge\n";
         buf_append(&b, hd, strlen(hd));
@@ -837,7 +830,7 @@ static enum MHD_Result metrics_get(struct mcp_http *h, struct req *q)
         long long cpu;
         proc_usage(&rss, &hwm, &cpu);
         json_auto_t *rss_b = json_integer((json_int_t)rss * 1024);
-        gauge(&b, "corral_resident_memory_bytes", "corral's resident memory", rss_b);
+        single(&b, "gauge", "corral_resident_memory_bytes", "corral's resident memory", rss_b);
         struct MHD_Response *r =
             MHD_create_response_from_buffer(b.len, b.data ? b.data : "", MHD_RESPMEM_MUST_COPY);
         buf_free(&b);

@@ -19,10 +19,10 @@
 import { spawn } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { createRequire } from 'node:module';
-import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { freePort } from '../e2e/lib/net.mjs';
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 const ROOT = path.resolve(HERE, '../..');
@@ -59,14 +59,6 @@ const env = { ...process.env, XDG_RUNTIME_DIR: runDir, XDG_CONFIG_HOME: path.joi
   CORRAL_ENGINE: ENGINE, CORRAL_IMAGE: IMAGE, CORRAL_IMAGES: IMAGE, CORRAL_HOST_SERVERS: 'false',
   CORRAL_AUDIT_LOG: 'off', CORRAL_LOG_LEVEL: 'warning', CORRAL_MAX_CLIENTS: String(SESSIONS + 16) };
 delete env.CORRAL_TOKEN;
-
-async function freePort() {
-  const s = net.createServer();
-  await new Promise((r) => s.listen(0, '127.0.0.1', r));
-  const { port } = s.address();
-  await new Promise((r) => s.close(r));
-  return port;
-}
 
 const rssKiB = (pid) => Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))[1]);
 const pct = (xs, p) => {

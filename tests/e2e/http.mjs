@@ -31,11 +31,11 @@ import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
-import net from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { inspect } from 'node:util';
+import { freePort } from './lib/net.mjs';
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 const ENGINE = process.env.CORRAL_ENGINE;
@@ -55,14 +55,6 @@ function withTimeout(promise, ms, what) {
     promise,
     new Promise((_, reject) => { timer = setTimeout(() => reject(new Error(`${what}: no answer within ${ms} ms`)), ms); }),
   ]).finally(() => clearTimeout(timer));
-}
-
-async function freePort() {
-  const s = net.createServer();
-  await new Promise((r) => s.listen(0, '127.0.0.1', r));
-  const { port } = s.address();
-  await new Promise((r) => s.close(r));
-  return port;
 }
 
 // ---------------------------------------------------------------- servers

@@ -25,10 +25,10 @@ import assert from 'node:assert/strict';
 import { execFileSync, spawn } from 'node:child_process';
 import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
-import net from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { freePort } from './lib/net.mjs';
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 const ENGINE = process.env.CORRAL_ENGINE;
@@ -40,14 +40,6 @@ const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 if (!ENGINE) {
   out('TAP version 13\n1..0 # SKIP CORRAL_ENGINE is not set');
   process.exit(77);
-}
-
-async function freePort() {
-  const s = net.createServer();
-  await new Promise((r) => s.listen(0, '127.0.0.1', r));
-  const { port } = s.address();
-  await new Promise((r) => s.close(r));
-  return port;
 }
 
 // ---------------------------------------------------------------- service
