@@ -40,6 +40,8 @@ as_user() {
 }
 podman_pid=""
 cleanup() {
+    # The service runs under runuser in a subshell: ask for it by its socket.
+    pkill -u "$user" -f "podman system service --time=0 unix://$root/" 2>/dev/null
     [ -n "$podman_pid" ] && kill "$podman_pid" 2>/dev/null
     wait 2>/dev/null
     as_user podman rm -af >/dev/null 2>&1
