@@ -31,7 +31,7 @@ root=$(mktemp -d /tmp/corral-rootless.XXXXXX)
 chmod 0755 "$root"
 mkdir -p "$root/bin" "$root/e2e" "$root/run"
 cp "$bin" "$root/bin/corral"
-cp -a "$here/service.mjs" "$here/package.json" "$here/node_modules" "$root/e2e/"
+cp -a "$here/service.mjs" "$here/package.json" "$here/lib" "$here/node_modules" "$root/e2e/"
 chown -R "$user:" "$root/run" "$root/e2e"
 chmod 0700 "$root/run"
 as_user() {
