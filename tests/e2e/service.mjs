@@ -246,26 +246,40 @@ test('MCP sessions: no Mcp-Session-Id 400, unknown 404, bad MCP-Protocol-Version
   assert.equal(r.status, 404);
 });
 
+// A call, progress, a cancellation, and the client still served after it.
+async function callsProgressCancel(c) {
+  const r = await py(c, 'print(6 * 7)');
+  assert.equal(r.structuredContent.status, 'ok', JSON.stringify(r));
+  assert.match(text(r), /42/);
+  const seen = [];
+  const p = await c.callTool({ name: 'run_python', arguments: { code: 'import time\nfor i in range(3):\n    print("step", i, flush=True)\n    time.sleep(0.6)' } },
+    CallToolResultSchema, { timeout: 60000, onprogress: (n) => seen.push(n) });
+  assert.equal(p.structuredContent.status, 'ok');
+  assert.ok(seen.length >= 1, 'progress notifications arrived');
+  const ac = new AbortController();
+  const t0 = Date.now();
+  const slow = c.callTool({ name: 'run_python', arguments: { code: 'import time; time.sleep(30)' } }, CallToolResultSchema, { signal: ac.signal, timeout: 60000 });
+  await sleep(1500);
+  ac.abort('changed my mind');
+  await assert.rejects(slow);
+  assert.ok(Date.now() - t0 < 10000);
+  const after = await py(c, 'print("still here")');
+  assert.match(text(after), /still here/);
+}
+
 test('HTTP client: a call, progress on its event stream, a cancellation', async (svc) => {
   const c = await httpClient(svc);
   try {
-    const r = await py(c, 'print(6 * 7)');
-    assert.equal(r.structuredContent.status, 'ok', JSON.stringify(r));
-    assert.match(text(r), /42/);
-    const seen = [];
-    const p = await c.callTool({ name: 'run_python', arguments: { code: 'import time\nfor i in range(3):\n    print("step", i, flush=True)\n    time.sleep(0.6)' } },
-      CallToolResultSchema, { timeout: 60000, onprogress: (n) => seen.push(n) });
-    assert.equal(p.structuredContent.status, 'ok');
-    assert.ok(seen.length >= 1, 'progress notifications arrived');
-    const ac = new AbortController();
-    const t0 = Date.now();
-    const slow = c.callTool({ name: 'run_python', arguments: { code: 'import time; time.sleep(30)' } }, CallToolResultSchema, { signal: ac.signal, timeout: 60000 });
-    await sleep(1500);
-    ac.abort('changed my mind');
-    await assert.rejects(slow);
-    assert.ok(Date.now() - t0 < 10000);
-    const after = await py(c, 'print("still here")');
-    assert.match(text(after), /still here/);
+    await callsProgressCancel(c);
+  } finally {
+    await c.close();
+  }
+});
+
+test('corral connect: a call, progress, a cancellation', async (svc) => {
+  const c = await connectClient();
+  try {
+    await callsProgressCancel(c);
   } finally {
     await c.close();
   }
