@@ -3,7 +3,8 @@
 # makes the user (with subordinate uid and gid ranges) when it is missing,
 # gives it the sandbox image from the rootful engine, starts its `podman
 # system service` (no systemd here), and runs the core of service.mjs (calls,
-# progress, cancellation, sessions, files, two clients) as that user.
+# progress, cancellation, tasks, sessions, files, the bridge, two clients)
+# as that user.
 # Prints TAP. As root:
 #
 #   tests/e2e/rootless.sh BUILD/corral [IMAGE]
@@ -68,5 +69,5 @@ for _ in $(seq 100); do [ -S "$sock" ] && break; sleep 0.1; done
 echo "# rootless: $user (uid $(id -u "$user")), podman $(as_user podman --version | awk '{print $3}'), image $image"
 cd "$root/e2e" && as_user env CORRAL_ENGINE="unix://$sock" CORRAL_IMAGE="$image" CORRAL_IMAGES="$image" \
     CORRAL_BIN="$root/bin/corral" \
-    E2E_ONLY='^(HTTP client|corral connect: (calls|a call)|two clients|MCP sessions|events)' \
+    E2E_ONLY='^(HTTP client|corral connect: (calls|a call)|two clients|MCP sessions|events|bridge)' \
     node "$root/e2e/service.mjs"

@@ -487,6 +487,34 @@ test('events: the pool failing reaches both kinds of client as notifications/mes
   }
 });
 
+test('bridge: code sent over HTTP and through connect calls the user\'s MCP server (server-everything)', async () => {
+  // The service's own config names the server; each client's code reaches it.
+  const pkg = path.join(HERE, 'node_modules/@modelcontextprotocol/server-everything');
+  const meta = JSON.parse(readFileSync(path.join(pkg, 'package.json'), 'utf8'));
+  const entry = path.join(pkg, typeof meta.bin === 'string' ? meta.bin : Object.values(meta.bin)[0]);
+  const conf = path.join(ROOT, 'bridge-config.json');
+  writeFileSync(conf, JSON.stringify({ servers: { everything: { command: process.execPath, args: [entry, 'stdio'] } } }));
+  const svc = await new Service({ CORRAL_CONFIG: conf }).start();
+  const a = await httpClient(svc, 'a');
+  const b = await connectClient('b', svc);
+  try {
+    for (const [who, c] of [['http', a], ['connect', b]]) {
+      const r = await py(c, `print(mcp_everything.echo(message="from ${who}").text)\nprint(mcp_everything.get_sum(a=2, b=3).text)`,
+        { servers: ['everything'], timeout_s: 60 });
+      assert.equal(r.structuredContent.status, 'ok', JSON.stringify(r).slice(0, 600));
+      assert.match(text(r), new RegExp(`Echo: from ${who}`));
+      assert.match(text(r), /\b5\b/);
+    }
+    const m = await raw(svc, { method: 'GET', headers: auth(svc), pathName: '/metrics' });
+    assert.match(m.body, /corral_bridge_calls_total\{server="everything",decision="ok"\} 4/);
+    assert.match(m.body, /corral_upstream_up\{server="everything",state="[a-z]+"\} [01]/);
+  } finally {
+    await a.close();
+    await b.close();
+    assert.equal(await svc.stop(), 0);
+  }
+});
+
 test('corral connect with no service: a clear error, nothing started', async () => {
   const env = { ...serviceEnv(), XDG_RUNTIME_DIR: path.join(ROOT, 'nowhere') };
   mkdirSync(env.XDG_RUNTIME_DIR, { mode: 0o700 });
