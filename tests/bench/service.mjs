@@ -7,6 +7,9 @@
 //      streamable HTTP over loopback TCP (the SDK's client, with the token),
 //      and `corral connect` (stdio relayed over the service's unix socket);
 //      p50 and p95 of each, and the difference to stdio (target: within 1 ms);
+//      then the same with lean clients (JSON lines on a pipe, node:http on
+//      one kept-alive connection), which leaves out the SDK client's own
+//      cost per request and shows corral's;
 //   2. one service holding 100 MCP sessions at once (no sandboxes open): its
 //      RSS before, with them, and after they ended.
 //
@@ -17,6 +20,8 @@
 // failure), 1 when something broke.
 
 import { spawn } from 'node:child_process';
+import http from 'node:http';
+import readline from 'node:readline';
 import { mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import os from 'node:os';
@@ -65,6 +70,60 @@ const pct = (xs, p) => {
   const s = [...xs].sort((a, b) => a - b);
   return s[Math.min(s.length - 1, Math.floor((s.length - 1) * p))];
 };
+
+// Lean clients: JSON-RPC without the SDK, so that what is measured is
+// corral's transport and not the client's. Lines on a child's stdio (corral
+// serve, corral connect), or POSTs on one kept-alive HTTP connection.
+function lineClient(args) {
+  const child = spawn(BIN, args, { env, stdio: ['pipe', 'pipe', 'ignore'] });
+  const waiting = new Map();
+  readline.createInterface({ input: child.stdout }).on('line', (l) => {
+    let m;
+    try { m = JSON.parse(l); } catch { return; }
+    const w = waiting.get(m.id);
+    if (w) { waiting.delete(m.id); w(m); }
+  });
+  let id = 0;
+  const send = (method, params) => new Promise((resolve) => {
+    const rid = ++id;
+    waiting.set(rid, resolve);
+    child.stdin.write(JSON.stringify({ jsonrpc: '2.0', id: rid, method, params }) + '\n');
+  });
+  const init = async () => {
+    await send('initialize', { protocolVersion: '2025-11-25', capabilities: {}, clientInfo: { name: 'lean', version: '1' } });
+    child.stdin.write(JSON.stringify({ jsonrpc: '2.0', method: 'notifications/initialized' }) + '\n');
+  };
+  return { send, init, close: () => { child.stdin.end(); return new Promise((r) => (child.exitCode !== null ? r() : child.on('exit', r))); } };
+}
+
+function httpLean(port, token) {
+  const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
+  const headers = { 'Content-Type': 'application/json', Accept: 'application/json, text/event-stream', Authorization: `Bearer ${token}` };
+  let id = 0;
+  const send = (method, params) => new Promise((resolve, reject) => {
+    const req = http.request({ host: '127.0.0.1', port, path: '/mcp', method: 'POST', agent, headers }, (res) => {
+      let body = '';
+      res.setEncoding('utf8');
+      res.on('data', (d) => { body += d; });
+      res.on('end', () => {
+        if (res.headers['mcp-session-id']) headers['Mcp-Session-Id'] = res.headers['mcp-session-id'];
+        resolve(body ? JSON.parse(body) : null);
+      });
+    });
+    req.on('error', reject);
+    req.end(JSON.stringify({ jsonrpc: '2.0', id: ++id, method, params }));
+  });
+  const init = async () => {
+    await send('initialize', { protocolVersion: '2025-11-25', capabilities: {}, clientInfo: { name: 'lean', version: '1' } });
+    headers['MCP-Protocol-Version'] = '2025-11-25';
+    await new Promise((resolve, reject) => {
+      const req = http.request({ host: '127.0.0.1', port, path: '/mcp', method: 'POST', agent, headers }, (res) => { res.resume(); res.on('end', resolve); });
+      req.on('error', reject);
+      req.end(JSON.stringify({ jsonrpc: '2.0', method: 'notifications/initialized' }));
+    });
+  };
+  return { send, init, close: async () => { await send('ping', {}).catch(() => {}); agent.destroy(); } };
+}
 
 async function main() {
   const port = await freePort();
@@ -142,6 +201,42 @@ async function main() {
       if (w !== 'stdio' && d > 1) missed++;
       console.log(`  ${w.padEnd(9)} ${pct(t[w], 0.5).toFixed(2).padStart(7)} ms ${pct(t[w], 0.95).toFixed(2).padStart(7)} ms ${pct(p[w], 0.5).toFixed(2).padStart(7)} ms   ${verdict}`);
     }
+
+    // The same, with lean clients: corral's own cost of each way in.
+    const lean = { stdio: lineClient(['serve']), http: httpLean(port, token), connect: lineClient(['connect']) };
+    for (const c of Object.values(lean)) await c.init();
+    const leanCall = async (c) => {
+      const t0 = performance.now();
+      const m = await c.send('tools/call', { name: 'run_python', arguments: { code: 'print(1)' } });
+      const ms = performance.now() - t0;
+      if (m?.result?.structuredContent?.status !== 'ok') throw new Error(`a lean call answered ${JSON.stringify(m).slice(0, 300)}`);
+      return ms;
+    };
+    const leanPing = async (c) => {
+      const t0 = performance.now();
+      await c.send('ping', {});
+      return performance.now() - t0;
+    };
+    for (const c of Object.values(lean)) for (let i = 0; i < 3; i++) await leanCall(c);
+    const lt = { stdio: [], http: [], connect: [] };
+    const lp = { stdio: [], http: [], connect: [] };
+    for (let i = 0; i < CALLS; i++) {
+      const order = Object.keys(lean);
+      for (let k = 0; k < i % order.length; k++) order.push(order.shift());
+      for (const w of order) {
+        await settle();
+        lt[w].push(await leanCall(lean[w]));
+        lp[w].push(await leanPing(lean[w]));
+      }
+    }
+    console.log('  the same with lean clients (JSON lines on a pipe; node:http with one kept-alive connection):');
+    const lbase = pct(lt.stdio, 0.5);
+    for (const w of Object.keys(lean)) {
+      const d = pct(lt[w], 0.5) - lbase;
+      const verdict = w === 'stdio' ? '' : `${d >= 0 ? '+' : ''}${d.toFixed(2)} ms ${d <= 1 ? 'ok' : 'MISSED'} (target: within 1 ms)`;
+      console.log(`  ${w.padEnd(9)} ${pct(lt[w], 0.5).toFixed(2).padStart(7)} ms ${pct(lt[w], 0.95).toFixed(2).padStart(7)} ms ${pct(lp[w], 0.5).toFixed(2).padStart(7)} ms   ${verdict}`);
+    }
+    for (const c of Object.values(lean)) await c.close();
 
     // 100 MCP sessions at once, none with a sandbox.
     const before = rssKiB(svc.pid);
