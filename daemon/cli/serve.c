@@ -217,11 +217,11 @@ static int http_open(struct serve *s, const struct config *cfg, int n_fds)
         for (char **a = cfg->listen; r == 0 && n_fds == 0 && a && *a; a++) {
                 char path[300];
                 if (strcmp(*a, "unix") == 0 || strcmp(*a, "unix:") == 0) {
-                        if (service_socket_path(path, sizeof(path), &e) < 0)
-                                return -1;
+                        r = service_socket_path(path, sizeof(path), &e);
                         char spec[310];
                         snprintf(spec, sizeof(spec), "unix:%s", path);
-                        r = mcp_http_listen(s->http, spec, &e);
+                        if (r == 0)
+                                r = mcp_http_listen(s->http, spec, &e);
                 } else {
                         r = mcp_http_listen(s->http, *a, &e);
                 }
