@@ -18,6 +18,7 @@
 #include "core/metrics.h"
 #include "engine/engine.h"
 #include "mcp/server.h"
+#include "mcp/tools.h"
 #include "mcp/transport.h"
 
 #include <arpa/inet.h>
@@ -856,7 +857,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                 q->h = h;
                 q->conn = c;
                 list_init(&q->node);
-                buf_init(&q->body, mcp_server_line_max_cfg(h->cfg));
+                buf_init(&q->body, tools_line_max(h->cfg));
                 q->status = access_check(h, c, q->why, sizeof(q->why));
                 *con_cls = q;
                 return MHD_YES;

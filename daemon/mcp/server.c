@@ -332,11 +332,6 @@ const struct transport_events mcp_server_events = {
     .ended = on_ended,
 };
 
-size_t mcp_server_line_max_cfg(const struct config *cfg)
-{
-        return tools_line_max(cfg);
-}
-
 int mcp_server_new(struct loop *l, const struct config *cfg, struct sandbox_mgr *mgr,
                    struct session_mgr *sessions, struct bridge *bridge, const char *owner,
                    void (*on_eof)(void *), void *userdata, struct mcp_server **ret)

@@ -37,8 +37,6 @@ void mcp_server_notify_log(struct mcp_server *s, enum log_level level, const cha
                            const char *text);
 /* Whether calls, file tools or searches of this client are under way. */
 bool mcp_server_busy(const struct mcp_server *s);
-/* The longest message a client may send (tools_line_max). */
-size_t mcp_server_line_max_cfg(const struct config *cfg);
 /* Stop reading; calls still running will not be answered. */
 void mcp_server_stop(struct mcp_server *s);
 /* Try to write what is left, blocking up to timeout_ms (for exit). */
