@@ -14,8 +14,6 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #define PENDING_MAX 1024 /* host requests on their way at once */
@@ -37,19 +35,6 @@ struct relay {
         bool listening, ended;
         int status;
 };
-
-static bool service_up(const char *path)
-{
-        struct sockaddr_un sa = {.sun_family = AF_UNIX};
-        if (strlen(path) >= sizeof(sa.sun_path))
-                return false;
-        memcpy(sa.sun_path, path, strlen(path));
-        int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        bool up = fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
-        if (fd >= 0)
-                close(fd);
-        return up;
-}
 
 static void finish(void *userdata)
 {
@@ -207,7 +192,7 @@ int cli_connect(int argc, char **argv)
                 log_err("%s", e.msg);
                 return 1;
         }
-        if (!service_up(path)) {
+        if (!unix_socket_answers(path)) {
                 if (cfg.connect_fallback) {
                         log_info("no corral service at %s: serving this host alone "
                                  "(connect_fallback)",

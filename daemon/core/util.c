@@ -7,7 +7,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <time.h>
 
 int err_set(struct err *e, enum err_kind kind, int code, const char *fmt, ...)
@@ -74,6 +76,19 @@ int mkdir_parents(const char *path)
                 *p = '/';
         }
         return 0;
+}
+
+bool unix_socket_answers(const char *path)
+{
+        struct sockaddr_un sa = {.sun_family = AF_UNIX};
+        if (strlen(path) >= sizeof(sa.sun_path))
+                return false;
+        memcpy(sa.sun_path, path, strlen(path));
+        int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        bool up = fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
+        if (fd >= 0)
+                close(fd);
+        return up;
 }
 
 int service_socket_path(char *buf, size_t size, struct err *e)

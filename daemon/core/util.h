@@ -98,6 +98,10 @@ int runtime_dir(char *buf, size_t size, struct err *e);
  * negative errno. */
 int mkdir_parents(const char *path);
 
+/* Whether something accepts connections on the unix socket at `path` (a
+ * socket file left by a process that died accepts none). */
+bool unix_socket_answers(const char *path);
+
 /* The service's default socket: runtime_dir()/corral.sock. */
 int service_socket_path(char *buf, size_t size, struct err *e);
 

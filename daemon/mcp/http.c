@@ -1006,20 +1006,14 @@ static int listen_unix(struct mcp_http *h, const char *path, struct err *e)
         if (r < 0)
                 return err_set(e, ERR_CONFIG, -r, "listen: cannot make the directory of %s: %s",
                                path, strerror(-r));
-        int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (fd < 0)
-                return err_set(e, ERR_INTERNAL, errno, "socket: %s", strerror(errno));
-        /* A socket file left by a corral that died: nobody answers on it. */
-        if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
-                close(fd);
+        if (unix_socket_answers(path))
                 return err_set(e, ERR_CONFIG, EADDRINUSE,
                                "listen: %s: another corral already serves there", path);
-        }
-        close(fd);
+        /* A socket file left by a corral that died: nobody answers on it. */
         struct stat st;
         if (lstat(path, &st) == 0 && S_ISSOCK(st.st_mode))
                 unlink(path);
-        fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
         if (fd < 0)
                 return err_set(e, ERR_INTERNAL, errno, "socket: %s", strerror(errno));
         mode_t old = umask(0077);
