@@ -179,28 +179,39 @@ async function main() {
     // Warm-up: the pools fill, the connections open.
     for (const c of Object.values(ways)) for (let i = 0; i < 5; i++) await call(c);
     await sleep(2000);
-    const t = { stdio: [], http: [], connect: [] };
-    const p = { stdio: [], http: [], connect: [] };
-    for (let i = 0; i < CALLS; i++) {
-      // The order turns each round: none is always first after the settle.
-      const order = Object.keys(ways);
-      for (let k = 0; k < i % order.length; k++) order.push(order.shift());
-      for (const w of order) {
-        await settle();
-        t[w].push(await call(ways[w]));
-        p[w].push(await ping(ways[w]));
+    // CALLS rounds, each way once a round after the pools settled, in an
+    // order that turns (none is always first after the settle): the call
+    // and ping times of each way.
+    const rounds = async (clients, callOf, pingOf) => {
+      const t = Object.fromEntries(Object.keys(clients).map((w) => [w, []]));
+      const p = Object.fromEntries(Object.keys(clients).map((w) => [w, []]));
+      for (let i = 0; i < CALLS; i++) {
+        const order = Object.keys(clients);
+        for (let k = 0; k < i % order.length; k++) order.push(order.shift());
+        for (const w of order) {
+          await settle();
+          t[w].push(await callOf(clients[w]));
+          p[w].push(await pingOf(clients[w]));
+        }
       }
-    }
+      return { t, p };
+    };
+    // A row per way, each against stdio's call p50; how many missed.
+    const table = ({ t, p }) => {
+      const base = pct(t.stdio, 0.5);
+      let missed = 0;
+      for (const w of Object.keys(t)) {
+        const d = pct(t[w], 0.5) - base;
+        const verdict = w === 'stdio' ? '' : `${d >= 0 ? '+' : ''}${d.toFixed(2)} ms ${d <= 1 ? 'ok' : 'MISSED'} (target: within 1 ms)`;
+        if (w !== 'stdio' && d > 1) missed++;
+        console.log(`  ${w.padEnd(9)} ${pct(t[w], 0.5).toFixed(2).padStart(7)} ms ${pct(t[w], 0.95).toFixed(2).padStart(7)} ms ${pct(p[w], 0.5).toFixed(2).padStart(7)} ms   ${verdict}`);
+      }
+      return missed;
+    };
+    const sdk = await rounds(ways, call, ping);
     console.log(`corral service bench: ${CALLS} warm run_python print(1) calls and pings per way, interleaved, each after both pools refilled; nproc ${os.cpus().length}, load ${os.loadavg()[0].toFixed(2)}`);
     console.log('  way        call p50   call p95   ping p50   vs stdio (call p50)');
-    const base = pct(t.stdio, 0.5);
-    let missed = 0;
-    for (const w of Object.keys(ways)) {
-      const d = pct(t[w], 0.5) - base;
-      const verdict = w === 'stdio' ? '' : `${d >= 0 ? '+' : ''}${d.toFixed(2)} ms ${d <= 1 ? 'ok' : 'MISSED'} (target: within 1 ms)`;
-      if (w !== 'stdio' && d > 1) missed++;
-      console.log(`  ${w.padEnd(9)} ${pct(t[w], 0.5).toFixed(2).padStart(7)} ms ${pct(t[w], 0.95).toFixed(2).padStart(7)} ms ${pct(p[w], 0.5).toFixed(2).padStart(7)} ms   ${verdict}`);
-    }
+    const missed = table(sdk);
 
     // The same, with lean clients: corral's own cost of each way in.
     const lean = { stdio: lineClient(['serve']), http: httpLean(port, token), connect: lineClient(['connect']) };
@@ -218,24 +229,9 @@ async function main() {
       return performance.now() - t0;
     };
     for (const c of Object.values(lean)) for (let i = 0; i < 3; i++) await leanCall(c);
-    const lt = { stdio: [], http: [], connect: [] };
-    const lp = { stdio: [], http: [], connect: [] };
-    for (let i = 0; i < CALLS; i++) {
-      const order = Object.keys(lean);
-      for (let k = 0; k < i % order.length; k++) order.push(order.shift());
-      for (const w of order) {
-        await settle();
-        lt[w].push(await leanCall(lean[w]));
-        lp[w].push(await leanPing(lean[w]));
-      }
-    }
+    const leanTimes = await rounds(lean, leanCall, leanPing);
     console.log('  the same with lean clients (JSON lines on a pipe; node:http with one kept-alive connection):');
-    const lbase = pct(lt.stdio, 0.5);
-    for (const w of Object.keys(lean)) {
-      const d = pct(lt[w], 0.5) - lbase;
-      const verdict = w === 'stdio' ? '' : `${d >= 0 ? '+' : ''}${d.toFixed(2)} ms ${d <= 1 ? 'ok' : 'MISSED'} (target: within 1 ms)`;
-      console.log(`  ${w.padEnd(9)} ${pct(lt[w], 0.5).toFixed(2).padStart(7)} ms ${pct(lt[w], 0.95).toFixed(2).padStart(7)} ms ${pct(lp[w], 0.5).toFixed(2).padStart(7)} ms   ${verdict}`);
-    }
+    table(leanTimes);
     for (const c of Object.values(lean)) await c.close();
 
     // 100 MCP sessions at once, none with a sandbox.
