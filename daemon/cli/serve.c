@@ -97,9 +97,31 @@ static void on_eof(void *userdata)
         stop(userdata, "stdin closed");
 }
 
+static void drain_done(void *userdata, long busy)
+{
+        struct serve *s = userdata;
+        if (busy == 0) {
+                stop(s, "drained");
+                return;
+        }
+        char why[96];
+        snprintf(why, sizeof(why), "drain_s passed with calls running in %ld MCP session(s)", busy);
+        stop(s, why);
+}
+
+/* The service drains first (a balancer sees /health fail and sends new
+ * sessions elsewhere, running calls end); a second signal, or stdio,
+ * stops at once. */
 static void on_signal(int signo, void *userdata)
 {
-        stop(userdata, strsignal(signo));
+        struct serve *s = userdata;
+        if (s->http && !s->stopping && s->cfg->drain_s > 0 &&
+            mcp_http_drain(s->http, s->cfg->drain_s, drain_done, s) == 0) {
+                log_info("%s: draining (a second signal stops at once)", strsignal(signo));
+                systemd_notify("STOPPING=1");
+                return;
+        }
+        stop(s, strsignal(signo));
 }
 
 /* The registry, the policy, the audit log and the upstream clients. A bad

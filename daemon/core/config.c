@@ -66,6 +66,7 @@ static const struct config_key {
     {"client_max_sandboxes", K_LONG, offsetof(struct config, client_max_sandboxes), 0, 4096},
     {"connect_fallback", K_BOOL, offsetof(struct config, connect_fallback), 0, 0},
     {"tcp_token", K_BOOL, offsetof(struct config, tcp_token), 0, 0},
+    {"drain_s", K_DOUBLE, offsetof(struct config, drain_s), 0, 3600},
 };
 
 void config_defaults(struct config *c)
@@ -108,6 +109,8 @@ void config_defaults(struct config *c)
             .client_idle_s = 3600,
             .client_max_sandboxes = 0,
             .tcp_token = true,
+            /* A service told to stop lets running calls end first. */
+            .drain_s = 30,
         };
 }
 

@@ -68,6 +68,7 @@ struct config {
         char **http_hosts;         /* Host names allowed besides loopback ones */
         long max_clients;          /* MCP sessions at once */
         double client_idle_s;      /* an MCP session with no request this long ends */
+        double drain_s;            /* SIGTERM: running calls get this long to end */
         long client_max_sandboxes; /* sandboxes one client may hold; 0: half of max_sandboxes */
         bool connect_fallback;     /* corral connect serves stdio itself when no service */
         bool tcp_token;            /* TCP clients need the token; false: loopback only, no token */

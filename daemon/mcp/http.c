@@ -111,6 +111,13 @@ struct mcp_http {
         unsigned long long seq;
         char token[2 * TOKEN_BYTES + 1];
         bool stopping;
+        /* Draining: no new MCP sessions, not ready, until the running
+         * calls end or the bound passes; then done() (mcp_http_drain). */
+        bool draining;
+        long long drain_end_ms;
+        struct timer *drain_timer;
+        void (*drain_done)(void *userdata, long busy);
+        void *drain_ud;
         /* /health and /metrics */
         json_t *(*status)(void *userdata);
         void *status_ud;
@@ -607,6 +614,10 @@ static enum MHD_Result mcp_post(struct mcp_http *h, struct req *q)
         struct session *s = NULL;
         bool fresh = false;
         if (request && strcmp(method, "initialize") == 0 && !sid) {
+                if (h->draining)
+                        return answer_error(c, 503,
+                                            "this corral is draining (it is stopping): open the "
+                                            "MCP session on another instance");
                 if (h->n_sessions >= h->cfg->max_clients)
                         return answer_error(c, 503,
                                             "too many MCP sessions (max_clients): end one, or "
@@ -710,7 +721,8 @@ static enum MHD_Result health_answer(struct mcp_http *h, struct req *q)
         bool image_ok =
             json_is_true(json_object_get(json_object_get(h->health, "image"), "present"));
         long failing = (long)json_integer_value(json_object_get(pool, "consecutive_failures"));
-        bool ready = engine_ok && image_ok && failing == 0 && !h->stopping;
+        bool draining = h->stopping || h->draining;
+        bool ready = engine_ok && image_ok && failing == 0 && !draining;
         json_auto_t *body =
             json_pack("{s:s, s:b, s:b, s:O?, s:O?, s:{s:O?, s:O?, s:O?, s:O?, s:O?}, s:I, s:b}",
                       "status", ready ? "ok" : "unavailable", "live", 1, "ready", ready, "engine",
@@ -719,7 +731,7 @@ static enum MHD_Result health_answer(struct mcp_http *h, struct req *q)
                       "starting", json_object_get(pool, "starting"), "consecutive_failures",
                       json_object_get(pool, "consecutive_failures"), "last_error",
                       json_object_get(pool, "last_error"), "clients", (json_int_t)h->n_sessions,
-                      "draining", h->stopping);
+                      "draining", draining);
         _cleanup_free_ char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
         return answer_text(q->conn, ready ? 200 : 503, "application/json", text ? text : "{}");
 }
@@ -1246,11 +1258,52 @@ void mcp_http_notify_log(struct mcp_http *h, enum log_level level, const char *l
         list_for_each(s, &h->sessions, node) mcp_server_notify_log(s->srv, level, logger, text);
 }
 
+/* MCP sessions with a call running. */
+static long sessions_busy(const struct mcp_http *h)
+{
+        long n = 0;
+        struct session *s;
+        list_for_each(s, &h->sessions, node) n += mcp_server_busy(s->srv);
+        return n;
+}
+
+static void on_drain_tick(struct timer *t, void *userdata)
+{
+        struct mcp_http *h = userdata;
+        long busy = sessions_busy(h);
+        if (busy > 0 && now_ms() < h->drain_end_ms) {
+                timer_arm(t, 100);
+                return;
+        }
+        h->drain_done(h->drain_ud, busy);
+}
+
+int mcp_http_drain(struct mcp_http *h, double bound_s, void (*done)(void *userdata, long busy),
+                   void *userdata)
+{
+        if (h->draining || h->stopping)
+                return -EALREADY;
+        int r = timer_add(h->loop, on_drain_tick, h, &h->drain_timer);
+        if (r < 0)
+                return r;
+        h->draining = true;
+        h->drain_end_ms = now_ms() + (long long)(bound_s * 1000);
+        h->drain_done = done;
+        h->drain_ud = userdata;
+        log_info("draining: no new MCP sessions, /health not ready; %ld session(s) with calls "
+                 "running get up to %gs",
+                 sessions_busy(h), bound_s);
+        timer_arm(h->drain_timer, -1);
+        return 0;
+}
+
 void mcp_http_stop(struct mcp_http *h)
 {
         if (!h || h->stopping)
                 return;
         h->stopping = true;
+        timer_remove(h->drain_timer);
+        h->drain_timer = NULL;
         engine_request_cancel(h->health_req);
         h->health_req = NULL;
         struct req *q, *qn;
