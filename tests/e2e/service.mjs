@@ -462,6 +462,43 @@ test('a client holds at most client_max_sandboxes; another client is still serve
   }
 });
 
+test('SIGTERM drains: not ready, no new sessions, a running call ends; past drain_s the rest are ended', async () => {
+  const svc = await new Service({ CORRAL_DRAIN_S: '4' }).start();
+  const a = await httpClient(svc, 'a');
+  const b = await httpClient(svc, 'b');
+  try {
+    const short = py(a, 'import time; time.sleep(1.5); print("finished")');
+    const long = py(b, 'import time; time.sleep(30); print("never")').catch((e) => e);
+    await sleep(700);
+    const t0 = Date.now();
+    svc.proc.kill('SIGTERM');
+    await sleep(300);
+    const h = await raw(svc, { method: 'GET', headers: auth(svc), pathName: '/health' });
+    assert.equal(h.status, 503, h.body);
+    assert.equal(JSON.parse(h.body).draining, true);
+    const init = await raw(svc, { headers: auth(svc), body: INIT });
+    assert.equal(init.status, 503, init.body);
+    assert.match(JSON.parse(init.body).error.message, /draining/);
+    // The sessions it holds are still served while it drains.
+    await a.ping();
+    const done = await short;
+    assert.equal(done.structuredContent.status, 'ok', JSON.stringify(done));
+    assert.match(text(done), /finished/);
+    // The long call outlives drain_s: it is ended, and the service stops.
+    const ended = await long;
+    const ms = Date.now() - t0;
+    assert.ok(!(ended && ended.structuredContent && ended.structuredContent.status === 'ok'), JSON.stringify(ended));
+    while (svc.proc.exitCode === null && Date.now() - t0 < 20000) await sleep(50);
+    assert.equal(svc.proc.exitCode, 0, svc.log.slice(-1500));
+    assert.ok(ms >= 3500 && ms < 15000, `the long call ended ${ms} ms after SIGTERM (drain_s 4)`);
+    assert.match(svc.log, /drain_s passed with calls running in 1 MCP session/);
+  } finally {
+    await a.close().catch(() => {});
+    await b.close().catch(() => {});
+    await svc.stop();
+  }
+});
+
 test('events: the pool failing reaches both kinds of client as notifications/message', async () => {
   // An engine that is not there: the pool's third failure in a row is an
   // event every client should see.
