@@ -634,8 +634,9 @@ static enum MHD_Result mcp_post(struct mcp_http *h, struct req *q)
                 s = session_find(h, sid);
                 if (!s)
                         return answer_error(c, 404,
-                                            "no such MCP session (it ended): "
-                                            "initialize a new one");
+                                            "no such MCP session here (it ended, or the corral "
+                                            "that held it stopped, with its sandboxes and "
+                                            "running calls): initialize a new one");
                 const char *v = header(c, "MCP-Protocol-Version");
                 if (v && !version_ok(v))
                         return answer_error(c, 400, "unsupported MCP-Protocol-Version");
