@@ -264,6 +264,14 @@ void tool_run(struct mcp_server *s, json_t *id, json_t *args, json_t *params)
                 call_failed(c, failed);
 }
 
+bool calls_running(const struct mcp_server *s)
+{
+        /* Ended jobs and tasks stay linked for their results: not running. */
+        const struct call *c;
+        list_for_each(c, &s->calls, node) if (c->sb) return true;
+        return false;
+}
+
 bool calls_in_flight(const struct mcp_server *s, const json_t *id)
 {
         /* A job or task was answered; a cancelled call never will be. */

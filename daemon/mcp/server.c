@@ -385,7 +385,7 @@ bool mcp_server_tasks(const struct mcp_server *s)
 
 bool mcp_server_busy(const struct mcp_server *s)
 {
-        return !list_empty(&s->calls) || !list_empty(&s->fcalls) || !list_empty(&s->searches);
+        return calls_running(s) || !list_empty(&s->fcalls) || !list_empty(&s->searches);
 }
 
 void mcp_server_stop(struct mcp_server *s)

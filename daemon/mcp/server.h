@@ -35,7 +35,8 @@ void mcp_server_attach(struct mcp_server *s, struct transport *t);
  * client's level (logging/setLevel; warning until set) lets it through. */
 void mcp_server_notify_log(struct mcp_server *s, enum log_level level, const char *logger,
                            const char *text);
-/* Whether calls, file tools or searches of this client are under way. */
+/* Whether calls, file tools or searches of this client are under way
+ * (finished jobs and tasks kept for their results do not count). */
 bool mcp_server_busy(const struct mcp_server *s);
 /* Stop reading; calls still running will not be answered. */
 void mcp_server_stop(struct mcp_server *s);
