@@ -175,6 +175,10 @@ struct sandbox_mgr {
         long active; /* sandboxes holding a slot (created..removed) */
         bool shutting_down;
         bool runtime_checked; /* the engine offers the runtime the settings ask for */
+        bool info_checked;    /* its /info read once: what it can enforce */
+        /* The engine's warnings on create, each said once (a hash each). */
+        unsigned long warned[8];
+        size_t n_warned;
         struct timer *drain_timer;
         /* The warm pool: ready sandboxes, each still for a single request. */
         bool pool_on;

@@ -610,6 +610,37 @@ static void step_attach(struct sandbox *s)
         sandbox_set_state(s, S_STARTING);
 }
 
+/* What the engine said it ignored of a create body ("Warnings"): rootless
+ * Podman on cgroup v1, for one, applies no memory or pids limit and says
+ * so only here. Each warning goes to the log and to the clients, once. */
+static void engine_warnings(struct sandbox_mgr *m, json_t *body)
+{
+        size_t i;
+        json_t *w;
+        json_array_foreach(json_object_get(body, "Warnings"), i, w)
+        {
+                const char *t = json_string_value(w);
+                if (!t || !t[0])
+                        continue;
+                unsigned long h = 5381;
+                for (const char *p = t; *p; p++)
+                        h = h * 33 + (unsigned char)*p;
+                bool seen = false;
+                for (size_t k = 0; k < m->n_warned; k++)
+                        seen |= m->warned[k] == h;
+                if (seen || m->n_warned == sizeof(m->warned) / sizeof(m->warned[0]))
+                        continue;
+                m->warned[m->n_warned++] = h;
+                char msg[320];
+                snprintf(msg, sizeof(msg), "%.300s", t);
+                utf8_scrub(msg);
+                log_event(LOG_WARN, "corral.sandbox",
+                          "the engine did not apply all of the sandbox's settings: %s (`corral "
+                          "doctor` says what this host can enforce)",
+                          msg);
+        }
+}
+
 static void created(void *userdata, long status, json_t *body, const struct err *e)
 {
         struct sandbox *s = userdata;
@@ -633,6 +664,7 @@ static void created(void *userdata, long status, json_t *body, const struct err 
                 engine_failed(s, "creating the sandbox failed", status, body, e);
                 return;
         }
+        engine_warnings(s->mgr, body);
         s->id = strdup(id);
         snprintf(s->short_id, sizeof(s->short_id), "%.12s", id);
         if (!s->id) {
@@ -714,13 +746,40 @@ static bool asked_ok(struct sandbox *s, const char *what, long status, json_t *b
         return true;
 }
 
-static void runtime_checked(void *userdata, long status, json_t *body, const struct err *e)
+/* Rootless engines on cgroup v1 take the create's memory and pids limits
+ * and apply neither, saying so on their own stderr at most: corral says
+ * it to the log and the clients, once. */
+static void limits_check(struct sandbox_mgr *m, json_t *info)
+{
+        const char *cg = json_string_value(json_object_get(info, "CgroupVersion"));
+        /* Podman says "Rootless", Docker a security option. */
+        bool rootless = json_is_true(json_object_get(info, "Rootless"));
+        size_t i;
+        json_t *o;
+        json_array_foreach(json_object_get(info, "SecurityOptions"), i, o)
+        {
+                const char *v = json_string_value(o);
+                rootless |= v && strcmp(v, "name=rootless") == 0;
+        }
+        if (rootless && cg && strcmp(cg, "1") == 0)
+                log_event(LOG_WARN, "corral.sandbox",
+                          "the engine at %s is rootless on cgroup v1: it applies no memory or "
+                          "pids limit to sandboxes (time, CPU count and the rest still hold); "
+                          "use rootful Podman or Docker, or cgroup v2, for those limits",
+                          engine_endpoint(m->eng)->display);
+}
+
+static void info_answered(void *userdata, long status, json_t *body, const struct err *e)
 {
         struct sandbox *s = userdata;
-        if (!asked_ok(s, "asking the engine for its runtimes failed", status, body, e))
+        if (!asked_ok(s, "asking the engine for its settings failed", status, body, e))
                 return;
+        if (!s->mgr->info_checked) {
+                s->mgr->info_checked = true;
+                limits_check(s->mgr, body);
+        }
         char msg[800];
-        if (!runtime_offered(s->mgr, body, msg, sizeof(msg))) {
+        if (config_runsc(s->mgr->cfg) && !runtime_offered(s->mgr, body, msg, sizeof(msg))) {
                 log_warn("%s", msg);
                 if (!s->image)
                         pool_note_failure(s->mgr, msg);
@@ -731,14 +790,14 @@ static void runtime_checked(void *userdata, long status, json_t *body, const str
         send_create(s);
 }
 
-/* The create, once the engine's kind is known and, under gVisor, once the
- * engine is known to offer it (checked until it does: the user may fix
- * the engine while corral runs). */
+/* The create, once the engine's kind and settings are known and, under
+ * gVisor, once the engine is known to offer it (checked until it does: the
+ * user may fix the engine while corral runs). */
 static void create_when_known(struct sandbox *s)
 {
         struct sandbox_mgr *m = s->mgr;
-        if (config_runsc(m->cfg) && !m->runtime_checked) {
-                if (engine_request(m->eng, "GET", "/info", NULL, runtime_checked, s, &s->req) < 0)
+        if (!m->info_checked || (config_runsc(m->cfg) && !m->runtime_checked)) {
+                if (engine_request(m->eng, "GET", "/info", NULL, info_answered, s, &s->req) < 0)
                         sandbox_fail(s, ST_ENGINE_ERROR, "EngineError",
                                      "cannot start an engine request");
                 return;

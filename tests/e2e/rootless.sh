@@ -69,5 +69,5 @@ for _ in $(seq 100); do [ -S "$sock" ] && break; sleep 0.1; done
 echo "# rootless: $user (uid $(id -u "$user")), podman $(as_user podman --version | awk '{print $3}'), image $image"
 cd "$root/e2e" && as_user env CORRAL_ENGINE="unix://$sock" CORRAL_IMAGE="$image" CORRAL_IMAGES="$image" \
     CORRAL_BIN="$root/bin/corral" \
-    E2E_ONLY='^(HTTP client|corral connect: (calls|a call)|two clients|MCP sessions|events|bridge)' \
+    E2E_ONLY='^(HTTP client|corral connect: (calls|a call)|two clients|MCP sessions|events|bridge|limits)' \
     node "$root/e2e/service.mjs"

@@ -499,6 +499,21 @@ test('SIGTERM drains: not ready, no new sessions, a running call ends; past drai
   }
 });
 
+test('limits: a rootless engine on cgroup v1 is said to apply no memory or pids limit; any other is not', async (svc) => {
+  // The pool's first sandbox read the engine's /info. Here a rootless
+  // engine is one run by a user other than root (tests/e2e/rootless.sh).
+  const c = await httpClient(svc);
+  try {
+    assert.equal((await py(c, 'print(1)')).structuredContent.status, 'ok');
+  } finally {
+    await c.close();
+  }
+  let v2 = true;
+  try { readFileSync('/sys/fs/cgroup/cgroup.controllers'); } catch { v2 = false; }
+  const said = /rootless on cgroup v1: it applies no memory or pids limit/.test(svc.log);
+  assert.equal(said, process.getuid() !== 0 && !v2, svc.log.split('\n').filter((l) => /warn/.test(l)).join('\n'));
+});
+
 test('events: the pool failing reaches both kinds of client as notifications/message', async () => {
   // An engine that is not there: the pool's third failure in a row is an
   // event every client should see.

@@ -396,6 +396,11 @@ static void handle_request(struct fake_conn *c, const char *method, const char *
                                 json_pack("{s:s, s:s, s:[{s:s, s:s}]}", "Version", "fake",
                                           "ApiVersion", "1.41", "Components", "Name", "Engine",
                                           "Version", "fake"));
+        } else if (strcmp(path, "/info") == 0) {
+                /* What corral reads of it: what the engine can enforce. */
+                respond(c, 200,
+                        json_pack("{s:s, s:b, s:[s]}", "CgroupVersion", "2", "Rootless", 0,
+                                  "SecurityOptions", "name=seccomp,profile=default"));
         } else if (strcmp(path, "/containers/create") == 0) {
                 if (!faulted(c, 1))
                         do_create(c, body, n);
