@@ -42,13 +42,13 @@ const char *mcp_http_token(const struct mcp_http *h);
 /* An event for the user, to every client (mcp_server_notify_log). */
 void mcp_http_notify_log(struct mcp_http *h, enum log_level level, const char *logger,
                          const char *text);
-/* Stops accepting and ends every MCP session (their calls and sessions). */
 /* Stop taking new MCP sessions and report not ready on /health; the
  * sessions there go on. done(busy) runs once no call runs in any of them
  * (busy 0), or when bound_s has passed (busy: the sessions still running a
  * call), and then the caller stops. -EALREADY when draining or stopping. */
 int mcp_http_drain(struct mcp_http *h, double bound_s, void (*done)(void *userdata, long busy),
                    void *userdata);
+/* Stops accepting and ends every MCP session (their calls and sessions). */
 void mcp_http_stop(struct mcp_http *h);
 void mcp_http_free(struct mcp_http *h);
 /* {clients, listeners[]} for the status (new reference). */

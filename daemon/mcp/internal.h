@@ -118,10 +118,10 @@ void progress_free(struct progress *p);
 void tool_run(struct mcp_server *s, json_t *id, json_t *args, json_t *params);
 /* Unlinks and frees a call (its progress, waits and result with it). */
 void call_free(struct call *c);
-/* Whether a call with this id waits for its answer (not a job: that was
- * answered; not withdrawn: that never will be). */
 /* Whether a call of this client runs (a sandbox is working for it). */
 bool calls_running(const struct mcp_server *s);
+/* Whether a call with this id waits for its answer (not a job: that was
+ * answered; not withdrawn: that never will be). */
 bool calls_in_flight(const struct mcp_server *s, const json_t *id);
 /* notifications/cancelled for such a call: it ends without an answer. */
 void calls_cancel(struct mcp_server *s, const json_t *id, const char *why);

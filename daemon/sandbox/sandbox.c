@@ -772,6 +772,17 @@ static void limits_check(struct sandbox_mgr *m, json_t *info)
 static void info_answered(void *userdata, long status, json_t *body, const struct err *e)
 {
         struct sandbox *s = userdata;
+        if (status != 200 && status != 0 && !s->killing && !config_runsc(s->mgr->cfg)) {
+                /* Only gVisor needs the answer: without it, the create goes
+                 * on and the limits go unchecked. */
+                s->req = NULL;
+                s->mgr->info_checked = true;
+                log_warn("the engine answered %ld to GET /info: cannot tell whether it applies "
+                         "the sandboxes' memory and pids limits (`corral doctor` checks)",
+                         status);
+                send_create(s);
+                return;
+        }
         if (!asked_ok(s, "asking the engine for its settings failed", status, body, e))
                 return;
         if (!s->mgr->info_checked) {

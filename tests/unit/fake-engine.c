@@ -16,9 +16,9 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#define ROUTES 7
+#define ROUTES 8
 static const char *const route_names[ROUTES] = {"version", "create", "start", "attach",
-                                                "inspect", "delete", "list"};
+                                                "inspect", "delete", "list",  "info"};
 
 struct fake_container {
         struct fake_engine *f;
@@ -398,9 +398,10 @@ static void handle_request(struct fake_conn *c, const char *method, const char *
                                           "Version", "fake"));
         } else if (strcmp(path, "/info") == 0) {
                 /* What corral reads of it: what the engine can enforce. */
-                respond(c, 200,
-                        json_pack("{s:s, s:b, s:[s]}", "CgroupVersion", "2", "Rootless", 0,
-                                  "SecurityOptions", "name=seccomp,profile=default"));
+                if (!faulted(c, 7))
+                        respond(c, 200,
+                                json_pack("{s:s, s:b, s:[s]}", "CgroupVersion", "2", "Rootless", 0,
+                                          "SecurityOptions", "name=seccomp,profile=default"));
         } else if (strcmp(path, "/containers/create") == 0) {
                 if (!faulted(c, 1))
                         do_create(c, body, n);

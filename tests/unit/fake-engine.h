@@ -30,7 +30,7 @@ void fake_engine_free(struct fake_engine *f);
 const char *fake_engine_url(const struct fake_engine *f);
 
 /* The next `times` requests of `route` ("version", "create", "start",
- * "attach", "inspect", "delete", "list") answer HTTP `status`. */
+ * "attach", "inspect", "delete", "list", "info") answer HTTP `status`. */
 void fake_engine_fail(struct fake_engine *f, const char *route, int status, int times);
 /* Started containers never send sandbox/ready (a hung start). */
 void fake_engine_set_silent(struct fake_engine *f, bool silent);

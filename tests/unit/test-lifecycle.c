@@ -171,6 +171,27 @@ static void test_warm_run(void)
         config_free(&c);
 }
 
+/* The engine's /info is read once, before the first create; an engine
+ * that does not answer it still gets its sandboxes. */
+static void test_info(void)
+{
+        struct config c = cfg_new();
+        struct sandbox_mgr *m = mgr_new(&c);
+        struct done d = {0};
+        struct sandbox *s = NULL;
+        struct sandbox_request r = req("print:x", 5);
+        int before = fake_engine_count(F, "info");
+        fake_engine_fail(F, "info", 500, 1);
+        sandbox_run(m, &r, on_done, &d, &s);
+        ok(WAIT_UNTIL(d.calls == 1, 5000) && d.st == ST_OK, "/info answers 500: the run is ok");
+        memset(&d, 0, sizeof(d));
+        sandbox_run(m, &r, on_done, &d, &s);
+        ok(WAIT_UNTIL(d.calls == 1, 5000) && d.st == ST_OK, "a second run: ok");
+        is_int(fake_engine_count(F, "info") - before, 1, "/info was asked once, not per sandbox");
+        mgr_done(m);
+        config_free(&c);
+}
+
 static void test_failures(void)
 {
         struct config c = cfg_new();
@@ -471,6 +492,7 @@ int main(void)
 
         test_cold_run();
         test_warm_run();
+        test_info();
         test_failures();
         test_fail_fast();
         test_limits();
