@@ -25,7 +25,8 @@ enum {
         F_TIMEOUT = 1 << 3,
         F_MAX_ARG = 1 << 4,
         F_MAX_RESULT = 1 << 5,
-        F_ALL = (1 << 6) - 1,
+        F_ASK = 1 << 6,
+        F_ALL = (1 << 7) - 1,
 };
 
 struct rules {
@@ -49,6 +50,7 @@ static void rules_free(struct rules *r)
         free(r->name);
         strv_free(r->own.allow);
         strv_free(r->own.deny);
+        strv_free(r->own.ask);
         *r = (struct rules){0};
 }
 
@@ -164,15 +166,19 @@ static int parse_server(struct policy *p, const char *name, json_t *obj, const c
                                                "%s: %s: must be true or false", label, path);
                         r->own.enabled = json_is_true(v);
                         r->set |= F_ENABLED;
-                } else if (strcmp(key, "allow") == 0 || strcmp(key, "deny") == 0) {
+                } else if (strcmp(key, "allow") == 0 || strcmp(key, "deny") == 0 ||
+                           strcmp(key, "ask") == 0) {
                         char **globs = NULL;
                         if ((rc = get_globs(v, &globs, label, path, e)) < 0)
                                 return rc;
-                        bool allow = key[0] == 'a';
-                        char ***field = allow ? &r->own.allow : &r->own.deny;
+                        char ***field = strcmp(key, "allow") == 0  ? &r->own.allow
+                                        : strcmp(key, "deny") == 0 ? &r->own.deny
+                                                                   : &r->own.ask;
                         strv_free(*field);
                         *field = globs;
-                        r->set |= allow ? F_ALLOW : F_DENY;
+                        r->set |= strcmp(key, "allow") == 0  ? F_ALLOW
+                                  : strcmp(key, "deny") == 0 ? F_DENY
+                                                             : F_ASK;
                 } else if (strcmp(key, "timeout_s") == 0) {
                         double t = json_number_value(v);
                         if (!json_is_number(v) || !isfinite(t) || t < 0.1 || t > 86400)
@@ -275,7 +281,7 @@ static int read_policy_file(const char *path, struct buf *b, struct err *e)
 }
 
 static const char *const field_names[] = {
-    "enabled", "allow", "deny", "timeout_s", "max_argument_bytes", "max_result_bytes",
+    "enabled", "allow", "deny", "timeout_s", "max_argument_bytes", "max_result_bytes", "ask",
 };
 
 /* What each entry holds in effect: its own fields, the rest from "*". */
@@ -297,6 +303,8 @@ static void resolve(struct policy *p)
                         r->eff.max_argument_bytes = r->own.max_argument_bytes;
                 if (r->set & F_MAX_RESULT)
                         r->eff.max_result_bytes = r->own.max_result_bytes;
+                if (r->set & F_ASK)
+                        r->eff.ask = r->own.ask;
         }
 }
 
@@ -359,12 +367,20 @@ static bool matches_any(char **globs, const char *tool)
         return false;
 }
 
-bool policy_tool_allowed(const struct policy *p, const char *server, const char *tool)
+enum policy_decision policy_tool_decision(const struct policy *p, const char *server,
+                                          const char *tool)
 {
         const struct policy_server *s = policy_server(p, server);
-        if (!tool || !s->enabled)
-                return false;
-        return matches_any(s->allow, tool) && !matches_any(s->deny, tool);
+        if (!tool || !s->enabled || matches_any(s->deny, tool))
+                return POLICY_DENY;
+        if (matches_any(s->ask, tool))
+                return POLICY_ASK;
+        return matches_any(s->allow, tool) ? POLICY_ALLOW : POLICY_DENY;
+}
+
+bool policy_tool_allowed(const struct policy *p, const char *server, const char *tool)
+{
+        return policy_tool_decision(p, server, tool) != POLICY_DENY;
 }
 
 long policy_max_calls(const struct policy *p)

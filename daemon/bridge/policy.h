@@ -12,6 +12,7 @@ struct policy_server {
         bool enabled;
         char **allow;                          /* NULL-terminated fnmatch globs */
         char **deny;                           /* NULL-terminated; deny wins */
+        char **ask;                            /* NULL-terminated; then ask, then allow */
         double timeout_s;                      /* per upstream call */
         unsigned long long max_argument_bytes; /* the encoded "arguments" object */
         unsigned long long max_result_bytes;   /* the encoded CallToolResult */
@@ -29,8 +30,15 @@ void policy_free(struct policy *p);
 /* The rules in effect for `server`: its own entry's fields over those of
  * "*" (never NULL). */
 const struct policy_server *policy_server(const struct policy *p, const char *server);
-/* Whether `tool` of `server` may be called: enabled, matched by an allow
- * glob and by no deny glob. */
+enum policy_decision { POLICY_DENY, POLICY_ASK, POLICY_ALLOW };
+/* What a call of `tool` of `server` gets: denied when the server is off or
+ * a deny glob matches; else asked (the user approves each call through
+ * the MCP host) when an ask glob matches; else allowed when an allow glob
+ * matches; else denied. */
+enum policy_decision policy_tool_decision(const struct policy *p, const char *server,
+                                          const char *tool);
+/* Whether `tool` of `server` may be called at all (allowed or asked): what
+ * sandboxed code is shown. */
 bool policy_tool_allowed(const struct policy *p, const char *server, const char *tool);
 long policy_max_calls(const struct policy *p);      /* per run */
 long policy_max_concurrent(const struct policy *p); /* in flight per sandbox */

@@ -339,6 +339,39 @@ static void test_default_text(void)
         ok(p == NULL, "no policy from a bad default");
 }
 
+/* deny wins, then ask, then allow; ask alone makes a tool callable. */
+static void test_ask(void)
+{
+        struct err e = {0};
+        struct policy *p = NULL;
+        int r = load_user("{\"version\": 1, \"servers\": {"
+                          "  \"*\": {\"ask\": [\"send_*\"]},"
+                          "  \"gh\": {\"allow\": [\"get_*\"], \"ask\": [\"create_*\", "
+                          "\"get_secret\"], \"deny\": [\"create_repo\"]}"
+                          "}}",
+                          &p, &e);
+        is_int(r, 0, "a policy with ask globs loads");
+        if (r < 0) {
+                diag("%s", e.msg);
+                return;
+        }
+        is_int(policy_tool_decision(p, "gh", "get_issue"), POLICY_ALLOW, "allow alone: allowed");
+        is_int(policy_tool_decision(p, "gh", "create_issue"), POLICY_ASK,
+               "ask, not in allow: asked");
+        is_int(policy_tool_decision(p, "gh", "get_secret"), POLICY_ASK,
+               "ask wins over allow: asked");
+        is_int(policy_tool_decision(p, "gh", "create_repo"), POLICY_DENY,
+               "deny wins over ask: denied");
+        is_int(policy_tool_decision(p, "gh", "delete_x"), POLICY_DENY, "no glob: denied");
+        ok(policy_tool_allowed(p, "gh", "create_issue"), "an asked tool is shown to the code");
+        is_int(policy_tool_decision(p, "other", "send_mail"), POLICY_ASK, "\"*\"'s ask applies");
+        is_int(policy_tool_decision(p, "other", "read"), POLICY_ALLOW, "... and its allow");
+        policy_free(p);
+        r = load_user("{\"version\": 1, \"servers\": {\"x\": {\"ask\": \"send\"}}}", &p, &e);
+        is_int(r, -EINVAL, "ask must be an array of globs");
+        like(e.msg, "servers.x.ask", "... naming the key");
+}
+
 int main(void)
 {
         snprintf(dir, sizeof(dir), "/tmp/corral-test-policy-XXXXXX");
@@ -353,6 +386,7 @@ int main(void)
         test_invalid();
         test_edges();
         test_default_text();
+        test_ask();
         unlink(file);
         rmdir(dir);
         return done_testing();
