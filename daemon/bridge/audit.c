@@ -85,6 +85,10 @@ void audit_write(struct audit *a, const struct audit_entry *en)
                 json_object_set_new(line, "sandbox", json_null());
         if (line && !json_object_get(line, "error"))
                 json_object_set_new(line, "error", json_null());
+        if (line && en->ask)
+                json_object_set_new(
+                    line, "ask",
+                    json_pack("{s:s, s:I}", "answer", en->ask, "ms", (json_int_t)en->ask_ms));
         char *text = line ? json_dumps(line, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
         json_decref(line);
         if (!text)

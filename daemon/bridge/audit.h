@@ -18,6 +18,11 @@ struct audit_entry {
         long long duration_ms;
         bool allowed;
         const char *error; /* NULL when it succeeded */
+        /* When the policy said `ask`: the person's answer ("accepted",
+         * "declined", "cancelled", "timed out", "not asked: ...",
+         * "withdrawn") and how long it took; NULL: not asked. */
+        const char *ask;
+        long long ask_ms;
 };
 
 /* Open (creating it 0600, and its directory 0700) for appending. */

@@ -9,9 +9,10 @@
 #include <stdio.h>
 #include <string.h>
 
-#define MAX_RUN_SERVERS 32
-#define ENVELOPE        256 /* room in a frame for what wraps a result */
-#define DENIALS_AUDITED 100 /* per run; code in a loop must not fill the disk */
+#define MAX_RUN_SERVERS     32
+#define ENVELOPE            256  /* room in a frame for what wraps a result */
+#define DENIALS_AUDITED     100  /* per run; code in a loop must not fill the disk */
+#define ASK_ARGUMENTS_SHOWN 1500 /* bytes of a call's arguments put to a person */
 
 struct bridge {
         struct loop *loop;
@@ -35,6 +36,11 @@ struct bcall {
         json_t *arguments;
         size_t argument_bytes;
         long long t0;
+        /* The policy said ask: the question out (a handle of the asker's),
+         * then the answer and how long it took, for the audit line. */
+        void *ask;
+        long long ask_t0, ask_ms;
+        const char *ask_answer;
 };
 
 struct bridge_run {
@@ -48,6 +54,7 @@ struct bridge_run {
         long denials;       /* refused ones: only the first DENIALS_AUDITED are written */
         long in_flight;     /* all requests being served */
         struct list bcalls; /* in flight */
+        const struct bridge_asker *asker; /* NULL: nobody to ask */
         /* Answers go out from the loop (core/loop.h), in order. */
         json_t *outbox;
         struct defer flush_d;
@@ -270,8 +277,9 @@ static void reply_error(struct bridge_run *r, json_t *id, int code, const char *
         send_later(r, jrpc_error(id, code, text, json_pack("{s:s}", "type", type_of(code))));
 }
 
-static void audit(struct bridge_run *r, const char *server, const char *tool, size_t argument_bytes,
-                  size_t result_bytes, long long t0, bool allowed, const char *error)
+static void audit_ask(struct bridge_run *r, const char *server, const char *tool,
+                      size_t argument_bytes, size_t result_bytes, long long t0, bool allowed,
+                      const char *error, const char *ask, long long ask_ms)
 {
         struct audit_entry en = {
             .sandbox = r->sandbox[0] ? r->sandbox : NULL,
@@ -282,6 +290,8 @@ static void audit(struct bridge_run *r, const char *server, const char *tool, si
             .duration_ms = t0 ? now_ms() - t0 : 0,
             .allowed = allowed,
             .error = error,
+            .ask = ask,
+            .ask_ms = ask_ms,
         };
         metrics_bridge(server, !allowed ? "denied" : error ? "error" : "ok");
         if (!allowed && ++r->denials > DENIALS_AUDITED)
@@ -290,6 +300,19 @@ static void audit(struct bridge_run *r, const char *server, const char *tool, si
         if (!allowed)
                 log_event(LOG_WARN, "policy", "sandbox %s: denied %s.%s: %s", r->sandbox, server,
                           tool, error ? error : "");
+}
+
+static void audit(struct bridge_run *r, const char *server, const char *tool, size_t argument_bytes,
+                  size_t result_bytes, long long t0, bool allowed, const char *error)
+{
+        audit_ask(r, server, tool, argument_bytes, result_bytes, t0, allowed, error, NULL, 0);
+}
+
+/* A tools/call's line, with its ask when there was one. */
+static void audit_call(struct bcall *c, size_t result_bytes, bool allowed, const char *error)
+{
+        audit_ask(c->run, upstream_spec(c->u)->name, c->tool, c->argument_bytes, result_bytes,
+                  c->t0, allowed, error, c->ask_answer, c->ask_ms);
 }
 
 static struct bcall *bcall_new(struct bridge_run *r, enum bcall_kind kind, json_t *id,
@@ -311,12 +334,19 @@ static struct bcall *bcall_new(struct bridge_run *r, enum bcall_kind kind, json_
 static void bcall_free(struct bcall *c)
 {
         struct bridge_run *r = c->run;
+        if (c->ask)
+                r->asker->withdraw(c->ask);
         list_del(&c->node);
         r->in_flight--;
         json_decref(c->id);
         json_decref(c->arguments);
         free(c->tool);
         free(c);
+}
+
+void bridge_run_set_asker(struct bridge_run *r, const struct bridge_asker *asker)
+{
+        r->asker = asker;
 }
 
 void bridge_run_free(struct bridge_run *r)
@@ -326,9 +356,12 @@ void bridge_run_free(struct bridge_run *r)
         while (!list_empty(&r->bcalls)) {
                 struct bcall *c = list_first(&r->bcalls, struct bcall, node);
                 upstream_call_cancel(c->uc);
+                if (c->ask) {
+                        c->ask_answer = "withdrawn";
+                        c->ask_ms = now_ms() - c->ask_t0;
+                }
                 if (c->kind == BC_CALL)
-                        audit(r, upstream_spec(c->u)->name, c->tool, c->argument_bytes, 0, c->t0,
-                              true, "withdrawn: the sandbox ended first");
+                        audit_call(c, 0, true, "withdrawn: the sandbox ended first");
                 bcall_free(c);
         }
         if (r->denials > DENIALS_AUDITED) {
@@ -465,7 +498,7 @@ static void called(void *userdata, json_t *result, const struct err *e)
         const char *server = upstream_spec(c->u)->name;
         c->uc = NULL;
         if (!result) {
-                audit(r, server, c->tool, c->argument_bytes, 0, c->t0, true, e->msg);
+                audit_call(c, 0, true, e->msg);
                 reply_error(r, c->id, e->code, e->msg);
                 bcall_free(c);
                 return;
@@ -478,16 +511,126 @@ static void called(void *userdata, json_t *result, const struct err *e)
                          "the result of %s.%s is %zu bytes; a frame to the sandbox holds at most "
                          "%zu (max_frame)",
                          server, c->tool, len, room);
-                audit(r, server, c->tool, c->argument_bytes, len, c->t0, true, msg);
+                audit_call(c, len, true, msg);
                 reply_error(r, c->id, BRIDGE_TOO_LARGE, msg);
                 bcall_free(c);
                 return;
         }
-        audit(r, server, c->tool, c->argument_bytes, len, c->t0, true,
-              json_is_true(json_object_get(result, "isError")) ? "the tool reported an error"
-                                                               : NULL);
+        audit_call(c, len, true,
+                   json_is_true(json_object_get(result, "isError")) ? "the tool reported an error"
+                                                                    : NULL);
         send_later(r, jrpc_result(c->id, json_incref(result)));
         bcall_free(c);
+}
+
+/* Stage three: the call goes to the server. Its time limit counts from
+ * the request, less the time a person took to answer. */
+static void call_send(struct bcall *c)
+{
+        struct bridge_run *r = c->run;
+        const struct policy_server *ps = policy_server(r->b->pol, upstream_spec(c->u)->name);
+        double left = ps->timeout_s - (double)(now_ms() - c->t0 - c->ask_ms) / 1000.0;
+        json_t *params = json_pack("{s:s, s:o}", "name", c->tool, "arguments",
+                                   c->arguments ? json_incref(c->arguments) : json_object());
+        int rc = upstream_request(c->u, "tools/call", params, left > 0.05 ? left : 0.05,
+                                  ps->max_result_bytes, called, c, &c->uc);
+        if (rc < 0) {
+                reply_error(r, c->id, JRPC_INTERNAL_ERROR, strerror(-rc));
+                bcall_free(c);
+        }
+        /* Else `called` answers, perhaps already. */
+}
+
+/* The policy said ask and nobody can be: refused, unless the settings
+ * explicitly let such calls through. */
+static void not_asked(struct bcall *c, const char *why)
+{
+        struct bridge_run *r = c->run;
+        const char *server = upstream_spec(c->u)->name;
+        char answer[300], msg[1200];
+        snprintf(answer, sizeof(answer), "not asked: %s", why);
+        c->ask_answer = answer;
+        if (r->b->cfg->ask_allow_unasked) {
+                log_event(LOG_WARN, "policy",
+                          "sandbox %s: %s.%s called without asking (%s; ask_allow_unasked is on)",
+                          r->sandbox, server, c->tool, why);
+                c->ask_answer = "not asked: allowed by ask_allow_unasked";
+                call_send(c);
+                return;
+        }
+        snprintf(msg, sizeof(msg),
+                 "tool '%s' of server '%s' needs a person's approval (the policy's \"ask\"), and "
+                 "%s: use an MCP host that supports elicitation, move the tool to \"allow\" in "
+                 "the policy, or set ask_allow_unasked to let such calls through unasked",
+                 c->tool, server, why);
+        audit_call(c, 0, false, msg);
+        c->ask_answer = NULL;
+        reply_error(r, c->id, BRIDGE_DENIED, msg);
+        bcall_free(c);
+}
+
+static void answered(void *userdata, enum bridge_answer answer, const char *why)
+{
+        struct bcall *c = userdata;
+        struct bridge_run *r = c->run;
+        c->ask = NULL;
+        c->ask_ms = now_ms() - c->ask_t0;
+        static const char *const names[] = {"accepted", "declined", "cancelled", "timed out",
+                                            "no answer"};
+        c->ask_answer = names[answer];
+        if (answer == BRIDGE_ACCEPTED) {
+                call_send(c);
+                return;
+        }
+        char msg[1200];
+        const char *server = upstream_spec(c->u)->name;
+        if (answer == BRIDGE_DECLINED)
+                snprintf(msg, sizeof(msg), "the user declined the call of %s.%s", server, c->tool);
+        else if (answer == BRIDGE_CANCELLED)
+                snprintf(msg, sizeof(msg), "the user dismissed the request to call %s.%s", server,
+                         c->tool);
+        else if (answer == BRIDGE_TIMED_OUT)
+                snprintf(msg, sizeof(msg),
+                         "nobody approved the call of %s.%s within ask_timeout_s (%g s)", server,
+                         c->tool, r->b->cfg->ask_timeout_s);
+        else
+                snprintf(msg, sizeof(msg), "the call of %s.%s was not approved: %s", server,
+                         c->tool, why ? why : "the MCP client gave no answer");
+        audit_call(c, 0, false, msg);
+        reply_error(r, c->id, BRIDGE_DENIED, msg);
+        bcall_free(c);
+}
+
+/* The policy says ask: the question to the person, through the client. */
+static void ask_person(struct bcall *c)
+{
+        struct bridge_run *r = c->run;
+        if (!r->asker) {
+                not_asked(c, "this run has no MCP client to ask");
+                return;
+        }
+        const char *server = upstream_spec(c->u)->name;
+        _cleanup_free_ char *args =
+            c->arguments ? json_dumps(c->arguments, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+        /* Arguments may hold the user's secrets: masked whole, then cut. */
+        _cleanup_free_ char *shown =
+            upstream_mask(r->b->ups, args ? args : "{}", ASK_ARGUMENTS_SHOWN);
+        char msg[ASK_ARGUMENTS_SHOWN + 600];
+        snprintf(msg, sizeof(msg),
+                 "Code running in sandbox %s asks to call the tool %s of the MCP server %s, "
+                 "with these arguments (%zu bytes%s):\n%s\n\nAllow this one call?",
+                 r->sandbox[0] ? r->sandbox : "(starting)", c->tool, server, c->argument_bytes,
+                 shown && strlen(shown) < c->argument_bytes ? ", shown in part" : "",
+                 shown ? shown : "(withheld)");
+        c->ask_t0 = now_ms();
+        int rc = r->asker->ask(r->asker->ud, msg, answered, c, &c->ask);
+        if (rc == -ENOTSUP) {
+                c->ask = NULL;
+                not_asked(c, "the MCP client cannot be asked (it did not offer elicitation)");
+        } else if (rc < 0) {
+                c->ask = NULL;
+                not_asked(c, strerror(-rc));
+        }
 }
 
 /* Stage two: the server is up and its tools are known. */
@@ -523,7 +666,8 @@ static void call_ready(void *userdata, json_t *tools, const struct err *e)
         }
         free(c->tool);
         c->tool = name;
-        if (!policy_tool_allowed(r->b->pol, server, name)) {
+        enum policy_decision d = policy_tool_decision(r->b->pol, server, name);
+        if (d == POLICY_DENY) {
                 snprintf(msg, sizeof(msg), "the policy does not allow tool '%s' of server '%s'",
                          name, server);
                 audit(r, server, name, c->argument_bytes, 0, c->t0, false, msg);
@@ -531,17 +675,10 @@ static void call_ready(void *userdata, json_t *tools, const struct err *e)
                 bcall_free(c);
                 return;
         }
-        const struct policy_server *ps = policy_server(r->b->pol, server);
-        double left = ps->timeout_s - (double)(now_ms() - c->t0) / 1000.0;
-        json_t *params = json_pack("{s:s, s:o}", "name", name, "arguments",
-                                   c->arguments ? json_incref(c->arguments) : json_object());
-        int rc = upstream_request(c->u, "tools/call", params, left > 0.05 ? left : 0.05,
-                                  ps->max_result_bytes, called, c, &c->uc);
-        if (rc < 0) {
-                reply_error(r, c->id, JRPC_INTERNAL_ERROR, strerror(-rc));
-                bcall_free(c);
-        }
-        /* Else `called` answers, perhaps already. */
+        if (d == POLICY_ASK)
+                ask_person(c);
+        else
+                call_send(c);
 }
 
 static void handle_call(struct bridge_run *r, json_t *id, json_t *params)

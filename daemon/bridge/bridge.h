@@ -39,12 +39,35 @@ int bridge_check_servers(struct bridge *b, json_t *names, struct err *e);
 /* Frames to the sandbox go through `send` (the message is stolen). */
 typedef void (*bridge_send_fn)(void *userdata, json_t *msg);
 
+/* A person asked to approve one call (the policy's `ask`), through the
+ * MCP client of the run. ask() puts `message` to the person; 0 and later,
+ * from the loop, done(done_ud, answer, why) once; or -ENOTSUP when the
+ * client cannot be asked (no elicitation), and done is never called.
+ * withdraw(handle) takes a question back (done is not called then). */
+enum bridge_answer {
+        BRIDGE_ACCEPTED,
+        BRIDGE_DECLINED,  /* the person said no */
+        BRIDGE_CANCELLED, /* the person dismissed it */
+        BRIDGE_TIMED_OUT, /* ask_timeout_s passed */
+        BRIDGE_GONE,      /* the client went away, or answered with an error */
+};
+typedef void (*bridge_answer_fn)(void *done_ud, enum bridge_answer answer, const char *why);
+struct bridge_asker {
+        int (*ask)(void *ud, const char *message, bridge_answer_fn done, void *done_ud,
+                   void **handle);
+        void (*withdraw)(void *handle);
+        void *ud;
+};
+
 /* One sandbox run's view: the servers it may call. `names` is checked
  * already (bridge_check_servers) and copied. */
 int bridge_run_new(struct bridge *b, json_t *names, bridge_send_fn send, void *userdata,
                    struct bridge_run **ret);
 /* Withdraws what is still in flight (audited as such). Accepts NULL. */
 void bridge_run_free(struct bridge_run *r);
+/* Who to ask when the policy says `ask` (borrowed; it outlives the run).
+ * Without one, such calls are refused as when the client cannot be asked. */
+void bridge_run_set_asker(struct bridge_run *r, const struct bridge_asker *asker);
 /* The container, for the audit log (copied). */
 void bridge_run_set_sandbox(struct bridge_run *r, const char *id);
 /* `servers` for sandbox/exec: [{name, alias}] (new reference). */

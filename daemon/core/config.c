@@ -67,6 +67,8 @@ static const struct config_key {
     {"connect_fallback", K_BOOL, offsetof(struct config, connect_fallback), 0, 0},
     {"tcp_token", K_BOOL, offsetof(struct config, tcp_token), 0, 0},
     {"drain_s", K_DOUBLE, offsetof(struct config, drain_s), 0, 3600},
+    {"ask_timeout_s", K_DOUBLE, offsetof(struct config, ask_timeout_s), 1, 3600},
+    {"ask_allow_unasked", K_BOOL, offsetof(struct config, ask_allow_unasked), 0, 0},
 };
 
 void config_defaults(struct config *c)
@@ -111,6 +113,8 @@ void config_defaults(struct config *c)
             .tcp_token = true,
             /* A service told to stop lets running calls end first. */
             .drain_s = 30,
+            /* A person has two minutes to approve a call (policy "ask"). */
+            .ask_timeout_s = 120,
         };
 }
 

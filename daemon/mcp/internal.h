@@ -2,6 +2,8 @@
  * server's state, and what each file offers the others. */
 #pragma once
 
+#include "bridge/bridge.h"
+
 #include "core/config.h"
 #include "core/list.h"
 #include "core/log.h"
@@ -73,9 +75,23 @@ struct mcp_server {
         char owner[40];           /* the client, for the session manager ("": stdio's) */
         char protocol[16];        /* the version initialize settled on */
         enum log_level log_level; /* notifications/message up to this (logging/setLevel) */
+        bool elicit_form;         /* the client offered elicitation in form mode */
+        struct list asks;         /* struct ask (elicit.c), the first one out */
+        unsigned ask_seq;
+        struct bridge_asker asker; /* the bridge asks this client's person */
         void (*on_eof)(void *);
         void *userdata;
 };
+
+/* ---- elicit.c: questions to the client's person (policy "ask") */
+
+void mcp_asks_init(struct mcp_server *s);
+/* Whether the client can be asked (it offered elicitation, form mode). */
+bool mcp_server_can_elicit(const struct mcp_server *s);
+/* A response from the client: true when it was to one of our questions. */
+bool mcp_asks_response(struct mcp_server *s, const struct jrpc_msg *m);
+/* The client goes: every question ends unanswered. */
+void mcp_asks_close(struct mcp_server *s);
 
 /* ---- server.c: sending to the client */
 

@@ -243,6 +243,7 @@ void tool_run(struct mcp_server *s, json_t *id, json_t *args, json_t *params)
                 refuse(s, id, task, name, e.msg);
                 return;
         }
+        req.asker = &s->asker;
         struct call *c =
             call_new(s, id, task, req.lang == LANG_PYTHON ? "run_python" : "run_shell");
         if (!c) {

@@ -175,6 +175,11 @@ static void initialize(struct mcp_server *s, json_t *id, json_t *params)
         }
         const char *version = negotiate(params);
         snprintf(s->protocol, sizeof(s->protocol), "%s", version);
+        /* Elicitation in form mode: an empty object (form implied) or one
+         * naming "form". */
+        json_t *el = json_object_get(json_object_get(params, "capabilities"), "elicitation");
+        s->elicit_form =
+            json_is_object(el) && (json_object_size(el) == 0 || json_object_get(el, "form"));
         mcp_send(s, jrpc_result(id, initialize_result(version)));
         s->initialized = true;
 }
@@ -313,7 +318,9 @@ static void on_message(void *userdata, const char *text, size_t len)
                  * nothing, and a notification never gets a reply. */
                 break;
         default:
-                /* We send no requests, so responses are stray: ignore. */
+                /* Answers to our questions (elicit.c); anything else is
+                 * stray: ignored. */
+                mcp_asks_response(s, &m);
                 break;
         }
         jrpc_msg_done(&m);
@@ -351,6 +358,7 @@ int mcp_server_new(struct loop *l, const struct config *cfg, struct sandbox_mgr 
         list_init(&s->calls);
         list_init(&s->fcalls);
         list_init(&s->searches);
+        mcp_asks_init(s);
         servers_names(bridge, s->names, sizeof(s->names));
         s->line_max = tools_line_max(cfg);
         *ret = s;
@@ -408,6 +416,7 @@ void mcp_server_close(struct mcp_server *s)
         transport_free(s->transport);
         s->transport = NULL;
         s->closing = true;
+        mcp_asks_close(s);
         file_calls_free(s);
         searches_free(s);
         if (s->owner[0])
@@ -421,6 +430,7 @@ void mcp_server_free(struct mcp_server *s)
         if (!s)
                 return;
         mcp_server_stop(s);
+        mcp_asks_close(s);
         calls_free(s);
         file_calls_free(s);
         searches_free(s);

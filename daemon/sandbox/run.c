@@ -105,6 +105,8 @@ struct run *run_new(struct sandbox *s, const struct sandbox_request *req, sandbo
                 run_free(r);
                 return NULL;
         }
+        if (r->bridge)
+                bridge_run_set_asker(r->bridge, req->asker);
         s->keep = s->keep || req->keep;
         r->want_out = req->want_out;
         r->lang = req->lang;

@@ -32,11 +32,16 @@ struct sandbox_file {
         size_t len;
 };
 
+struct bridge_asker;
+
 struct sandbox_request {
         enum sandbox_lang lang;
         const char *code;
         double timeout_s;
-        json_t *servers;    /* borrowed: MCP servers the code may call (checked), or NULL */
+        json_t *servers; /* borrowed: MCP servers the code may call (checked), or NULL */
+        /* Who approves the calls the policy says to ask about (borrowed,
+         * outlives the run), or NULL: such calls are refused. */
+        const struct bridge_asker *asker;
         double sync_wait_s; /* MCP layer only: when the call becomes a job (sandbox.c ignores it) */
         const char *session; /* MCP layer only: the session's name, or NULL */
         const char *owner;   /* MCP layer only: the client the session belongs to */
