@@ -572,6 +572,37 @@ test('bridge: code sent over HTTP and through connect calls the user\'s MCP serv
   }
 });
 
+test('ask over HTTP: the question reaches the HTTP client on its GET stream, its answer comes back as a POST', async () => {
+  const pkg = path.join(HERE, 'node_modules/@modelcontextprotocol/server-everything');
+  const meta = JSON.parse(readFileSync(path.join(pkg, 'package.json'), 'utf8'));
+  const entry = path.join(pkg, typeof meta.bin === 'string' ? meta.bin : Object.values(meta.bin)[0]);
+  const conf = path.join(ROOT, 'ask-config.json');
+  const pol = path.join(ROOT, 'ask-policy.json');
+  writeFileSync(conf, JSON.stringify({ servers: { everything: { command: process.execPath, args: [entry, 'stdio'] } } }));
+  writeFileSync(pol, JSON.stringify({ version: 1, servers: { everything: { ask: ['echo'] } } }));
+  const svc = await new Service({ CORRAL_CONFIG: conf, CORRAL_POLICY: pol }).start();
+  const { ElicitRequestSchema } = await import('@modelcontextprotocol/sdk/types.js');
+  const c = new Client({ name: 'asked', version: '1' }, { capabilities: { elicitation: { form: {} } } });
+  const asked = [];
+  let answer = 'accept';
+  c.setRequestHandler(ElicitRequestSchema, async (req) => { asked.push(req.params.message); return { action: answer }; });
+  await c.connect(new StreamableHTTPClientTransport(new URL(svc.url), { requestInit: { headers: { Authorization: `Bearer ${svc.token}` } } }));
+  try {
+    const code = 'import corral\ntry:\n    print(mcp_everything.echo(message="over http").text)\nexcept corral.PolicyDenied as e:\n    print("DENIED", e)';
+    let r = await py(c, code, { servers: ['everything'], timeout_s: 60 });
+    assert.equal(r.structuredContent.status, 'ok', JSON.stringify(r).slice(0, 600));
+    assert.match(text(r), /Echo: over http/);
+    assert.equal(asked.length, 1);
+    assert.match(asked[0], /echo/);
+    answer = 'decline';
+    r = await py(c, code, { servers: ['everything'], timeout_s: 60 });
+    assert.match(text(r), /DENIED .*declined/);
+  } finally {
+    await c.close();
+    assert.equal(await svc.stop(), 0);
+  }
+});
+
 test('corral connect with no service: a clear error, nothing started', async () => {
   const env = { ...serviceEnv(), XDG_RUNTIME_DIR: path.join(ROOT, 'nowhere') };
   mkdirSync(env.XDG_RUNTIME_DIR, { mode: 0o700 });

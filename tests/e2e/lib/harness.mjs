@@ -196,6 +196,7 @@ export class Daemon {
     this.name = name;
     this.env = corralEnv(env);
     this.cwd = opts.cwd;
+    this.opts = opts;
     this.log = '';
     this.errors = []; // errors the SDK reported outside a request (e.g. unknown response ids)
     this.closed = false;
@@ -207,8 +208,12 @@ export class Daemon {
       this.log += d.toString('utf8');
       if (this.log.length > 200000) this.log = this.log.slice(-100000);
     });
-    this.client = new Client({ name: 'corral-e2e', version: '1.0.0' }, { capabilities: {} });
+    // opts.capabilities: what the client offers (e.g. elicitation);
+    // opts.setup(client): its request handlers, before it connects.
+    this.client = new Client({ name: 'corral-e2e', version: '1.0.0' },
+      { capabilities: this.opts.capabilities || {} });
     this.client.onerror = (e) => this.errors.push(e);
+    if (this.opts.setup) this.opts.setup(this.client);
     openDaemons.add(this);
     await withTimeout(this.client.connect(this.transport), 15000, `${this.name}: initialize`);
     this.pid = String(this.transport.pid);

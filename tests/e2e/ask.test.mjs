@@ -1,0 +1,138 @@
+// A person in the loop: the policy's `ask` globs make corral put each
+// matching call of sandboxed code to the person behind the MCP host
+// (elicitation/create, form mode) before it goes to the server. The SDK
+// client here holds an elicitation handler whose answer each step sets.
+//
+//   node run.mjs ask        (ask:)
+
+import assert from 'node:assert/strict';
+import { ElicitRequestSchema } from '@modelcontextprotocol/sdk/types.js';
+import { sleep, test } from './lib/harness.mjs';
+import { assertRaised, bridgeRun, bridgeSetup, checkAuditLine, ERROR_CODES, everythingServer } from './lib/bridge.mjs';
+
+const ASK_POLICY = { version: 1, servers: { everything: { ask: ['echo'] } } };
+
+function askSetup(t) {
+  return bridgeSetup(t, {
+    servers: (root) => ({ everything: everythingServer(root) }),
+    policy: ASK_POLICY,
+    config: { ask_timeout_s: 3 },
+  });
+}
+
+test('ask: accepted, the call goes on; declined, PolicyDenied; unanswered, PolicyDenied after ask_timeout_s; each audited', async (t) => {
+  const b = askSetup(t);
+  const asked = [];
+  let answer = 'accept';
+  const d = await t.daemon('ask', b.env, {
+    capabilities: { elicitation: { form: {} } },
+    setup: (client) => client.setRequestHandler(ElicitRequestSchema, async (req) => {
+      asked.push(req.params);
+      if (answer === 'wait') await sleep(6000);
+      return { action: answer === 'wait' ? 'accept' : answer };
+    }),
+  });
+  const t0 = Date.now();
+
+  const yes = await bridgeRun(t, d, `
+rec("echo", catch(lambda: mcp_everything.echo(message="please echo this")))
+rec("sum", catch(lambda: mcp_everything.get_sum(a=1, b=2)))`, ['everything']);
+  assert.equal(yes.out.echo.ok, true, JSON.stringify(yes.out.echo));
+  assert.match(yes.out.echo.text, /please echo this/);
+  assert.equal(yes.out.sum.ok, true, 'a tool outside "ask" is not asked about');
+  assert.equal(asked.length, 1, 'one question, for echo only');
+  const q = asked[0];
+  assert.equal(q.mode ?? 'form', 'form');
+  assert.match(q.message, /echo/);
+  assert.match(q.message, /everything/);
+  assert.match(q.message, /please echo this/, 'the question shows the arguments');
+  assert.match(q.message, new RegExp(yes.container), 'the question names the sandbox');
+
+  answer = 'decline';
+  const no = await bridgeRun(t, d, 'rec("echo", catch(lambda: mcp_everything.echo(message="no thanks")))', ['everything']);
+  assertRaised(no.out.echo, 'PolicyDenied', 'declined');
+  assert.equal(no.out.echo.code, ERROR_CODES.PolicyDenied);
+  assert.match(no.out.echo.msg, /declined/);
+
+  answer = 'cancel';
+  const dismissed = await bridgeRun(t, d, 'rec("echo", catch(lambda: mcp_everything.echo(message="later")))', ['everything']);
+  assertRaised(dismissed.out.echo, 'PolicyDenied', 'dismissed');
+  assert.match(dismissed.out.echo.msg, /dismissed/);
+
+  answer = 'wait';
+  const t1 = Date.now();
+  const slow = await bridgeRun(t, d, 'rec("echo", catch(lambda: mcp_everything.echo(message="anyone?")))', ['everything']);
+  assertRaised(slow.out.echo, 'PolicyDenied', 'unanswered');
+  assert.match(slow.out.echo.msg, /ask_timeout_s \(3 s\)/);
+  assert.ok(Date.now() - t1 >= 2900, 'denied once the bound passed, not before');
+
+  const lines = b.readAudit().filter((l) => l.tool === 'echo');
+  for (const l of lines) checkAuditLine(l, t0);
+  assert.deepEqual(lines.map((l) => l.ask?.answer), ['accepted', 'declined', 'cancelled', 'timed out']);
+  assert.deepEqual(lines.map((l) => l.decision), ['allowed', 'denied', 'denied', 'denied']);
+  for (const l of lines) assert.ok(Number.isInteger(l.ask.ms) && l.ask.ms >= 0, 'how long the person took');
+  assert.ok(lines[3].ask.ms >= 2900, 'the time-out line says how long it waited');
+  assert.ok(b.readAudit().filter((l) => l.tool === 'get-sum' || l.tool === 'get_sum').every((l) => !l.ask), 'unasked calls have no ask');
+});
+
+test('ask: a client without elicitation is not asked; the call is denied and the message says what to change', async (t) => {
+  const b = askSetup(t);
+  const d = await t.daemon('ask-none', b.env);
+  const r = await bridgeRun(t, d, 'rec("echo", catch(lambda: mcp_everything.echo(message="x")))', ['everything']);
+  assertRaised(r.out.echo, 'PolicyDenied', 'no elicitation');
+  assert.match(r.out.echo.msg, /did not offer elicitation/);
+  assert.match(r.out.echo.msg, /"allow"/);
+  assert.match(r.out.echo.msg, /ask_allow_unasked/);
+  const l = b.readAudit().find((x) => x.tool === 'echo');
+  checkAuditLine(l);
+  assert.equal(l.decision, 'denied');
+  assert.match(l.ask.answer, /^not asked: /);
+});
+
+test('ask: the run\'s time limit holds while a person has not answered', async (t) => {
+  const b = bridgeSetup(t, {
+    servers: (root) => ({ everything: everythingServer(root) }),
+    policy: ASK_POLICY,
+    config: { ask_timeout_s: 60 },
+  });
+  let cancelled = 0;
+  const d = await t.daemon('ask-limit', b.env, {
+    capabilities: { elicitation: {} },
+    setup: (client) => client.setRequestHandler(ElicitRequestSchema, (req, extra) => new Promise((resolve) => {
+      extra.signal.addEventListener('abort', () => { cancelled++; resolve({ action: 'cancel' }); });
+    })),
+  });
+  const t0 = Date.now();
+  const r = await bridgeRun(t, d, 'rec("echo", catch(lambda: mcp_everything.echo(message="x")))', ['everything'],
+    { timeoutS: 3, expectOk: false });
+  assert.equal(r.sc.status, 'timeout', JSON.stringify(r.sc).slice(0, 400));
+  assert.ok(Date.now() - t0 < 30000, 'the run ended near its own limit, not the ask\'s');
+  for (let i = 0; i < 50 && !cancelled; i++) await sleep(100);
+  assert.equal(cancelled, 1, 'the question was withdrawn from the client (notifications/cancelled)');
+  const l = b.readAudit().find((x) => x.tool === 'echo');
+  assert.equal(l?.ask?.answer, 'withdrawn');
+});
+
+test('ask: three calls asking at once are put to the person one at a time, in order', async (t) => {
+  const b = askSetup(t);
+  let open = 0;
+  let most = 0;
+  const seen = [];
+  const d = await t.daemon('ask-serial', b.env, {
+    capabilities: { elicitation: { form: {} } },
+    setup: (client) => client.setRequestHandler(ElicitRequestSchema, async (req) => {
+      open++;
+      most = Math.max(most, open);
+      seen.push(/"message":"(m\d)"/.exec(req.params.message)?.[1]);
+      await sleep(300);
+      open--;
+      return { action: 'accept' };
+    }),
+  });
+  const r = await bridgeRun(t, d, `
+rs = await asyncio.gather(*[mcp_everything.echo(message="m%d" % i) for i in range(3)])
+rec("texts", [x.text for x in rs])`, ['everything']);
+  assert.equal(r.out.texts.length, 3);
+  assert.equal(most, 1, 'never two questions open at once');
+  assert.deepEqual([...seen].sort(), ['m0', 'm1', 'm2'], 'each call asked about once');
+});
