@@ -51,15 +51,9 @@ const IMAGE = process.env.CORRAL_IMAGE || 'corral-python:latest';
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 async function client(cl) {
-  const served = { host: null };
-  const fetchTap = async (url, init) => {
-    const res = await fetch(url, init);
-    served.host = res.headers.get('x-corral-server') || served.host;
-    return res;
-  };
+  const { served, options } = cl.clientOptions();
   const c = new Client({ name: 'bench', version: '1' });
-  await c.connect(new StreamableHTTPClientTransport(cl.url,
-    { fetch: fetchTap, requestInit: { headers: { Authorization: `Bearer ${cl.token}` } } }));
+  await c.connect(new StreamableHTTPClientTransport(cl.url, options));
   c.served = served;
   return c;
 }

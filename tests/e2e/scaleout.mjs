@@ -66,18 +66,10 @@ class Worker {
   }
 
   async open() {
-    const served = { host: null };
-    const fetchTap = async (url, init) => {
-      const res = await fetch(url, init);
-      const h = res.headers.get('x-corral-server');
-      if (h) served.host = h;
-      return res;
-    };
+    const { served, options } = this.cluster.clientOptions();
     const c = new Client({ name: `worker-${this.id}`, version: '1' });
     c.onerror = () => {};
-    const transport = new StreamableHTTPClientTransport(this.cluster.url,
-      { fetch: fetchTap, requestInit: { headers: { Authorization: `Bearer ${this.cluster.token}` } } });
-    await c.connect(transport);
+    await c.connect(new StreamableHTTPClientTransport(this.cluster.url, options));
     this.client = c;
     this.served = served;
     this.host = served.host;
@@ -227,11 +219,7 @@ test('a host SIGKILLed mid-run: its clients get a clear error and move; no other
   let now = left;
   while (now > 0 && Date.now() - t0 < 30000) {
     await sleep(250);
-    now = 0;
-    for (const pid of [oldPid]) {
-      const filters = encodeURIComponent(JSON.stringify({ label: [`io.corral.pid=${pid}`] }));
-      now += (await get(`/containers/json?all=1&filters=${filters}`)).length;
-    }
+    now = await Cluster.containersOfPid(oldPid, get);
   }
   note(`after the restart: ${now} left, swept in ${Date.now() - t0} ms`);
   assert.equal(now, 0, 'containers of the killed corral left after its host restarted');

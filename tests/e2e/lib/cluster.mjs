@@ -191,16 +191,30 @@ export class Cluster {
     return h.exited;
   }
 
+  // The engine's containers labelled with one corral's pid.
+  static async containersOfPid(pid, engineGet) {
+    const filters = encodeURIComponent(JSON.stringify({ label: [`io.corral.pid=${pid}`] }));
+    return (await engineGet(`/containers/json?all=1&filters=${filters}`)).length;
+  }
+
   // The engine's containers labelled with a pid of this host's corrals.
   async containersOf(i, engineGet) {
-    const h = this.hosts[i];
     let n = 0;
-    for (const pid of h.pids) {
-      const filters = encodeURIComponent(JSON.stringify({ label: [`io.corral.pid=${pid}`] }));
-      const list = await engineGet(`/containers/json?all=1&filters=${filters}`);
-      n += list.length;
-    }
+    for (const pid of this.hosts[i].pids) n += await Cluster.containersOfPid(pid, engineGet);
     return n;
+  }
+
+  // Options for a StreamableHTTPClientTransport through the balancer, with
+  // the token; `served.host` is the host that answered last (the
+  // balancer's X-Corral-Server).
+  clientOptions() {
+    const served = { host: null };
+    const fetchTap = async (url, init) => {
+      const res = await fetch(url, init);
+      served.host = res.headers.get('x-corral-server') || served.host;
+      return res;
+    };
+    return { served, options: { fetch: fetchTap, requestInit: { headers: { Authorization: `Bearer ${this.token}` } } } };
   }
 
   async stop() {
