@@ -18,11 +18,12 @@
 // Exit status: 0 measured, 1 a measurement broke, 2 usage.
 
 import { execFileSync } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { serverPackage } from '../e2e/lib/servers.mjs';
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 const ROOT = path.resolve(HERE, '../..');
@@ -59,13 +60,6 @@ try {
   sdk = { Client, StdioClientTransport, CallToolResultSchema };
 } catch (e) {
   usage(`the MCP SDK is missing (cd tests/e2e && npm ci): ${e.message}`);
-}
-
-function serverEntry(pkgName) {
-  const dir = path.join(E2E, 'node_modules/@modelcontextprotocol', pkgName);
-  const pkg = JSON.parse(readFileSync(path.join(dir, 'package.json'), 'utf8'));
-  const bin = typeof pkg.bin === 'string' ? pkg.bin : Object.values(pkg.bin)[0];
-  return { entry: path.join(dir, bin), version: pkg.version };
 }
 
 const median = (xs) => {
@@ -106,7 +100,7 @@ print("@@" + json.dumps({"single_ms": single, "gather_ms": gather}))
 `;
 
 async function main() {
-  const everything = serverEntry('server-everything');
+  const everything = serverPackage('server-everything');
   const tmp = mkdtempSync(path.join(os.tmpdir(), 'corral-bench-bridge-'));
   const cfg = path.join(tmp, 'cfg');
   mkdirSync(path.join(cfg, 'corral'), { recursive: true });

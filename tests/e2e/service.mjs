@@ -29,6 +29,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { freePort } from './lib/net.mjs';
+import { serverEntry } from './lib/servers.mjs';
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 const ENGINE = process.env.CORRAL_ENGINE;
@@ -546,9 +547,7 @@ test('events: the pool failing reaches both kinds of client as notifications/mes
 
 test('bridge: code sent over HTTP and through connect calls the user\'s MCP server (server-everything)', async () => {
   // The service's own config names the server; each client's code reaches it.
-  const pkg = path.join(HERE, 'node_modules/@modelcontextprotocol/server-everything');
-  const meta = JSON.parse(readFileSync(path.join(pkg, 'package.json'), 'utf8'));
-  const entry = path.join(pkg, typeof meta.bin === 'string' ? meta.bin : Object.values(meta.bin)[0]);
+  const entry = serverEntry('server-everything');
   const conf = path.join(ROOT, 'bridge-config.json');
   writeFileSync(conf, JSON.stringify({ servers: { everything: { command: process.execPath, args: [entry, 'stdio'] } } }));
   const svc = await new Service({ CORRAL_CONFIG: conf }).start();
@@ -573,9 +572,7 @@ test('bridge: code sent over HTTP and through connect calls the user\'s MCP serv
 });
 
 test('ask over HTTP: the question reaches the HTTP client on its GET stream, its answer comes back as a POST', async () => {
-  const pkg = path.join(HERE, 'node_modules/@modelcontextprotocol/server-everything');
-  const meta = JSON.parse(readFileSync(path.join(pkg, 'package.json'), 'utf8'));
-  const entry = path.join(pkg, typeof meta.bin === 'string' ? meta.bin : Object.values(meta.bin)[0]);
+  const entry = serverEntry('server-everything');
   const conf = path.join(ROOT, 'ask-config.json');
   const pol = path.join(ROOT, 'ask-policy.json');
   writeFileSync(conf, JSON.stringify({ servers: { everything: { command: process.execPath, args: [entry, 'stdio'] } } }));

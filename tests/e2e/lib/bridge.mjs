@@ -14,18 +14,10 @@ import assert from 'node:assert/strict';
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { clip, HERE, isInt } from './harness.mjs';
+import { clip, isInt } from './harness.mjs';
+import { serverEntry } from './servers.mjs';
 
-const MCP_MODULES = path.join(HERE, 'node_modules/@modelcontextprotocol');
-
-// The entry script of an installed server package (its package.json "bin").
-export function serverEntry(pkgName) {
-  const dir = path.join(MCP_MODULES, pkgName);
-  const pkg = JSON.parse(readFileSync(path.join(dir, 'package.json'), 'utf8'));
-  const bin = typeof pkg.bin === 'string' ? pkg.bin : Object.values(pkg.bin ?? {})[0];
-  assert.ok(bin, `${pkgName} declares a bin (npm ci in tests/e2e)`);
-  return path.join(dir, bin);
-}
+export { serverEntry };
 
 // server-everything takes its transport as the first argument ("stdio", the
 // default); later arguments are ignored, so `tag` marks the process.
