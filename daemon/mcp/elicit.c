@@ -69,14 +69,20 @@ static void ask_end(struct ask *a, enum bridge_answer answer, const char *why)
                 ask_next(s);
 }
 
+/* A question out is taken back from the client (MCP cancellation). */
+static void ask_cancel_out(struct ask *a, const char *reason)
+{
+        if (a->sent && !a->srv->closing)
+                mcp_send(a->srv, jrpc_notification("notifications/cancelled",
+                                                   json_pack("{s:s, s:s}", "requestId", a->id,
+                                                             "reason", reason)));
+}
+
 static void on_ask_timeout(struct timer *t, void *userdata)
 {
         struct ask *a = userdata;
         (void)t;
-        if (a->sent)
-                mcp_send(a->srv, jrpc_notification("notifications/cancelled",
-                                                   json_pack("{s:s, s:s}", "requestId", a->id,
-                                                             "reason", "ask_timeout_s passed")));
+        ask_cancel_out(a, "ask_timeout_s passed");
         ask_end(a, BRIDGE_TIMED_OUT, NULL);
 }
 
@@ -118,10 +124,7 @@ static void withdraw(void *handle)
         struct ask *a = handle;
         struct mcp_server *s = a->srv;
         bool was_out = a->sent;
-        if (was_out && !s->closing)
-                mcp_send(s, jrpc_notification("notifications/cancelled",
-                                              json_pack("{s:s, s:s}", "requestId", a->id, "reason",
-                                                        "the call it was about ended")));
+        ask_cancel_out(a, "the call it was about ended");
         ask_free(a);
         if (was_out)
                 ask_next(s);
