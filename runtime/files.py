@@ -43,12 +43,12 @@ def out_scan():
 def out_files(before):
     """The files under /workspace/out that are new or changed since the scan
     `before` (a run's own: compared by content stamps, not clocks), for the
-    daemon to fetch: [{path, size}], at most OUT_FILES_MAX."""
-    if not os.path.isdir(OUT_DIR):
-        return []
-    now = out_scan()
+    daemon to fetch: [{path, size}], at most OUT_FILES_MAX; and whether a
+    file of `before` is gone."""
+    now = out_scan() if os.path.isdir(OUT_DIR) else {}
     changed = sorted(p for p, stamp in now.items() if before.get(p) != stamp)
-    return [{'path': p, 'size': now[p][1]} for p in changed[:OUT_FILES_MAX]]
+    return [{'path': p, 'size': now[p][1]} for p in changed[:OUT_FILES_MAX]], \
+        any(p not in now for p in before)
 
 
 def read_out_file(rel, most):

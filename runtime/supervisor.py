@@ -847,7 +847,7 @@ class Supervisor:
             st.end()
         result = job.result(self.text_budget)
         result['memory_bytes'] = memory_bytes()
-        result['out_files'] = out_files(job.out_before)
+        result['out_files'], result['out_removed'] = out_files(job.out_before)
         keep = job.keep and w.alive()
         if job.keep:
             result['state'] = 'kept' if keep else 'lost'

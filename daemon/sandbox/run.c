@@ -448,6 +448,8 @@ static void take_result(struct sandbox *s, json_t *res)
         json_t *out = json_object_get(res, "out_files");
         json_decref(r->out_list);
         r->out_list = r->want_out && json_is_array(out) ? json_incref(out) : NULL;
+        r->res.files_changed =
+            json_array_size(out) > 0 || json_is_true(json_object_get(res, "out_removed"));
         if (r->interrupting != ST_OK) {
                 /* We stopped it: say why, and whether the session kept its state. */
                 char msg[700];

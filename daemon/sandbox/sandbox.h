@@ -80,6 +80,9 @@ struct sandbox_result {
          * (relative to /workspace), size, mime_type, and data (base64) or
          * note (why not returned)}], or NULL. */
         json_t *out_files;
+        /* The runtime found /workspace/out changed by the run (a file new,
+         * changed or gone), whether or not the files came back. */
+        bool files_changed;
         long long memory_bytes; /* the container's memory use after the run; -1: unknown */
         /* keep (a session): */
         bool kept;       /* the sandbox is still there, idle, for the next run */

@@ -34,11 +34,22 @@ struct tombstone {
         char why[400];
 };
 
+/* A client following the files of its sessions (resources). */
+struct session_watch {
+        struct session_mgr *mgr;
+        struct list node; /* in mgr->watches */
+        char owner[SESSION_OWNER_MAX + 1];
+        session_watch_cb fn;
+        void *userdata;
+};
+
 struct session_mgr {
         struct loop *loop;
         const struct config *cfg;
         struct sandbox_mgr *sm;
-        struct list all; /* struct session */
+        struct list all;     /* struct session */
+        struct list watches; /* struct session_watch */
+        bool freeing;        /* session_mgr_free: no one is told any more */
         struct timer *tick;
         struct tombstone graves[TOMBSTONES];
         unsigned n_graves; /* written so far; the newest TOMBSTONES are kept */
@@ -56,6 +67,7 @@ int session_mgr_new(struct loop *l, const struct config *cfg, struct sandbox_mgr
         m->cfg = cfg;
         m->sm = sm;
         list_init(&m->all);
+        list_init(&m->watches);
         int r = timer_add(l, tick, m, &m->tick);
         if (r < 0) {
                 free(m);
@@ -138,11 +150,27 @@ static bool exhume(struct session_mgr *m, const char *owner, const char *name, b
         return false;
 }
 
+static void notify(struct session_mgr *m, const char *owner, const char *name,
+                   enum session_change what)
+{
+        struct session_watch *w, *next;
+        if (m->freeing)
+                return;
+        list_for_each_safe(w, next, &m->watches, node)
+        {
+                if (strcmp(w->owner, owner) == 0)
+                        w->fn(w->userdata, name, what);
+        }
+}
+
 static void session_free(struct session *x)
 {
         list_del(&x->node);
         if (x->sb)
                 sandbox_set_owner(x->sb, NULL, NULL);
+        /* One that never opened had no files to show. */
+        if (x->open)
+                notify(x->mgr, x->owner, x->name, SESSION_ENDED);
         free(x);
 }
 
@@ -226,7 +254,16 @@ static void session_done(void *userdata, const struct sandbox_result *res)
                 cb(ud, res);
                 return;
         }
+        bool opened = !x->open;
         x->open = true;
+        /* It opened (new to the list), its /workspace/out changed (the
+         * runtime compared it before and after), or a call ended that may
+         * have changed the rest of /workspace. The session may end below:
+         * the watchers hear of the call first. */
+        notify(m, x->owner, x->name,
+               opened               ? SESSION_OPENED
+               : res->files_changed ? SESSION_FILES
+                                    : SESSION_RAN);
         if (x->expiring) {
                 /* Past session_max_s: this call's result says the session
                  * ended (so no tombstone: it was told), and the sandbox goes
@@ -352,6 +389,12 @@ int session_sandbox(struct session_mgr *m, const char *owner, const char *name,
         return 0;
 }
 
+struct sandbox *session_peek(struct session_mgr *m, const char *owner, const char *name)
+{
+        struct session *x = find(m, owner, name);
+        return x && x->open ? x->sb : NULL;
+}
+
 bool session_exists(struct session_mgr *m, const char *owner, const char *name)
 {
         return find(m, owner, name) != NULL;
@@ -444,10 +487,43 @@ json_t *session_list(struct session_mgr *m, const char *owner)
         return list;
 }
 
+int session_watch(struct session_mgr *m, const char *owner, session_watch_cb fn, void *userdata,
+                  struct session_watch **ret)
+{
+        struct session_watch *w = calloc(1, sizeof(*w));
+        if (!w)
+                return -ENOMEM;
+        w->mgr = m;
+        snprintf(w->owner, sizeof(w->owner), "%s", owner_of(owner));
+        w->fn = fn;
+        w->userdata = userdata;
+        list_push(&m->watches, &w->node);
+        *ret = w;
+        return 0;
+}
+
+void session_unwatch(struct session_watch *w)
+{
+        if (!w)
+                return;
+        list_del(&w->node);
+        free(w);
+}
+
+void session_files_changed(struct session_mgr *m, const char *owner, const char *name)
+{
+        struct session *x = find(m, owner, name);
+        if (x && x->open)
+                notify(m, x->owner, x->name, SESSION_FILES);
+}
+
 void session_mgr_free(struct session_mgr *m)
 {
         if (!m)
                 return;
+        m->freeing = true;
+        while (!list_empty(&m->watches))
+                session_unwatch(list_first(&m->watches, struct session_watch, node));
         while (!list_empty(&m->all))
                 session_free(list_first(&m->all, struct session, node));
         timer_remove(m->tick);

@@ -52,6 +52,9 @@ int session_run(struct session_mgr *m, const struct sandbox_request *req, sandbo
  *   -EAGAIN   its first call has not ended yet (still starting) */
 int session_sandbox(struct session_mgr *m, const char *owner, const char *name,
                     struct sandbox **ret, struct err *e);
+/* The sandbox of an open session, or NULL; looking is not activity (a
+ * client listing its sessions' files keeps none of them open). */
+struct sandbox *session_peek(struct session_mgr *m, const char *owner, const char *name);
 /* Whether a session of that owner and name is open (or starting). */
 bool session_exists(struct session_mgr *m, const char *owner, const char *name);
 
@@ -65,6 +68,23 @@ long session_total(const struct session_mgr *m);
 long session_count(struct session_mgr *m, const char *owner);
 /* Closes every session of `owner` (its client went away). */
 void session_close_owner(struct session_mgr *m, const char *owner);
+
+/* Following `owner`'s sessions, for what a client shows of their files (MCP
+ * resources): `fn` hears of a session that opened (its first call ended
+ * with it kept), of a call or file write that changed its /workspace/out,
+ * of any other call that ended in it (it may have changed the rest of
+ * /workspace), and of its end, with the session's name. Called from inside the session manager's
+ * work: `fn` must not open or close sessions. */
+enum session_change { SESSION_OPENED, SESSION_FILES, SESSION_RAN, SESSION_ENDED };
+typedef void (*session_watch_cb)(void *userdata, const char *name, enum session_change what);
+struct session_watch;
+int session_watch(struct session_mgr *m, const char *owner, session_watch_cb fn, void *userdata,
+                  struct session_watch **ret);
+/* Accepts NULL. */
+void session_unwatch(struct session_watch *w);
+/* Something other than a call changed the files of `owner`'s session
+ * `name` (write_file): its watchers are told. */
+void session_files_changed(struct session_mgr *m, const char *owner, const char *name);
 
 /* [{name, state (starting|idle|busy), age_s, idle_s, calls, memory_bytes,
  * container}] (new reference). */
