@@ -69,6 +69,8 @@ static const struct config_key {
     {"drain_s", K_DOUBLE, offsetof(struct config, drain_s), 0, 3600},
     {"ask_timeout_s", K_DOUBLE, offsetof(struct config, ask_timeout_s), 1, 3600},
     {"ask_allow_unasked", K_BOOL, offsetof(struct config, ask_allow_unasked), 0, 0},
+    {"client_name", K_STRING, offsetof(struct config, client_name), 0, 0},
+    {"resources_workspace", K_BOOL, offsetof(struct config, resources_workspace), 0, 0},
 };
 
 void config_defaults(struct config *c)
@@ -128,6 +130,8 @@ void config_free(struct config *c)
         free(c->seccomp);
         free(c->runtime);
         free(c->token);
+        free(c->client_name);
+        c->client_name = NULL;
         json_decref(c->servers);
         c->images = strv_free(c->images);
         c->mounts = strv_free(c->mounts);

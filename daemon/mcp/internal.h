@@ -78,7 +78,10 @@ struct mcp_server {
         bool elicit_form;         /* the client offered elicitation in form mode */
         struct list asks;         /* struct ask (elicit.c), the first one out */
         unsigned ask_seq;
-        struct bridge_asker asker; /* the bridge asks this client's person */
+        struct bridge_asker asker;   /* the bridge asks this client's person */
+        struct list rops;            /* struct res_op (resources.c) on their way */
+        struct session_watch *watch; /* the client's sessions, for list_changed */
+        bool keep_sessions;          /* a named client: its sessions outlive it */
         void (*on_eof)(void *);
         void *userdata;
 };
@@ -202,6 +205,21 @@ void tool_list_files(struct mcp_server *s, json_t *id, json_t *args, json_t *par
 bool file_calls_in_flight(const struct mcp_server *s, const json_t *id);
 /* Withdraws every file tool on its way: no answers follow. */
 void file_calls_free(struct mcp_server *s);
+
+/* ---- resources.c: the sessions' files as MCP resources */
+
+/* Follows the client's sessions (list_changed): 0 or -ENOMEM. */
+int resources_init(struct mcp_server *s);
+void resources_list(struct mcp_server *s, json_t *id, json_t *params);
+void resources_templates_list(struct mcp_server *s, json_t *id, json_t *params);
+void resources_read(struct mcp_server *s, json_t *id, json_t *params);
+void completion_complete(struct mcp_server *s, json_t *id, json_t *params);
+/* write_file wrote `path` (full) in an open session. */
+void resources_files_written(struct mcp_server *s, const char *session, const char *path);
+/* Whether a resources or completion request with this id is on its way. */
+bool resource_ops_in_flight(const struct mcp_server *s, const json_t *id);
+/* Withdraws them (no answers follow) and stops following the sessions. */
+void resources_free(struct mcp_server *s);
 
 /* ---- errors.c: how a failed tool call is shown */
 

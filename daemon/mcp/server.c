@@ -141,7 +141,9 @@ static bool with_tasks(const char *version)
 
 static json_t *initialize_result(const char *version)
 {
-        json_t *caps = json_pack("{s:{s:b}, s:{}}", "tools", "listChanged", 0, "logging");
+        json_t *caps =
+            json_pack("{s:{s:b}, s:{}, s:{s:b, s:b}, s:{}}", "tools", "listChanged", 0, "logging",
+                      "resources", "listChanged", 1, "subscribe", 0, "completions");
         if (caps && with_tasks(version))
                 json_object_set_new(caps, "tasks",
                                     json_pack("{s:{}, s:{}, s:{s:{s:{}}}}", "list", "cancel",
@@ -163,7 +165,8 @@ static json_t *initialize_result(const char *version)
 static bool id_in_flight(struct mcp_server *s, const json_t *id)
 {
         return calls_in_flight(s, id) || job_waits_in_flight(s, id) ||
-               file_calls_in_flight(s, id) || searches_in_flight(s, id);
+               file_calls_in_flight(s, id) || searches_in_flight(s, id) ||
+               resource_ops_in_flight(s, id);
 }
 
 static void initialize(struct mcp_server *s, json_t *id, json_t *params)
@@ -224,11 +227,19 @@ static const struct {
         const char *method;
         void (*answer)(struct mcp_server *s, json_t *id, json_t *params);
 } methods[] = {
-    {"initialize", initialize},         {"ping", ping},
-    {"tools/list", tools_list_request}, {"tools/call", tools_call},
-    {"tasks/get", tasks_get},           {"tasks/result", tasks_result},
-    {"tasks/cancel", tasks_cancel},     {"tasks/list", tasks_list},
+    {"initialize", initialize},
+    {"ping", ping},
+    {"tools/list", tools_list_request},
+    {"tools/call", tools_call},
+    {"tasks/get", tasks_get},
+    {"tasks/result", tasks_result},
+    {"tasks/cancel", tasks_cancel},
+    {"tasks/list", tasks_list},
     {"logging/setLevel", set_level},
+    {"resources/list", resources_list},
+    {"resources/templates/list", resources_templates_list},
+    {"resources/read", resources_read},
+    {"completion/complete", completion_complete},
 };
 
 static void handle_request(struct mcp_server *s, struct jrpc_msg *m)
@@ -359,10 +370,19 @@ int mcp_server_new(struct loop *l, const struct config *cfg, struct sandbox_mgr 
         list_init(&s->fcalls);
         list_init(&s->searches);
         mcp_asks_init(s);
+        if (resources_init(s) < 0) {
+                free(s);
+                return -ENOMEM;
+        }
         servers_names(bridge, s->names, sizeof(s->names));
         s->line_max = tools_line_max(cfg);
         *ret = s;
         return 0;
+}
+
+void mcp_server_keep_sessions(struct mcp_server *s)
+{
+        s->keep_sessions = true;
 }
 
 void mcp_server_attach(struct mcp_server *s, struct transport *t)
@@ -393,7 +413,8 @@ bool mcp_server_tasks(const struct mcp_server *s)
 
 bool mcp_server_busy(const struct mcp_server *s)
 {
-        return calls_running(s) || !list_empty(&s->fcalls) || !list_empty(&s->searches);
+        return calls_running(s) || !list_empty(&s->fcalls) || !list_empty(&s->searches) ||
+               !list_empty(&s->rops);
 }
 
 void mcp_server_stop(struct mcp_server *s)
@@ -419,7 +440,10 @@ void mcp_server_close(struct mcp_server *s)
         mcp_asks_close(s);
         file_calls_free(s);
         searches_free(s);
-        if (s->owner[0])
+        resources_free(s);
+        /* A named client's sessions wait for its next MCP session (or
+         * their idle time). */
+        if (s->owner[0] && !s->keep_sessions)
                 session_close_owner(s->sessions, s->owner);
         if (!calls_close(s))
                 mcp_server_free(s);
@@ -434,6 +458,7 @@ void mcp_server_free(struct mcp_server *s)
         calls_free(s);
         file_calls_free(s);
         searches_free(s);
+        resources_free(s);
         transport_free(s->transport);
         free(s);
 }

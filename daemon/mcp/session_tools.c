@@ -226,10 +226,12 @@ static void write_done(void *userdata, const struct files_result *r)
 {
         struct file_call *fc = userdata;
         fc->fop = NULL;
-        if (r->error)
+        if (r->error) {
                 mcp_send_result(fc->srv, fc->id, error_result(FAILED_FILE, r->error, r->message));
-        else
+        } else {
                 write_answer(fc);
+                resources_files_written(fc->srv, fc->session, r->path);
+        }
         fcall_free(fc);
 }
 
