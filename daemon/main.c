@@ -12,7 +12,8 @@ static void usage(FILE *f)
             f,
             "usage: corral [serve] [OPTIONS]          stdio MCP server (what MCP hosts start)\n"
             "       corral serve --listen ADDR[,ADDR]  the service: unix[:PATH], tcp:HOST:PORT\n"
-            "       corral connect [--socket PATH]    stdio MCP server relaying to the service\n"
+            "       corral connect [--socket PATH] [--as NAME]\n"
+            "                                          stdio MCP server relaying to the service\n"
             "       corral run [OPTIONS] -c CODE | FILE | -   run Python once in a sandbox\n"
             "       corral run --shell [OPTIONS] -c COMMAND   run a shell command once\n"
             "       corral doctor [OPTIONS]           check the engine, image and host\n"

@@ -8,6 +8,7 @@
 #include "core/curl_loop.h"
 #include "core/jsonrpc.h"
 #include "core/log.h"
+#include "mcp/http.h"
 #include "mcp/transport.h"
 #include "upstream/http.h"
 
@@ -179,6 +180,9 @@ int cli_connect(int argc, char **argv)
         for (int i = 0; i < n_rest; i++) {
                 if (strcmp(rest[i], "--socket") == 0 && i + 1 < n_rest) {
                         snprintf(path, sizeof(path), "%s", rest[++i]);
+                } else if (strcmp(rest[i], "--as") == 0 && i + 1 < n_rest) {
+                        free(cfg.client_name);
+                        cfg.client_name = strdup(rest[++i]);
                 } else {
                         fprintf(stderr, "corral connect: unknown argument \"%s\"\n", rest[i]);
                         return 2;
@@ -188,6 +192,17 @@ int cli_connect(int argc, char **argv)
                 if (strncmp(*a, "unix:", 5) == 0 && (*a)[5])
                         snprintf(path, sizeof(path), "%s", *a + 5);
         struct err e = {0};
+        /* A name keeps the host's sessions for its next connection, and
+         * shares them with its other windows (mcp/http.h). */
+        char client[sizeof("Corral-Client: ") + CLIENT_NAME_MAX] = "";
+        if (cfg.client_name) {
+                if (mcp_client_name_check(cfg.client_name, &e) < 0) {
+                        fprintf(stderr, "corral connect: %s\n", e.msg);
+                        return 2;
+                }
+                snprintf(client, sizeof(client), "Corral-Client: %s", cfg.client_name);
+        }
+        char *headers[] = {client[0] ? client : NULL, NULL};
         if (!path[0] && service_socket_path(path, sizeof(path), &e) < 0) {
                 log_err("%s", e.msg);
                 return 1;
@@ -197,7 +212,19 @@ int cli_connect(int argc, char **argv)
                         log_info("no corral service at %s: serving this host alone "
                                  "(connect_fallback)",
                                  path);
-                        return cli_serve(argc, argv);
+                        /* Without connect's own arguments: serving alone,
+                         * there is no socket and no one to share with. */
+                        int n = 0;
+                        for (int i = 0; i < argc; i++) {
+                                if ((strcmp(argv[i], "--socket") == 0 ||
+                                     strcmp(argv[i], "--as") == 0) &&
+                                    i + 1 < argc)
+                                        i++;
+                                else
+                                        argv[n++] = argv[i];
+                        }
+                        argv[n] = NULL;
+                        return cli_serve(n, argv);
                 }
                 log_err("no corral service at %s: start it (`systemctl --user start "
                         "corral.socket`, or `corral serve --listen unix &`), or set "
@@ -211,7 +238,7 @@ int cli_connect(int argc, char **argv)
         size_t max = cfg.max_frame;
         if (rc == 0)
                 rc = curl_loop_new(r.loop, &r.cl);
-        if (rc == 0 && http_conn_new(r.cl, "http://localhost/mcp", NULL, NULL, max, &service_ops,
+        if (rc == 0 && http_conn_new(r.cl, "http://localhost/mcp", headers, NULL, max, &service_ops,
                                      &r, &r.conn, &e) < 0)
                 rc = -EINVAL;
         if (rc == 0)

@@ -362,7 +362,25 @@ static struct session *session_find(struct mcp_http *h, const char *id)
         return NULL;
 }
 
-static int session_new(struct mcp_http *h, struct session **ret)
+int mcp_client_name_check(const char *name, struct err *e)
+{
+        size_t n = strlen(name);
+        bool ok = n >= 1 && n <= CLIENT_NAME_MAX;
+        for (const char *p = name; ok && *p; p++)
+                ok = isalnum((unsigned char)*p) || *p == '_' || *p == '-' || *p == '.';
+        if (ok)
+                return 0;
+        char shown[80];
+        str_printable(name, shown, sizeof(shown));
+        return err_set(e, ERR_INVALID, -EINVAL,
+                       "client name \"%s\" is not valid: use 1 to %d letters, digits, '_', '-' "
+                       "or '.'",
+                       shown, CLIENT_NAME_MAX);
+}
+
+/* `name`: the client's, or NULL for an MCP session that owns its sandbox
+ * sessions alone. */
+static int session_new(struct mcp_http *h, const char *name, struct session **ret)
 {
         unsigned char raw[SESSION_ID_BYTES];
         if (getrandom(raw, sizeof(raw), 0) != (ssize_t)sizeof(raw))
@@ -373,7 +391,13 @@ static int session_new(struct mcp_http *h, struct session **ret)
         s->h = h;
         for (size_t i = 0; i < sizeof(raw); i++)
                 snprintf(s->id + 2 * i, 3, "%02x", raw[i]);
-        snprintf(s->owner, sizeof(s->owner), "c%llu", ++h->seq);
+        /* A named client's sessions belong to the name, shared by its MCP
+         * sessions ("n:NAME"); else to this MCP session alone ("cN"). */
+        ++h->seq;
+        if (name)
+                snprintf(s->owner, sizeof(s->owner), "n:%s", name);
+        else
+                snprintf(s->owner, sizeof(s->owner), "c%llu", h->seq);
         s->t.ops = &session_ops;
         s->last_ms = now_ms();
         list_init(&s->streams);
@@ -381,6 +405,8 @@ static int session_new(struct mcp_http *h, struct session **ret)
         int r = s->held ? h->server_new(h->userdata, s->owner, &s->srv) : -ENOMEM;
         if (r == 0)
                 mcp_server_attach(s->srv, &s->t);
+        if (r == 0 && name)
+                mcp_server_keep_sessions(s->srv);
         if (r < 0) {
                 mcp_server_free(s->srv);
                 json_decref(s->held);
@@ -622,7 +648,11 @@ static enum MHD_Result mcp_post(struct mcp_http *h, struct req *q)
                         return answer_error(c, 503,
                                             "too many MCP sessions (max_clients): end one, or "
                                             "raise the setting");
-                int r = session_new(h, &s);
+                const char *name = header(c, "Corral-Client");
+                struct err e = {0};
+                if (name && mcp_client_name_check(name, &e) < 0)
+                        return answer_error(c, 400, e.msg);
+                int r = session_new(h, name, &s);
                 if (r < 0)
                         return answer_error(c, 500, "cannot open an MCP session");
                 fresh = true;

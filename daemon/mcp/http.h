@@ -17,6 +17,16 @@
 struct mcp_http;
 struct mcp_server;
 
+/* A client may name itself on initialize (header Corral-Client: NAME;
+ * corral connect --as NAME): its sandbox sessions then belong to the name,
+ * not to the one MCP session, so that every MCP session under that name
+ * (a host's windows, a host that restarts, the Inspector) reaches them,
+ * and they outlive each of them (until session_idle_s). The service serves
+ * one user: the name shares, it does not guard. */
+#define CLIENT_NAME_MAX 32
+/* 1 to CLIENT_NAME_MAX of [A-Za-z0-9_.-]: 0, or -EINVAL and *e. */
+int mcp_client_name_check(const char *name, struct err *e);
+
 /* A new MCP session's server, made by whoever holds the managers
  * (cli/serve.c); `owner` names the client for what it owns (sessions).
  * The transport is attached by mcp_http. */

@@ -31,6 +31,9 @@ int mcp_server_serve_stdio(struct mcp_server *s, int in_fd, int out_fd);
 /* Sends through `t`, a transport that calls mcp_server_events with the
  * server as userdata; its free op is called by mcp_server_free. */
 void mcp_server_attach(struct mcp_server *s, struct transport *t);
+/* The client named itself (mcp/http.h): the sandbox sessions it opens stay
+ * when this MCP session ends, for the next one under its name. */
+void mcp_server_keep_sessions(struct mcp_server *s);
 /* An event for the user (log_event) as notifications/message, when the
  * client's level (logging/setLevel; warning until set) lets it through. */
 void mcp_server_notify_log(struct mcp_server *s, enum log_level level, const char *logger,
