@@ -15,15 +15,16 @@ bin=${1:-$here/../../build/corral}
 [ -n "${CORRAL_ENGINE:-}" ] || { echo "1..0 # SKIP CORRAL_ENGINE is not set"; exit 77; }
 
 # Offered: the lifecycle, logging, ping, tools/list, the transport's event
-# streams, DNS-rebinding protection.
+# streams, DNS-rebinding protection, resources/list (corral's resources are
+# its sessions' files: this service has none, a well-formed empty list).
 offered=(server-initialize logging-set-level ping tools-list server-sse-multiple-streams
-    dns-rebinding-protection)
-# Not offered: each needs a fixture tool, a prompt, a resource, completion
-# or elicitation that corral does not have.
+    dns-rebinding-protection resources-list)
+# Not offered: each needs a fixture tool, prompt or resource, a subscription,
+# a completion of a prompt, or elicitation that corral does not have.
 not_offered=(completion-complete tools-call-simple-text tools-call-image tools-call-audio
     tools-call-embedded-resource tools-call-mixed-content tools-call-with-logging tools-call-error
     tools-call-with-progress tools-call-sampling tools-call-elicitation json-schema-2020-12
-    elicitation-sep1034-defaults server-sse-polling elicitation-sep1330-enums resources-list
+    elicitation-sep1034-defaults server-sse-polling elicitation-sep1330-enums
     resources-read-text resources-read-binary resources-templates-read resources-subscribe
     resources-unsubscribe prompts-list prompts-get-simple prompts-get-with-args
     prompts-get-embedded-resource prompts-get-with-image)

@@ -208,7 +208,7 @@ test('raw protocol: invalid UTF-8 is refused and the next ping is answered', asy
 test('raw protocol: unknown methods (incl. server/discover) get -32601', async (t) => {
   const raw = t.raw();
   await raw.initialize();
-  for (const [id, method] of [[41, 'server/discover'], [42, 'no/such/method'], [43, 'resources/list']]) {
+  for (const [id, method] of [[41, 'server/discover'], [42, 'no/such/method'], [43, 'prompts/list']]) {
     await raw.send({ jsonrpc: '2.0', id, method, params: {} });
     const e = await raw.response(id);
     assert.equal(e.error?.code, -32601, `${method}: -32601`);
