@@ -22,6 +22,12 @@ struct bridge {
         struct audit *audit;
 };
 
+void bridge_audit(struct bridge *b, const struct audit_entry *e)
+{
+        if (b && b->audit)
+                audit_write(b->audit, e);
+}
+
 enum bcall_kind { BC_LIST, BC_CALL };
 
 /* One request of the sandbox in flight. */

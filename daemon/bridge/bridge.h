@@ -59,6 +59,10 @@ struct bridge_asker {
         void *ud;
 };
 
+/* A line in the audit log for something else a person was asked about
+ * (ask_run: a run itself). Accepts NULL (no bridge, or no audit log). */
+void bridge_audit(struct bridge *b, const struct audit_entry *e);
+
 /* One sandbox run's view: the servers it may call. `names` is checked
  * already (bridge_check_servers) and copied. */
 int bridge_run_new(struct bridge *b, json_t *names, bridge_send_fn send, void *userdata,

@@ -69,6 +69,7 @@ static const struct config_key {
     {"drain_s", K_DOUBLE, offsetof(struct config, drain_s), 0, 3600},
     {"ask_timeout_s", K_DOUBLE, offsetof(struct config, ask_timeout_s), 1, 3600},
     {"ask_allow_unasked", K_BOOL, offsetof(struct config, ask_allow_unasked), 0, 0},
+    {"ask_run", K_BOOL, offsetof(struct config, ask_run), 0, 0},
     {"client_name", K_STRING, offsetof(struct config, client_name), 0, 0},
     {"resources_workspace", K_BOOL, offsetof(struct config, resources_workspace), 0, 0},
 };

@@ -71,6 +71,7 @@ struct config {
         double drain_s;            /* SIGTERM: running calls get this long to end */
         double ask_timeout_s;      /* a person's approval of a call (policy "ask") */
         bool ask_allow_unasked;    /* a client without elicitation: "ask" calls go through */
+        bool ask_run;              /* the person approves each run_python and run_shell */
         char *client_name;         /* corral connect: the name its sessions are kept under */
         bool resources_workspace;  /* resources: all of /workspace, not only /workspace/out */
         long client_max_sandboxes; /* sandboxes one client may hold; 0: half of max_sandboxes */

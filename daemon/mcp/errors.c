@@ -65,6 +65,7 @@ static const struct {
     {FAILED_FILE, ANY, "engine_error", "EngineError", NULL, NULL},
     {FAILED_ASK, ANY, "engine_error", "EngineError", "the session's sandbox does not answer", NULL},
     {FAILED_LIST, ANY, "invalid_arguments", "NotFound", NULL, NULL},
+    {FAILED_RUN_ASK, ANY, "error", "PolicyDenied", NULL, NULL},
 };
 
 json_t *error_result(enum failed what, int reason, const char *message)

@@ -80,6 +80,7 @@ struct mcp_server {
         unsigned ask_seq;
         struct bridge_asker asker;   /* the bridge asks this client's person */
         struct list rops;            /* struct res_op (resources.c) on their way */
+        struct list run_asks;        /* struct run_ask (run.c): runs a person is asked about */
         struct session_watch *watch; /* the client's sessions, for list_changed */
         bool keep_sessions;          /* a named client: its sessions outlive it */
         void (*on_eof)(void *);
@@ -145,6 +146,12 @@ bool calls_in_flight(const struct mcp_server *s, const json_t *id);
 /* notifications/cancelled for such a call: it ends without an answer. */
 void calls_cancel(struct mcp_server *s, const json_t *id, const char *why);
 void calls_free(struct mcp_server *s);
+/* ask_run: whether a run with this id waits for the person's answer; the
+ * host withdrew one (its question is taken back, no answer follows); every
+ * one dropped (the client goes). */
+bool run_asks_in_flight(const struct mcp_server *s, const json_t *id);
+bool run_ask_withdraw(struct mcp_server *s, const json_t *id);
+void run_asks_free(struct mcp_server *s);
 /* The client went away: running calls are cancelled (their ends free
  * them), the rest freed. Whether any still runs. */
 bool calls_close(struct mcp_server *s);
@@ -240,6 +247,7 @@ enum failed {
         FAILED_FILE,          /* a file operation's end (files_result.error) */
         FAILED_ASK,           /* sandbox_ask */
         FAILED_LIST,          /* the runtime's answer to sandbox/list */
+        FAILED_RUN_ASK,       /* ask_run: the person did not approve the run */
 };
 
 /* The CallToolResult (isError) for `reason` (a negative errno; 0: none

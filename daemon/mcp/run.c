@@ -134,12 +134,11 @@ static int parse_request(struct mcp_server *s, const char *name, json_t *args,
         return r;
 }
 
-/* Bad arguments are a tool error the model can correct; a task is
- * created all the same, and fails at once. */
-static void refuse(struct mcp_server *s, json_t *id, json_t *task, const char *name,
-                   const char *msg)
+/* The call does not run: `bad` (stolen) is its result; a task is created
+ * all the same, and fails at once. */
+static void refuse_with(struct mcp_server *s, json_t *id, json_t *task, const char *name,
+                        json_t *bad)
 {
-        json_t *bad = arguments_error(msg);
         if (!task) {
                 mcp_send_result(s, id, bad);
                 return;
@@ -151,6 +150,13 @@ static void refuse(struct mcp_server *s, json_t *id, json_t *task, const char *n
         }
         mcp_send(s, jrpc_result(id, json_pack("{s:o}", "task", task_json(c))));
         call_failed(c, bad);
+}
+
+/* Bad arguments are a tool error the model can correct. */
+static void refuse(struct mcp_server *s, json_t *id, json_t *task, const char *name,
+                   const char *msg)
+{
+        refuse_with(s, id, task, name, arguments_error(msg));
 }
 
 /* What the call keeps of its request, and its hooks in it. */
@@ -232,7 +238,7 @@ static int call_start(struct call *c, const struct sandbox_request *in, json_t *
         return r;
 }
 
-void tool_run(struct mcp_server *s, json_t *id, json_t *args, json_t *params)
+static void run_now(struct mcp_server *s, json_t *id, json_t *args, json_t *params)
 {
         const char *name = json_string_value(json_object_get(params, "name"));
         json_t *task = json_object_get(params, "task");
@@ -263,6 +269,189 @@ void tool_run(struct mcp_server *s, json_t *id, json_t *args, json_t *params)
         tools_request_free(&req); /* the sandbox has its copy */
         if (r < 0)
                 call_failed(c, failed);
+}
+
+/* ---- ask_run: the person approves each run before it starts */
+
+#define RUN_ASK_CODE_MAX 2000 /* bytes of the code the question shows */
+
+/* A run waiting for the person's answer; the call itself is made (as if
+ * just received) once it is accepted. */
+struct run_ask {
+        struct mcp_server *srv;
+        struct list node; /* in srv->run_asks */
+        json_t *id, *args, *params;
+        void *handle; /* the question, until answered */
+        const char *tool;
+        long long t0;
+};
+
+static void run_ask_free(struct run_ask *ra)
+{
+        if (ra->handle)
+                ra->srv->asker.withdraw(ra->handle);
+        list_del(&ra->node);
+        json_decref(ra->id);
+        json_decref(ra->args);
+        json_decref(ra->params);
+        free(ra);
+}
+
+static void run_ask_audit(struct mcp_server *s, const char *tool, bool allowed, const char *answer,
+                          long long ms)
+{
+        struct audit_entry en = {.server = "corral",
+                                 .tool = tool,
+                                 .allowed = allowed,
+                                 .error = allowed ? NULL : "not approved",
+                                 .ask = answer,
+                                 .ask_ms = ms};
+        bridge_audit(s->bridge, &en);
+        log_info("%s: %s (ask_run, after %lld ms)", tool, answer, ms);
+}
+
+static void run_answered(void *ud, enum bridge_answer answer, const char *why)
+{
+        struct run_ask *ra = ud;
+        struct mcp_server *s = ra->srv;
+        ra->handle = NULL;
+        long long ms = now_ms() - ra->t0;
+        if (s->closing) {
+                run_ask_free(ra);
+                return;
+        }
+        static const char *const words[] = {[BRIDGE_ACCEPTED] = "accepted",
+                                            [BRIDGE_DECLINED] = "declined",
+                                            [BRIDGE_CANCELLED] = "cancelled",
+                                            [BRIDGE_TIMED_OUT] = "timed out",
+                                            [BRIDGE_GONE] = "not answered"};
+        run_ask_audit(s, ra->tool, answer == BRIDGE_ACCEPTED, words[answer], ms);
+        if (answer == BRIDGE_ACCEPTED) {
+                run_now(s, ra->id, ra->args, ra->params);
+                run_ask_free(ra);
+                return;
+        }
+        char msg[500];
+        snprintf(msg, sizeof(msg), "the person did not approve this run (ask_run): %s",
+                 answer == BRIDGE_DECLINED    ? "declined"
+                 : answer == BRIDGE_CANCELLED ? "the question was dismissed"
+                 : answer == BRIDGE_TIMED_OUT ? "no answer within ask_timeout_s"
+                                              : (why ? why : "no answer"));
+        refuse_with(s, ra->id, json_object_get(ra->params, "task"), ra->tool,
+                    error_result(FAILED_RUN_ASK, -EACCES, utf8_scrub(msg)));
+        run_ask_free(ra);
+}
+
+/* The question: the tool, its session or image, and the code, bounded,
+ * with control characters other than newlines and tabs shown as '?'. */
+static char *run_question(const char *tool, const struct sandbox_request *req)
+{
+        struct buf b;
+        buf_init(&b, 4 << 10);
+        char head[300];
+        snprintf(head, sizeof(head), "corral: run this %s in a sandbox%s%s%s%s?\n\n",
+                 req->lang == LANG_PYTHON ? "Python code" : "shell command",
+                 req->session ? " (session " : "", req->session ? req->session : "",
+                 req->session ? ")" : "", req->image ? ", image as asked" : "");
+        buf_append_some(&b, head, strlen(head));
+        size_t n = strlen(req->code), shown = n > RUN_ASK_CODE_MAX ? RUN_ASK_CODE_MAX : n;
+        shown = utf8_cut(req->code, shown);
+        for (size_t i = 0; i < shown; i++) {
+                char c = req->code[i];
+                if ((unsigned char)c < 0x20 && c != '\n' && c != '\t')
+                        c = '?';
+                if (c == 0x7f)
+                        c = '?';
+                buf_append_some(&b, &c, 1);
+        }
+        if (shown < n) {
+                char more[80];
+                snprintf(more, sizeof(more), "\n... (%zu more bytes not shown)", n - shown);
+                buf_append_some(&b, more, strlen(more));
+        }
+        (void)tool;
+        char *text = strdup(buf_str(&b));
+        buf_free(&b);
+        return text ? utf8_scrub(text) : NULL;
+}
+
+void tool_run(struct mcp_server *s, json_t *id, json_t *args, json_t *params)
+{
+        if (!s->cfg->ask_run) {
+                run_now(s, id, args, params);
+                return;
+        }
+        const char *name = json_string_value(json_object_get(params, "name"));
+        json_t *task = json_object_get(params, "task");
+        const char *tool = name && strcmp(name, "run_shell") == 0 ? "run_shell" : "run_python";
+        /* Arguments the run would refuse are refused before anyone is asked. */
+        struct sandbox_request req = {0};
+        struct err e = {0};
+        if (parse_request(s, name, args, &req, &e) < 0) {
+                refuse(s, id, task, name, e.msg);
+                return;
+        }
+        _cleanup_free_ char *question = run_question(tool, &req);
+        tools_request_free(&req);
+        if (!mcp_server_can_elicit(s)) {
+                if (s->cfg->ask_allow_unasked) {
+                        run_ask_audit(s, tool, true, "not asked: the client has no elicitation", 0);
+                        run_now(s, id, args, params);
+                        return;
+                }
+                run_ask_audit(s, tool, false, "not asked: the client has no elicitation", 0);
+                refuse_with(s, id, task, tool,
+                            error_result(FAILED_RUN_ASK, -EACCES,
+                                         "ask_run is set, and this MCP client cannot ask its "
+                                         "person (it offered no elicitation): use a host with "
+                                         "elicitation, set ask_run false, or set "
+                                         "ask_allow_unasked to run without asking"));
+                return;
+        }
+        struct run_ask *ra = calloc(1, sizeof(*ra));
+        if (!ra || !question) {
+                free(ra);
+                mcp_send_error(s, id, JRPC_INTERNAL_ERROR, "out of memory");
+                return;
+        }
+        *ra = (struct run_ask){.srv = s,
+                               .id = json_incref(id),
+                               .args = json_incref(args),
+                               .params = json_incref(params),
+                               .tool = tool,
+                               .t0 = now_ms()};
+        list_push(&s->run_asks, &ra->node);
+        if (s->asker.ask(s->asker.ud, question, run_answered, ra, &ra->handle) < 0) {
+                ra->handle = NULL;
+                run_ask_free(ra);
+                mcp_send_error(s, id, JRPC_INTERNAL_ERROR, "cannot ask the person");
+        }
+}
+
+bool run_asks_in_flight(const struct mcp_server *s, const json_t *id)
+{
+        const struct run_ask *ra;
+        list_for_each(ra, &s->run_asks, node) if (jrpc_id_equal(ra->id, id)) return true;
+        return false;
+}
+
+bool run_ask_withdraw(struct mcp_server *s, const json_t *id)
+{
+        struct run_ask *ra;
+        list_for_each(ra, &s->run_asks, node) if (jrpc_id_equal(ra->id, id))
+        {
+                log_info("host withdrew a run the person was asked about");
+                run_ask_audit(s, ra->tool, false, "withdrawn", now_ms() - ra->t0);
+                run_ask_free(ra);
+                return true;
+        }
+        return false;
+}
+
+void run_asks_free(struct mcp_server *s)
+{
+        while (!list_empty(&s->run_asks))
+                run_ask_free(list_first(&s->run_asks, struct run_ask, node));
 }
 
 bool calls_running(const struct mcp_server *s)

@@ -116,7 +116,7 @@ static void cancel_request(struct mcp_server *s, json_t *params)
         if (!rid)
                 return;
         /* A job_result waiting: it ends without an answer. */
-        if (!job_wait_withdraw(s, rid))
+        if (!job_wait_withdraw(s, rid) && !run_ask_withdraw(s, rid))
                 calls_cancel(s, rid, json_string_value(json_object_get(params, "reason")));
 }
 
@@ -166,7 +166,7 @@ static bool id_in_flight(struct mcp_server *s, const json_t *id)
 {
         return calls_in_flight(s, id) || job_waits_in_flight(s, id) ||
                file_calls_in_flight(s, id) || searches_in_flight(s, id) ||
-               resource_ops_in_flight(s, id);
+               resource_ops_in_flight(s, id) || run_asks_in_flight(s, id);
 }
 
 static void initialize(struct mcp_server *s, json_t *id, json_t *params)
@@ -369,6 +369,7 @@ int mcp_server_new(struct loop *l, const struct config *cfg, struct sandbox_mgr 
         list_init(&s->calls);
         list_init(&s->fcalls);
         list_init(&s->searches);
+        list_init(&s->run_asks);
         mcp_asks_init(s);
         if (resources_init(s) < 0) {
                 free(s);
@@ -414,7 +415,7 @@ bool mcp_server_tasks(const struct mcp_server *s)
 bool mcp_server_busy(const struct mcp_server *s)
 {
         return calls_running(s) || !list_empty(&s->fcalls) || !list_empty(&s->searches) ||
-               !list_empty(&s->rops);
+               !list_empty(&s->rops) || !list_empty(&s->run_asks);
 }
 
 void mcp_server_stop(struct mcp_server *s)
@@ -438,6 +439,7 @@ void mcp_server_close(struct mcp_server *s)
         s->transport = NULL;
         s->closing = true;
         mcp_asks_close(s);
+        run_asks_free(s);
         file_calls_free(s);
         searches_free(s);
         resources_free(s);
@@ -455,6 +457,7 @@ void mcp_server_free(struct mcp_server *s)
                 return;
         mcp_server_stop(s);
         mcp_asks_close(s);
+        run_asks_free(s);
         calls_free(s);
         file_calls_free(s);
         searches_free(s);

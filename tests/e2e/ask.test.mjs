@@ -7,7 +7,7 @@
 
 import assert from 'node:assert/strict';
 import { ElicitRequestSchema } from '@modelcontextprotocol/sdk/types.js';
-import { sleep, test } from './lib/harness.mjs';
+import { sleep, test, waitFor } from './lib/harness.mjs';
 import { assertRaised, bridgeRun, bridgeSetup, checkAuditLine, ERROR_CODES, everythingServer } from './lib/bridge.mjs';
 
 const ASK_POLICY = { version: 1, servers: { everything: { ask: ['echo'] } } };
@@ -136,3 +136,66 @@ rec("texts", [x.text for x in rs])`, ['everything']);
   assert.equal(most, 1, 'never two questions open at once');
   assert.deepEqual([...seen].sort(), ['m0', 'm1', 'm2'], 'each call asked about once');
 });
+
+test('ask: ask_run puts each run_python and run_shell to the person first; declined or unanswered, nothing runs; no elicitation, refused; each audited', async (t) => {
+  const b = bridgeSetup(t, { config: { ask_run: true, ask_timeout_s: 2 } });
+  const asked = [];
+  let answer = 'accept';
+  const d = await t.daemon('ask-run', b.env, {
+    capabilities: { elicitation: { form: {} } },
+    setup: (client) => client.setRequestHandler(ElicitRequestSchema, async (req) => {
+      asked.push(req.params);
+      if (answer === 'wait') await sleep(4000);
+      return { action: answer === 'wait' ? 'accept' : answer };
+    }),
+  });
+  const yes = await d.call(t, 'run_python', { code: 'print(6 * 7)  # the answer', session: 'asked' });
+  assert.equal(yes.structuredContent.stdout, '42\n', 'accepted: the run goes on and its result arrives');
+  assert.equal(asked.length, 1);
+  assert.match(asked[0].message, /run this Python code in a sandbox \(session asked\)/);
+  assert.match(asked[0].message, /print\(6 \* 7\)  # the answer/, 'the question shows the code');
+
+  answer = 'decline';
+  const marker = `/workspace/declined-${Date.now()}`;
+  const no = await d.call(t, 'run_shell', { command: `touch ${marker}; echo ran`, session: 'asked' });
+  assert.equal(no.isError, true);
+  assert.equal(no.structuredContent.status, 'error');
+  assert.equal(no.structuredContent.error?.type, 'PolicyDenied');
+  assert.match(no.structuredContent.error?.message, /did not approve this run \(ask_run\): declined/);
+  assert.match(asked[1].message, /run this shell command/);
+  answer = 'accept';
+  const check = await d.call(t, 'run_shell', { command: `test -e ${marker} && echo present || echo absent`, session: 'asked' });
+  assert.equal(check.structuredContent.stdout, 'absent\n', 'the declined command never ran');
+
+  answer = 'wait';
+  const late = await d.call(t, 'run_python', { code: 'print("late")' });
+  assert.equal(late.structuredContent.error?.type, 'PolicyDenied');
+  assert.match(late.structuredContent.error?.message, /no answer within ask_timeout_s/);
+  assert.equal(late.structuredContent.stdout ?? '', '', 'nothing ran');
+
+  // The host withdraws a run while its question is open: the question goes.
+  const ac = new AbortController();
+  const gone = d.call(t, 'run_python', { code: 'print("withdrawn")' }, { signal: ac.signal }).catch((e) => e);
+  const open = await waitFor(() => ({ done: asked.length === 5 }), { timeoutMs: 5000 });
+  assert.ok(open.done, 'the fifth run was asked about');
+  ac.abort('changed my mind');
+  assert.ok((await gone) instanceof Error, 'the withdrawn call gets no result');
+  const withdrawn = await waitFor(() => ({ done: b.readAudit().some((l) => l.ask?.answer === 'withdrawn') }), { timeoutMs: 5000 });
+  assert.ok(withdrawn.done, 'the withdrawal is audited');
+
+  const bad = await d.call(t, 'run_python', { code: 5 });
+  assert.equal(bad.structuredContent.status, 'invalid_arguments', 'bad arguments are refused before anyone is asked');
+  assert.equal(asked.length, 5, 'asked once per valid run');
+
+  const lines = b.readAudit().filter((l) => l.server === 'corral');
+  t.note('audit', lines);
+  assert.deepEqual(lines.map((l) => [l.tool, l.decision, l.ask?.answer]), [
+    ['run_python', 'allowed', 'accepted'], ['run_shell', 'denied', 'declined'], ['run_shell', 'allowed', 'accepted'],
+    ['run_python', 'denied', 'timed out'], ['run_python', 'denied', 'withdrawn']]);
+  assert.ok(lines[3].ask.ms >= 1900, 'the time-out line says how long it waited');
+
+  const none = await t.daemon('ask-run-none', b.env);
+  const refused = await none.call(t, 'run_python', { code: 'print(1)' });
+  assert.equal(refused.structuredContent.error?.type, 'PolicyDenied');
+  assert.match(refused.structuredContent.error?.message, /cannot ask its person.*set ask_run false.*ask_allow_unasked/);
+}, { timeoutMs: 90000 });

@@ -47,7 +47,7 @@ static void test_defaults(void)
         size_t n = 0;
         while (names[n])
                 n++;
-        is_int(n, 52, "config_key_names lists 52 keys, NULL-terminated");
+        is_int(n, 53, "config_key_names lists 53 keys, NULL-terminated");
         is_str(names[0], "engine", "... starting with engine");
 }
 
