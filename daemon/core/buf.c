@@ -397,6 +397,17 @@ int base64_encode(struct buf *b, const void *p, size_t n)
         return 0;
 }
 
+int hex_value(int c)
+{
+        if (c >= '0' && c <= '9')
+                return c - '0';
+        if (c >= 'a' && c <= 'f')
+                return c - 'a' + 10;
+        if (c >= 'A' && c <= 'F')
+                return c - 'A' + 10;
+        return -1;
+}
+
 static int b64_value(char c)
 {
         if (c >= 'A' && c <= 'Z')

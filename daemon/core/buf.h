@@ -28,6 +28,8 @@ char *utf8_scrub(char *s);
 /* Whether p[0..n) is text: valid UTF-8 with no NUL byte. Reads no byte
  * past n. */
 bool utf8_text(const char *p, size_t n);
+/* The value of a hexadecimal digit (either case), or -1. */
+int hex_value(int c);
 /* Text from outside made fit for a message: non-printable bytes become '?'
  * and what does not fit in `size` is cut with "...". */
 void str_printable(const char *s, char *out, size_t size);

@@ -386,17 +386,6 @@ static void sc_utf8_lead(struct jrpc_id_scan *s, unsigned char c)
         s->state = SC_UTF8;
 }
 
-static int sc_hex(unsigned char c)
-{
-        if (c >= '0' && c <= '9')
-                return c - '0';
-        if (c >= 'a' && c <= 'f')
-                return c - 'a' + 10;
-        if (c >= 'A' && c <= 'F')
-                return c - 'A' + 10;
-        return -1;
-}
-
 /* A \uXXXX escape complete: surrogates must pair, and a key may not hold
  * U+0000 (jansson refuses both). */
 static void sc_escape_done(struct jrpc_id_scan *s)
@@ -512,7 +501,7 @@ again:
         }
         case SC_HEX: {
                 sc_keep(s, c);
-                int v = sc_hex(c);
+                int v = hex_value(c);
                 if (v < 0) {
                         s->state = SC_BAD;
                         return;

@@ -78,17 +78,6 @@ static void uri_make(const char *session, const char *rel, char *out, size_t siz
         out[n < size ? n : size - 1] = '\0';
 }
 
-static int hex(char c)
-{
-        if (c >= '0' && c <= '9')
-                return c - '0';
-        if (c >= 'a' && c <= 'f')
-                return c - 'a' + 10;
-        if (c >= 'A' && c <= 'F')
-                return c - 'A' + 10;
-        return -1;
-}
-
 /* A resource URI into its session and the path relative to /workspace
  * (decoded; files_path checks it next): 0, or -EINVAL and *e. */
 static int uri_parse(const char *uri, char *session, char *rel, size_t rel_size, struct err *e)
@@ -111,7 +100,7 @@ static int uri_parse(const char *uri, char *session, char *rel, size_t rel_size,
         for (const char *p = slash + 1; *p; p++) {
                 int c = (unsigned char)*p;
                 if (c == '%') {
-                        int hi = hex(p[1]), lo = hi < 0 ? -1 : hex(p[2]);
+                        int hi = hex_value(p[1]), lo = hi < 0 ? -1 : hex_value(p[2]);
                         if (lo < 0 || (hi == 0 && lo == 0))
                                 return err_set(e, ERR_INVALID, -EINVAL,
                                                "\"%s\": a %% not followed by two hex digits (or "
@@ -199,8 +188,8 @@ static void listed(void *userdata, json_t *result, const struct err *why)
          * the scope's. A session without /workspace/out has nothing. */
         if (!result || !real || strcmp(real, root) != 0) {
                 if (result)
-                        log_warn("session %s: %s resolves to elsewhere: its files are not listed",
-                                 op->session, root);
+                        log_debug("session %s: %s resolves to elsewhere: its files are not listed",
+                                  op->session, root);
                 else
                         log_debug("session %s: no files listed: %.300s", op->session, why->msg);
                 list_next(op);
@@ -220,8 +209,10 @@ static void listed(void *userdata, json_t *result, const struct err *why)
                 char rel[FILES_PATH_MAX + 8], full[FILES_PATH_MAX + 64];
                 struct err ignored = {0};
                 const char *sub = root + strlen(FILES_ROOT); /* "" or "/out" */
-                snprintf(rel, sizeof(rel), "%s%s%s", *sub ? sub + 1 : "", *sub ? "/" : "", path);
-                if (files_path(rel, false, full, sizeof(full), &ignored) < 0 || !in_scope(s, full))
+                /* One too long to name whole is left out, not named cut. */
+                if ((size_t)snprintf(rel, sizeof(rel), "%s%s%s", *sub ? sub + 1 : "",
+                                     *sub ? "/" : "", path) >= sizeof(rel) ||
+                    files_path(rel, false, full, sizeof(full), &ignored) < 0 || !in_scope(s, full))
                         continue;
                 if (op->kind == OP_COMPLETE) {
                         if (strncmp(rel, op->prefix, strlen(op->prefix)) == 0)
