@@ -157,7 +157,7 @@ test('resources: resources_workspace shows all of /workspace, still not past it'
   assert.match(await complete(d, 'path', 's', { arguments: { session: 'w' } }).then((c) => c.values.join()), /^secret\.txt$/);
 }, { timeoutMs: 90000 });
 
-test('resources: a named client keeps its sessions between MCP sessions; the MCP Inspector CLI lists and reads them', async (t) => {
+test('resources: a named client keeps its sessions between MCP sessions; the Inspector CLI lists and reads them', async (t) => {
   const dir = mkdtempSync(path.join(tmpdir(), 'corral-res-'));
   t.defer(() => rmSync(dir, { recursive: true, force: true }));
   const sock = path.join(dir, 'corral.sock');

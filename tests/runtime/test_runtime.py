@@ -229,7 +229,8 @@ def print_output():
     check(isinstance(us, list) and len(us) == 3 and all(isinstance(v, int) for v in us),
           'the runtime says where the time went: record, exit, answer (microseconds)', us)
     check(res == {'status': 'ok', 'exit_code': 0, 'signal': None, 'stdout_bytes': 6,
-                  'stderr_bytes': 0, 'error': None, 'out_files': []}, 'ok result fields', res)
+                  'stderr_bytes': 0, 'error': None, 'out_files': [], 'out_removed': False},
+          'ok result fields', res)
     check(mem is None or (isinstance(mem, int) and mem > 0), 'memory_bytes: the cgroup\'s figure or null', mem)
     check(clean(rt), 'runtime exits 0 after the response', (rt.rc, rt.err, rt.bad))
     check(all(o['stream'] in ('stdout', 'stderr') and isinstance(o['data'], str) for o in out),
@@ -1429,6 +1430,12 @@ def session_out_files_and_list():
     lst = ses.request('sandbox/list', {'path': ws + '/nope'}, rid='r3')
     check(lst and lst.get('error', {}).get('code') == -32602 and 'No such file' in lst['error']['message'],
           'sandbox/list: a missing path is an error naming it', lst)
+    _, _, r3, _ = ses.run("import os\nos.remove('out/a.png')")
+    _, _, r4, _ = ses.run("print(sorted(os.listdir('out')))")
+    check(r1.get('out_removed') is False and r2.get('out_removed') is False
+          and r3.get('out_files') == [] and r3.get('out_removed') is True
+          and r4.get('out_files') == [] and r4.get('out_removed') is False,
+          'out_removed: a file of out/ gone since the run began, and only then', (r1, r2, r3, r4))
     end(ses)
 
 
