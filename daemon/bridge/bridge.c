@@ -22,6 +22,16 @@ struct bridge {
         struct audit *audit;
 };
 
+const char *bridge_answer_name(enum bridge_answer answer)
+{
+        static const char *const names[] = {[BRIDGE_ACCEPTED] = "accepted",
+                                            [BRIDGE_DECLINED] = "declined",
+                                            [BRIDGE_CANCELLED] = "cancelled",
+                                            [BRIDGE_TIMED_OUT] = "timed out",
+                                            [BRIDGE_GONE] = "no answer"};
+        return names[answer];
+}
+
 void bridge_audit(struct bridge *b, const struct audit_entry *e)
 {
         if (b && b->audit)
@@ -581,9 +591,7 @@ static void answered(void *userdata, enum bridge_answer answer, const char *why)
         struct bridge_run *r = c->run;
         c->ask = NULL;
         c->ask_ms = now_ms() - c->ask_t0;
-        static const char *const names[] = {"accepted", "declined", "cancelled", "timed out",
-                                            "no answer"};
-        c->ask_answer = names[answer];
+        c->ask_answer = bridge_answer_name(answer);
         if (answer == BRIDGE_ACCEPTED) {
                 call_send(c);
                 return;

@@ -52,6 +52,8 @@ enum bridge_answer {
         BRIDGE_GONE,      /* the client went away, or answered with an error */
 };
 typedef void (*bridge_answer_fn)(void *done_ud, enum bridge_answer answer, const char *why);
+/* The answer as the audit log words it ("accepted", ..., "no answer"). */
+const char *bridge_answer_name(enum bridge_answer answer);
 struct bridge_asker {
         int (*ask)(void *ud, const char *message, bridge_answer_fn done, void *done_ud,
                    void **handle);

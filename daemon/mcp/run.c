@@ -320,12 +320,7 @@ static void run_answered(void *ud, enum bridge_answer answer, const char *why)
                 run_ask_free(ra);
                 return;
         }
-        static const char *const words[] = {[BRIDGE_ACCEPTED] = "accepted",
-                                            [BRIDGE_DECLINED] = "declined",
-                                            [BRIDGE_CANCELLED] = "cancelled",
-                                            [BRIDGE_TIMED_OUT] = "timed out",
-                                            [BRIDGE_GONE] = "not answered"};
-        run_ask_audit(s, ra->tool, answer == BRIDGE_ACCEPTED, words[answer], ms);
+        run_ask_audit(s, ra->tool, answer == BRIDGE_ACCEPTED, bridge_answer_name(answer), ms);
         if (answer == BRIDGE_ACCEPTED) {
                 run_now(s, ra->id, ra->args, ra->params);
                 run_ask_free(ra);
@@ -344,7 +339,7 @@ static void run_answered(void *ud, enum bridge_answer answer, const char *why)
 
 /* The question: the tool, its session or image, and the code, bounded,
  * with control characters other than newlines and tabs shown as '?'. */
-static char *run_question(const char *tool, const struct sandbox_request *req)
+static char *run_question(const struct sandbox_request *req)
 {
         struct buf b;
         buf_init(&b, 4 << 10);
@@ -369,7 +364,6 @@ static char *run_question(const char *tool, const struct sandbox_request *req)
                 snprintf(more, sizeof(more), "\n... (%zu more bytes not shown)", n - shown);
                 buf_append_some(&b, more, strlen(more));
         }
-        (void)tool;
         char *text = strdup(buf_str(&b));
         buf_free(&b);
         return text ? utf8_scrub(text) : NULL;
@@ -391,7 +385,7 @@ void tool_run(struct mcp_server *s, json_t *id, json_t *args, json_t *params)
                 refuse(s, id, task, name, e.msg);
                 return;
         }
-        _cleanup_free_ char *question = run_question(tool, &req);
+        _cleanup_free_ char *question = run_question(&req);
         tools_request_free(&req);
         if (!mcp_server_can_elicit(s)) {
                 if (s->cfg->ask_allow_unasked) {
