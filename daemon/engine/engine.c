@@ -127,18 +127,6 @@ void engine_unreachable(struct err *e, const struct engine_endpoint *ep, int os_
         }
 }
 
-static int unix_probe(const char *path)
-{
-        struct sockaddr_un sa = {.sun_family = AF_UNIX};
-        if (strlen(path) >= sizeof(sa.sun_path))
-                return -ENAMETOOLONG;
-        strcpy(sa.sun_path, path);
-        _cleanup_close_ int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (fd < 0)
-                return -errno;
-        return connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ? -errno : 0;
-}
-
 int engine_discover(char **ret_url, struct err *e)
 {
         char tried[768] = "";
@@ -146,21 +134,37 @@ int engine_discover(char **ret_url, struct err *e)
         const char *xdg = getenv("XDG_RUNTIME_DIR");
         if (xdg && *xdg == '/')
                 snprintf(xdg_path, sizeof(xdg_path), "unix://%s/podman/podman.sock", xdg);
-        const char *cands[] = {
-            getenv("CONTAINER_HOST"),         getenv("DOCKER_HOST"),         xdg_path,
-            "unix:///run/podman/podman.sock", "unix:///var/run/docker.sock",
-        };
-        for (size_t i = 0; i < ARRAY_SIZE(cands); i++) {
-                const char *c = cands[i];
+        /* A variable the user set names the engine: it alone is tried, so
+         * that a dead DOCKER_HOST is reported, not quietly replaced by
+         * whatever other engine happens to answer. */
+        static const char *const vars[] = {"CONTAINER_HOST", "DOCKER_HOST"};
+        for (size_t i = 0; i < ARRAY_SIZE(vars); i++) {
+                const char *c = getenv(vars[i]);
                 if (!c || !*c)
                         continue;
-                if (strncmp(c, "tcp://", 6) == 0) {
+                if (strncmp(c, "tcp://", 6) == 0 ||
+                    (strncmp(c, "unix://", 7) == 0 && unix_socket_answers(c + 7))) {
                         *ret_url = strdup(c);
                         return *ret_url ? 0 : -ENOMEM;
                 }
                 if (strncmp(c, "unix://", 7) != 0)
-                        continue; /* ssh:// and others are not supported */
-                if (unix_probe(c + 7) == 0) {
+                        return err_set(e, ERR_ENGINE, EPROTONOSUPPORT,
+                                       "%s is %.300s: corral speaks to engines at unix:// and "
+                                       "tcp:// addresses only; set CORRAL_ENGINE to one, or "
+                                       "unset %s",
+                                       vars[i], c, vars[i]);
+                return err_set(e, ERR_ENGINE, ECONNREFUSED,
+                               "%s names the engine at %.300s, which does not answer: start "
+                               "it, or unset %s to let corral find another",
+                               vars[i], c + 7, vars[i]);
+        }
+        const char *cands[] = {xdg_path, "unix:///run/podman/podman.sock",
+                               "unix:///var/run/docker.sock"};
+        for (size_t i = 0; i < ARRAY_SIZE(cands); i++) {
+                const char *c = cands[i];
+                if (!*c)
+                        continue;
+                if (unix_socket_answers(c + 7)) {
                         *ret_url = strdup(c);
                         return *ret_url ? 0 : -ENOMEM;
                 }

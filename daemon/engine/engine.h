@@ -29,9 +29,11 @@ void engine_endpoint_done(struct engine_endpoint *ep);
 /* Discovery in DESIGN's order: CONTAINER_HOST, DOCKER_HOST,
  * $XDG_RUNTIME_DIR/podman/podman.sock, /run/podman/podman.sock,
  * /var/run/docker.sock. Returns the first unix socket that accepts a
- * connection (or the first tcp:// URL) as a newly allocated URL; -ENOENT
- * with a message listing what was tried when none answers. (The explicit
- * setting, CORRAL_ENGINE or --engine, is handled by the caller.) */
+ * connection (or a tcp:// URL) as a newly allocated URL; -ENOENT with a
+ * message listing what was tried when none answers. A variable that is set
+ * is the only candidate: one that does not answer gives -ECONNREFUSED, one
+ * that is not unix:// or tcp:// -EPROTONOSUPPORT, never the next. (The
+ * explicit setting, CORRAL_ENGINE or --engine, is handled by the caller.) */
 int engine_discover(char **ret_url, struct err *e);
 
 int engine_new(struct loop *l, const char *url, size_t max_body, struct engine **ret,

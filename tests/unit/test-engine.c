@@ -143,17 +143,25 @@ static void test_discover(void)
         static const char *const nowhere = "/nonexistent-corral-test";
         const struct {
                 const char *name, *container_host, *docker_host, *xdg_runtime_dir, *want;
+                int rc;
+                const char *msg; /* in the message, when rc < 0 */
         } cases[] = {
             {"CONTAINER_HOST tcp:// is taken as is", "tcp://10.0.0.1:2375", live_url, xdg,
-             "tcp://10.0.0.1:2375"},
-            {"CONTAINER_HOST before DOCKER_HOST", live_url, "tcp://h:2", xdg, live_url},
-            {"DOCKER_HOST tcp:// when CONTAINER_HOST is unset", NULL, "tcp://h:2", xdg,
-             "tcp://h:2"},
-            {"ssh:// is skipped", "ssh://core@h", live_url, xdg, live_url},
-            {"a dead socket is skipped", dead_url, live_url, xdg, live_url},
-            {"empty variables are skipped", "", "", xdg, xdg_url},
-            {"XDG_RUNTIME_DIR podman socket", NULL, dead_url, xdg, xdg_url},
-            {"a relative XDG_RUNTIME_DIR is ignored", NULL, live_url, "relative", live_url},
+             "tcp://10.0.0.1:2375", 0, NULL},
+            {"CONTAINER_HOST before DOCKER_HOST", live_url, "tcp://h:2", xdg, live_url, 0, NULL},
+            {"DOCKER_HOST tcp:// when CONTAINER_HOST is unset", NULL, "tcp://h:2", xdg, "tcp://h:2",
+             0, NULL},
+            /* A named engine is the only candidate: never the next one. */
+            {"ssh:// is refused, not skipped", "ssh://core@h", live_url, xdg, NULL,
+             -EPROTONOSUPPORT, "CONTAINER_HOST is ssh://core@h"},
+            {"a dead named socket is an error, not skipped", dead_url, live_url, xdg, NULL,
+             -ECONNREFUSED, dead},
+            {"a dead DOCKER_HOST is an error, not the XDG socket", NULL, dead_url, xdg, NULL,
+             -ECONNREFUSED, "DOCKER_HOST names the engine at"},
+            {"empty variables are skipped", "", "", xdg, xdg_url, 0, NULL},
+            {"XDG_RUNTIME_DIR podman socket", NULL, NULL, xdg, xdg_url, 0, NULL},
+            {"a relative XDG_RUNTIME_DIR is ignored", NULL, live_url, "relative", live_url, 0,
+             NULL},
         };
         for (size_t i = 0; i < ARRAY_SIZE(cases); i++) {
                 set_or_unset("CONTAINER_HOST", cases[i].container_host);
@@ -162,13 +170,15 @@ static void test_discover(void)
                 char *url = NULL;
                 struct err e = {0};
                 int rc = engine_discover(&url, &e);
-                is_int(rc, 0, "discover: %s", cases[i].name);
-                is_str(url, cases[i].want, "... found %s", cases[i].want);
+                is_int(rc, cases[i].rc, "discover: %s", cases[i].name);
+                is_str(url, cases[i].want, "... found %s", cases[i].want ? cases[i].want : "none");
+                if (cases[i].msg)
+                        like(e.msg, cases[i].msg, "... the message says why");
                 free(url);
         }
 
         /* Nothing answers: only meaningful where the fallbacks are absent. */
-        set_or_unset("CONTAINER_HOST", dead_url);
+        set_or_unset("CONTAINER_HOST", NULL);
         set_or_unset("DOCKER_HOST", NULL);
         set_or_unset("XDG_RUNTIME_DIR", nowhere);
         if (access("/run/podman/podman.sock", F_OK) == 0 ||
@@ -178,7 +188,7 @@ static void test_discover(void)
                 char *url = NULL;
                 struct err e = {0};
                 is_int(engine_discover(&url, &e), -ENOENT, "discover: nothing answers");
-                like(e.msg, dead, "... the message lists what was tried");
+                like(e.msg, nowhere, "... the message lists what was tried");
                 like(e.msg, "systemctl", "... and how to start an engine");
         }
         unsetenv("CONTAINER_HOST");
