@@ -23,6 +23,7 @@ static const struct config_key {
     {"image", K_STRING, offsetof(struct config, image), 0, 0},
     {"images", K_LIST, offsetof(struct config, images), 0, 0},
     {"mounts", K_LIST, offsetof(struct config, mounts), 0, 0},
+    {"mounts_unsafe", K_BOOL, offsetof(struct config, mounts_unsafe), 0, 0},
     {"preload", K_LIST, offsetof(struct config, preload), 0, 0},
     {"memory", K_SIZE, offsetof(struct config, memory), 6 << 20, 1e15},
     {"pids", K_LONG, offsetof(struct config, pids), 8, 1 << 22},
@@ -432,6 +433,25 @@ static bool path_within(const char *p, const char *dir)
 {
         size_t n = strlen(dir);
         return strncmp(p, dir, n) == 0 && (p[n] == '\0' || p[n] == '/');
+}
+
+const char *config_mount_host_danger(const char *host, const char *engine_socket)
+{
+        /* The host's kernel interfaces and devices, its runtime state
+         * (engine and systemd sockets live under /run), and the root that
+         * holds them all: read-only is no wall for a socket, which a
+         * sandbox can still connect to, nor for what /proc and /sys tell. */
+        static const char *const host_dirs[] = {"/proc", "/sys", "/dev", "/run", "/var/run"};
+        if (strcmp(host, "/") == 0)
+                return "it is the host's whole file system";
+        for (size_t i = 0; i < ARRAY_SIZE(host_dirs); i++)
+                if (path_within(host, host_dirs[i]))
+                        return "it holds the host's kernel interfaces, devices or runtime "
+                               "sockets";
+        if (engine_socket && path_within(engine_socket, host))
+                return "it holds the container engine's socket, which would let sandboxed "
+                       "code start containers of its own";
+        return NULL;
 }
 
 int config_mount_parse(const char *spec, char *host, char *target, size_t size, struct err *e)

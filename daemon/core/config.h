@@ -18,6 +18,8 @@ struct config {
                                             * corral built on the engine, and `image` */
         char **mounts;                     /* "HOST:SANDBOX" bind mounts, read-only; NULL:
                                             * none */
+        bool mounts_unsafe;                /* mounts may show the host's /, /proc, /sys,
+                                            * /dev, /run or the engine's socket */
         char **preload;                    /* modules a ready sandbox imports; NULL: the
                                             * image's own list (its profile.json) */
         unsigned long long memory;         /* bytes; swap is set equal (none) */
@@ -111,6 +113,11 @@ char *config_default_path(void);
  * manages (/proc, /sys, /dev, /run, /tmp, /workspace). The paths go to
  * host[0..size) and target[0..size); 0, or -EINVAL and *e (ERR_CONFIG). */
 int config_mount_parse(const char *spec, char *host, char *target, size_t size, struct err *e);
+/* Why mounting the host path `host` (resolved, absolute) would hand a
+ * sandbox the host itself: it is /, under /proc, /sys, /dev, /run or
+ * /var/run, or it is or holds `engine_socket` (may be NULL). NULL when
+ * none of these; the setting mounts_unsafe lets such a mount through. */
+const char *config_mount_host_danger(const char *host, const char *engine_socket);
 /* An engine's image reference: lower case, digits and ._-/:@, 1 to 255. */
 bool config_image_name_ok(const char *s);
 /* Names of all keys, for --help; NULL-terminated. */

@@ -176,6 +176,10 @@ json_t *sandbox_mounts_resolve(const struct config *cfg, const struct engine_end
         json_auto_t *mounts = json_array();
         if (!mounts)
                 return NULL;
+        char sock_real[PATH_MAX];
+        const char *sock = ep ? ep->unix_path : NULL;
+        if (sock && realpath(sock, sock_real))
+                sock = sock_real;
         for (size_t i = 0; cfg->mounts && cfg->mounts[i]; i++) {
                 char host[PATH_MAX], target[PATH_MAX], real[PATH_MAX];
                 if (config_mount_parse(cfg->mounts[i], host, target, sizeof(host), e) < 0)
@@ -196,6 +200,20 @@ json_t *sandbox_mounts_resolve(const struct config *cfg, const struct engine_end
                                 cfg->mounts[i], host, strerror(errno));
                         return NULL;
                 }
+                /* Both the path as written and where it leads. */
+                const char *danger = config_mount_host_danger(real, sock);
+                if (!danger)
+                        danger = config_mount_host_danger(host, sock);
+                if (danger && !cfg->mounts_unsafe) {
+                        err_set(e, ERR_CONFIG, EPERM,
+                                "mount %s: %s is refused: %s (set mounts_unsafe to true to "
+                                "mount it anyway, read-only)",
+                                cfg->mounts[i], real, danger);
+                        return NULL;
+                }
+                if (danger)
+                        log_warn("mount %s: %s: %s (allowed by mounts_unsafe)", cfg->mounts[i],
+                                 real, danger);
                 if (!S_ISDIR(st.st_mode) && !S_ISREG(st.st_mode)) {
                         err_set(e, ERR_CONFIG, EINVAL,
                                 "mount %s: %s is neither a directory nor a regular file",

@@ -47,7 +47,7 @@ static void test_defaults(void)
         size_t n = 0;
         while (names[n])
                 n++;
-        is_int(n, 53, "config_key_names lists 53 keys, NULL-terminated");
+        is_int(n, 54, "config_key_names lists 54 keys, NULL-terminated");
         is_str(names[0], "engine", "... starting with engine");
 }
 
@@ -685,6 +685,38 @@ static void test_default_path(void)
         free(saved_home);
 }
 
+/* Host paths that would hand a sandbox the host itself. */
+static void test_mount_danger(void)
+{
+        static const struct {
+                const char *host, *sock;
+                bool danger;
+        } cases[] = {
+            {"/", NULL, true},
+            {"/proc", NULL, true},
+            {"/proc/1/root", NULL, true},
+            {"/sys/fs/cgroup", NULL, true},
+            {"/dev", NULL, true},
+            {"/run", NULL, true},
+            {"/run/user/1000", NULL, true},
+            {"/var/run", NULL, true},
+            {"/running", NULL, false},
+            {"/procfs-copy", NULL, false},
+            {"/home/me/data", NULL, false},
+            {"/srv/engine", "/srv/engine/docker.sock", true},
+            {"/srv", "/srv/engine/docker.sock", true},
+            {"/srv/engine/docker.sock", "/srv/engine/docker.sock", true},
+            {"/srv/engine-data", "/srv/engine/docker.sock", false},
+            {"/srv/engine/sub", "/srv/engine/docker.sock", false},
+        };
+        for (size_t i = 0; i < ARRAY_SIZE(cases); i++) {
+                const char *why = config_mount_host_danger(cases[i].host, cases[i].sock);
+                ok((why != NULL) == cases[i].danger, "mount of host %s (engine socket %s): %s",
+                   cases[i].host, cases[i].sock ? cases[i].sock : "-",
+                   cases[i].danger ? "refused" : "allowed");
+        }
+}
+
 int main(void)
 {
         const char *t = getenv("TMPDIR");
@@ -703,6 +735,7 @@ int main(void)
         test_check();
         test_lists();
         test_default_path();
+        test_mount_danger();
         rmdir(tmpdir);
         return done_testing();
 }
