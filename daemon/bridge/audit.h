@@ -25,8 +25,12 @@ struct audit_entry {
         long long ask_ms;
 };
 
-/* Open (creating it 0600, and its directory 0700) for appending. */
-int audit_open(const char *path, struct audit **ret, struct err *e);
+/* Open (creating it 0600, and its directory 0700) for appending, and write
+ * a header record: {"event": "start", "pid", "policy", "config"}. `policy`
+ * names the policy in force (a file, or "built-in default"); every line
+ * after it carries it too, as several corrals may share one log. */
+int audit_open(const char *path, const char *policy, const char *config, struct audit **ret,
+               struct err *e);
 void audit_close(struct audit *a);
 /* The default path: $XDG_STATE_HOME/corral/audit.jsonl, else
  * ~/.local/state/corral/audit.jsonl (caller frees), or NULL. */

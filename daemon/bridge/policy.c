@@ -43,6 +43,7 @@ struct policy {
         struct rules star;
         struct rules *v;
         size_t n;
+        char *source; /* the user's file that was read, or NULL: the default alone */
 };
 
 static void rules_free(struct rules *r)
@@ -62,6 +63,7 @@ void policy_free(struct policy *p)
         for (size_t i = 0; i < p->n; i++)
                 rules_free(&p->v[i]);
         free(p->v);
+        free(p->source);
         free(p);
 }
 
@@ -340,6 +342,8 @@ int policy_load(const char *default_text, const char *user_path, bool required, 
                 } else if (r == 0) {
                         r = parse_text(p, b.data ? b.data : "", b.len, user_path, e);
                         buf_free(&b);
+                        if (r == 0 && !(p->source = strdup(user_path)))
+                                r = err_set(e, ERR_INTERNAL, ENOMEM, "out of memory");
                 }
         }
         if (r < 0) {
@@ -349,6 +353,16 @@ int policy_load(const char *default_text, const char *user_path, bool required, 
         resolve(p);
         *ret = p;
         return 0;
+}
+
+const char *policy_source(const struct policy *p)
+{
+        return p->source;
+}
+
+const char *policy_source_name(const struct policy *p)
+{
+        return p->source ? p->source : "built-in default";
 }
 
 const struct policy_server *policy_server(const struct policy *p, const char *server)

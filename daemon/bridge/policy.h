@@ -26,6 +26,11 @@ struct policy;
 int policy_load(const char *default_text, const char *user_path, bool required, struct policy **ret,
                 struct err *e);
 void policy_free(struct policy *p);
+/* The user's file that policy_load read, or NULL when the built-in default
+ * alone is in force. */
+const char *policy_source(const struct policy *p);
+/* The same for a person: the file, or "built-in default". */
+const char *policy_source_name(const struct policy *p);
 
 /* The rules in effect for `server`: its own entry's fields over those of
  * "*" (never NULL). */

@@ -39,6 +39,20 @@ int cli_confine(const struct config *cfg);
  * instance that was killed, and its pid may be another program's since. */
 bool cli_instance_alive(long pid);
 
+struct policy;
+struct registry;
+
+/* The policy in force, as serve and doctor resolve it: the file `policy`
+ * names (it must exist); else policy.json beside the config file that was
+ * read, then $XDG_CONFIG_HOME/corral/policy.json, the first that exists;
+ * else the built-in default. A file that exists but cannot be read or
+ * parsed is an error (fail closed). */
+int cli_policy_load(const struct config *cfg, struct policy **ret, struct err *e);
+
+/* The registry of upstream servers, from the files of this user and of
+ * the working directory (upstream/registry.h), as serve and doctor read it. */
+int cli_registry_load(const struct config *cfg, struct registry *ret, struct err *e);
+
 /* Choose the engine: the setting, else discovery, else (when allowed) a
  * private podman service. */
 void cli_engine_open(struct cli_engine *ce, struct loop *l, const struct config *cfg,

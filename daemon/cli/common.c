@@ -1,13 +1,19 @@
 #include "cli/cli.h"
 
+#include "bridge/policy.h"
 #include "core/confine.h"
 #include "core/log.h"
+#include "upstream/registry.h"
 
 #include <errno.h>
+#include <libgen.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
+
+extern const char corral_default_policy[];
 
 int cli_config(int argc, char **argv, struct config *cfg, char ***rest, int *n_rest)
 {
@@ -104,9 +110,18 @@ void cli_engine_open(struct cli_engine *ce, struct loop *l, const struct config 
          * with it (a Docker Engine socket, when that is the one found,
          * takes it per container). */
         const char *runtime = config_runsc(cfg) ? CONFIG_RUNSC_NAME : NULL;
+        int discovered = 0;
         if (cfg->engine) {
                 url = strdup(cfg->engine);
-        } else if (engine_discover(&url, &ce->err) < 0 || (runtime && !docker_socket(url))) {
+                const char *path = strncmp(cfg->engine, "unix://", 7) == 0 ? cfg->engine + 7
+                                   : cfg->engine[0] == '/'                 ? cfg->engine
+                                                                           : NULL;
+                if (path && !unix_socket_answers(path))
+                        log_warn("the engine named by the setting `engine` (%s) does not answer: "
+                                 "every call will fail until it does",
+                                 path);
+        } else if ((discovered = engine_discover(&url, &ce->err)) == -ENOENT ||
+                   (discovered == 0 && runtime && !docker_socket(url))) {
                 _cleanup_free_ char *found = TAKE_PTR(url);
                 int r = allow_private ? private_engine_start(&ce->priv, runtime, &perr) : -ENOENT;
                 if (r < 0 && found)
@@ -120,6 +135,8 @@ void cli_engine_open(struct cli_engine *ce, struct loop *l, const struct config 
                 if (r < 0)
                         return;
                 url = strdup(ce->priv.url);
+        } else if (discovered < 0) {
+                return; /* a named engine that does not answer: no fall-through */
         }
         if (!url || engine_new(l, url, 4 << 20, &ce->eng, &ce->err) < 0) {
                 ce->eng = NULL;
@@ -161,4 +178,56 @@ bool cli_instance_alive(long pid)
                 return false;
         char comm[32];
         return proc_comm(pid, comm, sizeof(comm)) == 0 && strcmp(comm, "corral") == 0;
+}
+
+int cli_policy_load(const struct config *cfg, struct policy **ret, struct err *e)
+{
+        if (cfg->policy)
+                return policy_load(corral_default_policy, cfg->policy, true, ret, e);
+        /* The first file that exists wins; one that exists but cannot be
+         * read or parsed is an error, never a reason to try the next: a
+         * policy the user wrote must not be skipped for a weaker one. */
+        char *cands[2] = {NULL, NULL};
+        if (cfg->config_file) {
+                _cleanup_free_ char *copy = strdup(cfg->config_file);
+                if (!copy || asprintf(&cands[0], "%s/policy.json", dirname(copy)) < 0)
+                        return err_set(e, ERR_INTERNAL, ENOMEM, "out of memory");
+        }
+        cands[1] = xdg_path("XDG_CONFIG_HOME", ".config", "corral/policy.json");
+        int r = 0;
+        struct policy *p = NULL;
+        for (size_t i = 0; i < ARRAY_SIZE(cands) && r == 0 && !p; i++) {
+                if (!cands[i])
+                        continue;
+                r = policy_load(corral_default_policy, cands[i], false, &p, e);
+                if (r == 0 && !policy_source(p)) {
+                        policy_free(p); /* missing: try the next */
+                        p = NULL;
+                }
+        }
+        free(cands[0]);
+        free(cands[1]);
+        if (r == 0 && !p)
+                r = policy_load(corral_default_policy, NULL, false, &p, e);
+        if (r == 0)
+                *ret = p;
+        return r;
+}
+
+int cli_registry_load(const struct config *cfg, struct registry *ret, struct err *e)
+{
+        char cwd[PATH_MAX], self[PATH_MAX];
+        if (!getcwd(cwd, sizeof(cwd)))
+                cwd[0] = '\0';
+        if (!realpath("/proc/self/exe", self))
+                self[0] = '\0';
+        struct registry_sources src = {
+            .home = getenv("HOME"),
+            .cwd = cwd[0] ? cwd : NULL,
+            .xdg_config = getenv("XDG_CONFIG_HOME"),
+            .own = cfg->servers,
+            .self_exe = self[0] ? self : NULL,
+            .only_own = !cfg->host_servers,
+        };
+        return registry_load(&src, ret, e);
 }

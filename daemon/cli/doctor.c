@@ -1,9 +1,11 @@
 #include "cli/cli.h"
 
+#include "bridge/policy.h"
 #include "core/confine.h"
 #include "core/log.h"
 #include "sandbox/profile.h"
 #include "sandbox/sandbox.h"
+#include "upstream/registry.h"
 
 #include <dirent.h>
 #include <signal.h>
@@ -159,6 +161,12 @@ static void check_sandbox(struct loop *l, const struct config *cfg, struct engin
                 report(false, "sandbox", "cannot start a sandbox", NULL);
                 return;
         }
+        struct err pe = {0};
+        if (sandbox_mgr_prepare(m, &pe) < 0) {
+                report(false, "settings", pe.msg, "`corral serve` will not start with these");
+                sandbox_mgr_free(m);
+                return;
+        }
         const struct sandbox_profile *prof = sandbox_mgr_profile(m);
         report(true, "seccomp", prof->summary, NULL);
         if (sandbox_run(m, &req, smoke_done, &s, &sb) < 0) {
@@ -241,6 +249,50 @@ static void check_instances(void)
                 closedir(d);
 }
 
+/* The registry and the policy, loaded as `serve` loads them: what serve
+ * would refuse to start with fails here too. */
+static void check_bridge(const struct config *cfg)
+{
+        struct err e = {0};
+        struct registry reg = {0};
+        char detail[1400];
+        if (cli_registry_load(cfg, &reg, &e) < 0) {
+                report(false, "servers", e.msg,
+                       "fix the entry in corral's config file: `corral serve` will not start "
+                       "with it");
+        } else {
+                size_t used = 0, usable = 0;
+                detail[0] = '\0';
+                for (size_t i = 0; i < reg.n; i++) {
+                        if (reg.v[i].error)
+                                continue;
+                        int k = snprintf(detail + used, sizeof(detail) - used, "%s%s",
+                                         usable++ ? ", " : "", reg.v[i].name);
+                        if (k > 0 && (size_t)k < sizeof(detail) - used)
+                                used += (size_t)k;
+                }
+                char head[1500];
+                snprintf(head, sizeof(head), "%zu MCP server(s) for sandboxed code%s%.1400s",
+                         usable, usable ? ": " : "", detail);
+                report(true, "servers", head, NULL);
+                for (size_t i = 0; i < reg.n; i++) {
+                        if (!reg.v[i].error)
+                                continue;
+                        snprintf(detail, sizeof(detail), "%s (%s): %s", reg.v[i].name,
+                                 reg.v[i].source, reg.v[i].error);
+                        note("server unusable", detail);
+                }
+        }
+        registry_free(&reg);
+        struct policy *pol = NULL;
+        if (cli_policy_load(cfg, &pol, &e) < 0)
+                report(false, "policy", e.msg,
+                       "fix or remove that file: `corral serve` will not start with it");
+        else
+                report(true, "policy", policy_source_name(pol), NULL);
+        policy_free(pol);
+}
+
 int cli_doctor(int argc, char **argv)
 {
         _cleanup_config_ struct config cfg = {0};
@@ -251,21 +303,27 @@ int cli_doctor(int argc, char **argv)
                 return 2;
         report(true, "config", cfg.config_file ? cfg.config_file : "defaults (no config file)",
                NULL);
+        check_bridge(&cfg);
 
         struct loop *l;
         if (loop_new(&l) < 0)
                 return 1;
         struct cli_engine ce;
-        /* Doctor reports on the machine as it is: no private service. */
-        cli_engine_open(&ce, l, &cfg, false);
+        /* The engine `run` and `serve` would use, a private Podman service
+         * included: doctor checks what they would meet. */
+        cli_engine_open(&ce, l, &cfg, true);
+        if (ce.priv.pid > 0)
+                note("engine", "no engine socket answered: corral started its own Podman "
+                               "service, as `run` and `serve` do (a `corral serve` shares its "
+                               "pool and saves that start for each host)");
         bool engine_ok = false;
         bool podman = false;
         json_auto_t *info = NULL;
         if (!ce.eng) {
                 report(false, "engine", ce.err.msg,
-                       "start an engine as shown, or install podman: `corral serve` starts a "
-                       "private `podman system service` when podman is installed and no "
-                       "engine is set");
+                       "start an engine as shown, or install podman: corral starts a private "
+                       "`podman system service` when podman is installed and no engine is "
+                       "named");
         } else {
                 struct err e = {0};
                 json_auto_t *ver = NULL;

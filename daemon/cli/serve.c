@@ -14,8 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-extern const char corral_default_policy[];
-
 struct serve {
         struct loop *loop;
         struct sandbox_mgr *mgr;
@@ -43,6 +41,8 @@ static void write_status(struct timer *t, void *userdata)
         char tmp[320];
         snprintf(tmp, sizeof(tmp), "%s.tmp", s->status_path);
         json_auto_t *st = sandbox_mgr_status(s->mgr);
+        if (st)
+                json_object_set_new(st, "policy", json_string(policy_source_name(s->pol)));
         if (st && s->http)
                 json_object_set_new(st, "service", mcp_http_status(s->http));
         if (st && json_dump_file(st, tmp, JSON_COMPACT) == 0 && rename(tmp, s->status_path) < 0)
@@ -130,36 +130,22 @@ static void on_signal(int signo, void *userdata)
 static int bridge_open(struct serve *s, const struct config *cfg)
 {
         struct err e = {0};
-        char cwd[PATH_MAX], self[PATH_MAX];
-        if (!getcwd(cwd, sizeof(cwd)))
-                cwd[0] = '\0';
-        if (!realpath("/proc/self/exe", self))
-                self[0] = '\0';
-        struct registry_sources src = {
-            .home = getenv("HOME"),
-            .cwd = cwd[0] ? cwd : NULL,
-            .xdg_config = getenv("XDG_CONFIG_HOME"),
-            .own = cfg->servers,
-            .self_exe = self[0] ? self : NULL,
-            .only_own = !cfg->host_servers,
-        };
         struct registry reg = {0};
-        if (registry_load(&src, &reg, &e) < 0) {
+        if (cli_registry_load(cfg, &reg, &e) < 0) {
                 log_err("%s", e.msg);
                 return -1;
         }
-        _cleanup_free_ char *policy_path =
-            cfg->policy ? strdup(cfg->policy)
-                        : xdg_path("XDG_CONFIG_HOME", ".config", "corral/policy.json");
-        if (policy_load(corral_default_policy, policy_path, cfg->policy != NULL, &s->pol, &e) < 0) {
+        if (cli_policy_load(cfg, &s->pol, &e) < 0) {
                 log_err("%s", e.msg);
                 registry_free(&reg);
                 return -1;
         }
+        log_info("policy: %s", policy_source_name(s->pol));
         if (!cfg->audit_log || strcmp(cfg->audit_log, "off") != 0) {
                 _cleanup_free_ char *path =
                     cfg->audit_log ? strdup(cfg->audit_log) : audit_default_path();
-                if (path && audit_open(path, &s->audit, &e) < 0) {
+                if (path && audit_open(path, policy_source_name(s->pol), cfg->config_file,
+                                       &s->audit, &e) < 0) {
                         if (cfg->audit_log) {
                                 log_err("%s", e.msg);
                                 registry_free(&reg);
@@ -219,6 +205,7 @@ static json_t *service_status(void *userdata)
         if (st) {
                 json_object_set_new(st, "upstreams", ups);
                 json_object_set_new(st, "sessions", json_integer(session_total(s->sessions)));
+                json_object_set_new(st, "policy", json_string(policy_source_name(s->pol)));
         } else {
                 json_decref(ups);
         }
@@ -286,18 +273,19 @@ int cli_serve(int argc, char **argv)
                 log_err("cannot create the event loop: %s", strerror(-r));
                 return 1;
         }
+        /* The settings that can stop corral come first: nothing is started
+         * for a configuration that will be refused. */
+        if (bridge_open(&s, &cfg) < 0) {
+                bridge_close(&s);
+                loop_free(s.loop);
+                return 2;
+        }
         cli_engine_open(&ce, s.loop, &cfg, true);
         if (!ce.eng)
                 log_warn("%s (tool calls will report this until an engine answers)", ce.err.msg);
         else
                 log_info("serving on %s; engine %s, image %s", service ? "HTTP" : "stdio",
                          engine_endpoint(ce.eng)->display, cfg.image);
-        if (bridge_open(&s, &cfg) < 0) {
-                cli_engine_close(&ce);
-                bridge_close(&s);
-                loop_free(s.loop);
-                return 2;
-        }
         r = sandbox_mgr_new(s.loop, &cfg, ce.eng, &s.mgr);
         struct err pe = {0};
         if (r == 0 && sandbox_mgr_prepare(s.mgr, &pe) < 0) {

@@ -13,6 +13,7 @@ static void print_human(json_t *st)
         printf("corral pid %lld: engine %s, image %s\n", I(st, "pid"),
                json_string_value(json_object_get(st, "engine")) ?: "(none)",
                json_string_value(json_object_get(st, "image")) ?: "?");
+        printf("  policy: %s\n", json_string_value(json_object_get(st, "policy")) ?: "?");
         if (json_is_true(json_object_get(p, "enabled")))
                 printf("  pool: %lld ready (min %lld, max %lld), %lld starting, %lld busy, "
                        "%lld queued\n",

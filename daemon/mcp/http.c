@@ -755,14 +755,15 @@ static enum MHD_Result health_answer(struct mcp_http *h, struct req *q)
         bool draining = h->stopping || h->draining;
         bool ready = engine_ok && image_ok && failing == 0 && !draining;
         json_auto_t *body =
-            json_pack("{s:s, s:b, s:b, s:O?, s:O?, s:{s:O?, s:O?, s:O?, s:O?, s:O?}, s:I, s:b}",
+            json_pack("{s:s, s:b, s:b, s:O?, s:O?, s:{s:O?, s:O?, s:O?, s:O?, s:O?}, s:I, s:b, "
+                      "s:O?}",
                       "status", ready ? "ok" : "unavailable", "live", 1, "ready", ready, "engine",
                       eng, "image", json_object_get(h->health, "image"), "pool", "ready",
                       json_object_get(pool, "ready"), "target", json_object_get(pool, "target"),
                       "starting", json_object_get(pool, "starting"), "consecutive_failures",
                       json_object_get(pool, "consecutive_failures"), "last_error",
                       json_object_get(pool, "last_error"), "clients", (json_int_t)h->n_sessions,
-                      "draining", draining);
+                      "draining", draining, "policy", json_object_get(st, "policy"));
         _cleanup_free_ char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
         return answer_text(q->conn, ready ? 200 : 503, "application/json", text ? text : "{}");
 }

@@ -82,6 +82,11 @@ void tool_list_servers(struct mcp_server *s, json_t *id, json_t *args, json_t *p
         size_t i;
         json_t *d;
         char line[1600];
+        const char *policy = s->bridge ? policy_source_name(bridge_policy(s->bridge)) : NULL;
+        if (policy) {
+                snprintf(line, sizeof(line), "Policy in force: %.1500s\n", policy);
+                buf_append_some(&text, line, strlen(line));
+        }
         json_array_foreach(list, i, d)
         {
                 json_t *tools = json_object_get(d, "tools");
@@ -104,9 +109,9 @@ void tool_list_servers(struct mcp_server *s, json_t *id, json_t *args, json_t *p
                 buf_append_some(&text, none, strlen(none));
         }
         utf8_scrub((char *)buf_str(&text));
-        json_t *result =
-            json_pack("{s:[{s:s, s:s}], s:{s:o}, s:b}", "content", "type", "text", "text",
-                      buf_str(&text), "structuredContent", "servers", list, "isError", 0);
+        json_t *result = json_pack("{s:[{s:s, s:s}], s:{s:o, s:s?}, s:b}", "content", "type",
+                                   "text", "text", buf_str(&text), "structuredContent", "servers",
+                                   list, "policy", policy, "isError", 0);
         buf_free(&text);
         mcp_send(s, jrpc_result(id, result));
 }

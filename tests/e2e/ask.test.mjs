@@ -6,9 +6,13 @@
 //   node run.mjs ask        (ask:)
 
 import assert from 'node:assert/strict';
+import { mkdirSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
 import { ElicitRequestSchema } from '@modelcontextprotocol/sdk/types.js';
-import { sleep, test, waitFor } from './lib/harness.mjs';
-import { assertRaised, bridgeRun, bridgeSetup, checkAuditLine, ERROR_CODES, everythingServer } from './lib/bridge.mjs';
+import { BIN, clip, corralEnv, run, sleep, test, waitFor } from './lib/harness.mjs';
+import {
+  assertRaised, bridgeRun, bridgeSetup, checkAuditLine, ERROR_CODES, everythingServer, hostTool,
+} from './lib/bridge.mjs';
 
 const ASK_POLICY = { version: 1, servers: { everything: { ask: ['echo'] } } };
 
@@ -199,3 +203,75 @@ test('ask: ask_run puts each run_python and run_shell to the person first; decli
   assert.equal(refused.structuredContent.error?.type, 'PolicyDenied');
   assert.match(refused.structuredContent.error?.message, /cannot ask its person.*set ask_run false.*ask_allow_unasked/);
 }, { timeoutMs: 90000 });
+
+// The policy beside the config file a person named is the one in force
+// (not the one under XDG_CONFIG_HOME, nor the default): its deny holds, its
+// ask asks, and every place a person looks names it. One that cannot be
+// parsed stops corral before anything starts.
+test('ask: the policy beside --config DIR/config.json is in force and named by the audit log, list_servers and doctor; an unparsable one stops corral', async (t) => {
+  // XDG_CONFIG_HOME's policy.json allows everything: the one beside the
+  // named config must win over it.
+  const b = bridgeSetup(t, { policy: { version: 1 } });
+  const dir = path.join(b.root, 'project-conf');
+  mkdirSync(dir);
+  const config = path.join(dir, 'config.json');
+  const policy = path.join(dir, 'policy.json');
+  writeFileSync(config, JSON.stringify({
+    servers: { everything: everythingServer(b.root) }, host_servers: false, audit_log: b.audit, ask_timeout_s: 5,
+  }));
+  writeFileSync(policy, JSON.stringify({ version: 1, servers: { everything: { deny: ['get-env'], ask: ['echo'] } } }));
+  const asked = [];
+  const d = await t.daemon('policy-beside', b.env, {
+    args: ['--config', config],
+    capabilities: { elicitation: { form: {} } },
+    setup: (client) => client.setRequestHandler(ElicitRequestSchema, async (req) => {
+      asked.push(req.params);
+      return { action: 'accept' };
+    }),
+  });
+  const t0 = Date.now();
+  const run1 = await bridgeRun(t, d, `
+rec("env", catch(lambda: mcp_everything.get_env()))
+rec("echo", catch(lambda: mcp_everything.echo(message="asked first")))`, ['everything']);
+  assertRaised(run1.out.env, 'PolicyDenied', 'the deny of DIR/policy.json holds');
+  assert.equal(run1.out.echo.ok, true, `the asked call went on once accepted: ${JSON.stringify(run1.out.echo)}`);
+  assert.equal(asked.length, 1, 'the ask of DIR/policy.json asked, once');
+  assert.match(asked[0].message, /echo/);
+
+  const calls = b.readAudit();
+  t.note('audit', calls);
+  const env = calls.find((l) => l.sandbox === run1.container && /get.?env/.test(l.tool));
+  assert.equal(env?.decision, 'denied', 'the audit log has get-env denied');
+  for (const l of calls) {
+    checkAuditLine(l, t0);
+    assert.equal(l.policy, policy, 'each audit line names DIR/policy.json');
+  }
+  const starts = b.readAuditStarts();
+  assert.ok(starts.length >= 1, 'the audit log has a header record');
+  assert.equal(starts.at(-1).policy, policy, 'the header record names DIR/policy.json');
+  assert.equal(starts.at(-1).config, config, 'and the config file');
+  assert.ok(Number.isInteger(starts.at(-1).pid), 'and the pid');
+
+  const listed = await hostTool(t, d, 'list_servers');
+  assert.equal(listed.policy, policy, 'list_servers names the policy in force');
+  assert.match(d.log, new RegExp(`policy: ${policy.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}`), 'the log says which policy is in force');
+
+  const doc = await run(BIN, ['doctor', '--config', config], { env: corralEnv(b.env), timeoutMs: 120000 });
+  t.note('doctor', doc.stdout);
+  assert.ok(doc.stdout.split('\n').includes(`ok   policy: ${policy}`), 'corral doctor names DIR/policy.json');
+
+  // A policy that does not parse: serve and doctor refuse it; nothing runs.
+  writeFileSync(policy, '{ "version": 1, "servers": { "everything": { "deny": "get-env" } } }');
+  const bad = await run(BIN, ['--config', config], { env: corralEnv(b.env), timeoutMs: 30000 });
+  t.note('bad_policy', { code: bad.code, stderr: clip(bad.stderr, 1500) });
+  assert.equal(bad.code, 2, 'corral stops with status 2');
+  assert.ok(bad.stderr.includes(policy) && /deny/.test(bad.stderr), `the message names the file and the key: ${clip(bad.stderr, 500)}`);
+  assert.doesNotMatch(bad.stderr, /serving on|engine/i, 'it stopped before it chose an engine');
+  const doc2 = await run(BIN, ['doctor', '--config', config], { env: corralEnv(b.env), timeoutMs: 120000 });
+  assert.match(doc2.stdout, /^FAIL policy: .*deny/m, 'doctor fails the policy as serve does');
+  assert.notEqual(doc2.code, 0);
+  writeFileSync(policy, '{ not json');
+  const bad2 = await run(BIN, ['--config', config], { env: corralEnv(b.env), timeoutMs: 30000 });
+  assert.equal(bad2.code, 2, 'unparsable JSON: status 2');
+  assert.ok(bad2.stderr.includes(policy), 'and the message names the file');
+}, { timeoutMs: 240000 });

@@ -5,7 +5,7 @@
 
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { existsSync, mkdirSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { BIN, clip, CONFIG_HOME, CORRAL_TOOLS, corralEnv, ENGINE, inspectorCli, run, test } from './lib/harness.mjs';
 
@@ -62,3 +62,58 @@ test('MCP Inspector CLI: tools/list shows the 14 tools and tools/call returns 42
   assert.equal(res.isError, false);
   assert.match(res.content?.[0]?.text ?? '', /^42\n/);
 }, { timeoutMs: 150000 });
+
+// An engine the user named is the one used: when it does not answer, that
+// is the error, not a quiet switch to whatever else answers (or a private
+// Podman service started in its place).
+test('cli: a DOCKER_HOST that does not answer is an error naming it, never a fall-through to another engine', async (t) => {
+  const env = corralEnv({ DOCKER_HOST: 'unix:///nonexistent/corral-e2e/docker.sock' });
+  delete env.CORRAL_ENGINE;
+  delete env.CONTAINER_HOST;
+  const r = await run(BIN, ['run', '-c', 'print(6*7)'], { env, timeoutMs: 60000 });
+  t.note('run', r);
+  assert.notEqual(r.code, 0, 'the run fails');
+  assert.doesNotMatch(r.stdout, /42/, 'nothing ran on another engine');
+  assert.match(r.stderr, /DOCKER_HOST names the engine at \/nonexistent\/corral-e2e\/docker\.sock, which does not answer/,
+    'the message names the variable and its socket');
+  assert.doesNotMatch(r.stderr, /private|podman system service/i, 'no private Podman service was started');
+  const ssh = await run(BIN, ['run', '-c', 'print(6*7)'], { env: { ...env, DOCKER_HOST: 'ssh://user@host' }, timeoutMs: 60000 });
+  assert.notEqual(ssh.code, 0);
+  assert.match(ssh.stderr, /DOCKER_HOST is ssh:\/\/user@host: corral speaks to engines at unix:\/\/ and tcp:\/\/ addresses only/);
+}, { timeoutMs: 150000 });
+
+// A read-only mount is no wall for what the host keeps in /, /proc, /sys,
+// /dev and /run, nor for the engine's socket (connect needs no write
+// permission on a read-only mount): such mounts need mounts_unsafe.
+test('cli: mounts of the host\'s /, /proc, /run or the engine\'s socket are refused unless mounts_unsafe', async (t) => {
+  const env = corralEnv();
+  const sock = ENGINE.startsWith('unix://') ? ENGINE.slice(7) : null;
+  const cases = [['/', /the host's whole file system/], ['/proc', /kernel interfaces/], ['/run', /kernel interfaces/]];
+  if (sock) cases.push([path.dirname(sock), /engine's socket/]);
+  for (const [host, why] of cases) {
+    const r = await run(BIN, ['run', '--mounts', `${host}:/data`, '-c', 'print(6*7)'], { env, timeoutMs: 60000 });
+    t.note(`mount ${host}`, { code: r.code, stderr: clip(r.stderr, 800) });
+    assert.notEqual(r.code, 0, `a mount of ${host} is refused`);
+    assert.doesNotMatch(r.stdout, /42/, `nothing ran with ${host} mounted`);
+    assert.match(r.stderr, why, `the reason is given for ${host}`);
+    assert.match(r.stderr, /mounts_unsafe/, 'and the setting that would allow it');
+  }
+  // Through a symbolic link, the same: the check is on where it leads.
+  const link = path.join(CONFIG_HOME, 'to-proc');
+  rmSync(link, { force: true });
+  symlinkSync('/proc', link);
+  const viaLink = await run(BIN, ['run', '--mounts', `${link}:/data`, '-c', 'print(6*7)'], { env, timeoutMs: 60000 });
+  assert.notEqual(viaLink.code, 0, 'a link to /proc is refused too');
+  assert.match(viaLink.stderr, /kernel interfaces/);
+  rmSync(link, { force: true });
+  // Mounts are outside the gVisor subset (tests/e2e/README.md): the refusals
+  // above hold there too, the mount itself is checked under runc.
+  if (sock && process.env.CORRAL_RUNTIME !== 'runsc') {
+    const ok = await run(BIN, ['run', '--mounts', `${path.dirname(sock)}:/data`, '--mounts-unsafe', 'true', '-c',
+      'import os; print(6*7, os.path.exists("/data"))'], { env, timeoutMs: 60000 });
+    t.note('unsafe', { code: ok.code, stdout: ok.stdout, stderr: clip(ok.stderr, 800) });
+    assert.equal(ok.code, 0, 'with mounts_unsafe the run goes on');
+    assert.equal(ok.stdout, '42 True\n');
+    assert.match(ok.stderr, /allowed by mounts_unsafe/, 'and corral says what it let through');
+  }
+}, { timeoutMs: 200000 });

@@ -75,6 +75,8 @@ static void test_default(void)
         is_int(policy_load(corral_default_policy, missing, false, &p, &e), 0,
                "a missing optional file is skipped");
         ok(p && policy_max_calls(p) == 500, "... the default applies");
+        ok(p && policy_source(p) == NULL, "... and no file is named as its source");
+        is_str(p ? policy_source_name(p) : NULL, "built-in default", "... but the default");
         policy_free(p);
         p = NULL;
         is_int(policy_load(corral_default_policy, missing, true, &p, &e), -ENOENT,

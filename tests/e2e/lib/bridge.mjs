@@ -51,7 +51,10 @@ export function bridgeSetup(t, { servers = {}, policy, hostServers = false, conf
     root, cfg, home, audit,
     env: { XDG_CONFIG_HOME: cfg, XDG_STATE_HOME: state, HOME: home },
     auditText: () => (existsSync(audit) ? readFileSync(audit, 'utf8') : ''),
-    readAudit: () => readAudit(audit),
+    // The calls; readAuditStarts: the header record each corral writes
+    // when it opens the log (the policy in force, its pid, its config).
+    readAudit: () => readAudit(audit).filter((l) => l.event === undefined),
+    readAuditStarts: () => readAudit(audit).filter((l) => l.event === 'start'),
   };
 }
 
@@ -84,6 +87,7 @@ export function checkAuditLine(l, t0 = 0) {
   for (const k of ['argument_bytes', 'result_bytes', 'duration_ms'])
     assert.ok(isInt(l[k]) && l[k] >= 0, `${what}: ${k} is a non-negative integer`);
   assert.ok(['allowed', 'denied'].includes(l.decision), `${what}: decision is allowed or denied`);
+  assert.ok(typeof l.policy === 'string' && l.policy.length > 0, `${what}: policy names the policy in force`);
   assert.ok(l.error === null || typeof l.error === 'string', `${what}: error is null or a string`);
   if (l.decision === 'denied') assert.ok(typeof l.error === 'string' && l.error.length > 0, `${what}: a denial says why`);
 }
