@@ -5,7 +5,7 @@
 
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { existsSync, mkdirSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { BIN, clip, CONFIG_HOME, CORRAL_TOOLS, corralEnv, ENGINE, inspectorCli, run, test } from './lib/harness.mjs';
 
@@ -117,3 +117,23 @@ test('cli: mounts of the host\'s /, /proc, /run or the engine\'s socket are refu
     assert.match(ok.stderr, /allowed by mounts_unsafe/, 'and corral says what it let through');
   }
 }, { timeoutMs: 200000 });
+
+// doctor checks what run and serve would meet: where no engine socket
+// answers, they start a private Podman service, and so does doctor.
+test('cli: doctor with no engine socket starts the private Podman service as run does, and passes the engine check', async (t) => {
+  const xdg = mkdtempSync(path.join(CONFIG_HOME, 'xdg-run-'));
+  const env = corralEnv({ XDG_RUNTIME_DIR: xdg });
+  for (const k of ['CORRAL_ENGINE', 'CONTAINER_HOST', 'DOCKER_HOST']) delete env[k];
+  const system = ['/run/podman/podman.sock', '/var/run/docker.sock'].filter((p) => existsSync(p));
+  const doc = await run(BIN, ['doctor'], { env, timeoutMs: 120000 });
+  t.note('doctor', { code: doc.code, stdout: doc.stdout, stderr: clip(doc.stderr, 1500) });
+  assert.match(doc.stdout, /^ok {3}engine: /m, 'the engine check passes');
+  if (system.length) {
+    t.note('system_sockets', system);
+    assert.doesNotMatch(doc.stdout, /started its own Podman/, 'a system socket answered: no private service');
+  } else {
+    assert.match(doc.stdout, /^note engine: no engine socket answered: corral started its own Podman service/m,
+      'doctor says it started the private service');
+    assert.match(doc.stdout, /^ok {3}sandbox: a hardened sandbox ran Python as uid 65534/m, 'and a sandbox ran on it');
+  }
+}, { timeoutMs: 150000 });
