@@ -347,7 +347,8 @@ static json_t *describe_session_list(const char *name, const struct tools_contex
         (void)x;
         return annotated_tool(name, "List sandbox sessions",
                               "The sessions open for this client: name, state (starting, idle, "
-                              "busy), age and idle time in seconds, calls, memory use of the "
+                              "busy), the MCP servers it may call, age and idle time in seconds, "
+                              "calls, memory use of the "
                               "sandbox after its last call, container; and the limits "
                               "(max_sessions, session_idle_s, session_max_s).",
                               json_object(), json_array(), true, false, true);
