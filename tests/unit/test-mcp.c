@@ -406,6 +406,16 @@ static void test_session_servers(void)
         r = run_in("g2", "[\"a\"]", NULL);
         is_str(err_type(r), "ServerNotGranted", "... after which a is refused");
         json_decref(r);
+        /* With ask_run, what the session would refuse is refused before
+         * anyone is asked (this client could not be asked at all). */
+        cfg.ask_run = true;
+        r = run_in("g2", "[\"a\"]", NULL);
+        is_str(err_type(r), "ServerNotGranted", "ask_run: refused before asking");
+        json_decref(r);
+        r = run_in("g2", "[\"b\"]", NULL);
+        is_str(err_type(r), "PolicyDenied", "ask_run: a call it may make needs the person");
+        json_decref(r);
+        cfg.ask_run = false;
         json_decref(tool("session_close", json_pack("{s:s}", "session", "g2"), NULL));
         r = run_in("g3", NULL, "[\"a\"]");
         is_str(sc(r, "status"), "ok", "session_servers on the opening call grants them");
