@@ -118,6 +118,8 @@ void audit_write(struct audit *a, const struct audit_entry *en)
                 json_object_set_new(line, "sandbox", json_null());
         if (line && !json_object_get(line, "error"))
                 json_object_set_new(line, "error", json_null());
+        if (line && en->session)
+                json_object_set_new(line, "session", json_string(en->session));
         if (line && en->ask)
                 json_object_set_new(
                     line, "ask",

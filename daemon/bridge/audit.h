@@ -23,6 +23,7 @@ struct audit_entry {
          * "withdrawn") and how long it took; NULL: not asked. */
         const char *ask;
         long long ask_ms;
+        const char *session; /* the session it concerns, or NULL (not written) */
 };
 
 /* Open (creating it 0600, and its directory 0700) for appending, and write

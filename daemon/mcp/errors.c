@@ -38,6 +38,9 @@ static const struct {
      " Its variables and files are gone; call again with the same name to open a new session"},
     {FAILED_SESSION_RUN, -ENOTSUP, "invalid_arguments", "SessionsDisabled", NULL,
      ": call without \"session\""},
+    {FAILED_SESSION_RUN, -EACCES, "invalid_arguments", "ServerNotGranted", NULL,
+     ". Open a new session (another name) for them, or add them to this one with "
+     "\"session_servers\", knowing that code its earlier calls ran can use them too"},
     {FAILED_SESSION_RUN, -EINVAL, "invalid_arguments", "InvalidArguments", NULL, NULL},
     {FAILED_SESSION_RUN, ANY, "engine_error", "InternalError", NULL, NULL},
     {FAILED_SESSION_CLOSE, -ENOENT, "invalid_arguments", "InvalidArguments", NULL,

@@ -204,6 +204,28 @@ static long client_held(const struct mcp_server *s, const char *session)
         return n;
 }
 
+/* A session given servers with session_servers: one audit line each,
+ * since the session's earlier code can use them from now on too. */
+static void audit_widening(struct mcp_server *s, const struct sandbox_request *req,
+                           const struct sandbox *sb)
+{
+        const char *id = sb ? sandbox_container(sb) : NULL;
+        char short_id[13] = "";
+        if (id)
+                snprintf(short_id, sizeof(short_id), "%s", id);
+        size_t i;
+        json_t *v;
+        json_array_foreach(req->session_servers, i, v)
+        {
+                struct audit_entry en = {.sandbox = short_id[0] ? short_id : NULL,
+                                         .server = json_string_value(v),
+                                         .tool = "session_servers",
+                                         .session = req->session,
+                                         .allowed = true};
+                bridge_audit(s->bridge, &en);
+        }
+}
+
 static int call_start(struct call *c, const struct sandbox_request *in, json_t **failure)
 {
         struct mcp_server *s = c->srv;
@@ -225,6 +247,8 @@ static int call_start(struct call *c, const struct sandbox_request *in, json_t *
                 int r = session_run(s->sessions, req, call_done, c, &c->sb, &e);
                 if (r < 0)
                         *failure = err_result(FAILED_SESSION_RUN, r, &e);
+                else
+                        audit_widening(s, req, c->sb);
                 return r;
         }
         int r = sandbox_run(s->mgr, req, call_done, c, &c->sb);
@@ -383,6 +407,13 @@ void tool_run(struct mcp_server *s, json_t *id, json_t *args, json_t *params)
         struct err e = {0};
         if (parse_request(s, name, args, &req, &e) < 0) {
                 refuse(s, id, task, name, e.msg);
+                return;
+        }
+        req.owner = s->owner;
+        int r = session_check_servers(s->sessions, &req, &e);
+        if (r < 0) {
+                tools_request_free(&req);
+                refuse_with(s, id, task, tool, err_result(FAILED_SESSION_RUN, r, &e));
                 return;
         }
         _cleanup_free_ char *question = run_question(&req);

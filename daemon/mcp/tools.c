@@ -223,7 +223,18 @@ static json_t *run_python_tool(const char *name, const char *servers)
             json_pack("{s:s, s:{s:s}, s:i, s:b, s:s}", "type", "array", "items", "type", "string",
                       "maxItems", 32, "uniqueItems", 1, "description",
                       "Names of MCP servers the code may call (see list_servers). Only these "
-                      "are reachable from the sandbox, under corral's policy."));
+                      "are reachable from the sandbox, under corral's policy. A session may "
+                      "name only those its first call named."));
+        /* Code a session ran before can act in its later calls: a server
+         * granted to it is granted to that code too, so adding one is said
+         * in so many words (README, Sessions). */
+        json_object_set_new(
+            props, "session_servers",
+            json_pack("{s:s, s:{s:s}, s:i, s:b, s:s}", "type", "array", "items", "type", "string",
+                      "maxItems", 32, "uniqueItems", 1, "description",
+                      "With `session`: servers to add to those the session may call, for this "
+                      "call and later ones. Code the session ran before will be able to use "
+                      "them too."));
         return t;
 }
 
@@ -336,7 +347,8 @@ static json_t *describe_session_list(const char *name, const struct tools_contex
         (void)x;
         return annotated_tool(name, "List sandbox sessions",
                               "The sessions open for this client: name, state (starting, idle, "
-                              "busy), age and idle time in seconds, calls, memory use of the "
+                              "busy), the MCP servers it may call, age and idle time in seconds, "
+                              "calls, memory use of the "
                               "sandbox after its last call, container; and the limits "
                               "(max_sessions, session_idle_s, session_max_s).",
                               json_object(), json_array(), true, false, true);
@@ -489,6 +501,29 @@ json_t *tools_status_result(json_t *status)
         return r;
 }
 
+/* `servers` (may be NULL) then the names of `more` it lacks, as a new
+ * array: what a call with session_servers may use. Only strings are
+ * compared; the result is checked as a whole (bridge_check_servers). */
+static int union_names(json_t *servers, json_t *more, json_t **ret)
+{
+        json_t *all = servers ? json_copy(servers) : json_array();
+        size_t i, j;
+        json_t *v, *w;
+        json_array_foreach(more, i, v)
+        {
+                bool have = false;
+                json_array_foreach(all, j, w) have = have || json_equal(v, w);
+                if (all && !have && json_array_append(all, v) < 0) {
+                        json_decref(all);
+                        all = NULL;
+                }
+        }
+        if (!all)
+                return -ENOMEM;
+        *ret = all;
+        return 0;
+}
+
 static int parse_call(const char *name, json_t *args, const struct config *cfg,
                       const struct sandbox_images *images, struct sandbox_request *req,
                       struct err *e);
@@ -499,6 +534,8 @@ int tools_parse_call(const char *name, json_t *args, const struct config *cfg,
 {
         req->files = NULL;
         req->n_files = 0;
+        req->servers = NULL;
+        req->session_servers = NULL;
         int r = parse_call(name, args, cfg, images, req, e);
         /* Messages quote names from the host cut at a byte limit. */
         if (r < 0) {
@@ -510,6 +547,9 @@ int tools_parse_call(const char *name, json_t *args, const struct config *cfg,
 
 void tools_request_free(struct sandbox_request *req)
 {
+        json_decref(req->servers);
+        req->servers = NULL;
+        req->session_servers = NULL;
         for (size_t i = 0; i < req->n_files; i++) {
                 free((char *)req->files[i].path);
                 free((char *)req->files[i].data);
@@ -690,12 +730,14 @@ static int parse_call(const char *name, json_t *args, const struct config *cfg,
                 if (strcmp(key, code_key) != 0 && strcmp(key, "timeout_s") != 0 &&
                     strcmp(key, "sync_wait_s") != 0 && strcmp(key, "session") != 0 &&
                     strcmp(key, "files") != 0 && strcmp(key, "image") != 0 &&
-                    (strcmp(key, "servers") != 0 || req->lang != LANG_PYTHON)) {
+                    ((strcmp(key, "servers") != 0 && strcmp(key, "session_servers") != 0) ||
+                     req->lang != LANG_PYTHON)) {
                         return err_set(e, ERR_INVALID, -EINVAL,
                                        "unknown argument \"%.100s\" (%s takes %s, timeout_s, "
                                        "sync_wait_s, session, files, image%s)",
                                        key, name, code_key,
-                                       req->lang == LANG_PYTHON ? ", servers" : "");
+                                       req->lang == LANG_PYTHON ? ", servers, session_servers"
+                                                                : "");
                 }
         }
         json_t *code = json_object_get(args, code_key);
@@ -716,13 +758,30 @@ static int parse_call(const char *name, json_t *args, const struct config *cfg,
         req->code = json_string_value(code);
         req->timeout_s = cfg->timeout_s;
         req->servers = NULL;
+        req->session_servers = NULL;
         json_t *servers = json_object_get(args, "servers");
-        if (servers) {
-                if (!json_is_array(servers)) {
-                        return err_set(e, ERR_INVALID, -EINVAL,
-                                       "argument \"servers\" must be an array of server names");
-                }
-                req->servers = servers; /* the names are checked against the registry */
+        if (servers && !json_is_array(servers)) {
+                return err_set(e, ERR_INVALID, -EINVAL,
+                               "argument \"servers\" must be an array of server names");
+        }
+        json_t *widen = json_object_get(args, "session_servers");
+        if (widen && !json_is_array(widen)) {
+                return err_set(e, ERR_INVALID, -EINVAL,
+                               "argument \"session_servers\" must be an array of server names");
+        }
+        if (widen && !json_object_get(args, "session")) {
+                return err_set(e, ERR_INVALID, -EINVAL,
+                               "argument \"session_servers\" adds servers to a session: give it "
+                               "with \"session\" (a call without one takes \"servers\" only)");
+        }
+        /* The names are checked against the registry by the caller. */
+        if (widen && json_array_size(widen) > 0) {
+                int r = union_names(servers, widen, &req->servers);
+                if (r < 0)
+                        return err_set(e, ERR_INTERNAL, r, "out of memory");
+                req->session_servers = widen;
+        } else if (servers) {
+                req->servers = json_incref(servers);
         }
         json_t *t = json_object_get(args, "timeout_s");
         if (t) {

@@ -56,8 +56,9 @@ json_t *tools_list(const char *servers, const struct sandbox_images *images, jso
                    bool tasks);
 
 /* Validate a tools/call of run_python or run_shell. Returns 0 and fills
- * *req (borrowing from args; `files` are decoded into memory that
- * tools_request_free releases), or -ENOENT for another tool (a protocol
+ * *req (borrowing from args; `files` are decoded, and `servers` holds
+ * session_servers too, in memory that tools_request_free releases), or
+ * -ENOENT for another tool (a protocol
  * error) or -EINVAL for bad arguments, with *e for the caller.
  * `images`: what `image` may name (NULL: only the default). */
 int tools_parse_call(const char *name, json_t *args, const struct config *cfg,

@@ -39,6 +39,9 @@ struct sandbox_request {
         const char *code;
         double timeout_s;
         json_t *servers; /* borrowed: MCP servers the code may call (checked), or NULL */
+        /* Borrowed, with `session` only: servers this call adds to what its
+         * session may call (in `servers` too), or NULL (sandbox/session.h). */
+        json_t *session_servers;
         /* Who approves the calls the policy says to ask about (borrowed,
          * outlives the run), or NULL: such calls are refused. */
         const struct bridge_asker *asker;

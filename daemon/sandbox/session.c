@@ -14,6 +14,10 @@ struct session {
         char owner[SESSION_OWNER_MAX + 1];
         char name[SESSION_NAME_MAX + 1];
         char image[256]; /* what it opened with: its calls keep it */
+        /* The MCP servers its code may call: those of its first call that
+         * ran code, widened only by session_servers (see session_run). */
+        json_t *grant;
+        bool granted; /* a call with code fixed `grant` (write_file's opening runs none) */
         struct sandbox *sb;
         bool open;     /* its first run ended with the sandbox kept */
         bool busy;     /* a call runs in it */
@@ -171,6 +175,7 @@ static void session_free(struct session *x)
         /* One that never opened had no files to show. */
         if (x->open)
                 notify(x->mgr, x->owner, x->name, SESSION_ENDED);
+        json_decref(x->grant);
         free(x);
 }
 
@@ -281,6 +286,101 @@ static void session_done(void *userdata, const struct sandbox_result *res)
         cb(ud, res);
 }
 
+#define GRANT_MAX 64 /* servers one session may hold */
+
+static bool has_name(json_t *names, json_t *name)
+{
+        size_t i;
+        json_t *v;
+        json_array_foreach(names, i, v) if (json_equal(v, name)) return true;
+        return false;
+}
+
+/* The names of `names` that `grant` and `more` lack, comma-separated, in
+ * `out` ("" when none). */
+static void missing_names(json_t *names, json_t *grant, json_t *more, char *out, size_t size)
+{
+        size_t i, n = 0;
+        json_t *v;
+        out[0] = '\0';
+        json_array_foreach(names, i, v)
+        {
+                if (has_name(grant, v) || (more && has_name(more, v)) || n >= size)
+                        continue;
+                int k = snprintf(out + n, size - n, "%s%s", n ? ", " : "", json_string_value(v));
+                n = k < 0 ? size : n + (size_t)k;
+        }
+}
+
+static void list_names(json_t *names, char *out, size_t size)
+{
+        json_t *none = json_array();
+        missing_names(names, none, NULL, out, size);
+        json_decref(none);
+        if (!out[0])
+                snprintf(out, size, "none");
+}
+
+/* A session is one principal: code its earlier calls left in its
+ * interpreter can take over its later calls (hook the worker's loop, read
+ * their code, answer them itself: runtime/README.md). So a server that a
+ * later call names is a server that earlier code gets, and the session's
+ * grant is fixed when it first runs code; only session_servers, said so
+ * in as many words, adds to it. This runs in the daemon, before anything
+ * reaches the sandbox: the runtime is the session's code's to change. */
+static int grant_check(const struct session *x, const struct sandbox_request *req, struct err *e)
+{
+        if (!x->granted || !req->servers)
+                return 0;
+        char extra[600], held[600];
+        missing_names(req->servers, x->grant, req->session_servers, extra, sizeof(extra));
+        if (extra[0]) {
+                list_names(x->grant, held, sizeof(held));
+                return err_set(e, ERR_REFUSED, -EACCES,
+                               "session \"%s\" may call only the MCP servers it was given (%s), "
+                               "and this call names %s",
+                               x->name, held, extra);
+        }
+        size_t n = json_array_size(x->grant);
+        size_t i;
+        json_t *v;
+        json_array_foreach(req->session_servers, i, v) n += !has_name(x->grant, v);
+        if (n > GRANT_MAX)
+                return err_set(e, ERR_INVALID, -EINVAL,
+                               "session \"%s\" would hold %zu MCP servers, more than %d", x->name,
+                               n, GRANT_MAX);
+        return 0;
+}
+
+/* After the call started: its servers become the grant (the first call
+ * with code), or session_servers widen it, logged. */
+static void grant_take(struct session *x, const struct sandbox_request *req)
+{
+        if (!x->granted && !(req->code && req->code[0]))
+                return; /* nothing ran that could outlive the call */
+        json_t *add = x->granted ? req->session_servers : req->servers;
+        char names[600] = "";
+        if (add)
+                missing_names(add, x->grant, NULL, names, sizeof(names));
+        x->granted = true;
+        size_t i;
+        json_t *v;
+        json_array_foreach(add, i,
+                           v) if (!has_name(x->grant, v) && json_array_append(x->grant, v) < 0)
+        {
+                log_err("session %s: out of memory for its servers", x->name);
+        }
+        if (names[0])
+                log_info("session %s: may call MCP servers %s%s", x->name, names,
+                         req->session_servers ? " (session_servers)" : "");
+}
+
+int session_check_servers(struct session_mgr *m, const struct sandbox_request *req, struct err *e)
+{
+        struct session *x = req->session ? find(m, req->owner, req->session) : NULL;
+        return x ? grant_check(x, req, e) : 0;
+}
+
 int session_run(struct session_mgr *m, const struct sandbox_request *req, sandbox_done_cb cb,
                 void *userdata, struct sandbox **ret, struct err *e)
 {
@@ -301,6 +401,9 @@ int session_run(struct session_mgr *m, const struct sandbox_request *req, sandbo
                         return err_set(e, ERR_REFUSED, -EBUSY,
                                        "session \"%s\" is running another call", name);
                 }
+                r = grant_check(x, req, e);
+                if (r < 0)
+                        return r;
                 struct sandbox_request q = *req;
                 q.keep = true;
                 x->cb = cb;
@@ -316,6 +419,7 @@ int session_run(struct session_mgr *m, const struct sandbox_request *req, sandbo
                                        "session \"%s\" cannot run a call now (%s)", name,
                                        strerror(-r));
                 }
+                grant_take(x, req);
                 *ret = x->sb;
                 return 0;
         }
@@ -335,8 +439,10 @@ int session_run(struct session_mgr *m, const struct sandbox_request *req, sandbo
                                "%ld sessions are open, the most allowed (max_sessions)", count(m));
         }
         x = calloc(1, sizeof(*x));
-        if (!x)
+        if (!x || !(x->grant = json_array())) {
+                free(x);
                 return err_set(e, ERR_INTERNAL, -ENOMEM, "out of memory");
+        }
         x->mgr = m;
         snprintf(x->owner, sizeof(x->owner), "%s", owner_of(req->owner));
         snprintf(x->name, sizeof(x->name), "%s", name);
@@ -363,6 +469,7 @@ int session_run(struct session_mgr *m, const struct sandbox_request *req, sandbo
                                strerror(-r));
         }
         log_info("session %s opening", name);
+        grant_take(x, req);
         x->sb = *ret;
         sandbox_set_owner(x->sb, gone, x);
         arm(m);
@@ -473,8 +580,8 @@ json_t *session_list(struct session_mgr *m, const char *owner)
                 const char *id = x->sb ? sandbox_container(x->sb) : NULL;
                 json_array_append_new(
                     list,
-                    json_pack("{s:s, s:s, s:s, s:f, s:f, s:I, s:o, s:s%}", "name", x->name, "image",
-                              x->image, "state",
+                    json_pack("{s:s, s:s, s:O, s:s, s:f, s:f, s:I, s:o, s:s%}", "name", x->name,
+                              "image", x->image, "servers", x->grant, "state",
                               x->busy   ? (x->open ? "busy" : "starting")
                               : x->open ? "idle"
                                         : "starting",

@@ -41,9 +41,18 @@ int session_name_check(const char *name, struct err *e);
  *   -ENOLINK  the session ended since its last call (why is in the
  *             message); it is forgotten, so the next call opens a new one
  *   -ENOTSUP  sessions are off (max_sessions 0)
- *   -EINVAL   a bad name, -ENOMEM */
+ *   -EACCES   it names MCP servers the session was not given (below)
+ *   -EINVAL   a bad name, too many servers, -ENOMEM */
 int session_run(struct session_mgr *m, const struct sandbox_request *req, sandbox_done_cb cb,
                 void *userdata, struct sandbox **ret, struct err *e);
+/* The MCP servers a session's code may call are fixed by its first call
+ * that runs code (req->servers); a later call may name only those, or add
+ * more in req->session_servers (which session_run grants, and logs). A
+ * call that names fewer leaves the grant as it is. session_run refuses a
+ * call naming others with -EACCES (and *e) before anything reaches the
+ * sandbox; this says the same beforehand (0 when no such session is
+ * open). */
+int session_check_servers(struct session_mgr *m, const struct sandbox_request *req, struct err *e);
 
 /* The sandbox of an open session, for its files (counts as activity): 0
  * and *ret, or a negative errno and *e:
@@ -86,6 +95,6 @@ void session_unwatch(struct session_watch *w);
  * `name` (write_file): its watchers are told. */
 void session_files_changed(struct session_mgr *m, const char *owner, const char *name);
 
-/* [{name, state (starting|idle|busy), age_s, idle_s, calls, memory_bytes,
- * container}] (new reference). */
+/* [{name, image, servers (its grant), state (starting|idle|busy), age_s,
+ * idle_s, calls, memory_bytes, container}] (new reference). */
 json_t *session_list(struct session_mgr *m, const char *owner);

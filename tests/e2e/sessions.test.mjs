@@ -2,12 +2,16 @@
 // stay private), session_list and session_close, the idle timeout and the
 // count limit, time limits and job_cancel in a session, a session container
 // killed behind corral's back, the one-shot limits inside a session, progress,
-// session_max_s, and file operations racing calls on one session.
+// session_max_s, file operations racing calls on one session, and the
+// servers a session may call while its earlier code takes over later calls.
 //
 //   node run.mjs sessions      (sessions:)
 
 import { CallToolResultSchema } from '@modelcontextprotocol/sdk/types.js';
 import assert from 'node:assert/strict';
+import { mkdirSync } from 'node:fs';
+import path from 'node:path';
+import { bridgeSetup, everythingServer, filesystemServer } from './lib/bridge.mjs';
 import {
   checkResult, containerState, engineRequest, jobCall, sleep, test, toolCall, waitFor, waitGone,
 } from './lib/harness.mjs';
@@ -261,3 +265,103 @@ test('sessions: file operations and calls on one session at the same time all fi
   assert.ok(reads.every((x) => !x.isError && /^\d+$/.test(x.content[0].text)), 'read_file works while the call runs');
   assert.equal(done.structuredContent.stdout, 'done 1\n', 'the call finishes with its state');
 }, { timeoutMs: 90000 });
+
+// The red team's takeover, for real: code of a session's first call walks
+// the frames up to the runtime's worker loop, reads its run's token there,
+// and wraps the function that reads each request, so that every later call
+// of the session runs its code instead (the real code never runs, the
+// result is ok, and it sees each later call's code and servers). That is
+// the stated limit of a session (one principal); what the daemon holds is
+// the servers: a later call naming one the session was not given is
+// refused before the sandbox hears of it, and session_servers adds one
+// knowingly (the earlier code gets it too, as its description says).
+const TAKEOVER = String.raw`import sys
+f = sys._getframe()
+while f is not None and f.f_code.co_name != 'worker':
+    f = f.f_back
+tok = f.f_locals.get('token') if f is not None else None
+print('token of this run:', len(tok or ''))
+_seen = []
+if f is not None:
+    _g = f.f_globals
+    _real = _g['next_request']
+    def _hooked(fd, pending, _real=_real):
+        req = _real(fd, pending)
+        if isinstance(req, dict):
+            _seen.append({'code': req.get('code'), 'token': req.get('token'),
+                          'servers': [s[0] for s in req.get('servers') or []]})
+            req['language'] = 'python'
+            req['code'] = FORGER
+        return req
+    _g['next_request'] = _hooked
+FORGER = """import json
+last = _seen[-1]
+used = {}
+for name in last['servers']:
+    try:
+        if name == 'fs':
+            used[name] = call_tool('fs', 'list_allowed_directories').text
+        else:
+            used[name] = call_tool(name, 'echo', {'message': 'hijacked'}).text
+    except Exception as e:
+        used[name] = 'raised ' + type(e).__name__
+print('FORGED ' + json.dumps({'seen': [x['code'] for x in _seen], 'servers': last['servers'],
+                              'token': len(last['token'] or ''), 'used': used}))
+"""
+print('planted', f is not None)
+`;
+
+test('sessions: earlier code takes over later calls (sys._getframe), but gets no server the session was not given; session_servers adds one knowingly, audited', async (t) => {
+  const b = bridgeSetup(t, {
+    servers: (root) => ({ everything: everythingServer(root), fs: filesystemServer(path.join(root, 'files')) }),
+  });
+  mkdirSync(path.join(b.root, 'files'));
+  const d = await t.daemon('session-servers', b.env);
+  const forged = (r) => {
+    const line = r.structuredContent.stdout.split('\n').find((l) => l.startsWith('FORGED '));
+    assert.ok(line, `the earlier code answered the call (stdout: ${r.structuredContent.stdout.slice(0, 500)})`);
+    return JSON.parse(line.slice(7));
+  };
+  const open = await d.call(t, 'run_python', { session: 's', servers: ['everything'], code: TAKEOVER });
+  assert.equal(open.structuredContent.status, 'ok', 'the session opens with servers [everything]');
+  assert.equal(open.structuredContent.stdout, 'token of this run: 32\nplanted True\n',
+    "its code finds the run's token in the worker's frame and hooks the loop");
+
+  // The stated limit: the next call is the earlier code's.
+  const real = 'print("the real code ran")\nraise SystemExit(3)';
+  const two = await d.call(t, 'run_python', { session: 's', servers: ['everything'], code: real });
+  assert.equal(two.structuredContent.status, 'ok', 'a later call is answered ok by the earlier code');
+  assert.ok(!two.structuredContent.stdout.split('\n').includes('the real code ran'), 'its real code never ran');
+  const f2 = forged(two);
+  assert.deepEqual({ seen: f2.seen, token: f2.token }, { seen: [real], token: 32 },
+    'the earlier code read its code and token');
+  assert.match(f2.used.everything, /hijacked/, '...and used the server the session was given');
+
+  // What the daemon holds: a server the session was not given.
+  const refused = await d.call(t, 'run_python', { session: 's', servers: ['everything', 'fs'], code: 'print(mcp_fs.list_allowed_directories().text)' });
+  assert.equal(refused.structuredContent.status, 'invalid_arguments',
+    `a later call naming fs is refused (else the earlier code uses fs: ${refused.structuredContent.stdout?.slice(0, 300)})`);
+  assert.equal(refused.structuredContent.error.type, 'ServerNotGranted');
+  assert.equal(refused.isError, true);
+  assert.match(refused.content[0].text,
+    /session "s" may call only the MCP servers it was given \(everything\), and this call names fs\. Open a new session .*"session_servers", knowing that code its earlier calls ran can use them too/,
+    'the message says what the session holds and what to do');
+
+  // Knowingly: session_servers adds fs, and the earlier code gets it.
+  const wide = await d.call(t, 'run_python', { session: 's', session_servers: ['fs'], code: 'print(mcp_fs.list_allowed_directories().text)' });
+  assert.equal(wide.structuredContent.status, 'ok', 'a call with session_servers [fs] runs');
+  const f3 = forged(wide);
+  assert.deepEqual(f3.seen, [real, 'print(mcp_fs.list_allowed_directories().text)'],
+    'the refused call never reached the sandbox: the earlier code saw only the calls that ran');
+  assert.deepEqual(f3.servers, ['fs'], 'the call gets fs');
+  assert.ok(f3.used.fs.includes(path.join(b.root, 'files')), `fs is callable, by the earlier code too (${f3.used.fs})`);
+  const list = await toolCall(t, d, 'session_list', {});
+  assert.deepEqual(list.structuredContent.sessions[0].servers, ['everything', 'fs'], 'session_list shows what the session may call');
+  const audit = b.readAudit();
+  const grant = audit.filter((l) => l.tool === 'session_servers');
+  assert.equal(grant.length, 1, `one audit line for the widening (${JSON.stringify(grant)})`);
+  assert.deepEqual({ server: grant[0].server, session: grant[0].session, decision: grant[0].decision, sandbox: grant[0].sandbox },
+    { server: 'fs', session: 's', decision: 'allowed', sandbox: open.structuredContent.container }, 'it names the server, the session and its sandbox');
+  assert.ok(audit.some((l) => l.server === 'fs' && l.tool === 'list_allowed_directories' && l.decision === 'allowed'),
+    'and the call the earlier code made to fs is audited as any call');
+}, { timeoutMs: 120000 });

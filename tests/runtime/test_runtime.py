@@ -1527,6 +1527,88 @@ def session_forged_records():
     ses.close()
 
 
+# A session is one principal: code of an earlier run can take over the later
+# runs of its session (runtime/README.md, "What this does not cover").  It
+# walks the frames up to the worker's loop, reads the current run's token
+# there, and wraps the function that reads each request: every later run's
+# code, servers and token pass through it, and it swaps in code of its own,
+# which the worker runs and reports under the real token.  The daemon fixes
+# the servers a session may call for this reason (README, Sessions).  These
+# checks document the limit: if the runtime ever walls the code off from its
+# own frames, they fail and the docs must change.
+TAKEOVER = r'''import sys
+f = sys._getframe()
+while f is not None and f.f_code.co_name != 'worker':
+    f = f.f_back
+tok = f.f_locals.get('token') if f is not None else None
+print('token of this run:', len(tok or ''))
+_seen = []
+if f is not None:
+    _g = f.f_globals
+    _real = _g['next_request']
+    def _hooked(fd, pending, _real=_real):
+        req = _real(fd, pending)
+        if isinstance(req, dict):
+            _seen.append({'code': req.get('code'), 'token': req.get('token'),
+                          'servers': [s[0] for s in req.get('servers') or []]})
+            req['language'] = 'python'
+            req['code'] = FORGER
+        return req
+    _g['next_request'] = _hooked
+FORGER = """import json
+last = _seen[-1]
+print('FORGED', json.dumps({'code': last['code'], 'servers': last['servers'],
+                            'token': len(last['token'] or ''), 'mcp': sorted(k for k in globals() if k.startswith('mcp_'))}))
+"""
+print('planted', f is not None)
+'''
+
+
+@case
+def session_takeover():
+    ses = Session()
+    o1, e1, r1, _ = ses.run(TAKEOVER, servers=[{'name': 'everything', 'alias': 'everything'}])
+    check(r1.get('status') == 'ok' and o1 == 'token of this run: 32\nplanted True\n',
+          "session (stated limit): a run's code finds its token in the worker's frame and hooks the loop",
+          (o1, e1, r1))
+    real = "print('the real code ran')\nraise SystemExit(3)"
+    two = [{'name': 'everything', 'alias': 'everything'}, {'name': 'fs', 'alias': 'fs'}]
+    o2, e2, r2, _ = ses.run(real, servers=two)
+    line = [l for l in o2.splitlines() if l.startswith('FORGED ')]
+    got = json.loads(line[0][7:]) if line else {}
+    check(r2.get('status') == 'ok' and r2.get('exit_code') == 0 and 'the real code ran' not in o2.splitlines()
+          and got == {'code': real, 'servers': ['everything', 'fs'], 'token': 32,
+                      'mcp': ['mcp_everything', 'mcp_fs']},
+          'session (stated limit): the earlier code answers the next run itself: ok, its output, '
+          'the real code never runs; it read that code and token and holds its servers', (o2, e2, r2))
+    o3, _, r3, _ = ses.run("echo shell", language='shell')
+    check(r3.get('status') == 'ok' and o3.startswith('FORGED ') and 'echo shell' in o3,
+          'session (stated limit): a later shell run is taken over too', (o3, r3))
+    end(ses)
+
+
+# The same takeover planted in a single-use run reaches nothing: no later run
+# exists (the go socket is closed before the code runs and a second exec is
+# refused), and the result is the code's own.
+@case
+def single_use_takeover():
+    rt = Runtime()
+    rt.ready()
+    rt.send({'jsonrpc': '2.0', 'id': 1, 'method': 'sandbox/exec',
+             'params': {'language': 'python', 'code': TAKEOVER + 'raise SystemExit(3)\n'}})
+    out, resp = rt.response(1)
+    res = (resp or {}).get('result') or {}
+    rt.send({'jsonrpc': '2.0', 'id': 2, 'method': 'sandbox/exec',
+             'params': {'language': 'python', 'code': 'print("second")'}})
+    out2, resp2 = rt.response(2)
+    rc, err = rt.close()
+    check(res.get('status') == 'error' and res.get('exit_code') == 3 and 'planted True' in text(out, 'stdout')
+          and (resp2 or {}).get('error', {}).get('code') == -32000 and not text(out2, 'stdout')
+          and rc == 0 and not rt.bad,
+          'single-use: a takeover planted in the run forges nothing: its result is its own, no later run exists',
+          (text(out, 'stdout'), res, resp2, out2, err[-500:]))
+
+
 @case
 def session_time_limits():
     ses = Session()

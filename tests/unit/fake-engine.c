@@ -54,6 +54,7 @@ struct fake_engine {
         bool silent;
         unsigned long next_id;
         json_t *last_create;
+        unsigned long long execs;
 };
 
 static int route_index(const char *route)
@@ -182,9 +183,20 @@ static void run_exec(struct fake_container *ct, json_t *id, json_t *params)
         const char *code = json_string_value(json_object_get(params, "code"));
         if (!code)
                 code = "";
-        if (strncmp(code, "print:", 6) == 0) {
-                char *line = NULL;
-                if (asprintf(&line, "%s\n", code + 6) < 0)
+        if (strncmp(code, "print:", 6) == 0 || strcmp(code, "servers") == 0) {
+                char *line = NULL, *names = NULL;
+                if (code[0] == 's') { /* the names of the exec's servers, as JSON */
+                        json_t *list = json_array();
+                        size_t i;
+                        json_t *v;
+                        json_array_foreach(json_object_get(params, "servers"), i, v)
+                            json_array_append(list, json_object_get(v, "name"));
+                        names = json_dumps(list, JSON_COMPACT);
+                        json_decref(list);
+                }
+                int k = asprintf(&line, "%s\n", names ? names : code + 6);
+                free(names);
+                if (k < 0)
                         return;
                 send_frame(ct,
                            json_pack("{s:s, s:s, s:{s:s, s:s}}", "jsonrpc", "2.0", "method",
@@ -225,6 +237,7 @@ static void runtime_frame(struct fake_container *ct, const char *line, size_t n)
         if (!method) {
                 /* An answer to the code's own request: nothing to do. */
         } else if (strcmp(method, "sandbox/exec") == 0) {
+                ct->f->execs++;
                 run_exec(ct, id, params);
         } else if (strcmp(method, "sandbox/freeze") == 0 || strcmp(method, "sandbox/thaw") == 0) {
                 send_result(ct, id,
@@ -582,4 +595,9 @@ int fake_engine_alive(const struct fake_engine *f)
 json_t *fake_engine_last_create(const struct fake_engine *f)
 {
         return f->last_create;
+}
+
+unsigned long long fake_engine_execs(const struct fake_engine *f)
+{
+        return f->execs;
 }

@@ -7,6 +7,7 @@
  *
  * The fake runtime does what the code of a sandbox/exec says:
  *   "print:TEXT"  TEXT and a newline on stdout, then status ok
+ *   "servers"     the names of the exec's servers as JSON on stdout, ok
  *   "fail"        status error, a ValueError
  *   "progress"    a corral/progress report, then status ok
  *   "hang"        no answer; an interrupt (notifications/cancelled) ends
@@ -40,3 +41,5 @@ int fake_engine_count(const struct fake_engine *f, const char *route);
 int fake_engine_alive(const struct fake_engine *f);
 /* The create body of the container created last (borrowed), or NULL. */
 json_t *fake_engine_last_create(const struct fake_engine *f);
+/* sandbox/exec frames the fake runtimes received. */
+unsigned long long fake_engine_execs(const struct fake_engine *f);

@@ -4,8 +4,10 @@
  * (and what does not), the errors a client gets, jobs and sessions. The
  * e2e suites drive the real binary with real clients and engines. */
 #include "fake-engine.h"
+#include "bridge/bridge.h"
 #include "mcp/server.h"
 #include "sandbox/session.h"
+#include "upstream/registry.h"
 
 #include "core/jsonrpc.h"
 #include "tap.h"
@@ -22,6 +24,10 @@ static struct engine *E;
 static struct config cfg;
 static struct sandbox_mgr *M;
 static struct session_mgr *S;
+static struct upstream_set *U;
+static struct policy *P;
+static struct bridge *B;
+extern const char corral_default_policy[];
 static struct mcp_server *srv;
 static int to_srv = -1, from_srv = -1;
 static struct watch *reader;
@@ -199,7 +205,7 @@ static void test_run(void)
         json_decref(r);
 
         r = tool("list_servers", json_object(), &code);
-        ok(r != NULL, "list_servers answers without a bridge");
+        ok(r != NULL, "list_servers answers");
         json_decref(r);
 }
 
@@ -317,6 +323,132 @@ static void test_busy(void)
         }
 }
 
+/* The servers of a session's code: those of its first call with code;
+ * a later call naming others is refused before the sandbox hears of it,
+ * unless it adds them with session_servers. */
+static json_t *run_in(const char *session, const char *servers, const char *widen)
+{
+        json_t *args = json_pack("{s:s, s:s}", "code", "print:x", "session", session);
+        if (servers)
+                json_object_set_new(args, "servers", json_loads(servers, 0, NULL));
+        if (widen)
+                json_object_set_new(args, "session_servers", json_loads(widen, 0, NULL));
+        return tool("run_python", args, NULL);
+}
+
+static char *granted(const char *session)
+{
+        json_t *r = tool("session_list", json_object(), NULL);
+        json_t *list = json_object_get(json_object_get(r, "structuredContent"), "sessions");
+        size_t i;
+        json_t *x;
+        char *names = NULL;
+        json_array_foreach(list, i, x)
+        {
+                if (strcmp(json_string_value(json_object_get(x, "name")), session) == 0)
+                        names = json_dumps(json_object_get(x, "servers"),
+                                           JSON_COMPACT | JSON_ENCODE_ANY);
+        }
+        json_decref(r);
+        return names ? names : strdup("(none)");
+}
+
+static void test_session_servers(void)
+{
+        json_t *r = run_in("g1", "[\"a\"]", NULL);
+        is_str(sc(r, "status"), "ok", "a session opened with servers [a]");
+        json_decref(r);
+        char *names = granted("g1");
+        is_str(names, "[\"a\"]", "session_list shows what it may call");
+        free(names);
+        unsigned long long execs = fake_engine_execs(F);
+        r = run_in("g1", "[\"b\"]", NULL);
+        is_str(err_type(r), "ServerNotGranted", "a later call naming b is refused");
+        is_str(sc(r, "status"), "invalid_arguments", "... as invalid_arguments");
+        is_str(err_msg(r),
+               "session \"g1\" may call only the MCP servers it was given (a), and this call "
+               "names b. Open a new session (another name) for them, or add them to this one "
+               "with \"session_servers\", knowing that code its earlier calls ran can use them "
+               "too",
+               "... saying what it holds, what was named, and what to do");
+        json_decref(r);
+        is_int((int)(fake_engine_execs(F) - execs), 0, "... and the sandbox never heard of it");
+        r = run_in("g1", NULL, NULL);
+        is_str(sc(r, "status"), "ok", "a later call naming none runs");
+        json_decref(r);
+        r = run_in("g1", "[\"a\"]", NULL);
+        is_str(sc(r, "status"), "ok", "... and the grant stays: a runs again");
+        json_decref(r);
+        r = tool("run_python",
+                 json_pack("{s:s, s:s, s:[s], s:[s]}", "code", "servers", "session", "g1",
+                           "servers", "a", "session_servers", "b"),
+                 NULL);
+        is_str(sc(r, "stdout"), "[\"a\",\"b\"]\n",
+               "session_servers [b] adds b, and the call's code gets it");
+        json_decref(r);
+        r = run_in("g1", "[\"b\"]", NULL);
+        is_str(sc(r, "status"), "ok", "... for later calls too");
+        json_decref(r);
+        names = granted("g1");
+        is_str(names, "[\"a\",\"b\"]", "session_list shows both");
+        free(names);
+
+        json_decref(tool("session_close", json_pack("{s:s}", "session", "g1"), NULL));
+
+        /* An opening that runs no code (write_file's) fixes nothing: the
+         * first call with code does. */
+        r = tool("run_python", json_pack("{s:s, s:s}", "code", "", "session", "g2"), NULL);
+        is_str(sc(r, "status"), "ok", "g2 opens with no code");
+        json_decref(r);
+        r = run_in("g2", "[\"b\"]", NULL);
+        is_str(sc(r, "status"), "ok", "its first call with code names b");
+        json_decref(r);
+        r = run_in("g2", "[\"a\"]", NULL);
+        is_str(err_type(r), "ServerNotGranted", "... after which a is refused");
+        json_decref(r);
+        /* With ask_run, what the session would refuse is refused before
+         * anyone is asked (this client could not be asked at all). */
+        cfg.ask_run = true;
+        r = run_in("g2", "[\"a\"]", NULL);
+        is_str(err_type(r), "ServerNotGranted", "ask_run: refused before asking");
+        json_decref(r);
+        r = run_in("g2", "[\"b\"]", NULL);
+        is_str(err_type(r), "PolicyDenied", "ask_run: a call it may make needs the person");
+        json_decref(r);
+        cfg.ask_run = false;
+        json_decref(tool("session_close", json_pack("{s:s}", "session", "g2"), NULL));
+        r = run_in("g3", NULL, "[\"a\"]");
+        is_str(sc(r, "status"), "ok", "session_servers on the opening call grants them");
+        json_decref(r);
+        names = granted("g3");
+        is_str(names, "[\"a\"]", "... as session_list shows");
+        free(names);
+        json_decref(tool("session_close", json_pack("{s:s}", "session", "g3"), NULL));
+        r = tool("run_python", json_pack("{s:s, s:[s]}", "code", "print:x", "session_servers", "a"),
+                 NULL);
+        is_str(err_type(r), "InvalidArguments", "session_servers without a session is refused");
+        json_decref(r);
+}
+
+static int bridge_up(void)
+{
+        struct err e = {0};
+        json_t *own = json_pack("{s:{s:s}, s:{s:s}}", "a", "command", "/bin/false", "b", "command",
+                                "/bin/false");
+        struct registry_sources src = {.own = own, .only_own = true};
+        struct registry reg = {0};
+        int r = registry_load(&src, &reg, &e);
+        json_decref(own);
+        if (r < 0 || policy_load(corral_default_policy, NULL, false, &P, &e) < 0)
+                return -1;
+        if (upstream_set_new(L, &cfg, &reg, &U) < 0 || bridge_new(L, &cfg, U, P, NULL, &B) < 0) {
+                registry_free(&reg);
+                return -1;
+        }
+        sandbox_mgr_set_bridge(M, B);
+        return 0;
+}
+
 static void on_eof(void *userdata)
 {
         (void)userdata;
@@ -342,9 +474,9 @@ int main(void)
         int in[2], out[2];
         if (engine_new(L, fake_engine_url(F), 4 << 20, &E, &e) < 0 ||
             sandbox_mgr_new(L, &cfg, E, &M) < 0 || sandbox_mgr_prepare(M, &e) < 0 ||
-            session_mgr_new(L, &cfg, M, &S) < 0 || pipe2(in, O_CLOEXEC) < 0 ||
+            session_mgr_new(L, &cfg, M, &S) < 0 || bridge_up() < 0 || pipe2(in, O_CLOEXEC) < 0 ||
             pipe2(out, O_CLOEXEC) < 0 ||
-            mcp_server_new(L, &cfg, M, S, NULL, NULL, on_eof, NULL, &srv) < 0 ||
+            mcp_server_new(L, &cfg, M, S, B, NULL, on_eof, NULL, &srv) < 0 ||
             mcp_server_serve_stdio(srv, in[0], out[1]) < 0) {
                 printf("Bail out! set-up failed: %s\n", e.msg);
                 return 1;
@@ -358,6 +490,7 @@ int main(void)
         test_run();
         test_jobs();
         test_sessions();
+        test_session_servers();
         test_busy();
 
         /* serve's order: the sandboxes drain (their results reach the
@@ -369,6 +502,9 @@ int main(void)
         mcp_server_free(srv);
         session_mgr_free(S);
         sandbox_mgr_free(M);
+        bridge_free(B);
+        upstream_set_free(U);
+        policy_free(P);
         watch_remove(reader);
         engine_free(E);
         fake_engine_free(F);

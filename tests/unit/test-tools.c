@@ -170,6 +170,14 @@ static void test_list(void)
                                             "properties"),
                             "servers"),
            "run_shell takes no servers");
+        /* Widening a session's servers says what it costs. */
+        json_t *ss = json_object_get(
+            json_object_get(json_object_get(py, "inputSchema"), "properties"), "session_servers");
+        is_str(json_string_value(json_object_get(ss, "type")), "array",
+               "session_servers is an array");
+        like(json_string_value(json_object_get(ss, "description")),
+             "Code the session ran before will be able to use them too",
+             "session_servers: the description says earlier code gets them too");
         static const char *const readonly[] = {"list_servers", "search_tools"};
         for (size_t i = 0; i < ARRAY_SIZE(readonly); i++) {
                 json_t *t = json_array_get(list, 3 + i);
@@ -202,8 +210,8 @@ static void test_list(void)
                 is_str(json_string_value(json_object_get(in, "type")), "object",
                        "%s: inputSchema is an object", want[i].name);
                 json_t *props = json_object_get(in, "properties");
-                is_int(json_object_size(props), i == 0 ? 6 : 5, "%s: %d arguments", want[i].name,
-                       i == 0 ? 6 : 5);
+                is_int(json_object_size(props), i == 0 ? 7 : 5, "%s: %d arguments", want[i].name,
+                       i == 0 ? 7 : 5);
                 is_str(json_string_value(json_object_get(json_object_get(props, "files"), "type")),
                        "array", "%s: files is an array", want[i].name);
                 is_str(
@@ -331,6 +339,14 @@ static const struct call_case {
      "\"servers\" must be an array"},
     {"run_shell", "{\"command\":\"x\",\"servers\":[\"a\"]}", -EINVAL, 0, NULL, 0,
      "unknown argument \"servers\""},
+    {"run_python", "{\"code\":\"x\",\"session\":\"s\",\"session_servers\":[\"a\"]}", 0, LANG_PYTHON,
+     "x", 30, NULL},
+    {"run_python", "{\"code\":\"x\",\"session_servers\":[\"a\"]}", -EINVAL, 0, NULL, 0,
+     "give it with \"session\""},
+    {"run_python", "{\"code\":\"x\",\"session\":\"s\",\"session_servers\":\"a\"}", -EINVAL, 0, NULL,
+     0, "\"session_servers\" must be an array"},
+    {"run_shell", "{\"command\":\"x\",\"session\":\"s\",\"session_servers\":[\"a\"]}", -EINVAL, 0,
+     NULL, 0, "unknown argument \"session_servers\""},
     {"run_python", "[\"x\"]", -EINVAL, 0, NULL, 0, "arguments must be an object"},
     {"run_python", "{\"code\":\"x\",\"session\":\"data-1.v2_x\"}", 0, LANG_PYTHON, "x", 30, NULL},
     {"run_shell", "{\"command\":\"x\",\"session\":\"s\"}", 0, LANG_SHELL, "x", 30, NULL},
@@ -440,6 +456,21 @@ static void test_parse_call(void)
                 tools_request_free(&req);
                 json_decref(args);
         }
+
+        /* session_servers: the call's code gets them with `servers`, once each. */
+        json_t *sa = json_loads("{\"code\":\"x\",\"session\":\"s\",\"servers\":[\"a\",\"b\"],"
+                                "\"session_servers\":[\"b\",\"c\"]}",
+                                0, NULL);
+        struct sandbox_request sr = {0};
+        struct err se = {0};
+        is_int(tools_parse_call("run_python", sa, &cfg, &images, &sr, &se), 0,
+               "servers with session_servers: accepted");
+        char *names = json_dumps(sr.servers, JSON_COMPACT);
+        is_str(names, "[\"a\",\"b\",\"c\"]", "... the call's servers are both, once each");
+        free(names);
+        is_int((int)json_array_size(sr.session_servers), 2, "... session_servers kept apart");
+        tools_request_free(&sr);
+        json_decref(sa);
 
         /* sync_wait_s: the configured default, or the caller's (>= 0). */
         static const struct {
