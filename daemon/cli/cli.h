@@ -6,6 +6,7 @@
 #include "core/loop.h"
 #include "engine/engine.h"
 #include "engine/private.h"
+#include "upstream/registry.h"
 
 #include <stdbool.h>
 
@@ -20,6 +21,12 @@ int cli_status(int argc, char **argv);
  * Flags this function does not know are left in *rest (argv order kept) for
  * the command; returns 0 or prints the problem and returns negative. */
 int cli_config(int argc, char **argv, struct config *cfg, char ***rest, int *n_rest);
+
+/* The upstream MCP servers as `serve` finds them: corral's config, and
+ * unless host_servers is off the hosts' files of $HOME, $XDG_CONFIG_HOME
+ * and the working directory (its servers as approved). 0, or negative with
+ * `e` (a bad entry in corral's config). */
+int cli_registry_load(const struct config *cfg, struct registry *ret, struct err *e);
 
 struct cli_engine {
         struct engine *eng; /* NULL when none could be found */

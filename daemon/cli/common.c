@@ -9,6 +9,25 @@
 #include <stdio.h>
 #include <string.h>
 
+int cli_registry_load(const struct config *cfg, struct registry *ret, struct err *e)
+{
+        char cwd[PATH_MAX], self[PATH_MAX];
+        if (!getcwd(cwd, sizeof(cwd)))
+                cwd[0] = '\0';
+        if (!realpath("/proc/self/exe", self))
+                self[0] = '\0';
+        struct registry_sources src = {
+            .home = getenv("HOME"),
+            .cwd = cwd[0] ? cwd : NULL,
+            .xdg_config = getenv("XDG_CONFIG_HOME"),
+            .own = cfg->servers,
+            .self_exe = self[0] ? self : NULL,
+            .project_servers = cfg->project_servers,
+            .only_own = !cfg->host_servers,
+        };
+        return registry_load(&src, ret, e);
+}
+
 int cli_config(int argc, char **argv, struct config *cfg, char ***rest, int *n_rest)
 {
         struct err e = {0};

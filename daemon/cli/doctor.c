@@ -241,6 +241,38 @@ static void check_instances(void)
                 closedir(d);
 }
 
+/* The MCP servers sandboxed code may call, and each of a project's that
+ * is skipped, with why: that a clone's servers do not run is by design,
+ * but the person should see it. */
+static void check_servers(const struct config *cfg)
+{
+        struct registry reg = {0};
+        struct err e = {0};
+        char detail[1400];
+        if (cli_registry_load(cfg, &reg, &e) < 0) {
+                report(false, "servers", e.msg, "correct the servers of corral's config");
+                return;
+        }
+        snprintf(detail, sizeof(detail), "%zu MCP server(s) for sandboxed code, %zu skipped", reg.n,
+                 reg.n_skipped);
+        report(true, "servers", detail, NULL);
+        for (size_t i = 0; i < reg.n; i++) {
+                const struct upstream_spec *s = &reg.v[i];
+                snprintf(detail, sizeof(detail), "from %s%s%s", s->source,
+                         s->error ? "; cannot be used: " : "", s->error ? s->error : "");
+                char what[100];
+                snprintf(what, sizeof(what), "server %s", s->name);
+                note(what, detail);
+        }
+        for (size_t i = 0; i < reg.n_skipped; i++) {
+                char what[100];
+                snprintf(what, sizeof(what), "server %s", reg.skipped[i].name);
+                snprintf(detail, sizeof(detail), "skipped: %s", reg.skipped[i].reason);
+                note(what, detail);
+        }
+        registry_free(&reg);
+}
+
 int cli_doctor(int argc, char **argv)
 {
         _cleanup_config_ struct config cfg = {0};
@@ -362,6 +394,7 @@ int cli_doctor(int argc, char **argv)
         }
 
         check_instances();
+        check_servers(&cfg);
         /* doctor confines itself as serve does, and shows what that means. */
         if (cli_confine(&cfg) == 0) {
                 char desc[400];

@@ -130,21 +130,8 @@ static void on_signal(int signo, void *userdata)
 static int bridge_open(struct serve *s, const struct config *cfg)
 {
         struct err e = {0};
-        char cwd[PATH_MAX], self[PATH_MAX];
-        if (!getcwd(cwd, sizeof(cwd)))
-                cwd[0] = '\0';
-        if (!realpath("/proc/self/exe", self))
-                self[0] = '\0';
-        struct registry_sources src = {
-            .home = getenv("HOME"),
-            .cwd = cwd[0] ? cwd : NULL,
-            .xdg_config = getenv("XDG_CONFIG_HOME"),
-            .own = cfg->servers,
-            .self_exe = self[0] ? self : NULL,
-            .only_own = !cfg->host_servers,
-        };
         struct registry reg = {0};
-        if (registry_load(&src, &reg, &e) < 0) {
+        if (cli_registry_load(cfg, &reg, &e) < 0) {
                 log_err("%s", e.msg);
                 return -1;
         }

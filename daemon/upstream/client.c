@@ -1483,14 +1483,22 @@ json_t *upstream_tools(const struct upstream *u)
         return u->tools;
 }
 
+const struct registry *upstream_registry(const struct upstream_set *set)
+{
+        return set ? &set->reg : NULL;
+}
+
 json_t *upstream_describe(const struct upstream *u)
 {
         const struct upstream_spec *spec = u->spec;
         const char *err = upstream_last_error(u);
-        return json_pack(
+        json_t *d = json_pack(
             "{s:s, s:s?, s:s, s:s, s:o, s:s?, s:s?}", "name", spec->name, "description",
             spec->description, "transport", spec->transport == UP_STDIO ? "stdio" : "http",
             "status", upstream_state(u), "tools",
             u->tools ? json_integer((json_int_t)json_array_size(u->tools)) : json_null(), "error",
             err, "source", spec->source);
+        if (d && spec->project)
+                json_object_set_new(d, "project", json_true());
+        return d;
 }
