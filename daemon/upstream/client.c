@@ -412,8 +412,12 @@ static void tools_page(struct upstream *u, json_t *result, json_t *error, size_t
                         return;
                 }
         }
+        /* Tool descriptions reach sandboxed code and the client: masked as
+         * answers are. */
+        json_t *masked = mask_json(u->set->reg.mask, u->listing);
+        json_decref(u->listing);
         json_decref(u->tools);
-        u->tools = u->listing;
+        u->tools = masked ? masked : json_array();
         u->listing = json_array();
         u->pages = 0;
         u->listing_bytes = 0;
@@ -602,7 +606,15 @@ static int on_line(void *userdata, const char *line, size_t len)
                                           "object",
                                           u->spec->name);
                         } else {
-                                call_finish(c, m.result, NULL);
+                                /* A server may echo what it was given to
+                                 * keep (its env, a header) in an answer,
+                                 * as it may in an error: masked the same. */
+                                json_t *masked = mask_json(u->set->reg.mask, m.result);
+                                if (masked)
+                                        call_finish(c, masked, NULL);
+                                else
+                                        call_fail(c, JRPC_INTERNAL_ERROR, "out of memory");
+                                json_decref(masked);
                         }
                 }
         }

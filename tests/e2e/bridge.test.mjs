@@ -345,7 +345,7 @@ test('bridge: secrets in env and ${VAR} never show in listings, errors, the audi
   const b = bridgeSetup(t, {
     servers: (root) => ({
       vault: everythingServer(root, { args: [serverEntry('server-everything'), 'stdio', `--e2e-tag=${root}`, '--token=${E2E_ARG_SECRET}'],
-        env: { SECRET_TOKEN: SECRET } }),
+        env: { SECRET_TOKEN: SECRET, FROM_VAR: '${E2E_ARG_SECRET}' } }),
       // Its error quotes the command, where ${VAR} put a secret.
       brokenvault: { command: path.join(root, 'no-such-server-${E2E_ARG_SECRET}'), args: ['--token', '${E2E_ARG_SECRET}', SECRET],
         env: { SECRET_TOKEN: SECRET } },
@@ -356,10 +356,12 @@ test('bridge: secrets in env and ${VAR} never show in listings, errors, the audi
   const seen = {};
   seen.list_before = await listServers(t, d);
   seen.search = await hostTool(t, d, 'search_tools', { query: 'env' });
-  // The secret reaches the server (the sandbox prints only whether it did).
+  // The secrets reach the server, whose get-env echoes them in a successful
+  // result: the sandbox sees them masked.
   const run = await bridgeRun(t, d, `
 env = json.loads(mcp_vault.get_env().text)
-rec("token_ok", env.get("SECRET_TOKEN") == "s3cr3t-" + "value-xyz")
+rec("token", env.get("SECRET_TOKEN"))
+rec("from_var", env.get("FROM_VAR"))
 rec("echo", mcp_vault.echo(message="hi").text)
 rec("broken", catch(lambda: mcp_brokenvault.echo(message="hi")))
 rec("broken_again", catch(lambda: call_tool("brokenvault", "echo", {"message": "hi"})))
@@ -372,7 +374,8 @@ rec("unknown_tool", catch(lambda: mcp_vault.nope()))
   seen.list_after = await listServers(t, d);
   seen.invalid = (await d.call(t, 'run_python', { code: 'print(1)', servers: ['vault', 'missing'] })).structuredContent;
   t.note('seen', seen);
-  assert.equal(run.out.token_ok, true, 'the server got SECRET_TOKEN from its env entry');
+  assert.equal(run.out.token, '***', 'the server got SECRET_TOKEN from its env entry; its echo is masked');
+  assert.equal(run.out.from_var, '***', 'so is the value ${VAR} put in its env');
   assert.equal(run.out.echo, 'Echo: hi');
   assertRaised(run.out.broken, 'ServerUnavailable', 'a server whose command does not exist');
   assert.equal(run.out.broken.code, ERROR_CODES.ServerUnavailable);

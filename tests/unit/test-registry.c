@@ -1,7 +1,7 @@
 /* The registry of upstream MCP servers: every host file it reads, their
  * precedence, corral's own config, a project's servers only as approved,
  * ${VAR} expansion, secret masking (and masking before any cut,
- * upstream/mask.h), never listing corral itself, and
+ * upstream/mask.h; in JSON answers too), never listing corral itself, and
  * the bounds on what the files may hold. Each test builds a fresh HOME and
  * project directory under /tmp. */
 #include "upstream/registry.h"
@@ -976,6 +976,31 @@ static void test_mask_forms(void)
         is_int(one[0], 0, "...writes only the NUL");
 }
 
+/* An answer that echoes a secret: every string masked, keys too, the
+ * structure kept. */
+static void test_mask_json(void)
+{
+        struct mask *m = mask_new();
+        json_t *in =
+            parse("{\"content\": [{\"type\": \"text\", \"text\": \"TOKEN=s3cr3t-value!\"}],"
+                  " \"structuredContent\": {\"s3cr3t-value\": [1, true, null, "
+                  "\"a S3CR3T-VALUE b\"]}, \"isError\": false}");
+        json_t *same = mask_json(m, in);
+        ok(same == in, "no secret: the same JSON, not a copy");
+        json_decref(same);
+        mask_add(m, "s3cr3t-value", 12);
+        json_t *out = mask_json(m, in);
+        char *text = json_dumps(out, JSON_SORT_KEYS | JSON_COMPACT);
+        is_str(text,
+               "{\"content\":[{\"text\":\"TOKEN=***!\",\"type\":\"text\"}],\"isError\":false,"
+               "\"structuredContent\":{\"***\":[1,true,null,\"a *** b\"]}}",
+               "every string and key masked, the rest as it was");
+        free(text);
+        json_decref(out);
+        json_decref(in);
+        mask_free(m);
+}
+
 static void test_mask_ends(void)
 {
         struct mask *m = mask_new();
@@ -1234,6 +1259,7 @@ int main(void)
         test_host_errors();
         test_masking();
         test_mask_forms();
+        test_mask_json();
         test_mask_ends();
         test_mask_every_cut();
         test_error_cuts();
