@@ -167,6 +167,12 @@ int bridge_check_servers(struct bridge *b, json_t *names, struct err *e)
                         }
                 }
                 struct upstream *u = b->ups ? upstream_get(b->ups, name) : NULL;
+                const struct registry_skip *skip =
+                    u || !b->ups ? NULL : registry_find_skipped(upstream_registry(b->ups), name);
+                if (skip) {
+                        return err_set(e, ERR_INVALID, -EINVAL,
+                                       "MCP server \"%.100s\" is skipped: %s", name, skip->reason);
+                }
                 if (!u || upstream_spec(u)->disabled) {
                         known_servers(b, known, sizeof(known));
                         return err_set(e, ERR_INVALID, -EINVAL,

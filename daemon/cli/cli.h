@@ -6,6 +6,7 @@
 #include "core/loop.h"
 #include "engine/engine.h"
 #include "engine/private.h"
+#include "upstream/registry.h"
 
 #include <stdbool.h>
 
@@ -20,6 +21,12 @@ int cli_status(int argc, char **argv);
  * Flags this function does not know are left in *rest (argv order kept) for
  * the command; returns 0 or prints the problem and returns negative. */
 int cli_config(int argc, char **argv, struct config *cfg, char ***rest, int *n_rest);
+
+/* The upstream MCP servers as `serve` finds them: corral's config, and
+ * unless host_servers is off the hosts' files of $HOME, $XDG_CONFIG_HOME
+ * and the working directory (its servers as approved). 0, or negative with
+ * `e` (a bad entry in corral's config). */
+int cli_registry_load(const struct config *cfg, struct registry *ret, struct err *e);
 
 struct cli_engine {
         struct engine *eng; /* NULL when none could be found */
@@ -48,10 +55,6 @@ struct registry;
  * else the built-in default. A file that exists but cannot be read or
  * parsed is an error (fail closed). */
 int cli_policy_load(const struct config *cfg, struct policy **ret, struct err *e);
-
-/* The registry of upstream servers, from the files of this user and of
- * the working directory (upstream/registry.h), as serve and doctor read it. */
-int cli_registry_load(const struct config *cfg, struct registry *ret, struct err *e);
 
 /* Choose the engine: the setting, else discovery, else (when allowed) a
  * private podman service. */

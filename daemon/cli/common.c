@@ -15,6 +15,25 @@
 
 extern const char corral_default_policy[];
 
+int cli_registry_load(const struct config *cfg, struct registry *ret, struct err *e)
+{
+        char cwd[PATH_MAX], self[PATH_MAX];
+        if (!getcwd(cwd, sizeof(cwd)))
+                cwd[0] = '\0';
+        if (!realpath("/proc/self/exe", self))
+                self[0] = '\0';
+        struct registry_sources src = {
+            .home = getenv("HOME"),
+            .cwd = cwd[0] ? cwd : NULL,
+            .xdg_config = getenv("XDG_CONFIG_HOME"),
+            .own = cfg->servers,
+            .self_exe = self[0] ? self : NULL,
+            .project_servers = cfg->project_servers,
+            .only_own = !cfg->host_servers,
+        };
+        return registry_load(&src, ret, e);
+}
+
 int cli_config(int argc, char **argv, struct config *cfg, char ***rest, int *n_rest)
 {
         struct err e = {0};
@@ -212,22 +231,4 @@ int cli_policy_load(const struct config *cfg, struct policy **ret, struct err *e
         if (r == 0)
                 *ret = p;
         return r;
-}
-
-int cli_registry_load(const struct config *cfg, struct registry *ret, struct err *e)
-{
-        char cwd[PATH_MAX], self[PATH_MAX];
-        if (!getcwd(cwd, sizeof(cwd)))
-                cwd[0] = '\0';
-        if (!realpath("/proc/self/exe", self))
-                self[0] = '\0';
-        struct registry_sources src = {
-            .home = getenv("HOME"),
-            .cwd = cwd[0] ? cwd : NULL,
-            .xdg_config = getenv("XDG_CONFIG_HOME"),
-            .own = cfg->servers,
-            .self_exe = self[0] ? self : NULL,
-            .only_own = !cfg->host_servers,
-        };
-        return registry_load(&src, ret, e);
 }

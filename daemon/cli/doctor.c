@@ -250,37 +250,36 @@ static void check_instances(void)
 }
 
 /* The registry and the policy, loaded as `serve` loads them: what serve
- * would refuse to start with fails here too. */
+ * would refuse to start with fails here too. Each server is named with
+ * where it came from, and each of a project's that is skipped with why:
+ * that a clone's servers do not run is by design, but the person should
+ * see it. */
 static void check_bridge(const struct config *cfg)
 {
-        struct err e = {0};
         struct registry reg = {0};
+        struct err e = {0};
         char detail[1400];
         if (cli_registry_load(cfg, &reg, &e) < 0) {
                 report(false, "servers", e.msg,
-                       "fix the entry in corral's config file: `corral serve` will not start "
+                       "correct the servers of corral's config: `corral serve` will not start "
                        "with it");
         } else {
-                size_t used = 0, usable = 0;
-                detail[0] = '\0';
+                snprintf(detail, sizeof(detail),
+                         "%zu MCP server(s) for sandboxed code, %zu skipped", reg.n, reg.n_skipped);
+                report(true, "servers", detail, NULL);
                 for (size_t i = 0; i < reg.n; i++) {
-                        if (reg.v[i].error)
-                                continue;
-                        int k = snprintf(detail + used, sizeof(detail) - used, "%s%s",
-                                         usable++ ? ", " : "", reg.v[i].name);
-                        if (k > 0 && (size_t)k < sizeof(detail) - used)
-                                used += (size_t)k;
+                        const struct upstream_spec *s = &reg.v[i];
+                        snprintf(detail, sizeof(detail), "from %s%s%s", s->source,
+                                 s->error ? "; cannot be used: " : "", s->error ? s->error : "");
+                        char what[100];
+                        snprintf(what, sizeof(what), "server %s", s->name);
+                        note(what, detail);
                 }
-                char head[1500];
-                snprintf(head, sizeof(head), "%zu MCP server(s) for sandboxed code%s%.1400s",
-                         usable, usable ? ": " : "", detail);
-                report(true, "servers", head, NULL);
-                for (size_t i = 0; i < reg.n; i++) {
-                        if (!reg.v[i].error)
-                                continue;
-                        snprintf(detail, sizeof(detail), "%s (%s): %s", reg.v[i].name,
-                                 reg.v[i].source, reg.v[i].error);
-                        note("server unusable", detail);
+                for (size_t i = 0; i < reg.n_skipped; i++) {
+                        char what[100];
+                        snprintf(what, sizeof(what), "server %s", reg.skipped[i].name);
+                        snprintf(detail, sizeof(detail), "skipped: %s", reg.skipped[i].reason);
+                        note(what, detail);
                 }
         }
         registry_free(&reg);

@@ -2,6 +2,7 @@
 
 #include "core/buf.h"
 #include "runtime/protocol.h"
+#include "upstream/registry.h"
 
 #include <ctype.h>
 #include <jansson.h>
@@ -52,6 +53,7 @@ static const struct config_key {
     {"out_max_bytes", K_SIZE, offsetof(struct config, out_max_bytes), 0, 1 << 30},
     {"log_level", K_LEVEL, offsetof(struct config, log_level), 0, 0},
     {"host_servers", K_BOOL, offsetof(struct config, host_servers), 0, 0},
+    {"project_servers", K_LIST, offsetof(struct config, project_servers), 0, 0},
     {"policy", K_STRING, offsetof(struct config, policy), 0, 0},
     {"audit_log", K_STRING, offsetof(struct config, audit_log), 0, 0},
     {"seccomp", K_STRING, offsetof(struct config, seccomp), 0, 0},
@@ -141,6 +143,7 @@ void config_free(struct config *c)
         c->listen = strv_free(c->listen);
         c->http_origins = strv_free(c->http_origins);
         c->http_hosts = strv_free(c->http_hosts);
+        c->project_servers = strv_free(c->project_servers);
         c->token = NULL;
         c->engine = c->image = c->config_file = c->policy = c->audit_log = c->seccomp = c->runtime =
             NULL;
@@ -540,6 +543,14 @@ int config_check(const struct config *c, struct err *e)
                         return err_set(e, ERR_CONFIG, EINVAL,
                                        "preload: \"%.200s\" is not a Python module name",
                                        c->preload[i]);
+        /* Names only, never patterns: each one is a choice of the person's
+         * about one server of a project's file. */
+        for (size_t i = 0; c->project_servers && c->project_servers[i]; i++)
+                if (!registry_name_valid(c->project_servers[i]))
+                        return err_set(e, ERR_CONFIG, EINVAL,
+                                       "project_servers: \"%.200s\" is not a server name (1 to "
+                                       "%d of A-Z a-z 0-9 _ . -)",
+                                       c->project_servers[i], REGISTRY_MAX_NAME);
         for (size_t i = 0; c->images && c->images[i]; i++)
                 if (!config_image_name_ok(c->images[i]))
                         return err_set(e, ERR_CONFIG, EINVAL,

@@ -60,6 +60,9 @@ struct config {
         char *audit_log;   /* JSON-lines audit file, "off", or NULL for the default path */
         char *seccomp;     /* sandboxes' profile: "corral" (NULL too), "engine" or a file */
         char *runtime;     /* "runc" (NULL too: the engine's default) or "runsc" (gVisor) */
+        /* Names of servers in a project's files the person opts into
+         * (upstream/registry.h); NULL: none. */
+        char **project_servers;
         bool confine;      /* corral confines itself (no_new_privs, no capabilities, seccomp) */
         char *config_file; /* the file that was read, if any */
         /* The service (mcp/http.h). */

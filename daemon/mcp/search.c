@@ -18,6 +18,7 @@ struct search_wait {
         struct upstream *u;
         struct upstream_call *uc;
         char *error; /* the server could not be listed */
+        bool cached; /* searched as listed before: nothing to wait for */
 };
 
 struct search {
@@ -28,7 +29,12 @@ struct search {
         long limit;
         size_t n, pending;
         struct search_wait *waits;
+        json_t *not_searched; /* [{server, reason}] */
 };
+
+#define NOT_STARTED                                                                                \
+        "a project's server, not started yet: name it in search_tools's \"server\" or in "         \
+        "run_python's \"servers\" to start it"
 
 /* Not disabled in its spec, nor by the policy. */
 static bool server_enabled(struct bridge *b, struct upstream *u)
@@ -56,6 +62,15 @@ void servers_names(struct bridge *b, char *out, size_t size)
         }
 }
 
+/* A project's server that is not offered: listed, so that the person
+ * learns why and what would change it. */
+static json_t *skipped_describe(const struct registry_skip *k)
+{
+        return json_pack("{s:s, s:n, s:s, s:s, s:n, s:n, s:s, s:s}", "name", k->name, "description",
+                         "transport", k->transport == UP_HTTP ? "http" : "stdio", "status",
+                         "skipped", "tools", "error", "source", k->source, "reason", k->reason);
+}
+
 static json_t *servers_listing(struct mcp_server *s)
 {
         json_t *list = json_array();
@@ -67,6 +82,9 @@ static json_t *servers_listing(struct mcp_server *s)
                         json_object_set_new(d, "status", json_string("disabled"));
                 json_array_append_new(list, d);
         }
+        const struct registry *reg = ups ? upstream_registry(ups) : NULL;
+        for (size_t i = 0; reg && list && i < reg->n_skipped; i++)
+                json_array_append_new(list, skipped_describe(&reg->skipped[i]));
         return list;
 }
 
@@ -92,14 +110,19 @@ void tool_list_servers(struct mcp_server *s, json_t *id, json_t *args, json_t *p
                 json_t *tools = json_object_get(d, "tools");
                 const char *desc = json_string_value(json_object_get(d, "description"));
                 const char *err = json_string_value(json_object_get(d, "error"));
+                const char *reason = json_string_value(json_object_get(d, "reason"));
                 char count[40] = "";
                 if (json_is_integer(tools))
                         snprintf(count, sizeof(count), ", %lld tools",
                                  (long long)json_integer_value(tools));
-                snprintf(line, sizeof(line), "%s [%s%s]%s%s%s%s\n",
+                snprintf(line, sizeof(line), "%s [%s%s]%s%s%s%s%s%s%s\n",
                          json_string_value(json_object_get(d, "name")),
                          json_string_value(json_object_get(d, "status")), count, desc ? ": " : "",
-                         desc ? desc : "", err ? " -- last error: " : "", err ? err : "");
+                         desc ? desc : "", err ? " -- last error: " : "", err ? err : "",
+                         reason ? ": " : "", reason ? reason : "",
+                         json_is_true(json_object_get(d, "project"))
+                             ? " (a project's server: starts when a call names it)"
+                             : "");
                 buf_append_some(&text, line, strlen(line));
         }
         if (json_array_size(list) == 0) {
@@ -124,6 +147,7 @@ static void search_free(struct search *q)
                 free(q->waits[i].error);
         }
         free(q->waits);
+        json_decref(q->not_searched);
         json_decref(q->id);
         free(q->query);
         free(q);
@@ -173,9 +197,11 @@ static void search_answer(struct search *q)
         size_t cap = 0, n = 0;
         struct hit *hits = NULL;
         json_t *errors = json_array();
+        json_t *searched = json_array();
         for (size_t i = 0; i < q->n; i++) {
                 struct search_wait *w = &q->waits[i];
                 const char *server = upstream_spec(w->u)->name;
+                json_array_append_new(searched, json_string(server));
                 if (w->error) {
                         json_array_append_new(
                             errors, json_pack("{s:s, s:s}", "server", server, "error", w->error));
@@ -245,10 +271,19 @@ static void search_answer(struct search *q)
         }
         if (json_array_size(tools) == 0)
                 buf_append_some(&text, "No tool matches.\n", 17);
+        json_array_foreach(q->not_searched, k, er)
+        {
+                char line[1300];
+                snprintf(line, sizeof(line), "(server %s was not searched: %s)\n",
+                         json_string_value(json_object_get(er, "server")),
+                         json_string_value(json_object_get(er, "reason")));
+                buf_append_some(&text, line, strlen(line));
+        }
         utf8_scrub((char *)buf_str(&text));
-        json_t *result = json_pack("{s:[{s:s, s:s}], s:{s:o, s:o}, s:b}", "content", "type", "text",
-                                   "text", buf_str(&text), "structuredContent", "tools", tools,
-                                   "errors", errors, "isError", 0);
+        json_t *result =
+            json_pack("{s:[{s:s, s:s}], s:{s:o, s:o, s:o, s:O}, s:b}", "content", "type", "text",
+                      "text", buf_str(&text), "structuredContent", "tools", tools, "errors", errors,
+                      "searched", searched, "not_searched", q->not_searched, "isError", 0);
         buf_free(&text);
         mcp_send(s, jrpc_result(q->id, result));
         search_free(q);
@@ -316,18 +351,40 @@ void tool_search_tools(struct mcp_server *s, json_t *id, json_t *args, json_t *p
         q->srv = s;
         q->id = json_incref(id);
         q->limit = limit ? (long)json_integer_value(limit) : 20;
+        q->not_searched = json_array();
         list_push(&s->searches, &q->node);
         for (size_t i = 0; i < total; i++) {
                 struct upstream *u = upstream_at(ups, i);
-                if (server ? strcmp(upstream_spec(u)->name, json_string_value(server)) != 0
+                const struct upstream_spec *spec = upstream_spec(u);
+                if (server ? strcmp(spec->name, json_string_value(server)) != 0
                            : !server_enabled(s->bridge, u))
                         continue;
-                q->waits[q->n++] = (struct search_wait){.search = q, .u = u};
+                /* A project's server starts only when a call names it: a
+                 * search of everything reads what it listed before, if
+                 * anything, and never runs what a clone brought. */
+                bool running = strcmp(upstream_state(u), "connected") == 0;
+                bool cached = !server && spec->project && !running && upstream_tools(u);
+                if (!server && spec->project && !running && !cached) {
+                        json_array_append_new(
+                            q->not_searched,
+                            json_pack("{s:s, s:s}", "server", spec->name, "reason", NOT_STARTED));
+                        continue;
+                }
+                q->waits[q->n++] = (struct search_wait){.search = q, .u = u, .cached = cached};
         }
+        const struct registry *reg = ups && !server ? upstream_registry(ups) : NULL;
+        for (size_t i = 0; reg && i < reg->n_skipped; i++)
+                json_array_append_new(q->not_searched,
+                                      json_pack("{s:s, s:s}", "server", reg->skipped[i].name,
+                                                "reason", reg->skipped[i].reason));
         /* Answers come from the loop, after this returns (core/loop.h). */
         q->pending = q->n;
         for (size_t i = 0; i < q->n; i++) {
                 struct search_wait *w = &q->waits[i];
+                if (w->cached) {
+                        q->pending--;
+                        continue;
+                }
                 double t =
                     policy_server(bridge_policy(s->bridge), upstream_spec(w->u)->name)->timeout_s;
                 if (upstream_when_ready(w->u, t, search_ready, w, &w->uc) < 0) {

@@ -279,8 +279,10 @@ static json_t *describe_list_servers(const char *name, const struct tools_contex
         return annotated_tool(name, "List MCP servers for sandboxed code",
                               "The MCP servers that code in run_python may call (pass their names "
                               "in `servers`): name, description, status (idle, starting, "
-                              "connected, error, disabled), tool count once connected, the last "
-                              "error, and the config file it came from. Starts nothing.",
+                              "connected, error, disabled, or skipped: a project's server that "
+                              "was not approved, with the reason), tool count once connected, "
+                              "the last error, and the config file it came from. Starts "
+                              "nothing.",
                               json_object(), json_array(), true, false, true);
 }
 
@@ -291,7 +293,9 @@ static json_t *describe_search_tools(const char *name, const struct tools_contex
             name, "Search the tools of MCP servers",
             "Search the tools of the configured MCP servers by words in their name or "
             "description, and get each match's input schema, so that code for run_python can "
-            "call them correctly. Starts servers that are not running yet.",
+            "call them correctly. Starts servers that are not running yet, except a project's "
+            "(from .mcp.json and the like): those start only when named in \"server\" or in "
+            "run_python's \"servers\". The answer says which servers were searched.",
             json_pack("{s:{s:s, s:s}, s:{s:s, s:s}, s:{s:s, s:i, s:i, s:s}}", "query", "type",
                       "string", "description",
                       "Words to look for (all must match); empty lists every tool.", "server",

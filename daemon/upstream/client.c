@@ -412,8 +412,12 @@ static void tools_page(struct upstream *u, json_t *result, json_t *error, size_t
                         return;
                 }
         }
+        /* Tool descriptions reach sandboxed code and the client: masked as
+         * answers are. */
+        json_t *masked = mask_json(u->set->reg.mask, u->listing);
+        json_decref(u->listing);
         json_decref(u->tools);
-        u->tools = u->listing;
+        u->tools = masked ? masked : json_array();
         u->listing = json_array();
         u->pages = 0;
         u->listing_bytes = 0;
@@ -602,7 +606,15 @@ static int on_line(void *userdata, const char *line, size_t len)
                                           "object",
                                           u->spec->name);
                         } else {
-                                call_finish(c, m.result, NULL);
+                                /* A server may echo what it was given to
+                                 * keep (its env, a header) in an answer,
+                                 * as it may in an error: masked the same. */
+                                json_t *masked = mask_json(u->set->reg.mask, m.result);
+                                if (masked)
+                                        call_finish(c, masked, NULL);
+                                else
+                                        call_fail(c, JRPC_INTERNAL_ERROR, "out of memory");
+                                json_decref(masked);
                         }
                 }
         }
@@ -1483,14 +1495,22 @@ json_t *upstream_tools(const struct upstream *u)
         return u->tools;
 }
 
+const struct registry *upstream_registry(const struct upstream_set *set)
+{
+        return set ? &set->reg : NULL;
+}
+
 json_t *upstream_describe(const struct upstream *u)
 {
         const struct upstream_spec *spec = u->spec;
         const char *err = upstream_last_error(u);
-        return json_pack(
+        json_t *d = json_pack(
             "{s:s, s:s?, s:s, s:s, s:o, s:s?, s:s?}", "name", spec->name, "description",
             spec->description, "transport", spec->transport == UP_STDIO ? "stdio" : "http",
             "status", upstream_state(u), "tools",
             u->tools ? json_integer((json_int_t)json_array_size(u->tools)) : json_null(), "error",
             err, "source", spec->source);
+        if (d && spec->project)
+                json_object_set_new(d, "project", json_true());
+        return d;
 }

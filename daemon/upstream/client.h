@@ -57,8 +57,11 @@ const char *upstream_last_error(const struct upstream *u); /* or NULL */
 /* The cached tools array (borrowed), NULL before the first listing. */
 json_t *upstream_tools(const struct upstream *u);
 /* Name, description, transport, status, tools (count or null), error and
- * source, for listings (new reference). */
+ * source, and "project": true for a project's server, for listings (new
+ * reference). */
 json_t *upstream_describe(const struct upstream *u);
+/* The registry the set was made from (its skipped servers too). */
+const struct registry *upstream_registry(const struct upstream_set *set);
 
 /* Send `method` with `params` (stolen; NULL for none) once the server is
  * connected, starting it if needed. `max_result` bounds the encoded result

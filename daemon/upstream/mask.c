@@ -460,3 +460,49 @@ size_t mask_into(struct mask *m, const char *text, size_t len, unsigned flags, c
         free(s);
         return strlen(out);
 }
+
+json_t *mask_json(struct mask *m, json_t *v)
+{
+        if (!m || mask_forms(m) == 0 || !v)
+                return json_incref(v);
+        switch (json_typeof(v)) {
+        case JSON_STRING: {
+                char *t =
+                    utf8_scrub(mask_text(m, json_string_value(v), json_string_length(v), 0, 0));
+                json_t *out = t ? json_string(t) : NULL;
+                free(t);
+                return out;
+        }
+        case JSON_ARRAY: {
+                json_t *out = json_array();
+                size_t i;
+                json_t *item;
+                json_array_foreach(v, i, item)
+                {
+                        if (!out || json_array_append_new(out, mask_json(m, item)) < 0) {
+                                json_decref(out);
+                                return NULL;
+                        }
+                }
+                return out;
+        }
+        case JSON_OBJECT: {
+                json_t *out = json_object();
+                const char *key;
+                json_t *item;
+                json_object_foreach(v, key, item)
+                {
+                        char *k = out ? utf8_scrub(mask_text(m, key, strlen(key), 0, 0)) : NULL;
+                        int r = k ? json_object_set_new(out, k, mask_json(m, item)) : -1;
+                        free(k);
+                        if (r < 0) {
+                                json_decref(out);
+                                return NULL;
+                        }
+                }
+                return out;
+        }
+        default:
+                return json_incref(v);
+        }
+}

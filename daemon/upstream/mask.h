@@ -29,6 +29,7 @@
  * sender that cut the secret itself can put one there. */
 #pragma once
 
+#include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -61,3 +62,9 @@ char *mask_text(struct mask *m, const char *text, size_t len, size_t max, unsign
  * of memory the whole text is withheld as MASK_MARK. Returns the length. */
 size_t mask_into(struct mask *m, const char *text, size_t len, unsigned flags, char *out,
                  size_t size);
+/* A copy of `v` with every string in it, object keys too, masked as
+ * mask_text does (uncut) and made valid UTF-8: what an upstream server
+ * answers may echo a secret it was given, and its answer goes to sandboxed
+ * code. `v` itself (a new reference) when `m` holds no secret; NULL when
+ * out of memory. A string's bytes after an embedded NUL are dropped. */
+json_t *mask_json(struct mask *m, json_t *v);

@@ -81,6 +81,10 @@ static bool is_identifier(const char *s, size_t n)
 struct expand_vars {
         const char *workspace;
         const char *home;
+        /* A project's file: nothing comes from the environment. The file
+         * came with a clone, and ${TOKEN} in a header it wrote would send
+         * the person's token wherever it says. */
+        bool no_env;
 };
 
 static int expand(const char *in, const struct expand_vars *vars, char ***secrets, char **ret,
@@ -139,12 +143,19 @@ static int expand(const char *in, const struct expand_vars *vars, char ***secret
                         r = -ENOMEM;
                         break;
                 }
-                const char *value = getenv(name);
+                bool no_env = vars && vars->no_env;
+                const char *value = no_env ? NULL : getenv(name);
                 bool from_env = value != NULL;
                 if (!value && vars && vars->workspace && strcmp(name, "workspaceFolder") == 0)
                         value = vars->workspace;
                 if (!value && vars && vars->home && strcmp(name, "userHome") == 0)
                         value = vars->home;
+                if (!value && no_env) {
+                        r = err_set(e, ERR_CONFIG, EPERM,
+                                    "${%s}: variables are not expanded from a project's files",
+                                    name);
+                        break;
+                }
                 if (def && (!value || !*value)) {
                         r = buf_append(&out, def, def_len);
                         continue;
@@ -274,6 +285,18 @@ static json_t *load_host_file(const char *path)
 
 /* ---- entries */
 
+/* Who owns a project's file: where, if anywhere, the person's approval of
+ * its servers is recorded. */
+enum project_host { NOT_PROJECT, HOST_CLAUDE, HOST_VSCODE, HOST_CURSOR };
+
+/* Claude Code's answers about a project's .mcp.json servers. */
+struct approvals {
+        char **enabled;     /* enabledMcpjsonServers of the person's own files */
+        char **disabled;    /* disabledMcpjsonServers of any settings file */
+        char **disabled_in; /* the file of each disabled[i] */
+        char *all_in;       /* the file that set enableAllProjectMcpServers, or NULL */
+};
+
 struct loader {
         const struct registry_sources *src;
         char *self; /* realpath of src->self_exe */
@@ -281,6 +304,10 @@ struct loader {
         size_t n;
         char **claimed; /* names whose first definition was corral itself */
         bool full_warned;
+        struct approvals ap;
+        struct registry_skip *skipped; /* MAX_SERVERS of them */
+        size_t n_skipped;
+        bool skipped_warned;
 };
 
 /* What the entry being read is, for its messages. */
@@ -289,6 +316,7 @@ struct entry {
         const char *name;
         const char *source;
         bool own;
+        bool project; /* an approved server of a project's file */
         struct upstream_spec *spec;
         struct err *e;
 };
@@ -448,7 +476,7 @@ static bool header_name_ok(const char *k)
 static int entry_expand(struct entry *x, const char *in, const char *key, char **ret)
 {
         const struct registry_sources *src = x->L->src;
-        struct expand_vars vars = {.workspace = src->cwd, .home = src->home};
+        struct expand_vars vars = {.workspace = src->cwd, .home = src->home, .no_env = x->project};
         struct err ee = {0};
         int r = expand(in, &vars, &x->spec->secrets, ret, &ee);
         if (r == -ENOMEM)
@@ -721,6 +749,7 @@ static int entry_parse(struct entry *x, json_t *entry)
         struct upstream_spec *spec = x->spec;
         spec->name = strdup(x->name);
         spec->source = strdup(x->source);
+        spec->project = x->project;
         if (!spec->name || !spec->source)
                 return -ENOMEM;
         int r = entry_fields(x, entry);
@@ -737,8 +766,81 @@ static bool name_taken(struct loader *L, const char *name)
         return strv_contains(L->claimed, name);
 }
 
+static const char *const host_names[] = {"", "Claude Code", "VS Code", "Cursor"};
+
+/* Whether a project's server may be offered: 0 when it may, 1 with the
+ * reason in *ret_reason when it may not, or -ENOMEM. A refusal anywhere
+ * wins: it can only narrow what runs. */
+static int project_decision(struct loader *L, enum project_host host, const char *name,
+                            const char *source, char **ret_reason)
+{
+        struct approvals *ap = &L->ap;
+        int k = 0;
+        *ret_reason = NULL;
+        for (size_t i = 0; ap->disabled && ap->disabled[i]; i++)
+                if (strcmp(ap->disabled[i], name) == 0) {
+                        k = asprintf(ret_reason,
+                                     "defined in %s and disabled by disabledMcpjsonServers in %s",
+                                     source, ap->disabled_in[i]);
+                        return k < 0 ? -ENOMEM : 1;
+                }
+        if (strv_contains((char **)L->src->project_servers, name))
+                return 0;
+        if (host == HOST_CLAUDE && (ap->all_in || strv_contains(ap->enabled, name)))
+                return 0;
+        if (host == HOST_CLAUDE)
+                k = asprintf(ret_reason,
+                             "defined in %s and not approved: add it to enabledMcpjsonServers in "
+                             "~/.claude/settings.json (Claude Code; the project's own "
+                             ".claude/settings*.json cannot approve it), or to project_servers in "
+                             "corral's config",
+                             source);
+        else
+                k = asprintf(ret_reason,
+                             "defined in %s, and %s records no approvals (it asks each time): add "
+                             "it to project_servers in corral's config to use it",
+                             source, host_names[host]);
+        return k < 0 ? -ENOMEM : 1;
+}
+
+/* Keep a project's server that is not offered, with `reason` (taken). Its
+ * entry is not read further: only its transport, for listings. */
+static int skip_add(struct loader *L, const char *name, json_t *entry, const char *source,
+                    char *reason)
+{
+        if (L->n_skipped >= MAX_SERVERS) {
+                if (!L->skipped_warned)
+                        log_warn("more than %d skipped MCP servers; '%s' in %s and later ones "
+                                 "are not listed",
+                                 MAX_SERVERS, name, source);
+                L->skipped_warned = true;
+                free(reason);
+                return 0;
+        }
+        struct registry_skip *k = &L->skipped[L->n_skipped];
+        k->name = strdup(name);
+        k->source = strdup(source);
+        k->reason = reason;
+        const char *type = json_string_value(json_object_get(entry, "type"));
+        k->transport =
+            (type && strcmp(type, "stdio") != 0) ||
+                    (!type && !json_object_get(entry, "command") && json_object_get(entry, "url"))
+                ? UP_HTTP
+                : UP_STDIO;
+        if (!k->name || !k->source) {
+                free(k->name);
+                free(k->source);
+                free(reason);
+                *k = (struct registry_skip){0};
+                return -ENOMEM;
+        }
+        log_debug("MCP server '%s' is skipped: %s", name, reason);
+        L->n_skipped++;
+        return 0;
+}
+
 static int add_entry(struct loader *L, const char *name, json_t *entry, const char *source,
-                     bool own, struct err *e)
+                     bool own, enum project_host host, struct err *e)
 {
         if (!registry_name_valid(name)) {
                 char shown[80];
@@ -760,6 +862,14 @@ static int add_entry(struct loader *L, const char *name, json_t *entry, const ch
                 log_debug("%s: skipping MCP server 'corral' (corral itself)", source);
                 return 0;
         }
+        if (host != NOT_PROJECT) {
+                char *reason;
+                int d = project_decision(L, host, name, source, &reason);
+                if (d != 0 && (d < 0 || skip_add(L, name, entry, source, reason) < 0))
+                        return err_set(e, ERR_INTERNAL, ENOMEM, "out of memory");
+                if (d != 0)
+                        return 0;
+        }
         if (L->n >= MAX_SERVERS) {
                 if (!L->full_warned)
                         log_warn("more than %d MCP servers; '%s' in %s and later ones are "
@@ -769,7 +879,13 @@ static int add_entry(struct loader *L, const char *name, json_t *entry, const ch
                 return 0;
         }
         struct upstream_spec *spec = &L->v[L->n];
-        struct entry x = {.L = L, .name = name, .source = source, .own = own, .spec = spec, .e = e};
+        struct entry x = {.L = L,
+                          .name = name,
+                          .source = source,
+                          .own = own,
+                          .project = host != NOT_PROJECT,
+                          .spec = spec,
+                          .e = e};
         int r = entry_parse(&x, entry);
         if (r == 2) {
                 log_debug("%s: skipping MCP server '%s': it runs corral itself", source, name);
@@ -788,7 +904,8 @@ static int add_entry(struct loader *L, const char *name, json_t *entry, const ch
         return 0;
 }
 
-static int add_servers(struct loader *L, json_t *servers, const char *source, struct err *e)
+static int add_servers(struct loader *L, json_t *servers, const char *source,
+                       enum project_host host, struct err *e)
 {
         const char *name;
         json_t *entry;
@@ -800,7 +917,7 @@ static int add_servers(struct loader *L, json_t *servers, const char *source, st
                                  MAX_SCAN);
                         break;
                 }
-                int r = add_entry(L, name, entry, source, false, e);
+                int r = add_entry(L, name, entry, source, false, host, e);
                 if (r < 0)
                         return r;
         }
@@ -818,35 +935,122 @@ static json_t *servers_in(json_t *obj, const char *key, const char *path)
         return s;
 }
 
-static int load_simple(struct loader *L, const char *path, const char *key, struct err *e)
+static int load_simple(struct loader *L, const char *path, const char *key, enum project_host host,
+                       struct err *e)
 {
         json_auto_t *root = load_host_file(path);
         if (!root)
                 return 0;
         json_t *s = servers_in(root, key, path);
-        int r = s ? add_servers(L, s, path, e) : 0;
+        int r = s ? add_servers(L, s, path, host, e) : 0;
         return r;
 }
 
-static int load_claude_json(struct loader *L, const char *path, struct err *e)
+/* ~/.claude.json's entry for this project: keyed by the project's
+ * directory exactly as Claude Code wrote it. */
+static json_t *claude_project(struct loader *L, json_t *root)
 {
-        json_auto_t *root = load_host_file(path);
+        json_t *projects = json_object_get(root, "projects");
+        json_t *p =
+            json_is_object(projects) && L->src->cwd ? json_object_get(projects, L->src->cwd) : NULL;
+        return json_is_object(p) ? p : NULL;
+}
+
+static int load_claude_json(struct loader *L, json_t *root, const char *path, struct err *e)
+{
         if (!root)
                 return 0;
         int r = 0;
-        /* Claude Code's local scope: servers of this project only, keyed by
-         * the project's directory exactly as Claude Code wrote it. */
-        json_t *projects = json_object_get(root, "projects");
-        json_t *project =
-            json_is_object(projects) && L->src->cwd ? json_object_get(projects, L->src->cwd) : NULL;
-        if (json_is_object(project)) {
+        /* Claude Code's local scope: servers of this project only, which
+         * the person added (they live in the person's file, not the
+         * project's). */
+        json_t *project = claude_project(L, root);
+        if (project) {
                 json_t *s = servers_in(project, "mcpServers", path);
                 if (s)
-                        r = add_servers(L, s, path, e);
+                        r = add_servers(L, s, path, NOT_PROJECT, e);
         }
         json_t *s = r == 0 ? servers_in(root, "mcpServers", path) : NULL;
         if (s)
-                r = add_servers(L, s, path, e);
+                r = add_servers(L, s, path, NOT_PROJECT, e);
+        return r;
+}
+
+/* Claude Code's approval keys of `obj`: a settings file, or ~/.claude.json's
+ * entry for this project (where older versions kept them). `trusted`: a
+ * file of the person's, outside the project, whose approvals count; a
+ * file of the project's only refuses. */
+static int approvals_read(struct loader *L, json_t *obj, const char *path, bool trusted)
+{
+        static const char *const keys[] = {"disabledMcpjsonServers", "enabledMcpjsonServers"};
+        struct approvals *ap = &L->ap;
+        if (!json_is_object(obj))
+                return 0;
+        for (size_t k = 0; k < ARRAY_SIZE(keys); k++) {
+                json_t *list = json_object_get(obj, keys[k]);
+                if (!list || (k == 1 && !trusted))
+                        continue;
+                if (!json_is_array(list)) {
+                        log_warn("%s: %s is not a list; ignored", path, keys[k]);
+                        continue;
+                }
+                size_t i;
+                json_t *v;
+                json_array_foreach(list, i, v)
+                {
+                        const char *name = json_string_value(v);
+                        if (i >= MAX_SCAN) {
+                                log_warn("%s: %s has more than %d names; the rest are ignored",
+                                         path, keys[k], MAX_SCAN);
+                                break;
+                        }
+                        if (!name || !registry_name_valid(name))
+                                continue;
+                        if (k == 1) {
+                                if (strv_push(&ap->enabled, strdup(name)) < 0)
+                                        return -ENOMEM;
+                        } else if (strv_push(&ap->disabled, strdup(name)) < 0 ||
+                                   strv_push(&ap->disabled_in, strdup(path)) < 0) {
+                                return -ENOMEM;
+                        }
+                }
+        }
+        if (trusted && !ap->all_in &&
+            json_is_true(json_object_get(obj, "enableAllProjectMcpServers")))
+                if (!(ap->all_in = strdup(path)))
+                        return -ENOMEM;
+        return 0;
+}
+
+/* Where Claude Code records what the person said of a project's servers. */
+static int load_approvals(struct loader *L, json_t *claude_json, const char *claude_json_path)
+{
+        const char *home = L->src->home, *cwd = L->src->cwd;
+        static const struct {
+                bool in_project;
+                const char *rel;
+        } files[] = {
+            {false, ".claude/settings.json"},
+            {true, ".claude/settings.json"},
+            {true, ".claude/settings.local.json"},
+        };
+        int r = claude_json
+                    ? approvals_read(L, claude_project(L, claude_json), claude_json_path, true)
+                    : 0;
+        for (size_t i = 0; r == 0 && i < ARRAY_SIZE(files); i++) {
+                const char *base = files[i].in_project ? cwd : home;
+                _cleanup_free_ char *path = NULL;
+                if (!base)
+                        continue;
+                /* With the project in the home directory, ~/.claude is the
+                 * person's own: read once, as such. */
+                if (files[i].in_project && home && strcmp(cwd, home) == 0)
+                        continue;
+                if (asprintf(&path, "%s/%s", base, files[i].rel) < 0)
+                        return -ENOMEM;
+                json_auto_t *root = load_host_file(path);
+                r = approvals_read(L, root, path, !files[i].in_project);
+        }
         return r;
 }
 
@@ -900,10 +1104,10 @@ static int load_servers_dir(struct loader *L, const char *dir, struct err *e)
                 if (!s && !json_object_get(root, "mcpServers"))
                         s = servers_in(root, "servers", path);
                 if (s) {
-                        r = add_servers(L, s, path, e);
+                        r = add_servers(L, s, path, NOT_PROJECT, e);
                 } else if (json_object_get(root, "command") || json_object_get(root, "url")) {
                         names[i][strlen(names[i]) - 5] = '\0';
-                        r = add_entry(L, names[i], root, path, false, e);
+                        r = add_entry(L, names[i], root, path, false, NOT_PROJECT, e);
                 } else if (!json_object_get(root, "mcpServers") &&
                            !json_object_get(root, "servers")) {
                         log_warn("%s: neither servers nor a server (\"command\" or \"url\"); "
@@ -928,7 +1132,7 @@ static int load_own(struct loader *L, json_t *own, struct err *e)
         json_t *entry;
         json_object_foreach(own, name, entry)
         {
-                int r = add_entry(L, name, entry, OWN_SOURCE, true, e);
+                int r = add_entry(L, name, entry, OWN_SOURCE, true, NOT_PROJECT, e);
                 if (r < 0)
                         return r;
         }
@@ -949,30 +1153,47 @@ static int load_hosts(struct loader *L, struct err *e)
         if (!xdg && (xdg_given || home))
                 return err_set(e, ERR_INTERNAL, ENOMEM, "out of memory");
 
+        /* ~/.claude.json holds servers and, for this project, approvals:
+         * read once. */
+        _cleanup_free_ char *claude_path = NULL;
+        json_auto_t *claude_json = NULL;
+        if (home) {
+                if (asprintf(&claude_path, "%s/.claude.json", home) < 0)
+                        return err_set(e, ERR_INTERNAL, ENOMEM, "out of memory");
+                claude_json = load_host_file(claude_path);
+        }
+        if (load_approvals(L, claude_json, claude_path) < 0)
+                return err_set(e, ERR_INTERNAL, ENOMEM, "out of memory");
+
         /* In precedence order: the project's own files, then the user's,
          * Claude Code's first, as corral usually runs under it. */
         static const struct {
                 int base; /* 0 cwd, 1 home, 2 xdg_config */
                 const char *path, *key;
                 bool claude_json;
+                enum project_host host; /* of a project's file */
         } files[] = {
-            {0, ".mcp.json", "mcpServers", false},
-            {1, ".claude.json", NULL, true},
-            {0, ".vscode/mcp.json", "servers", false},
-            {0, ".cursor/mcp.json", "mcpServers", false},
-            {1, ".cursor/mcp.json", "mcpServers", false},
-            {2, "Code/User/mcp.json", "servers", false},
-            {2, "Claude/claude_desktop_config.json", "mcpServers", false},
+            {0, ".mcp.json", "mcpServers", false, HOST_CLAUDE},
+            {1, ".claude.json", NULL, true, NOT_PROJECT},
+            {0, ".vscode/mcp.json", "servers", false, HOST_VSCODE},
+            {0, ".cursor/mcp.json", "mcpServers", false, HOST_CURSOR},
+            {1, ".cursor/mcp.json", "mcpServers", false, NOT_PROJECT},
+            {2, "Code/User/mcp.json", "servers", false, NOT_PROJECT},
+            {2, "Claude/claude_desktop_config.json", "mcpServers", false, NOT_PROJECT},
         };
         for (size_t i = 0; i < ARRAY_SIZE(files); i++) {
                 const char *base = files[i].base == 0 ? cwd : files[i].base == 1 ? home : xdg;
                 if (!base)
                         continue;
+                /* With the project in the home directory, ~/.cursor/mcp.json
+                 * is the person's own: read below, as such. */
+                if (files[i].host == HOST_CURSOR && home && strcmp(cwd, home) == 0)
+                        continue;
                 _cleanup_free_ char *path = NULL;
                 if (asprintf(&path, "%s/%s", base, files[i].path) < 0)
                         return err_set(e, ERR_INTERNAL, ENOMEM, "out of memory");
-                int r = files[i].claude_json ? load_claude_json(L, path, e)
-                                             : load_simple(L, path, files[i].key, e);
+                int r = files[i].claude_json ? load_claude_json(L, claude_json, claude_path, e)
+                                             : load_simple(L, path, files[i].key, files[i].host, e);
                 if (r < 0)
                         return r;
         }
@@ -990,8 +1211,12 @@ int registry_load(const struct registry_sources *src, struct registry *ret, stru
         struct loader L = {.src = src};
         int r = 0;
         L.v = calloc(MAX_SERVERS, sizeof(*L.v));
-        if (!L.v)
+        L.skipped = calloc(MAX_SERVERS, sizeof(*L.skipped));
+        if (!L.v || !L.skipped) {
+                free(L.v);
+                free(L.skipped);
                 return err_set(e, ERR_INTERNAL, ENOMEM, "out of memory");
+        }
         if (src->self_exe) {
                 char real[PATH_MAX];
                 L.self = strdup(realpath(src->self_exe, real) ? real : src->self_exe);
@@ -1002,9 +1227,13 @@ int registry_load(const struct registry_sources *src, struct registry *ret, stru
                 r = load_own(&L, src->own, e);
         if (r == 0 && !src->only_own)
                 r = load_hosts(&L, e);
-        struct registry reg = {.v = L.v, .n = L.n};
+        struct registry reg = {.v = L.v, .n = L.n, .skipped = L.skipped, .n_skipped = L.n_skipped};
         free(L.self);
         strv_free(L.claimed);
+        strv_free(L.ap.enabled);
+        strv_free(L.ap.disabled);
+        strv_free(L.ap.disabled_in);
+        free(L.ap.all_in);
         if (r < 0) {
                 registry_free(&reg);
                 return r;
@@ -1046,6 +1275,14 @@ void registry_free(struct registry *r)
         free(r->v);
         r->v = NULL;
         r->n = 0;
+        for (size_t i = 0; i < r->n_skipped; i++) {
+                free(r->skipped[i].name);
+                free(r->skipped[i].source);
+                free(r->skipped[i].reason);
+        }
+        free(r->skipped);
+        r->skipped = NULL;
+        r->n_skipped = 0;
         r->mask = mask_free(r->mask);
 }
 
@@ -1054,5 +1291,13 @@ const struct upstream_spec *registry_find(const struct registry *r, const char *
         for (size_t i = 0; r && name && i < r->n; i++)
                 if (strcmp(r->v[i].name, name) == 0)
                         return &r->v[i];
+        return NULL;
+}
+
+const struct registry_skip *registry_find_skipped(const struct registry *r, const char *name)
+{
+        for (size_t i = 0; r && name && i < r->n_skipped; i++)
+                if (strcmp(r->skipped[i].name, name) == 0)
+                        return &r->skipped[i];
         return NULL;
 }

@@ -1,7 +1,12 @@
 /* The registry of upstream MCP servers: read from the files MCP hosts
  * already write (Claude Code, Claude Desktop, Cursor, VS Code, a shared
  * folder) and from corral's own config, which wins. Nothing here starts a
- * server; every string comes from outside and is bounded and checked. */
+ * server; every string comes from outside and is bounded and checked.
+ *
+ * A project's files (.mcp.json, .vscode/mcp.json, .cursor/mcp.json in the
+ * working directory) arrive with whatever was cloned: their servers are
+ * offered only as the person approved them (see registry_load), and
+ * otherwise listed as skipped, with the reason. */
 #pragma once
 
 #include "core/util.h"
@@ -36,6 +41,9 @@ struct upstream_spec {
          * masked, at most 1000 bytes. */
         char *error;
         bool disabled; /* "disabled": true in the file */
+        /* From a project's file (approved): started only when a call names
+         * it, never by a search of every server. */
+        bool project;
         /* Values never to show: every env and header value and every value
          * the environment gave a ${VAR} anywhere (only those of MASK_MIN, 4,
          * or more bytes; ${VAR:-default} defaults and the paths
@@ -45,10 +53,20 @@ struct upstream_spec {
 
 struct mask;
 
+/* A project's server that is not offered, and why. */
+struct registry_skip {
+        char *name;
+        enum upstream_transport transport; /* as the entry reads, unchecked */
+        char *source;                      /* the project's file */
+        char *reason;                      /* what to do to use it, in a sentence */
+};
+
 struct registry {
         struct upstream_spec *v;
         size_t n;
         struct mask *mask; /* every entry's secrets (upstream/mask.h), or NULL */
+        struct registry_skip *skipped;
+        size_t n_skipped;
 };
 
 struct registry_sources {
@@ -57,7 +75,10 @@ struct registry_sources {
         const char *xdg_config; /* $XDG_CONFIG_HOME, or NULL (or not absolute) for $HOME/.config */
         json_t *own;            /* corral config's "servers" object (borrowed), or NULL */
         const char *self_exe;   /* corral's own executable (realpath), for "never list itself" */
-        bool only_own;          /* read corral's config only (tests, --no-host-servers) */
+        /* corral config's project_servers: names of a project's servers the
+         * person opts into (NULL-terminated, borrowed), or NULL. */
+        char *const *project_servers;
+        bool only_own; /* read corral's config only (tests, --no-host-servers) */
 };
 
 /* Build the registry. Files that are missing are skipped; a file that is
@@ -68,10 +89,31 @@ struct registry_sources {
  * with `error` set. An environment variable that is not set is no fault of
  * a file: such an entry is kept with `error` set, in corral's config too.
  * Besides what registry_expand knows, entries may use ${workspaceFolder}
- * (src->cwd) and ${userHome} (src->home) as VS Code defines them. */
+ * (src->cwd) and ${userHome} (src->home) as VS Code defines them.
+ *
+ * A server of a project's file is loaded only when approved and not
+ * disabled, else it goes to `skipped`:
+ *  - disabled: named in disabledMcpjsonServers of any Claude Code settings
+ *    file (a refusal can only narrow, so the project's own files count);
+ *  - approved: named in src->project_servers, or, for .mcp.json (Claude
+ *    Code's), approved where Claude Code keeps approvals outside the
+ *    project: enabledMcpjsonServers or enableAllProjectMcpServers in
+ *    ~/.claude/settings.json or in ~/.claude.json's entry for this
+ *    project. The project's .claude/settings.json and
+ *    .claude/settings.local.json never approve: a clone may hold either
+ *    (git-ignored is a habit of the person's checkout, not a guarantee of
+ *    the repository), and a file cannot vouch for itself. VS Code and
+ *    Cursor ask each time and record nothing, so only project_servers
+ *    approves their files' servers.
+ * An approved project server never has ${VAR} expanded from the
+ * environment (the entry is kept with an error saying so): the file chose
+ * which of the person's secrets to send where. ${workspaceFolder} and
+ * ${userHome} are paths the server learns anyway (its cwd, its HOME). */
 int registry_load(const struct registry_sources *src, struct registry *ret, struct err *e);
 void registry_free(struct registry *r);
 const struct upstream_spec *registry_find(const struct registry *r, const char *name);
+/* The first skipped project server of that name, or NULL. */
+const struct registry_skip *registry_find_skipped(const struct registry *r, const char *name);
 
 /* A copy of `text` with every secret of every entry masked, then cut to at
  * most `max` bytes (0: no limit), as upstream/mask.h says (caller frees;

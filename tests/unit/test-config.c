@@ -47,7 +47,7 @@ static void test_defaults(void)
         size_t n = 0;
         while (names[n])
                 n++;
-        is_int(n, 54, "config_key_names lists 54 keys, NULL-terminated");
+        is_int(n, 55, "config_key_names lists 55 keys, NULL-terminated");
         is_str(names[0], "engine", "... starting with engine");
 }
 
@@ -644,6 +644,9 @@ static void test_lists(void)
             {"images", "localhost/corral-data:1.0", true},
             {"images", "Corral:latest", false},
             {"image", "corral data", false},
+            {"project_servers", "github, db.local,my_server-2", true},
+            {"project_servers", "*", false},
+            {"project_servers", "a/b", false},
         };
         for (size_t i = 0; i < ARRAY_SIZE(names); i++) {
                 config_defaults(&c);

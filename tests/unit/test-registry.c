@@ -1,8 +1,9 @@
 /* The registry of upstream MCP servers: every host file it reads, their
- * precedence, corral's own config, ${VAR} expansion, secret masking (and
- * masking before any cut, upstream/mask.h), never listing corral itself,
- * and the bounds on what the files may hold. Each test builds a fresh HOME
- * and project directory under /tmp. */
+ * precedence, corral's own config, a project's servers only as approved,
+ * ${VAR} expansion, secret masking (and masking before any cut,
+ * upstream/mask.h; in JSON answers too), never listing corral itself, and
+ * the bounds on what the files may hold. Each test builds a fresh HOME and
+ * project directory under /tmp. */
 #include "upstream/registry.h"
 
 #include "core/buf.h"
@@ -76,9 +77,17 @@ static void drop(const char *dir, const char *rel)
         unlink(path);
 }
 
+/* corral config's project_servers for load(): the project's servers the
+ * tests of sources and precedence read. */
+static char **approved;
+
 static int load(json_t *own, bool only_own, struct registry *reg, struct err *e)
 {
-        struct registry_sources src = {.home = home, .cwd = cwd, .own = own, .only_own = only_own};
+        struct registry_sources src = {.home = home,
+                                       .cwd = cwd,
+                                       .own = own,
+                                       .only_own = only_own,
+                                       .project_servers = approved};
         *reg = (struct registry){0};
         return registry_load(&src, reg, e);
 }
@@ -353,6 +362,8 @@ static void test_own_invalid(void)
 /* One file of each kind, each defining a server named after it. */
 static void test_sources(void)
 {
+        static char *project[] = {"project-mcp", "vscode-project", "cursor-project", NULL};
+        approved = project;
         fresh_dirs();
         char dir[512];
         snprintf(dir, sizeof(dir), "%s/.config", home);
@@ -432,7 +443,8 @@ static void test_sources(void)
         snprintf(xdg, sizeof(xdg), "%s/xdg", root);
         put(xdg, "Claude/claude_desktop_config.json",
             "{\"mcpServers\": {\"xdg-desktop\": {\"command\": \"g\"}}}");
-        struct registry_sources src = {.home = home, .cwd = cwd, .xdg_config = xdg};
+        struct registry_sources src = {
+            .home = home, .cwd = cwd, .xdg_config = xdg, .project_servers = project};
         is_int(registry_load(&src, &reg, &e), 0, "load with xdg_config");
         ok(registry_find(&reg, "xdg-desktop") != NULL, "... reads xdg_config/Claude");
         ok(registry_find(&reg, "desktop") == NULL, "... and not ~/.config/Claude");
@@ -440,7 +452,7 @@ static void test_sources(void)
         registry_free(&reg);
 
         /* No home: only the project's files; no cwd: only the user's. */
-        src = (struct registry_sources){.cwd = cwd};
+        src = (struct registry_sources){.cwd = cwd, .project_servers = project};
         is_int(registry_load(&src, &reg, &e), 0, "load without home");
         is_int(reg.n, 3, "... only the three project files");
         ok(registry_find(&reg, "project-mcp") && registry_find(&reg, "cursor-project"),
@@ -463,12 +475,15 @@ static void test_sources(void)
         is_int(reg.n, 0, "... an empty registry");
         registry_free(&reg);
         json_decref(own);
+        approved = NULL;
 }
 
 /* The same name in every source: the first in precedence wins, and taking
  * each winner away in turn shows the whole order. */
 static void test_precedence(void)
 {
+        static char *project[] = {"dup", NULL};
+        approved = project;
         fresh_dirs();
         char dir[512], claude[4096];
         snprintf(dir, sizeof(dir), "%s/.config", home);
@@ -537,6 +552,153 @@ static void test_precedence(void)
         is_int(load(NULL, false, &reg, &e), 0, "load with every file gone");
         is_int(reg.n, 0, "... nothing left");
         registry_free(&reg);
+        approved = NULL;
+}
+
+static const struct registry_skip *skipped(const struct registry *r, const char *name)
+{
+        return registry_find_skipped(r, name);
+}
+
+/* A project's files come with a clone: their servers are offered only as
+ * the person approved them, outside the project, and never with the
+ * person's environment in them. */
+static void test_project(void)
+{
+        fresh_dirs();
+        struct err e = {0};
+        struct registry reg;
+        char text[4096];
+        put(cwd, ".mcp.json",
+            "{\"mcpServers\": {\"a\": {\"command\": \"a\"}, \"b\": {\"command\": \"b\"}, "
+            "\"web\": {\"type\": \"http\", \"url\": \"http://127.0.0.1:9/\"}}}");
+        put(cwd, ".vscode/mcp.json", "{\"servers\": {\"v\": {\"command\": \"v\"}}}");
+        put(cwd, ".cursor/mcp.json", "{\"mcpServers\": {\"cu\": {\"command\": \"cu\"}}}");
+
+        is_int(load(NULL, false, &reg, &e), 0, "a project's files, nothing approved");
+        is_int(reg.n, 0, "... no server is offered");
+        is_int(reg.n_skipped, 5, "... each is listed as skipped");
+        const struct registry_skip *k = skipped(&reg, "a");
+        char path[PATH_MAX];
+        snprintf(path, sizeof(path), "%s/.mcp.json", cwd);
+        is_str(k ? k->source : NULL, path, "... with its file");
+        like(k ? k->reason : NULL, "not approved", "... and why");
+        like(k ? k->reason : NULL, "enabledMcpjsonServers", "... and where Claude Code approves");
+        like(k ? k->reason : NULL, "project_servers", "... or corral's config");
+        is_int(k ? (int)k->transport : -1, UP_STDIO, "... a stdio entry");
+        k = skipped(&reg, "web");
+        is_int(k ? (int)k->transport : -1, UP_HTTP, "an HTTP entry is listed as such");
+        k = skipped(&reg, "v");
+        like(k ? k->reason : NULL, "VS Code records no approvals", ".vscode/mcp.json: VS Code");
+        k = skipped(&reg, "cu");
+        like(k ? k->reason : NULL, "Cursor records no approvals", ".cursor/mcp.json: Cursor");
+        registry_free(&reg);
+
+        /* The project cannot approve itself, in any of Claude Code's
+         * project files. */
+        const char *self_approval = "{\"enabledMcpjsonServers\": [\"a\", \"v\"], "
+                                    "\"enableAllProjectMcpServers\": true}";
+        put(cwd, ".claude/settings.json", self_approval);
+        put(cwd, ".claude/settings.local.json", self_approval);
+        is_int(load(NULL, false, &reg, &e), 0, "the project's .claude/settings*.json approve");
+        is_int(reg.n, 0, "... nothing: a file cannot vouch for itself");
+        registry_free(&reg);
+
+        /* The person's own Claude Code settings do. */
+        put(home, ".claude/settings.json", "{\"enabledMcpjsonServers\": [\"a\", \"v\", 7]}");
+        snprintf(text, sizeof(text),
+                 "{\"projects\": {\"%s\": {\"enabledMcpjsonServers\": [\"b\"]}, "
+                 "\"/elsewhere\": {\"enabledMcpjsonServers\": [\"web\"]}}}",
+                 cwd);
+        put(home, ".claude.json", text);
+        is_int(load(NULL, false, &reg, &e), 0,
+               "approved in ~/.claude/settings.json and ~/.claude.json");
+        const struct upstream_spec *s = registry_find(&reg, "a");
+        ok(s && !s->error && s->project, "a: approved by ~/.claude/settings.json, a project's");
+        ok(registry_find(&reg, "b"), "b: approved in ~/.claude.json for this project");
+        ok(!registry_find(&reg, "web") && skipped(&reg, "web"),
+           "web: approved for another project only, skipped");
+        ok(!registry_find(&reg, "v") && skipped(&reg, "v"),
+           "v: Claude Code's approval does not reach VS Code's file");
+        is_int(reg.n, 2, "... two offered");
+        registry_free(&reg);
+
+        /* enableAllProjectMcpServers, from the person; a refusal anywhere
+         * wins, the project's own files too. */
+        put(home, ".claude/settings.json", "{\"enableAllProjectMcpServers\": true}");
+        put(cwd, ".claude/settings.json", "{\"disabledMcpjsonServers\": [\"a\"]}");
+        is_int(load(NULL, false, &reg, &e), 0, "enableAllProjectMcpServers, a disabled");
+        ok(registry_find(&reg, "b") && registry_find(&reg, "web"), "... every .mcp.json server");
+        ok(!registry_find(&reg, "v") && !registry_find(&reg, "cu"), "... of .mcp.json only");
+        k = skipped(&reg, "a");
+        snprintf(path, sizeof(path), "%s/.claude/settings.json", cwd);
+        like(k ? k->reason : NULL, "disabledMcpjsonServers", "a is skipped: disabled");
+        like(k ? k->reason : NULL, path, "... naming the file that disabled it");
+        registry_free(&reg);
+        drop(cwd, ".claude/settings.json");
+        drop(cwd, ".claude/settings.local.json");
+        drop(home, ".claude/settings.json");
+        drop(home, ".claude.json");
+
+        /* corral's own project_servers approves any host's, by name. */
+        static char *mine[] = {"v", "cu", NULL};
+        approved = mine;
+        is_int(load(NULL, false, &reg, &e), 0, "project_servers names v and cu");
+        ok(registry_find(&reg, "v") && registry_find(&reg, "cu"), "... both are offered");
+        ok(skipped(&reg, "a") && !registry_find(&reg, "a"), "... the others are not");
+        registry_free(&reg);
+
+        /* Approved, but no ${VAR} from the environment: the file chose
+         * where the value goes. */
+        setenv("CRT_PROJECT_SECRET", "hunter2-project", 1);
+        put(cwd, ".vscode/mcp.json",
+            "{\"servers\": {\"v\": {\"type\": \"http\", \"url\": \"http://127.0.0.1:9/\", "
+            "\"headers\": {\"A\": \"${CRT_PROJECT_SECRET}\"}}, "
+            "\"cu\": {\"command\": \"x\", \"args\": [\"${CRT_PROJECT_SECRET:-none}\"]}}}");
+        put(cwd, ".cursor/mcp.json",
+            "{\"mcpServers\": {\"w\": {\"command\": \"${workspaceFolder}/run\", "
+            "\"args\": [\"${userHome}\", \"${1}\"], \"env\": {\"E\": \"${env:HOME}\"}}, "
+            "\"p\": {\"command\": \"${workspaceFolder}/run\"}}}");
+        static char *vars[] = {"v", "cu", "w", "p", NULL};
+        approved = vars;
+        is_int(load(NULL, false, &reg, &e), 0, "approved entries with ${VAR}");
+        s = registry_find(&reg, "v");
+        ok(s && s->error && !s->url && !s->headers, "a header's ${VAR}: kept with an error");
+        like(s ? s->error : NULL, "not expanded from a project's files", "... saying why");
+        ok(s && s->error && !strstr(s->error, "hunter2"), "... without the value");
+        ok(s && !has_secret(s, "hunter2-project"), "... which it never read");
+        s = registry_find(&reg, "cu");
+        ok(s && s->error && !s->argv, "${VAR:-default}: the same");
+        s = registry_find(&reg, "w");
+        like(s ? s->error : NULL, "${HOME}", "${env:HOME}: the same");
+        s = registry_find(&reg, "p");
+        snprintf(path, sizeof(path), "%s/run", cwd);
+        is_str(s && !s->error ? s->command : NULL, path, "${workspaceFolder} is a path: expanded");
+        registry_free(&reg);
+        unsetenv("CRT_PROJECT_SECRET");
+        approved = NULL;
+
+        /* A project's entry does not hide the person's of that name. */
+        put(cwd, ".mcp.json", "{\"mcpServers\": {\"dup\": {\"command\": \"project\"}}}");
+        put(home, ".cursor/mcp.json", "{\"mcpServers\": {\"dup\": {\"command\": \"mine\"}}}");
+        is_int(load(NULL, false, &reg, &e), 0, "dup in .mcp.json (skipped) and ~/.cursor");
+        s = registry_find(&reg, "dup");
+        is_str(s ? s->command : NULL, "mine", "... the person's runs");
+        ok(s && !s->project, "... as the person's");
+        ok(skipped(&reg, "dup") != NULL, "... and the project's is listed as skipped");
+        registry_free(&reg);
+
+        /* A project in the home directory: ~/.cursor/mcp.json and
+         * ~/.claude/settings.json are the person's own. */
+        struct registry_sources src = {.home = home, .cwd = home};
+        put(home, ".mcp.json", "{\"mcpServers\": {\"h\": {\"command\": \"h\"}}}");
+        put(home, ".claude/settings.json", "{\"enabledMcpjsonServers\": [\"h\"]}");
+        is_int(registry_load(&src, &reg, &e), 0, "cwd is the home directory");
+        s = registry_find(&reg, "dup");
+        ok(s && !s->project, "... ~/.cursor/mcp.json is the person's, not skipped");
+        ok(registry_find(&reg, "h") != NULL, "... ~/.claude/settings.json approves ~/.mcp.json");
+        is_int(reg.n_skipped, 0, "... nothing skipped");
+        registry_free(&reg);
 }
 
 static void write_exe(const char *path)
@@ -577,7 +739,7 @@ static void test_self(void)
                  "\"claimed\": {\"command\": \"ok-server\"}"
                  "}}",
                  link, root);
-        put(cwd, ".mcp.json", mcp);
+        put(home, ".claude.json", mcp);
         /* A name whose first definition is corral stays taken. */
         json_t *own = parse("{\"claimed\": {\"command\": \"corral\"}}");
         struct registry_sources src = {.home = home, .cwd = cwd, .own = own, .self_exe = self};
@@ -605,7 +767,7 @@ static void test_host_errors(void)
 {
         fresh_dirs();
         unsetenv("CRT_NOPE");
-        put(cwd, ".mcp.json",
+        put(home, ".claude.json",
             "{\"mcpServers\": {"
             "\"good\": {\"command\": \"a\"},"
             "\"undef\": {\"command\": \"a\", \"args\": [\"--x=${CRT_NOPE}\"]},"
@@ -619,7 +781,7 @@ static void test_host_errors(void)
         struct err e = {0};
         struct registry reg;
         char file[512], want[2048];
-        snprintf(file, sizeof(file), "%s/.mcp.json", cwd);
+        snprintf(file, sizeof(file), "%s/.claude.json", home);
         is_int(load(NULL, false, &reg, &e), 0, "invalid host entries are not fatal");
         is_int(reg.n, 7, "all but the badly named one are listed");
         ok(!registry_find(&reg, "has space"), "an invalid name is skipped");
@@ -655,7 +817,7 @@ static void test_masking(void)
         fresh_dirs();
         unsetenv("CRT_NOPE");
         setenv("CRT_URL_TOKEN", "sekrit99", 1);
-        put(cwd, ".mcp.json",
+        put(home, ".claude.json",
             "{\"mcpServers\": {"
             "\"holder\": {\"command\": \"a\", \"env\": {\"API_KEY\": \"hunter22\", \"SHORT\": "
             "\"abc\"}},"
@@ -814,6 +976,31 @@ static void test_mask_forms(void)
         is_int(one[0], 0, "...writes only the NUL");
 }
 
+/* An answer that echoes a secret: every string masked, keys too, the
+ * structure kept. */
+static void test_mask_json(void)
+{
+        struct mask *m = mask_new();
+        json_t *in =
+            parse("{\"content\": [{\"type\": \"text\", \"text\": \"TOKEN=s3cr3t-value!\"}],"
+                  " \"structuredContent\": {\"s3cr3t-value\": [1, true, null, "
+                  "\"a S3CR3T-VALUE b\"]}, \"isError\": false}");
+        json_t *same = mask_json(m, in);
+        ok(same == in, "no secret: the same JSON, not a copy");
+        json_decref(same);
+        mask_add(m, "s3cr3t-value", 12);
+        json_t *out = mask_json(m, in);
+        char *text = json_dumps(out, JSON_SORT_KEYS | JSON_COMPACT);
+        is_str(text,
+               "{\"content\":[{\"text\":\"TOKEN=***!\",\"type\":\"text\"}],\"isError\":false,"
+               "\"structuredContent\":{\"***\":[1,true,null,\"a *** b\"]}}",
+               "every string and key masked, the rest as it was");
+        free(text);
+        json_decref(out);
+        json_decref(in);
+        mask_free(m);
+}
+
 static void test_mask_ends(void)
 {
         struct mask *m = mask_new();
@@ -917,7 +1104,7 @@ static void test_error_cuts(void)
                          "{\"mcpServers\": {\"cut\": {\"type\": \"http\", \"url\": "
                          "\"ftp://h/%s${CRT_CUT_TOKEN}/mcp\"}}}",
                          pads);
-                put(cwd, ".mcp.json", text);
+                put(home, ".claude.json", text);
                 struct err e = {0};
                 struct registry reg;
                 tried++;
@@ -944,7 +1131,7 @@ static void test_error_cuts(void)
                 registry_free(&reg);
                 json_decref(own);
         }
-        drop(cwd, ".mcp.json");
+        drop(home, ".claude.json");
         is_int(shown_host, 0, "%d URLs: no entry's error shows 4 bytes of the variable", tried);
         is_int(shown_own, 0, "... nor does the error that stops start-up");
         unsetenv("CRT_CUT_TOKEN");
@@ -964,7 +1151,7 @@ static void test_bounds(void)
                 len += (size_t)snprintf(text + len, cap - len, "%s\"s%03d\": {\"command\": \"a\"}",
                                         i ? "," : "", i);
         snprintf(text + len, cap - len, "}}");
-        put(cwd, ".mcp.json", text);
+        put(home, ".claude.json", text);
         put(home, ".cursor/mcp.json", "{\"mcpServers\": {\"late\": {\"command\": \"a\"}}}");
         is_int(load(NULL, false, &reg, &e), 0, "300 servers load");
         is_int(reg.n, 256, "... only 256 are kept");
@@ -977,7 +1164,7 @@ static void test_bounds(void)
         text[cap - 1] = '\0';
         FILE *f;
         char path[PATH_MAX];
-        snprintf(path, sizeof(path), "%s/.mcp.json", cwd);
+        snprintf(path, sizeof(path), "%s/.claude.json", home);
         f = fopen(path, "w");
         fputs("{\"mcpServers\": {\"huge\": {\"command\": \"a\"}}", f);
         for (int i = 0; i < 65; i++)
@@ -1004,7 +1191,7 @@ static void test_bounds(void)
         rmdir(path);
 
         /* Duplicate keys in one object are refused, as jansson is told to. */
-        put(cwd, ".mcp.json",
+        put(home, ".claude.json",
             "{\"mcpServers\": {\"twice\": {\"command\": \"a\"}, \"twice\": {\"command\": \"b\"}}}");
         is_int(load(NULL, false, &reg, &e), 0, "a file with a duplicate key");
         ok(!registry_find(&reg, "twice"), "... is skipped");
@@ -1031,7 +1218,7 @@ static void test_bounds(void)
         memset(text + len, 'y', (64 << 10) + 1);
         len += (64 << 10) + 1;
         snprintf(text + len, (200 << 10) - len, "\"]}}}");
-        put(cwd, ".mcp.json", text);
+        put(home, ".claude.json", text);
         free(text);
         is_int(load(NULL, false, &reg, &e), 0, "entries past their bounds load");
         const struct upstream_spec *s = registry_find(&reg, "many-args");
@@ -1045,7 +1232,7 @@ static void test_bounds(void)
         registry_free(&reg);
 
         /* Bad names in a host file are skipped, good ones kept. */
-        put(cwd, ".mcp.json",
+        put(home, ".claude.json",
             "{\"mcpServers\": {\"has space\": {\"command\": \"a\"}, \"\": {\"command\": \"a\"}, "
             "\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\": "
             "{\"command\": \"a\"}, \"sl/ash\": {\"command\": \"a\"}, \"fine.name_1-2\": "
@@ -1067,10 +1254,12 @@ int main(void)
         test_own_invalid();
         test_sources();
         test_precedence();
+        test_project();
         test_self();
         test_host_errors();
         test_masking();
         test_mask_forms();
+        test_mask_json();
         test_mask_ends();
         test_mask_every_cut();
         test_error_cuts();

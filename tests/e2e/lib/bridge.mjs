@@ -187,7 +187,7 @@ export async function hostTool(t, d, name, args = {}, timeoutMs = 60000) {
   return r.structuredContent;
 }
 
-const LIST_STATUSES = ['idle', 'starting', 'connected', 'error', 'disabled'];
+const LIST_STATUSES = ['idle', 'starting', 'connected', 'error', 'disabled', 'skipped'];
 export function checkServerEntry(s) {
   const what = `list_servers entry ${clip(JSON.stringify(s), 400)}`;
   assert.equal(typeof s.name, 'string', `${what}: name`);
@@ -197,6 +197,7 @@ export function checkServerEntry(s) {
   assert.ok(s.tools === null || (isInt(s.tools) && s.tools >= 0), `${what}: tools is a count or null`);
   assert.ok(s.error === null || typeof s.error === 'string', `${what}: error is a string or null`);
   assert.equal(typeof s.source, 'string', `${what}: source is a string`);
+  if (s.status === 'skipped') assert.equal(typeof s.reason, 'string', `${what}: a skipped server says why`);
 }
 
 export async function listServers(t, d) {

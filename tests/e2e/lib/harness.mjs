@@ -154,10 +154,10 @@ export async function removeContainers(cs) {
   return done;
 }
 
-export function run(file, args, { env, timeoutMs = 60000, input } = {}) {
+export function run(file, args, { env, timeoutMs = 60000, input, cwd } = {}) {
   return new Promise((resolve) => {
     const t0 = Date.now();
-    const child = execFile(file, args, { env, timeout: timeoutMs, killSignal: 'SIGKILL', maxBuffer: 64 * MiB },
+    const child = execFile(file, args, { env, cwd, timeout: timeoutMs, killSignal: 'SIGKILL', maxBuffer: 64 * MiB },
       (err, stdout, stderr) => resolve({
         code: child.exitCode, signal: child.signalCode, stdout, stderr, ms: Date.now() - t0,
         error: err && typeof err.code === 'string' ? err.message : null,
