@@ -621,7 +621,13 @@ static void answered(void *userdata, enum bridge_answer answer, const char *why)
         bcall_free(c);
 }
 
-/* The policy says ask: the question to the person, through the client. */
+/* The policy says ask: the question to the person, through the client.
+ * The arguments are the sandboxed code's own text, so they must not shape
+ * the question around them: they go in a fenced block they cannot close,
+ * on one line (JSON has its newlines escaped), with every character that
+ * breaks a line, reorders text or draws as nothing shown as a \u escape
+ * (core/buf.h, buf_append_fenced), and all that corral says is outside
+ * the block. The tool's name is the upstream server's: shown escaped too. */
 static void ask_person(struct bcall *c)
 {
         struct bridge_run *r = c->run;
@@ -635,15 +641,35 @@ static void ask_person(struct bcall *c)
         /* Arguments may hold the user's secrets: masked whole, then cut. */
         _cleanup_free_ char *shown =
             upstream_mask(r->b->ups, args ? args : "{}", ASK_ARGUMENTS_SHOWN);
-        char msg[ASK_ARGUMENTS_SHOWN + 600];
-        snprintf(msg, sizeof(msg),
+        /* An escape is at most six bytes for one (\u001b), and a fence at
+         * most one longer than a run of backticks, which stay: eight bytes
+         * for each one shown is room enough. */
+        struct buf block, tool, msg;
+        buf_init(&block, 8 * ASK_ARGUMENTS_SHOWN + 16);
+        buf_init(&tool, 1024);
+        buf_init(&msg, 9 * ASK_ARGUMENTS_SHOWN + 1024);
+        size_t escaped = 0;
+        if (!shown || buf_append_fenced(&block, shown, strlen(shown), SHOWN_JSON, &escaped) < 0)
+                buf_append(&block, "(withheld)\n", 11);
+        buf_append_shown(&tool, c->tool, strlen(c->tool));
+        char head[1400], count[80] = "";
+        if (escaped)
+                snprintf(count, sizeof(count), "; %zu character%s shown as \\u escapes", escaped,
+                         escaped == 1 ? "" : "s");
+        snprintf(head, sizeof(head),
                  "Code running in sandbox %s asks to call the tool %s of the MCP server %s, "
-                 "with these arguments (%zu bytes%s):\n%s\n\nAllow this one call?",
-                 r->sandbox[0] ? r->sandbox : "(starting)", c->tool, server, c->argument_bytes,
-                 shown && strlen(shown) < c->argument_bytes ? ", shown in part" : "",
-                 shown ? shown : "(withheld)");
+                 "with these arguments (%zu bytes%s%s):\n",
+                 r->sandbox[0] ? r->sandbox : "(starting)", buf_str(&tool), server,
+                 c->argument_bytes,
+                 shown && strlen(shown) < c->argument_bytes ? ", shown in part" : "", count);
+        buf_append_some(&msg, head, strlen(head));
+        buf_append_some(&msg, block.data, block.len);
+        buf_append_some(&msg, "\nAllow this one call?", 21);
+        buf_free(&block);
+        buf_free(&tool);
         c->ask_t0 = now_ms();
-        int rc = r->asker->ask(r->asker->ud, msg, answered, c, &c->ask);
+        int rc = r->asker->ask(r->asker->ud, buf_str(&msg), answered, c, &c->ask);
+        buf_free(&msg);
         if (rc == -ENOTSUP) {
                 c->ask = NULL;
                 not_asked(c, "the MCP client cannot be asked (it did not offer elicitation)");

@@ -266,12 +266,43 @@ void str_printable(const char *s, char *out, size_t size)
         out[k] = '\0';
 }
 
-/* Code points shown escaped though valid: they reorder the text around
- * them or break its lines. */
+/* Code points shown escaped though valid UTF-8: the C1 controls, the line
+ * and paragraph separators, every format character (Unicode's Cf: the
+ * bidirectional marks, embeddings, overrides and isolates, which reorder
+ * what follows them; zero-width spaces and joiners; the soft hyphen; the
+ * byte order mark; interlinear annotations, which hide text; tags) and the
+ * other default-ignorable code points (variation selectors, Hangul
+ * fillers, the combining grapheme joiner): what breaks a line, reorders
+ * text or is drawn as nothing. Drawn as nothing, a character can hide data
+ * from the person that a model still reads (a run of variation selectors
+ * or tags after one letter carries any bytes), so variation selectors are
+ * escaped too, at the price of showing an emoji's presentation selector.
+ * Sorted, for a binary search. */
+static const struct {
+        unsigned lo, hi;
+} shown_escaped_ranges[] = {
+    {0x0080, 0x009F},   {0x00AD, 0x00AD},   {0x034F, 0x034F},   {0x0600, 0x0605},
+    {0x061C, 0x061C},   {0x06DD, 0x06DD},   {0x070F, 0x070F},   {0x0890, 0x0891},
+    {0x08E2, 0x08E2},   {0x115F, 0x1160},   {0x17B4, 0x17B5},   {0x180B, 0x180F},
+    {0x200B, 0x200F},   {0x2028, 0x202E},   {0x2060, 0x206F},   {0x3164, 0x3164},
+    {0xFE00, 0xFE0F},   {0xFEFF, 0xFEFF},   {0xFFA0, 0xFFA0},   {0xFFF0, 0xFFFB},
+    {0x110BD, 0x110BD}, {0x110CD, 0x110CD}, {0x13430, 0x1343F}, {0x1BCA0, 0x1BCA3},
+    {0x1D173, 0x1D17A}, {0xE0000, 0xE0FFF},
+};
+
 static bool shown_escaped(unsigned cp)
 {
-        return (cp >= 0x80 && cp <= 0x9F) || cp == 0x061C || cp == 0x200E || cp == 0x200F ||
-               (cp >= 0x2028 && cp <= 0x202E) || (cp >= 0x2066 && cp <= 0x2069);
+        size_t lo = 0, hi = ARRAY_SIZE(shown_escaped_ranges);
+        while (lo < hi) {
+                size_t mid = lo + (hi - lo) / 2;
+                if (cp < shown_escaped_ranges[mid].lo)
+                        hi = mid;
+                else if (cp > shown_escaped_ranges[mid].hi)
+                        lo = mid + 1;
+                else
+                        return true;
+        }
+        return false;
 }
 
 /* The C escape letter of a control byte, or 0. */
@@ -301,38 +332,108 @@ static char escape_letter(unsigned char c)
         }
 }
 
-size_t buf_append_shown(struct buf *b, const char *s, size_t n)
+/* The escape of one character (or, k == 0, of one byte that is not UTF-8)
+ * into e; its length. */
+static size_t shown_escape(const unsigned char *p, size_t k, unsigned cp, unsigned how, char *e,
+                           size_t size)
+{
+        int len;
+        if (k == 0)
+                len = snprintf(e, size, "\\x%02x", p[0]);
+        else if (!how && k == 1 && escape_letter(p[0]))
+                len = snprintf(e, size, "\\%c", escape_letter(p[0]));
+        else if (!how && k == 1)
+                len = snprintf(e, size, "\\x%02x", p[0]);
+        else if (cp <= 0xFFFF)
+                len = snprintf(e, size, "\\u%04x", cp);
+        else if (how & SHOWN_JSON) /* JSON has only \u: a surrogate pair */
+                len = snprintf(e, size, "\\u%04x\\u%04x", 0xD800 + ((cp - 0x10000) >> 10),
+                               0xDC00 + ((cp - 0x10000) & 0x3FF));
+        else
+                len = snprintf(e, size, "\\U%08x", cp);
+        return len > 0 ? (size_t)len : 0;
+}
+
+/* buf_append_shown_as, and in *ret_used how many bytes of s were shown
+ * before b was full. */
+static size_t append_shown(struct buf *b, const char *s, size_t n, unsigned how, size_t *ret_used)
 {
         const unsigned char *p = (const unsigned char *)s;
-        size_t escapes = 0;
-        for (size_t i = 0; i < n;) {
+        size_t escapes = 0, i = 0;
+        while (i < n) {
                 unsigned cp = 0;
                 size_t k = utf8_seq(p + i, n - i, &cp);
-                bool escape = k == 0 || (k == 1 && (cp < 0x20 || cp == 0x7F || cp == '\\')) ||
-                              (k > 1 && shown_escaped(cp));
+                bool kept = (how & SHOWN_CODE) && (cp == '\n' || cp == '\t');
+                bool escape = k == 0 || (cp < 0x20 && !kept) || cp == 0x7F ||
+                              (cp == '\\' && !how) || shown_escaped(cp);
                 if (!escape) {
                         if (buf_append(b, p + i, k) < 0)
                                 break;
                         i += k;
                         continue;
                 }
-                /* A byte that is not UTF-8 alone; a character byte by byte. */
-                size_t bytes = k ? k : 1, len = 0;
-                char e[4 * 4 + 1];
-                for (size_t j = 0; j < bytes; j++) {
-                        char letter = k == 1 ? escape_letter(p[i]) : 0;
-                        if (letter)
-                                len += (size_t)snprintf(e + len, sizeof(e) - len, "\\%c", letter);
-                        else
-                                len +=
-                                    (size_t)snprintf(e + len, sizeof(e) - len, "\\x%02x", p[i + j]);
-                }
-                if (buf_append(b, e, len) < 0)
+                char e[16];
+                if (buf_append(b, e, shown_escape(p + i, k, cp, how, e, sizeof(e))) < 0)
                         break;
                 escapes++;
-                i += bytes;
+                i += k ? k : 1;
         }
+        *ret_used = i;
         return escapes;
+}
+
+size_t buf_append_shown_as(struct buf *b, const char *s, size_t n, unsigned how)
+{
+        size_t used;
+        return append_shown(b, s, n, how, &used);
+}
+
+size_t buf_append_shown(struct buf *b, const char *s, size_t n)
+{
+        return buf_append_shown_as(b, s, n, 0);
+}
+
+int buf_append_fenced(struct buf *b, const char *s, size_t n, unsigned how, size_t *ret_escaped)
+{
+        struct buf text, block;
+        buf_init(&text, b->max - b->len);
+        buf_init(&block, b->max - b->len);
+        size_t used;
+        size_t escapes = append_shown(&text, s, n, how, &used);
+        /* Shown whole or not at all: a cut block would end where the text
+         * chose. */
+        int r = used < n ? -ENOBUFS : 0;
+        size_t run = 0, longest = 0;
+        for (size_t i = 0; i < text.len; i++) {
+                run = text.data[i] == '`' ? run + 1 : 0;
+                if (run > longest)
+                        longest = run;
+        }
+        /* CommonMark closes a fence of backticks only with a line of at
+         * least as many: one more than the longest run inside cannot be.
+         * And the only line breaks inside are the text's own '\n' (with
+         * SHOWN_CODE), each one inside the block. */
+        size_t fence = longest < 3 ? 3 : longest + 1;
+        bool nl = text.len && text.data[text.len - 1] == '\n';
+        for (size_t i = 0; i < fence && r == 0; i++)
+                r = buf_append(&block, "`", 1);
+        if (r == 0)
+                r = buf_append(&block, "\n", 1);
+        if (r == 0)
+                r = buf_append(&block, text.data, text.len);
+        if (r == 0 && !nl)
+                r = buf_append(&block, "\n", 1);
+        for (size_t i = 0; i < fence && r == 0; i++)
+                r = buf_append(&block, "`", 1);
+        if (r == 0)
+                r = buf_append(&block, "\n", 1);
+        if (r == 0)
+                r = buf_append(b, block.data, block.len);
+        if (r == 0 && ret_escaped)
+                *ret_escaped = escapes;
+        buf_free(&text);
+        buf_free(&block);
+        return r;
 }
 
 int buf_read_file(const char *path, size_t max, struct buf *b)

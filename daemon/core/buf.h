@@ -34,14 +34,39 @@ int hex_value(int c);
  * and what does not fit in `size` is cut with "...". */
 void str_printable(const char *s, char *out, size_t size);
 /* A name from outside (a file name from a sandbox) appended to b as text fit
- * to show a person or a model: control characters (C0, DEL, C1), the
- * Unicode controls that reorder text or break lines (bidirectional marks,
- * embeddings, overrides, isolates; line and paragraph separators), bytes
- * that are not UTF-8, and the backslash itself become C escapes (\n, \t,
- * \e, \x9b, \\), so a name can neither move a terminal's cursor nor pass
+ * to show a person or a model: control characters (C0, DEL, C1), the line
+ * and paragraph separators, the format characters that reorder text or draw
+ * as nothing (bidirectional marks, embeddings, overrides, isolates;
+ * zero-width spaces and joiners, the soft hyphen, tags, variation
+ * selectors, ...), bytes that are not UTF-8, and the backslash itself
+ * become escapes (\n, \t, \e, \x01 for C0 and DEL; \u009b, \u202e for
+ * characters past ASCII, \U000e0041 past U+FFFF; \xff for a byte that is
+ * not UTF-8; \\), so a name can neither move a terminal's cursor nor pass
  * for another. The rest is copied. What does not fit in b is left out
  * (never half an escape). Returns the number of escapes written. */
 size_t buf_append_shown(struct buf *b, const char *s, size_t n);
+/* How buf_append_shown_as shows text other than names. With either, the
+ * backslash stays (it is the text's own: JSON's escapes, code's string
+ * literals) and every character escaped is written \uXXXX, so a count of
+ * the escapes tells a person how many \u in the text are corral's. */
+enum {
+        /* JSON text (json_dumps): past U+FFFF, a surrogate pair, so what is
+         * shown is still the same JSON. */
+        SHOWN_JSON = 1 << 0,
+        /* Code: '\n' and '\t' stay, its lines and indentation; past U+FFFF,
+         * \U00XXXXXX. */
+        SHOWN_CODE = 1 << 1,
+};
+/* buf_append_shown with `how` (0: as a name). */
+size_t buf_append_shown_as(struct buf *b, const char *s, size_t n, unsigned how);
+/* s[0..n) shown (buf_append_shown_as) in a Markdown fenced code block, so a
+ * renderer shows it as literal text (no link, no emphasis): a line of
+ * backticks, one more than the longest run of them in the text (at least
+ * three), so that nothing in it can close the block; the text; a newline
+ * if it has none at its end; the same fence and a newline. The number of
+ * characters escaped goes to *ret_escaped. -ENOBUFS when the whole block
+ * does not fit in b (nothing appended). */
+int buf_append_fenced(struct buf *b, const char *s, size_t n, unsigned how, size_t *ret_escaped);
 /* Drop the first n bytes. */
 void buf_consume(struct buf *b, size_t n);
 /* The whole of a regular file of at most `max` bytes into `b` (initialised

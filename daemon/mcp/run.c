@@ -361,31 +361,45 @@ static void run_answered(void *ud, enum bridge_answer answer, const char *why)
         run_ask_free(ra);
 }
 
-/* The question: the tool, its session or image, and the code, bounded,
- * with control characters other than newlines and tabs shown as '?'. */
+/* The question: the tool, its session or image, and the code, bounded.
+ * The code is text a model wrote, maybe at the bidding of what it read, so
+ * it must not shape the question around it: it goes in a fenced block it
+ * cannot close, with every character that breaks a line, reorders text or
+ * draws as nothing shown as a \u escape (core/buf.h, buf_append_fenced).
+ * Its own newlines stay, for code is read by its lines: each one is a line
+ * inside the block, since nothing in the code can end the block, and it is
+ * the only line break the code can make (CR, VT, FF, NEL, U+2028 and
+ * U+2029 are escaped). What corral says is before the block, and after it
+ * only how much was left out. */
 static char *run_question(const struct sandbox_request *req)
 {
-        struct buf b;
-        buf_init(&b, 4 << 10);
-        char head[300];
-        snprintf(head, sizeof(head), "corral: run this %s in a sandbox%s%s%s%s?\n\n",
-                 req->lang == LANG_PYTHON ? "Python code" : "shell command",
-                 req->session ? " (session " : "", req->session ? req->session : "",
-                 req->session ? ")" : "", req->image ? ", image as asked" : "");
-        buf_append_some(&b, head, strlen(head));
         size_t n = strlen(req->code), shown = n > RUN_ASK_CODE_MAX ? RUN_ASK_CODE_MAX : n;
         shown = utf8_cut(req->code, shown);
-        for (size_t i = 0; i < shown; i++) {
-                char c = req->code[i];
-                if ((unsigned char)c < 0x20 && c != '\n' && c != '\t')
-                        c = '?';
-                if (c == 0x7f)
-                        c = '?';
-                buf_append_some(&b, &c, 1);
+        /* An escape is at most six bytes for one (\u001b), and a fence at
+         * most one longer than a run of backticks, which stay: eight bytes
+         * for each one shown is room enough. */
+        struct buf block, b;
+        buf_init(&block, 8 * RUN_ASK_CODE_MAX + 16);
+        buf_init(&b, 9 * RUN_ASK_CODE_MAX + 1024);
+        size_t escaped = 0;
+        if (buf_append_fenced(&block, req->code, shown, SHOWN_CODE, &escaped) < 0) {
+                buf_free(&block);
+                return NULL;
         }
+        char head[400], count[80] = "";
+        if (escaped)
+                snprintf(count, sizeof(count), " (%zu character%s shown as \\u escapes)", escaped,
+                         escaped == 1 ? "" : "s");
+        snprintf(head, sizeof(head), "corral: run this %s in a sandbox%s%s%s%s?%s\n\n",
+                 req->lang == LANG_PYTHON ? "Python code" : "shell command",
+                 req->session ? " (session " : "", req->session ? req->session : "",
+                 req->session ? ")" : "", req->image ? ", image as asked" : "", count);
+        buf_append_some(&b, head, strlen(head));
+        buf_append_some(&b, block.data, block.len);
+        buf_free(&block);
         if (shown < n) {
                 char more[80];
-                snprintf(more, sizeof(more), "\n... (%zu more bytes not shown)", n - shown);
+                snprintf(more, sizeof(more), "... (%zu more bytes not shown)", n - shown);
                 buf_append_some(&b, more, strlen(more));
         }
         char *text = strdup(buf_str(&b));

@@ -109,10 +109,16 @@ static int add_rule(struct parser *p, const char *name, struct seccomp_rule *tmp
 {
         if (!word_ok(name, sizeof(tmpl->name), false))
                 return perr(p, "\"%.60s\" is not a system call name", name);
+        /* A call is named once, but for several allow lines with
+         * conditions, which are alternatives. */
         const struct seccomp_rule *old = seccomp_rules_find(p->out, name);
-        if (old)
-                return perr(p, "%s is already named on line %u: name each call once", name,
-                            old->line);
+        bool alternative = old && old->action == SC_ALLOW && old->n_conds &&
+                           tmpl->action == SC_ALLOW && tmpl->n_conds;
+        if (old && !alternative)
+                return perr(p,
+                            "%s is already named on line %u: name each call once (only allow "
+                            "lines with conditions may name it again)",
+                            name, old->line);
         if (p->out->n >= SECCOMP_RULES_MAX)
                 return perr(p, "more than %d calls", SECCOMP_RULES_MAX);
         struct seccomp_rule *v = realloc(p->out->v, (p->out->n + 1) * sizeof(*v));
@@ -127,44 +133,81 @@ static int add_rule(struct parser *p, const char *name, struct seccomp_rule *tmp
         return 0;
 }
 
-/* allow NAME argN in V... | allow NAME argN & MASK == V */
-static int parse_condition(struct parser *p, char **tok, size_t n, struct seccomp_rule *r)
+/* One condition at tok[0..n): "argN in V..." (values up to the next
+ * "argN") or "argN & MASK == V". Sets *used to the words it took. */
+static int parse_condition(struct parser *p, const char *call, char **tok, size_t n,
+                           struct seccomp_cond *c, size_t *used)
 {
-        if (n < 5 || strncmp(tok[2], "arg", 3) != 0 || !isdigit((unsigned char)tok[2][3]) ||
-            tok[2][4] || tok[2][3] > '5')
+        if (n < 3 || strncmp(tok[0], "arg", 3) != 0 || !isdigit((unsigned char)tok[0][3]) ||
+            tok[0][4] || tok[0][3] > '5')
                 return perr(p, "expected \"allow CALL argN in V...\" or "
                                "\"allow CALL argN & MASK == V\" (N from 0 to 5)");
-        r->arg = tok[2][3] - '0';
+        c->arg = tok[0][3] - '0';
         /* The policy names clone's arguments as most architectures order
          * them (flags first); s390 and s390x take (stack, flags, ...). */
         uint32_t arch = seccomp_arch_native();
-        if (strcmp(tok[1], "clone") == 0 && r->arg < 2 &&
+        if (strcmp(call, "clone") == 0 && c->arg < 2 &&
             (arch == SCMP_ARCH_S390X || arch == SCMP_ARCH_S390))
-                r->arg = 1 - r->arg;
-        if (strcmp(tok[3], "in") == 0) {
-                if (n - 4 > ARRAY_SIZE(r->vals))
-                        return perr(p, "at most %zu values", ARRAY_SIZE(r->vals));
-                for (size_t i = 4; i < n; i++)
-                        if (!parse_value(tok[i], &r->vals[r->n_vals++]))
+                c->arg = 1 - c->arg;
+        if (strcmp(tok[1], "in") == 0) {
+                size_t k = 2;
+                for (; k < n && strncmp(tok[k], "arg", 3) != 0; k++) {
+                        if (c->n_vals == ARRAY_SIZE(c->vals))
+                                return perr(p, "at most %zu values", ARRAY_SIZE(c->vals));
+                        if (!parse_value(tok[k], &c->vals[c->n_vals++]))
                                 return perr(p, "\"%.40s\" is not a value (decimal or 0x...)",
-                                            tok[i]);
+                                            tok[k]);
+                }
+                if (c->n_vals == 0)
+                        return perr(p, "expected values after \"%s in\"", tok[0]);
+                *used = k;
                 return 0;
         }
-        if (strcmp(tok[3], "&") == 0 && n == 7 && strcmp(tok[5], "==") == 0) {
-                r->masked = true;
-                r->n_vals = 1;
-                if (!parse_value(tok[4], &r->mask) || !parse_value(tok[6], &r->vals[0]))
+        if (strcmp(tok[1], "&") == 0 && n >= 5 && strcmp(tok[3], "==") == 0) {
+                c->masked = true;
+                c->n_vals = 1;
+                if (!parse_value(tok[2], &c->mask) || !parse_value(tok[4], &c->vals[0]))
                         return perr(p, "a mask and a value, decimal or 0x...");
-                if (r->vals[0] & ~r->mask)
+                if (c->vals[0] & ~c->mask)
                         return perr(p, "the value has bits outside the mask: it never matches");
+                *used = 5;
                 return 0;
         }
-        return perr(p, "expected \"in\" or \"& MASK == V\" after %s", tok[2]);
+        return perr(p, "expected \"in\" or \"& MASK == V\" after %s", tok[0]);
+}
+
+/* allow NAME COND...: every condition holds (AND). */
+static int parse_conditions(struct parser *p, char **tok, size_t n, struct seccomp_rule *r)
+{
+        size_t combos = 1;
+        for (size_t i = 2; i < n;) {
+                if (r->n_conds == SECCOMP_CONDS_MAX)
+                        return perr(p, "at most %d conditions in one line", SECCOMP_CONDS_MAX);
+                struct seccomp_cond *c = &r->cond[r->n_conds];
+                size_t used = 0;
+                int k = parse_condition(p, tok[1], tok + i, n - i, c, &used);
+                if (k < 0)
+                        return k;
+                /* libseccomp refuses two conditions on one argument in a
+                 * rule, and the engines' runtimes (runc, crun) make such
+                 * an entry's conditions alternatives instead: an AND
+                 * would silently become an OR. */
+                for (unsigned j = 0; j < r->n_conds; j++)
+                        if (r->cond[j].arg == c->arg)
+                                return perr(p, "%s has two conditions in one line", tok[i]);
+                r->n_conds++;
+                combos *= c->n_vals;
+                if (combos > SECCOMP_COMBOS_MAX)
+                        return perr(p, "at most %d combinations of values in one line",
+                                    SECCOMP_COMBOS_MAX);
+                i += used;
+        }
+        return 0;
 }
 
 static int parse_statement(struct parser *p, char **tok, size_t n)
 {
-        struct seccomp_rule r = {.arg = -1};
+        struct seccomp_rule r = {0};
         if (strcmp(tok[0], "group") == 0) {
                 if (n != 2 || !word_ok(tok[1], sizeof(p->group), true))
                         return perr(p, "expected \"group NAME\" (a-z, 0-9, _ and -)");
@@ -175,7 +218,7 @@ static int parse_statement(struct parser *p, char **tok, size_t n)
         if (strcmp(tok[0], "allow") == 0) {
                 r.action = SC_ALLOW;
                 if (n > 2 && strncmp(tok[2], "arg", 3) == 0) {
-                        int k = parse_condition(p, tok, n, &r);
+                        int k = parse_conditions(p, tok, n, &r);
                         return k < 0 ? k : add_rule(p, tok[1], &r);
                 }
         } else if (strcmp(tok[0], "deny") == 0) {
@@ -280,10 +323,41 @@ static bool known_here(const char *name)
         return seccomp_syscall_resolve_name(name) != __NR_SCMP_ERROR;
 }
 
-static json_t *arg_cmp(int index, uint64_t value, uint64_t two, const char *op)
+/* Rules with conditions become one engine entry, or one libseccomp rule,
+ * per combination of their conditions' values: conditions within one are
+ * ANDed, and entries (rules) for a call are ORed. */
+static size_t combinations(const struct seccomp_rule *x)
 {
-        return json_pack("[{s:i, s:I, s:I, s:s}]", "index", index, "value", (json_int_t)value,
-                         "valueTwo", (json_int_t)two, "op", op);
+        size_t n = 1;
+        for (unsigned j = 0; j < x->n_conds; j++)
+                n *= x->cond[j].n_vals;
+        return n;
+}
+
+/* Condition j of combination k: each condition's values in turn, the
+ * first condition's fastest. */
+static struct scmp_arg_cmp combination_cmp(const struct seccomp_rule *x, unsigned j, size_t k)
+{
+        const struct seccomp_cond *c = &x->cond[j];
+        if (c->masked)
+                return (struct scmp_arg_cmp){.arg = (unsigned)c->arg,
+                                             .op = SCMP_CMP_MASKED_EQ,
+                                             .datum_a = c->mask,
+                                             .datum_b = c->vals[0]};
+        for (unsigned i = 0; i < j; i++)
+                k /= x->cond[i].n_vals;
+        return (struct scmp_arg_cmp){
+            .arg = (unsigned)c->arg, .op = SCMP_CMP_EQ, .datum_a = c->vals[k % c->n_vals]};
+}
+
+/* The engines' form of a condition: for MASKED_EQ, value is the mask and
+ * valueTwo the datum. */
+static json_t *arg_cmp(const struct scmp_arg_cmp *c)
+{
+        return json_pack("{s:i, s:I, s:I, s:s}", "index", (int)c->arg, "value",
+                         (json_int_t)c->datum_a, "valueTwo",
+                         (json_int_t)(c->op == SCMP_CMP_MASKED_EQ ? c->datum_b : 0), "op",
+                         c->op == SCMP_CMP_MASKED_EQ ? "SCMP_CMP_MASKED_EQ" : "SCMP_CMP_EQ");
 }
 
 json_t *seccomp_rules_engine_json(const struct seccomp_rules *r, unsigned flags, char **ret_skipped)
@@ -316,28 +390,23 @@ json_t *seccomp_rules_engine_json(const struct seccomp_rules *r, unsigned flags,
                  * ENOSYS itself, so they are let through to it. */
                 bool gvisor_enosys = (flags & SECCOMP_JSON_GVISOR) && x->action == SC_ERRNO &&
                                      x->errno_ret == ENOSYS;
-                if ((x->action == SC_ALLOW && x->arg < 0) || gvisor_enosys) {
+                if ((x->action == SC_ALLOW && !x->n_conds) || gvisor_enosys) {
                         json_array_append_new(plain, json_string(x->name));
                 } else if (x->action == SC_ERRNO) {
                         json_array_append_new(calls, json_pack("{s:[s], s:s, s:i}", "names",
                                                                x->name, "action", "SCMP_ACT_ERRNO",
                                                                "errnoRet", x->errno_ret));
-                } else if (x->masked) {
-                        /* The engines' MASKED_EQ: value is the mask, valueTwo the datum. */
-                        json_array_append_new(
-                            calls,
-                            json_pack("{s:[s], s:s, s:o}", "names", x->name, "action",
-                                      "SCMP_ACT_ALLOW", "args",
-                                      arg_cmp(x->arg, x->mask, x->vals[0], "SCMP_CMP_MASKED_EQ")));
                 } else {
-                        /* Conditions within one entry must all hold; one entry
-                         * per allowed value makes "one of". */
-                        for (unsigned k = 0; k < x->n_vals; k++)
+                        for (size_t k = 0; k < combinations(x); k++) {
+                                json_t *args = json_array();
+                                for (unsigned j = 0; j < x->n_conds; j++) {
+                                        struct scmp_arg_cmp c = combination_cmp(x, j, k);
+                                        json_array_append_new(args, arg_cmp(&c));
+                                }
                                 json_array_append_new(
-                                    calls,
-                                    json_pack("{s:[s], s:s, s:o}", "names", x->name, "action",
-                                              "SCMP_ACT_ALLOW", "args",
-                                              arg_cmp(x->arg, x->vals[k], 0, "SCMP_CMP_EQ")));
+                                    calls, json_pack("{s:[s], s:s, s:o}", "names", x->name,
+                                                     "action", "SCMP_ACT_ALLOW", "args", args));
+                        }
                 }
         }
         if (json_array_insert_new(
@@ -363,17 +432,12 @@ int seccomp_rules_load(const struct seccomp_rules *r, struct err *e)
                     x->action == SC_ERRNO ? SCMP_ACT_ERRNO((uint32_t)x->errno_ret) : SCMP_ACT_ALLOW;
                 if (act == SCMP_ACT_ERRNO(EPERM))
                         continue; /* the default already */
-                if (x->arg < 0)
-                        k = seccomp_rule_add(ctx, act, nr, 0);
-                else if (x->masked)
-                        k = seccomp_rule_add(
-                            ctx, act, nr, 1,
-                            SCMP_CMP((unsigned)x->arg, SCMP_CMP_MASKED_EQ, x->mask, x->vals[0]));
-                else
-                        for (unsigned v = 0; v < x->n_vals && k == 0; v++)
-                                k = seccomp_rule_add(
-                                    ctx, act, nr, 1,
-                                    SCMP_CMP((unsigned)x->arg, SCMP_CMP_EQ, x->vals[v]));
+                for (size_t c = 0; c < combinations(x) && k == 0; c++) {
+                        struct scmp_arg_cmp cmp[SECCOMP_CONDS_MAX];
+                        for (unsigned j = 0; j < x->n_conds; j++)
+                                cmp[j] = combination_cmp(x, j, c);
+                        k = seccomp_rule_add_array(ctx, act, nr, x->n_conds, cmp);
+                }
                 if (k < 0)
                         err_set(e, ERR_INTERNAL, -k, "seccomp rule for %s: %s", x->name,
                                 strerror(-k));
@@ -476,8 +540,9 @@ int sandbox_profile_load(const struct config *cfg, struct sandbox_profile *ret, 
                 return r;
         _cleanup_free_ char *skipped = NULL;
         size_t allowed = 0;
-        for (size_t i = 0; i < rules.n; i++)
-                allowed += rules.v[i].action != SC_DENY;
+        for (size_t i = 0; i < rules.n; i++) /* calls, not the lines of one */
+                allowed += rules.v[i].action != SC_DENY &&
+                           seccomp_rules_find(&rules, rules.v[i].name) == &rules.v[i];
         if (!json)
                 json = seccomp_rules_engine_json(
                     &rules, config_runsc(cfg) ? SECCOMP_JSON_GVISOR : 0, &skipped);

@@ -16,15 +16,27 @@
 
 enum seccomp_action { SC_ALLOW, SC_ERRNO, SC_DENY };
 
-struct seccomp_rule {
-        char name[40];
-        enum seccomp_action action;
-        int errno_ret;     /* SC_ERRNO */
-        int arg;           /* -1: no condition on the arguments */
-        bool masked;       /* arg & mask == values[0] */
+/* One condition on an argument. */
+struct seccomp_cond {
+        int arg;           /* 0 to 5 */
+        bool masked;       /* arg & mask == vals[0] */
         uint64_t mask;     /* when masked */
         uint64_t vals[16]; /* arg equals one of these (or the masked value) */
         unsigned n_vals;
+};
+
+#define SECCOMP_CONDS_MAX  3  /* conditions in one rule, on as many arguments */
+#define SECCOMP_COMBOS_MAX 64 /* rules a line becomes: the product of its value counts */
+
+/* A call's rule. An allow with conditions holds when all of them do; a
+ * call may have several such rules (several lines), and it is allowed when
+ * one of them holds. Every other call has one rule. */
+struct seccomp_rule {
+        char name[40];
+        enum seccomp_action action;
+        int errno_ret; /* SC_ERRNO */
+        struct seccomp_cond cond[SECCOMP_CONDS_MAX];
+        unsigned n_conds; /* 0: no condition on the arguments */
         unsigned line;
         char group[40];
 };
@@ -44,6 +56,8 @@ struct seccomp_rules {
 int seccomp_rules_parse(const char *text, size_t len, const char *source, struct seccomp_rules *ret,
                         struct err *e);
 void seccomp_rules_done(struct seccomp_rules *r);
+/* The call's first rule (the others of an allow with conditions follow it
+ * in r->v), or NULL. */
 const struct seccomp_rule *seccomp_rules_find(const struct seccomp_rules *r, const char *name);
 
 /* The engine's JSON profile (Docker's format, which Podman reads too) for

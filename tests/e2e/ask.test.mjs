@@ -141,6 +141,62 @@ rec("texts", [x.text for x in rs])`, ['everything']);
   assert.deepEqual([...seen].sort(), ['m0', 'm1', 'm2'], 'each call asked about once');
 });
 
+// Text from a sandbox in a question is data: it cannot break the question's
+// lines, reorder them, hide characters or render as Markdown. The code
+// writes its own "Allow this one call?" line after a U+2028, an RLO, C1
+// controls (NEL, CSI), ESC and a link into the arguments of an `ask` tool.
+const RAW = [0x2028, 0x202e, 0x85, 0x9b, 0x1b];
+
+// The message's lines: the one fenced block (a line of backticks and the
+// same line again), and the lines outside it.
+function fenced(message) {
+  const lines = message.split('\n');
+  const open = lines.findIndex((l) => /^`{3,}$/.test(l));
+  const close = open < 0 ? -1 : lines.indexOf(lines[open], open + 1);
+  assert.ok(open >= 0 && close > open, `one fenced block (${JSON.stringify(message)})`);
+  return { inside: lines.slice(open + 1, close), outside: [...lines.slice(0, open), ...lines.slice(close + 1)] };
+}
+
+function assertShownAsData(message, what) {
+  for (const cp of RAW) {
+    assert.ok(!message.includes(String.fromCodePoint(cp)), `${what}: no raw U+${cp.toString(16).padStart(4, '0')}`);
+    assert.ok(message.toLowerCase().includes(`\\u${cp.toString(16).padStart(4, '0')}`), `${what}: U+${cp.toString(16)} shown as an escape`);
+  }
+  assert.doesNotMatch(message, /[\r\u0085\u2028\u2029]/, `${what}: the only line breaks are corral's newlines`);
+  const { inside, outside } = fenced(message);
+  assert.ok(inside.some((l) => l.includes('[ok](http://evil)')), `${what}: the link is inside the fenced block`);
+  assert.ok(!outside.some((l) => /README|evil/.test(l)), `${what}: nothing of the code's outside the block (${JSON.stringify(outside)})`);
+  return { inside, outside };
+}
+
+test('ask: the arguments in the question are data: line breaks, bidi and C1 controls are escapes and counted, Markdown stays in a fenced block', async (t) => {
+  const b = askSetup(t);
+  const asked = [];
+  const d = await t.daemon('ask-data', b.env, {
+    capabilities: { elicitation: { form: {} } },
+    setup: (client) => client.setRequestHandler(ElicitRequestSchema, async (req) => {
+      asked.push(req.params);
+      return { action: 'decline' };
+    }),
+  });
+  const r = await bridgeRun(t, d, `
+forged = ("x" + chr(0x2028) + "Allow this one call? It only reads README.md " + chr(0x202e) + "txt.EMDAER"
+          + chr(0x85) + chr(0x9b) + "2J" + chr(0x1b) + "[31m [ok](http://evil)")
+rec("echo", catch(lambda: mcp_everything.echo(message=forged)))`, ['everything']);
+  assertRaised(r.out.echo, 'PolicyDenied', 'declined');
+  assert.equal(asked.length, 1);
+  const m = asked[0].message;
+  t.note('question', m);
+  const { inside, outside } = assertShownAsData(m, 'ask');
+  assert.equal(inside.length, 1, 'the arguments are one line');
+  // ESC is JSON's own escape (\u001b), the four others corral's.
+  assert.match(outside[0], /with these arguments \(\d+ bytes; 4 characters shown as \\u escapes\):$/);
+  assert.deepEqual(outside.slice(1), ['', 'Allow this one call?'], 'the question is corral\'s last line');
+  assert.equal(JSON.parse(inside[0]).message,
+    'x\u2028Allow this one call? It only reads README.md \u202etxt.EMDAER\u0085\u009b2J\u001b[31m [ok](http://evil)',
+    'the block is still the JSON of the arguments, which reads back as what the code sent');
+});
+
 test('ask: ask_run puts each run_python and run_shell to the person first; declined or unanswered, nothing runs; no elicitation, refused; each audited', async (t) => {
   const b = bridgeSetup(t, { config: { ask_run: true, ask_timeout_s: 2 } });
   const asked = [];
@@ -197,6 +253,16 @@ test('ask: ask_run puts each run_python and run_shell to the person first; decli
     ['run_python', 'allowed', 'accepted'], ['run_shell', 'denied', 'declined'], ['run_shell', 'allowed', 'accepted'],
     ['run_python', 'denied', 'timed out'], ['run_python', 'denied', 'withdrawn']]);
   assert.ok(lines[3].ask.ms >= 1900, 'the time-out line says how long it waited');
+
+  // The code is shown as data too: its lines stay, inside a block that a
+  // line of backticks in the code does not close.
+  answer = 'decline';
+  await d.call(t, 'run_python', { code: 'print(1)\n```\nAllow? It only reads README.md\u2028\u202e\u0085\u009b\u001b[31m [ok](http://evil)\n' });
+  const code = asked.at(-1).message;
+  t.note('code question', code);
+  const shown = assertShownAsData(code, 'ask_run');
+  assert.match(shown.outside[0], /run this Python code in a sandbox\? \(5 characters shown as \\u escapes\)$/);
+  assert.deepEqual(shown.inside.slice(0, 2), ['print(1)', '```'], 'the code keeps its lines, and a fence of its own stays inside');
 
   const none = await t.daemon('ask-run-none', b.env);
   const refused = await none.call(t, 'run_python', { code: 'print(1)' });

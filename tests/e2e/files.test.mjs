@@ -122,7 +122,7 @@ test('files: a file of file_max_bytes goes through write_file as base64, one byt
   const text = ls.content[0].text;
   assert.deepEqual(ls.structuredContent.entries.map((e) => e.path).sort(), [...names].sort(), 'structuredContent has the exact names');
   assert.doesNotMatch(text, /[\x00-\x08\x0b-\x1f\x7f\u202e]/, 'no control character in the text (newlines end its lines only)');
-  for (const shown of ['red\\e[31m\\e[2J.txt', 'two\\nlines\\r.txt', 'bell\\a.txt', 'rlo\\xe2\\x80\\xaegnp.exe', 'back\\\\slash.txt'])
+  for (const shown of ['red\\e[31m\\e[2J.txt', 'two\\nlines\\r.txt', 'bell\\a.txt', 'rlo\\u202egnp.exe', 'back\\\\slash.txt'])
     assert.ok(text.includes(shown), `the text shows ${shown}`);
   assert.equal(text.split('\n').length, names.length + 1, 'one line a name, and the footer');
   assert.match(text, /shown as C escapes/, 'and says how names are shown');

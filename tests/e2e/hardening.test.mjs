@@ -244,6 +244,43 @@ print(json.dumps(res))
   assert.equal(sh.structuredContent.stdout, '1000 999 998 2\ny\n', 'a shell pipeline');
 });
 
+// Netlink is how the C library lists the local addresses (NETLINK_ROUTE);
+// its other protocols are kernel interfaces a sandbox has no use for, and
+// NETLINK_KOBJECT_UEVENT, bound to its group, hands out the host's device
+// events from any network namespace.
+const NETLINK_PY = String.raw`
+import errno, json, socket
+res = {}
+for name, proto in (("uevent", 15), ("audit", 9), ("sock_diag", 4), ("xfrm", 6), ("connector", 11),
+                    ("netfilter", 12), ("generic", 16)):
+    try:
+        socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, proto).close()
+        res[name] = "opened"
+    except OSError as e:
+        res[name] = errno.errorcode.get(e.errno, str(e.errno))
+for kind in (socket.SOCK_RAW, socket.SOCK_DGRAM):
+    s = socket.socket(socket.AF_NETLINK, kind | socket.SOCK_CLOEXEC, 0)
+    s.bind((0, 0))
+    s.close()
+res["route"] = "opened"
+res["getaddrinfo"] = sorted({a[4][0] for a in socket.getaddrinfo("localhost", 80)})
+res["interfaces"] = [n for _, n in socket.if_nameindex()]
+print(json.dumps(res))
+`;
+
+test('seccomp: netlink is NETLINK_ROUTE only: uevent, audit and the other protocols get EPERM; route sockets, getaddrinfo and if_nameindex work', async (t) => {
+  const d = await t.main();
+  const r = await d.call(t, 'run_python', { code: NETLINK_PY });
+  assert.equal(r.structuredContent.status, 'ok', `the probe ran (${clip(r.structuredContent.stderr, 800)})`);
+  const res = JSON.parse(r.structuredContent.stdout);
+  t.note('netlink', res);
+  for (const p of ['uevent', 'audit', 'sock_diag', 'xfrm', 'connector', 'netfilter', 'generic'])
+    assert.equal(res[p], 'EPERM', `a NETLINK ${p} socket is refused with EPERM`);
+  assert.equal(res.route, 'opened', 'NETLINK_ROUTE sockets (raw and datagram) open and bind');
+  assert.ok(res.getaddrinfo.some((a) => a === '127.0.0.1' || a === '::1'), `getaddrinfo('localhost', 80) works (${res.getaddrinfo})`);
+  assert.ok(res.interfaces.includes('lo'), 'if_nameindex lists lo');
+});
+
 test('surface: only /tmp, /workspace and /dev/shm are writable, each capped; sensitive /proc entries are masked', async (t) => {
   const d = await t.main();
   const code = String.raw`

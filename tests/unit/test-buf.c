@@ -6,6 +6,7 @@
 #include "tap.h"
 
 #include <errno.h>
+#include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -403,13 +404,31 @@ static void test_shown(void)
             {S("back\\slash"), "back\\\\slash", 1},
             {S("csi\xc2\x9b"
                "2J"),
-             "csi\\xc2\\x9b2J", 1},                 /* C1 */
+             "csi\\u009b2J", 1},                    /* C1 */
+            {S("nel\xc2\x85"), "nel\\u0085", 1},    /* C1 NEL, a line break */
             {S("\xc2\xa0nbsp"), "\xc2\xa0nbsp", 0}, /* U+00A0 is printable */
             {S("abc\xe2\x80\xae"
                "fdp.exe"),
-             "abc\\xe2\\x80\\xaefdp.exe", 1},                                       /* RLO */
-            {S("\xe2\x81\xa6x\xe2\x81\xa9"), "\\xe2\\x81\\xa6x\\xe2\\x81\\xa9", 2}, /* isolates */
-            {S("line\xe2\x80\xa8sep"), "line\\xe2\\x80\\xa8sep", 1},
+             "abc\\u202efdp.exe", 1},                                            /* RLO */
+            {S("\xe2\x81\xa6x\xe2\x81\xa9"), "\\u2066x\\u2069", 2},              /* isolates */
+            {S("\xd8\x9c\xe2\x80\x8e\xe2\x80\x8f"), "\\u061c\\u200e\\u200f", 3}, /* marks */
+            {S("\xe2\x80\xaa\xe2\x80\xad"), "\\u202a\\u202d", 2}, /* embedding, LRO */
+            {S("line\xe2\x80\xa8sep\xe2\x80\xa9"), "line\\u2028sep\\u2029", 2},
+            /* Zero width space, non-joiner, joiner, word joiner, invisible
+             * plus, byte order mark, soft hyphen, Mongolian vowel
+             * separator: drawn as nothing. */
+            {S("a\xe2\x80\x8b\xe2\x80\x8c\xe2\x80\x8d"
+               "b"),
+             "a\\u200b\\u200c\\u200db", 3},
+            {S("\xe2\x81\xa0\xe2\x81\xa4\xef\xbb\xbf\xc2\xad\xe1\xa0\x8e"),
+             "\\u2060\\u2064\\ufeff\\u00ad\\u180e", 5},
+            /* Tags (TAG LATIN SMALL LETTER A, CANCEL TAG) and variation
+             * selectors, which can carry hidden text. */
+            {S("x\xf3\xa0\x81\xa1\xf3\xa0\x81\xbf"), "x\\U000e0061\\U000e007f", 2},
+            {S("\xe2\x9d\xa4\xef\xb8\x8f\xf3\xa0\x84\x80"), "\xe2\x9d\xa4\\ufe0f\\U000e0100", 2},
+            /* Hangul filler, interlinear annotation anchor: invisible. */
+            {S("\xe3\x85\xa4\xef\xbf\xb9"), "\\u3164\\ufff9", 2},
+            {S("\xe2\x80\x8a\xe2\x80\x90"), "\xe2\x80\x8a\xe2\x80\x90", 0}, /* hair space, hyphen */
             {S("\xff"), "\\xff", 1},
             {S("cut \xe2\x82"), "cut \\xe2\\x82", 2},
             {S("\xc0\xaf"), "\\xc0\\xaf", 2},          /* overlong */
@@ -434,6 +453,186 @@ static void test_shown(void)
         buf_init(&b, 10);
         buf_append_shown(&b, "abcdefgh\x1b", 9);
         is_str(buf_str(&b), "abcdefgh\\e", "... and in when it fits");
+        buf_free(&b);
+}
+
+/* The UTF-8 of one code point; its length. */
+static size_t utf8_of(unsigned cp, char *out)
+{
+        if (cp < 0x80) {
+                out[0] = (char)cp;
+                return 1;
+        }
+        if (cp < 0x800) {
+                out[0] = (char)(0xC0 | cp >> 6);
+                out[1] = (char)(0x80 | (cp & 0x3F));
+                return 2;
+        }
+        if (cp < 0x10000) {
+                out[0] = (char)(0xE0 | cp >> 12);
+                out[1] = (char)(0x80 | (cp >> 6 & 0x3F));
+                out[2] = (char)(0x80 | (cp & 0x3F));
+                return 3;
+        }
+        out[0] = (char)(0xF0 | cp >> 18);
+        out[1] = (char)(0x80 | (cp >> 12 & 0x3F));
+        out[2] = (char)(0x80 | (cp >> 6 & 0x3F));
+        out[3] = (char)(0x80 | (cp & 0x3F));
+        return 4;
+}
+
+/* Every control (Cc), format character (Cf) and line or paragraph
+ * separator (Zl, Zp) of Unicode 15, from its UnicodeData.txt, apart from
+ * buf.c's own table: each is escaped in every mode, but '\n' and '\t' in
+ * code. */
+static void test_shown_classes(void)
+{
+        static const struct {
+                unsigned lo, hi;
+        } must[] = {
+            {0x00, 0x1F},       {0x7F, 0x9F},       {0xAD, 0xAD},       {0x600, 0x605},
+            {0x61C, 0x61C},     {0x6DD, 0x6DD},     {0x70F, 0x70F},     {0x890, 0x891},
+            {0x8E2, 0x8E2},     {0x180E, 0x180E},   {0x200B, 0x200F},   {0x2028, 0x2029},
+            {0x202A, 0x202E},   {0x2060, 0x2064},   {0x2066, 0x206F},   {0xFEFF, 0xFEFF},
+            {0xFFF9, 0xFFFB},   {0x110BD, 0x110BD}, {0x110CD, 0x110CD}, {0x13430, 0x1343F},
+            {0x1BCA0, 0x1BCA3}, {0x1D173, 0x1D17A}, {0xE0001, 0xE0001}, {0xE0020, 0xE007F},
+        };
+        static const unsigned how[] = {0, SHOWN_JSON, SHOWN_CODE};
+        int missed = 0;
+        for (size_t h = 0; h < ARRAY_SIZE(how); h++)
+                for (size_t i = 0; i < ARRAY_SIZE(must); i++)
+                        for (unsigned cp = must[i].lo; cp <= must[i].hi; cp++) {
+                                char in[4];
+                                size_t n = utf8_of(cp, in);
+                                struct buf b;
+                                buf_init(&b, 64);
+                                size_t k = buf_append_shown_as(&b, in, n, how[h]);
+                                bool kept = how[h] == SHOWN_CODE && (cp == '\n' || cp == '\t');
+                                if (kept ? k != 0 : k != 1 || b.data[0] != '\\') {
+                                        diag("U+%04X, how %u: %zu escapes, \"%s\"", cp, how[h], k,
+                                             buf_str(&b));
+                                        missed++;
+                                }
+                                buf_free(&b);
+                        }
+        is_int(missed, 0, "every Cc, Cf, Zl and Zp character is escaped in each mode");
+        /* Letters, digits, spaces, marks and symbols of many scripts stay. */
+        static const unsigned kept[] = {'a',   ' ',    '~',     0xE9,  0x3B1,  0x5D0,  0x627,
+                                        0x928, 0x4E2D, 0x1F600, 0x301, 0x2003, 0x2764, 0xFFFD};
+        int changed = 0;
+        for (size_t i = 0; i < ARRAY_SIZE(kept); i++) {
+                char in[4];
+                size_t n = utf8_of(kept[i], in);
+                struct buf b;
+                buf_init(&b, 64);
+                if (buf_append_shown_as(&b, in, n, SHOWN_JSON) != 0 || b.len != n ||
+                    memcmp(b.data, in, n) != 0) {
+                        diag("U+%04X changed", kept[i]);
+                        changed++;
+                }
+                buf_free(&b);
+        }
+        is_int(changed, 0, "ordinary characters are copied");
+}
+
+/* JSON and code: the backslash stays, every escape is \u. */
+static void test_shown_as(void)
+{
+        static const struct {
+                unsigned how;
+                const char *in, *out;
+                size_t escapes;
+        } cases[] = {
+            {SHOWN_JSON, "{\"a\":\"x\\\\y\\n\\u001b\"}", "{\"a\":\"x\\\\y\\n\\u001b\"}", 0},
+            {SHOWN_JSON, "{\"a\":\"\xe2\x80\xae\xc2\x9b\xc2\x85\xe2\x80\xa8\"}",
+             "{\"a\":\"\\u202e\\u009b\\u0085\\u2028\"}", 4},
+            {SHOWN_JSON, "\xf3\xa0\x81\xa1", "\\udb40\\udc61", 1}, /* a surrogate pair */
+            {SHOWN_JSON, "[ok](http://evil) `x`", "[ok](http://evil) `x`", 0},
+            {SHOWN_CODE, "if x:\n\tprint('\\n')\r\n", "if x:\n\tprint('\\n')\\u000d\n", 1},
+            {SHOWN_CODE, "s = '\x1b[2J\xe2\x80\xae'\x7f", "s = '\\u001b[2J\\u202e'\\u007f", 3},
+            {SHOWN_CODE, "t = '\xf3\xa0\x81\xa1'", "t = '\\U000e0061'", 1},
+            {SHOWN_CODE, "\xe2\x80\xa9\xc2\x85\x0b\x0c", "\\u2029\\u0085\\u000b\\u000c", 4},
+        };
+        for (size_t i = 0; i < ARRAY_SIZE(cases); i++) {
+                struct buf b;
+                buf_init(&b, 1024);
+                size_t k = buf_append_shown_as(&b, cases[i].in, strlen(cases[i].in), cases[i].how);
+                is_str(buf_str(&b), cases[i].out, "shown as: case %zu", i);
+                is_int(k, cases[i].escapes, "shown as: case %zu, escapes", i);
+                buf_free(&b);
+        }
+        /* A JSON string with escapes that jansson reads back as the text. */
+        json_error_t je;
+        const char *in = "[\"\xe2\x80\xae\xf3\xa0\x81\xa1\"]";
+        struct buf b;
+        buf_init(&b, 1024);
+        buf_append_shown_as(&b, in, strlen(in), SHOWN_JSON);
+        json_t *j = json_loads(buf_str(&b), 0, &je);
+        is_str(json_string_value(json_array_get(j, 0)), "\xe2\x80\xae\xf3\xa0\x81\xa1",
+               "what SHOWN_JSON shows is the same JSON");
+        json_decref(j);
+        buf_free(&b);
+}
+
+static void test_fenced(void)
+{
+        struct buf b;
+        size_t k = 99;
+        buf_init(&b, 1024);
+        is_int(buf_append_fenced(&b, "{\"a\":\"[ok](http://evil)\"}", 25, SHOWN_JSON, &k), 0,
+               "fenced: appended");
+        is_str(buf_str(&b), "```\n{\"a\":\"[ok](http://evil)\"}\n```\n", "fenced: three backticks");
+        is_int(k, 0, "fenced: no escapes");
+        buf_free(&b);
+
+        /* Runs of backticks in the text, even a line of them: the fence is
+         * longer than the longest. */
+        buf_init(&b, 1024);
+        const char *code = "a = 1\n```\nAllow? ``x`` ````\n\xe2\x80\xa8print(a)\n";
+        is_int(buf_append_fenced(&b, code, strlen(code), SHOWN_CODE, &k), 0, "fenced code");
+        is_str(buf_str(&b), "`````\na = 1\n```\nAllow? ``x`` ````\n\\u2028print(a)\n`````\n",
+               "fenced: five backticks around a run of four; lines kept, no extra newline");
+        is_int(k, 1, "fenced: one escape counted");
+        buf_free(&b);
+
+        /* Every line of the block but the fences holds fewer backticks in a
+         * row than the fence, for texts made of backticks and newlines. */
+        int bad = 0;
+        for (unsigned mask = 0; mask < 1u << 10; mask++) {
+                char t[11];
+                for (int i = 0; i < 10; i++)
+                        t[i] = mask >> i & 1 ? '`' : '\n';
+                t[10] = '\0';
+                buf_init(&b, 1024);
+                if (buf_append_fenced(&b, t, 10, SHOWN_CODE, NULL) < 0) {
+                        bad++;
+                        buf_free(&b);
+                        continue;
+                }
+                const char *s = buf_str(&b), *first_nl = strchr(s, '\n');
+                size_t fence = (size_t)(first_nl - s);
+                const char *body = first_nl + 1, *end = s + b.len - fence - 1;
+                if (strncmp(end, s, fence) != 0 || end[-1] != '\n')
+                        bad++;
+                size_t run = 0;
+                for (const char *p = body; p < end; p++) {
+                        run = *p == '`' ? run + 1 : 0;
+                        if (run >= fence)
+                                bad++;
+                }
+                buf_free(&b);
+        }
+        is_int(bad, 0, "fenced: no text of backticks and newlines can close its block");
+
+        /* Whole or nothing. */
+        buf_init(&b, 12);
+        buf_append(&b, "x", 1);
+        is_int(buf_append_fenced(&b, "abc", 3, SHOWN_JSON, &k), -ENOBUFS,
+               "fenced: a block that does not fit is refused");
+        is_str(buf_str(&b), "x", "... and nothing is appended");
+        buf_free(&b);
+        buf_init(&b, 13);
+        is_int(buf_append_fenced(&b, "abc", 3, SHOWN_JSON, &k), 0, "... and it fits exactly");
         buf_free(&b);
 }
 
@@ -601,6 +800,9 @@ int main(void)
         test_line_reader_watch();
         test_line_reader_release();
         test_shown();
+        test_shown_classes();
+        test_shown_as();
+        test_fenced();
         test_utf8_cut();
         return done_testing();
 }

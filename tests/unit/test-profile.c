@@ -8,6 +8,8 @@
 #include "tap.h"
 
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <linux/netlink.h>
 #include <linux/sched.h>
 #include <pthread.h>
 #include <sched.h>
@@ -44,21 +46,57 @@ static void check_parser(void)
                "a good profile parses (%s)", e.msg);
         is_int((long long)r.n, 6, "six calls");
         const struct seccomp_rule *c = seccomp_rules_find(&r, "clone");
-        ok(c && c->masked && c->mask == 0x7e020000 && c->vals[0] == 0 && c->arg == 0,
+        ok(c && c->n_conds == 1 && c->cond[0].masked && c->cond[0].mask == 0x7e020000 &&
+               c->cond[0].vals[0] == 0 && c->cond[0].arg == 0,
            "clone: masked condition on arg0");
         c = seccomp_rules_find(&r, "personality");
-        ok(c && !c->masked && c->n_vals == 3 && c->vals[2] == 0xffffffff,
+        ok(c && c->n_conds == 1 && !c->cond[0].masked && c->cond[0].n_vals == 3 &&
+               c->cond[0].vals[2] == 0xffffffff,
            "personality: in 3 values");
         c = seccomp_rules_find(&r, "clone3");
         ok(c && c->action == SC_ERRNO && c->errno_ret == ENOSYS, "clone3: errno ENOSYS");
         c = seccomp_rules_find(&r, "read");
-        ok(c && c->action == SC_ALLOW && c->arg < 0 && strcmp(c->group, "a-b") == 0 && c->line == 4,
+        ok(c && c->action == SC_ALLOW && c->n_conds == 0 && strcmp(c->group, "a-b") == 0 &&
+               c->line == 4,
            "read: allowed, group and line kept");
+        seccomp_rules_done(&r);
+
+        /* Conditions ANDed in one line, lines for one call ORed. */
+        static const char two[] = "allow socket arg0 in 1 2 10\n"
+                                  "allow socket arg0 in 16 arg2 in 0\n"
+                                  "allow fcntl arg1 in 1 2 arg2 & 0xf0 == 0x10 arg0 in 3\n";
+        is_int(seccomp_rules_parse(two, strlen(two), "t", &r, &e), 0,
+               "conditions on several arguments parse (%s)", e.msg);
+        is_int((long long)r.n, 3, "three rules, two of them for socket");
+        c = seccomp_rules_find(&r, "socket");
+        ok(c && c == &r.v[0] && c->n_conds == 1 && c->cond[0].n_vals == 3,
+           "socket: the first line first");
+        c = &r.v[1];
+        ok(strcmp(c->name, "socket") == 0 && c->n_conds == 2 && c->cond[0].arg == 0 &&
+               c->cond[0].n_vals == 1 && c->cond[0].vals[0] == 16 && c->cond[1].arg == 2 &&
+               c->cond[1].n_vals == 1 && c->cond[1].vals[0] == 0 && c->line == 2,
+           "socket: then arg0 == 16 and arg2 == 0");
+        c = &r.v[2];
+        ok(c->n_conds == 3 && c->cond[0].n_vals == 2 && c->cond[1].masked &&
+               c->cond[1].mask == 0xf0 && c->cond[1].vals[0] == 0x10 && c->cond[2].arg == 0,
+           "fcntl: an in, a mask and an in, in one line");
         seccomp_rules_done(&r);
 
         static const struct {
                 const char *text, *msg;
         } bad[] = {
+            {"allow socket arg0 in 16 arg0 in 1\n", "arg0 has two conditions in one line"},
+            {"allow socket arg0 & 1 == 1 arg0 in 1\n", "two conditions"},
+            {"allow x arg0 in 1 arg1 in 1 arg2 in 1 arg3 in 1\n", "at most 3 conditions"},
+            {"allow x arg0 in 1 2 3 4 5 6 7 8 arg1 in 1 2 3 4 5 6 7 8 arg2 in 1 2\n",
+             "at most 64 combinations"},
+            {"allow socket arg0 in arg2 in 0\n", "expected values after \"arg0 in\""},
+            {"allow socket arg0 in 1 junk\n", "not a value"},
+            {"allow socket arg0 & 1 == 1 junk\n", "expected"},
+            {"allow socket arg0 in 1\nallow socket\n", "t:2: socket is already named on line 1"},
+            {"allow socket\nallow socket arg0 in 1\n", "already named"},
+            {"errno EPERM socket\nallow socket arg0 in 1\n", "already named"},
+            {"allow socket arg0 in 1\ndeny socket\n", "already named"},
             {"allow read\nallow read\n", "t:2: read is already named on line 1"},
             {"allow unshare\ndeny unshare\n", "already named"},
             {"permit read\n", "unknown statement"},
@@ -209,6 +247,74 @@ static void check_engine_json(void)
                 diag("left out on this architecture: %s", skipped);
         free(skipped);
         json_decref(j);
+}
+
+/* A condition of an entry's args as "index op value [valueTwo]". */
+static void arg_text(json_t *a, char *out, size_t size)
+{
+        snprintf(out, size, "%lld %s %lld %lld", json_integer_value(json_object_get(a, "index")),
+                 json_string_value(json_object_get(a, "op")),
+                 json_integer_value(json_object_get(a, "value")),
+                 json_integer_value(json_object_get(a, "valueTwo")));
+}
+
+/* The entries (allow actions) for `name`, each as its args joined by
+ * " && ", joined by " || ", in order. */
+static void entries_text(json_t *j, const char *name, char *out, size_t size)
+{
+        size_t i, k, used = 0;
+        json_t *c, *a;
+        out[0] = '\0';
+        json_array_foreach(json_object_get(j, "syscalls"), i, c)
+        {
+                const char *first =
+                    json_string_value(json_array_get(json_object_get(c, "names"), 0));
+                if (!first || strcmp(first, name) != 0)
+                        continue;
+                used += (size_t)snprintf(out + used, size - used, "%s", used ? " || " : "");
+                json_array_foreach(json_object_get(c, "args"), k, a)
+                {
+                        char t[120];
+                        arg_text(a, t, sizeof(t));
+                        used +=
+                            (size_t)snprintf(out + used, size - used, "%s%s", k ? " && " : "", t);
+                }
+                if (used >= size)
+                        return;
+        }
+}
+
+/* Conditions in one line are ANDed in one entry (Docker's and Podman's
+ * runtimes AND an entry's args on distinct arguments); an `in` of several
+ * values becomes one entry per combination; lines are entries, ORed. */
+static void check_engine_json_conditions(void)
+{
+        json_t *j = seccomp_rules_engine_json(&policy, 0, NULL);
+        char got[2048];
+        entries_text(j, "socket", got, sizeof(got));
+        is_str(got,
+               "0 SCMP_CMP_EQ 1 0 || 0 SCMP_CMP_EQ 2 0 || 0 SCMP_CMP_EQ 10 0 || "
+               "0 SCMP_CMP_EQ 16 0 && 2 SCMP_CMP_EQ 0 0",
+               "socket: AF_UNIX, AF_INET, AF_INET6, or AF_NETLINK with NETLINK_ROUTE");
+        json_decref(j);
+
+        struct seccomp_rules r;
+        struct err e = {0};
+        static const char text[] = "allow fcntl arg1 in 1 2 arg2 & 0xf0 == 0x10 arg0 in 3 4 5\n";
+        if (!ok(seccomp_rules_parse(text, strlen(text), "t", &r, &e) == 0, "parses (%s)", e.msg))
+                return;
+        j = seccomp_rules_engine_json(&r, 0, NULL);
+        entries_text(j, "fcntl", got, sizeof(got));
+        static const char want[] =
+            "1 SCMP_CMP_EQ 1 0 && 2 SCMP_CMP_MASKED_EQ 240 16 && 0 SCMP_CMP_EQ 3 0 || "
+            "1 SCMP_CMP_EQ 2 0 && 2 SCMP_CMP_MASKED_EQ 240 16 && 0 SCMP_CMP_EQ 3 0 || "
+            "1 SCMP_CMP_EQ 1 0 && 2 SCMP_CMP_MASKED_EQ 240 16 && 0 SCMP_CMP_EQ 4 0 || "
+            "1 SCMP_CMP_EQ 2 0 && 2 SCMP_CMP_MASKED_EQ 240 16 && 0 SCMP_CMP_EQ 4 0 || "
+            "1 SCMP_CMP_EQ 1 0 && 2 SCMP_CMP_MASKED_EQ 240 16 && 0 SCMP_CMP_EQ 5 0 || "
+            "1 SCMP_CMP_EQ 2 0 && 2 SCMP_CMP_MASKED_EQ 240 16 && 0 SCMP_CMP_EQ 5 0";
+        is_str(got, want, "two ins and a mask: one entry per combination, each with all three");
+        json_decref(j);
+        seccomp_rules_done(&r);
 }
 
 /* Under gVisor, clone3 goes to its kernel (which answers ENOSYS) and
@@ -376,12 +482,29 @@ static int t_fork_exec(void)
         int st;
         return p > 0 && waitpid(p, &st, 0) == p && WIFEXITED(st) && WEXITSTATUS(st) == 5 ? 0 : 1;
 }
+static int t_netlink_uevent(void)
+{
+        return eperm(socket(AF_NETLINK, SOCK_RAW, NETLINK_KOBJECT_UEVENT));
+}
+static int t_netlink_audit(void)
+{
+        return eperm(socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_AUDIT));
+}
+static int t_netlink_generic(void)
+{
+        return eperm(socket(AF_NETLINK, SOCK_DGRAM, NETLINK_GENERIC));
+}
 static int t_sockets(void)
 {
         int sv[2];
         int a = socket(AF_INET, SOCK_STREAM, 0), u = socket(AF_UNIX, SOCK_STREAM, 0);
-        int n = socket(AF_NETLINK, SOCK_RAW, 0);
-        return a >= 0 && u >= 0 && n >= 0 && socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0 ? 0 : 1;
+        int tcp = socket(AF_INET, SOCK_STREAM, IPPROTO_TCP),
+            udp6 = socket(AF_INET6, SOCK_DGRAM, 17);
+        int n = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE);
+        return a >= 0 && u >= 0 && tcp >= 0 && udp6 >= 0 && n >= 0 &&
+                       socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0
+                   ? 0
+                   : 1;
 }
 static int t_personality_query(void)
 {
@@ -419,7 +542,12 @@ static void check_filter(void)
             {"clone3 fails with ENOSYS (the C library falls back to clone)", t_clone3},
             {"threads start and join", t_threads},
             {"fork, exec and wait work", t_fork_exec},
-            {"AF_INET, AF_UNIX and AF_NETLINK sockets and socketpair work", t_sockets},
+            {"socket(AF_NETLINK, NETLINK_KOBJECT_UEVENT) fails with EPERM", t_netlink_uevent},
+            {"socket(AF_NETLINK, NETLINK_AUDIT) fails with EPERM", t_netlink_audit},
+            {"socket(AF_NETLINK, NETLINK_GENERIC) fails with EPERM", t_netlink_generic},
+            {"AF_INET (protocol 0 and TCP), AF_INET6 UDP, AF_UNIX and NETLINK_ROUTE sockets and "
+             "socketpair work",
+             t_sockets},
             {"personality query and PER_LINUX work", t_personality_query},
         };
         for (size_t i = 0; i < ARRAY_SIZE(tests); i++) {
@@ -439,6 +567,7 @@ int main(void)
         check_classified();
         check_closed_named();
         check_engine_json();
+        check_engine_json_conditions();
         check_engine_json_gvisor();
         check_filter();
         seccomp_rules_done(&policy);
