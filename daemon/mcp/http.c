@@ -17,6 +17,7 @@
 #include "core/log.h"
 #include "core/metrics.h"
 #include "engine/engine.h"
+#include "mcp/host.h"
 #include "mcp/server.h"
 #include "mcp/tools.h"
 #include "mcp/transport.h"
@@ -468,18 +469,6 @@ static const char *header(struct MHD_Connection *c, const char *name)
         return MHD_lookup_connection_value(c, MHD_HEADER_KIND, name);
 }
 
-/* "localhost", "127.0.0.1", "[::1]", optionally with ":port". */
-static bool loopback_host(const char *host, size_t n)
-{
-        static const char *const names[] = {"localhost", "127.0.0.1", "[::1]"};
-        for (size_t i = 0; i < ARRAY_SIZE(names); i++) {
-                size_t k = strlen(names[i]);
-                if (n >= k && strncasecmp(host, names[i], k) == 0 && (n == k || host[k] == ':'))
-                        return true;
-        }
-        return false;
-}
-
 static bool listed(char **list, const char *s)
 {
         for (char **p = list; p && *p; p++)
@@ -492,26 +481,15 @@ static bool listed(char **list, const char *s)
  * user named (http_origins). */
 static bool origin_ok(const struct mcp_http *h, const char *origin)
 {
-        if (listed(h->cfg->http_origins, origin))
-                return true;
-        const char *p = strstr(origin, "://");
-        if (!p)
-                return false;
-        p += 3;
-        size_t n = strcspn(p, "/");
-        return loopback_host(p, n);
+        return listed(h->cfg->http_origins, origin) || http_origin_loopback(origin);
 }
 
+/* A loopback name or one in http_hosts; any name when serving other
+ * machines without naming any (then the token alone guards). */
 static bool host_ok(const struct mcp_http *h, const char *host)
 {
-        if (loopback_host(host, strlen(host)) || listed(h->cfg->http_hosts, host))
-                return true;
-        char name[300];
-        snprintf(name, sizeof(name), "%s", host);
-        char *colon = strrchr(name, ':');
-        if (colon && !strchr(colon, ']'))
-                *colon = '\0';
-        return listed(h->cfg->http_hosts, name) || (h->cfg->http_public && !h->cfg->http_hosts);
+        return http_host_allowed(host, strlen(host), h->cfg->http_hosts,
+                                 h->cfg->http_public && !h->cfg->http_hosts);
 }
 
 static bool via_unix(struct MHD_Connection *c)

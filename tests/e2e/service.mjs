@@ -230,6 +230,14 @@ Service.prototype.startUnixOnly = async function startUnixOnly() {
   return this;
 };
 
+test('door: Host is a loopback name or one in http_hosts, then nothing or a port: localhost:evil 403, localhost:8080 200', async (svc) => {
+  for (const [host, want] of [['localhost:evil', 403], ['localhost:8080', 200], ['localhost', 200], ['[::1]:65535', 200],
+    ['127.0.0.1:65536', 403], ['localhost:', 403], ['localhost.evil.example', 403]]) {
+    const r = await raw(svc, { headers: { ...auth(svc), Host: host }, body: INIT });
+    assert.equal(r.status, want, `Host: ${host}: ${r.body}`);
+  }
+});
+
 test('MCP sessions: no Mcp-Session-Id 400, unknown 404, bad MCP-Protocol-Version 400, DELETE ends it', async (svc) => {
   const ping = { jsonrpc: '2.0', id: 2, method: 'ping' };
   let r = await raw(svc, { headers: auth(svc), body: ping });
