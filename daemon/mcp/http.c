@@ -492,6 +492,49 @@ static bool host_ok(const struct mcp_http *h, const char *host)
                                  h->cfg->http_public && !h->cfg->http_hosts);
 }
 
+/* How many of the headers that frame a request's body it has. */
+struct framing {
+        int content_length, transfer_encoding, host;
+        bool not_chunked;
+};
+
+static enum MHD_Result count_framing(void *cls, enum MHD_ValueKind kind, const char *key,
+                                     const char *value)
+{
+        struct framing *f = cls;
+        (void)kind;
+        if (strcasecmp(key, "Content-Length") == 0) {
+                f->content_length++;
+        } else if (strcasecmp(key, "Transfer-Encoding") == 0) {
+                f->transfer_encoding++;
+                f->not_chunked |= !value || strcasecmp(value, "chunked") != 0;
+        } else if (strcasecmp(key, "Host") == 0) {
+                f->host++;
+        }
+        return MHD_YES;
+}
+
+/* NULL, or why the request is refused with 400 before its body is read.
+ * libmicrohttpd reads a body by the first Content-Length, or by
+ * Transfer-Encoding when both are there; a proxy in front may have read it
+ * by another, and what it took for the body would be the next request
+ * here (request smuggling). So a body that two headers frame two ways is
+ * refused, and so is a second Host, which the checks below would not see. */
+static const char *framing_refused(struct MHD_Connection *c)
+{
+        struct framing f = {0};
+        MHD_get_connection_values(c, MHD_HEADER_KIND, count_framing, &f);
+        if (f.content_length > 1)
+                return "more than one Content-Length";
+        if (f.transfer_encoding > 0 && f.content_length > 0)
+                return "both Transfer-Encoding and Content-Length";
+        if (f.transfer_encoding > 1 || f.not_chunked)
+                return "a Transfer-Encoding other than chunked";
+        if (f.host > 1)
+                return "more than one Host";
+        return NULL;
+}
+
 static bool via_unix(struct MHD_Connection *c)
 {
         const union MHD_ConnectionInfo *ci =
@@ -872,6 +915,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         struct req *q = *con_cls;
         (void)version;
         if (!q) {
+                /* Answered before the body is read, and then closed: no
+                 * way to tell where the next request would start. */
+                const char *framing = framing_refused(c);
+                if (framing) {
+                        char why[120];
+                        snprintf(why, sizeof(why), "a request with %s", framing);
+                        return answer_error(c, 400, why);
+                }
                 q = calloc(1, sizeof(*q));
                 if (!q)
                         return MHD_NO;

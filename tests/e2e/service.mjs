@@ -25,6 +25,7 @@ import assert from 'node:assert/strict';
 import { execFileSync, spawn } from 'node:child_process';
 import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
+import net from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -133,6 +134,20 @@ function raw(svc, { method = 'POST', headers = {}, body = null, socketPath = nul
   });
 }
 
+// Bytes written as they are on one TCP connection; the status of the
+// answer (0: closed without one).
+function rawBytes(svc, bytes) {
+  return new Promise((resolve) => {
+    const s = net.connect({ host: '127.0.0.1', port: svc.port });
+    let got = '';
+    s.on('connect', () => s.write(bytes));
+    s.on('data', (d) => { got += d; });
+    s.on('error', () => {});
+    s.on('close', () => resolve(Number((/^HTTP\/1\.1 (\d{3})/.exec(got) || [0, 0])[1])));
+    s.setTimeout(5000, () => s.destroy());
+  });
+}
+
 const INIT = { jsonrpc: '2.0', id: 1, method: 'initialize',
   params: { protocolVersion: '2025-11-25', capabilities: {}, clientInfo: { name: 'raw', version: '1' } } };
 const auth = (svc) => ({ Authorization: `Bearer ${svc.token}` });
@@ -230,12 +245,30 @@ Service.prototype.startUnixOnly = async function startUnixOnly() {
   return this;
 };
 
+const PING = { jsonrpc: '2.0', id: 7, method: 'ping' };
+
 test('door: Host is a loopback name or one in http_hosts, then nothing or a port: localhost:evil 403, localhost:8080 200', async (svc) => {
   for (const [host, want] of [['localhost:evil', 403], ['localhost:8080', 200], ['localhost', 200], ['[::1]:65535', 200],
     ['127.0.0.1:65536', 403], ['localhost:', 403], ['localhost.evil.example', 403]]) {
     const r = await raw(svc, { headers: { ...auth(svc), Host: host }, body: INIT });
     assert.equal(r.status, want, `Host: ${host}: ${r.body}`);
   }
+});
+
+test('door: a duplicate Content-Length, or Transfer-Encoding with Content-Length: 400', async (svc) => {
+  const body = JSON.stringify(PING);
+  const head = `POST /mcp HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer ${svc.token}\r\n` +
+    'Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n';
+  const chunked = `${body.length.toString(16)}\r\n${body}\r\n0\r\n\r\n`;
+  // The control: one Content-Length is read (400 for want of a session).
+  assert.equal(await rawBytes(svc, `${head}Content-Length: ${body.length}\r\n\r\n${body}`), 400);
+  const sid = await rawSession(svc);
+  const ok = `${head}Mcp-Session-Id: ${sid}\r\n`;
+  assert.equal(await rawBytes(svc, `${ok}Content-Length: ${body.length}\r\n\r\n${body}`), 200);
+  assert.equal(await rawBytes(svc, `${ok}Transfer-Encoding: chunked\r\n\r\n${chunked}`), 200);
+  assert.equal(await rawBytes(svc, `${ok}Content-Length: ${body.length}\r\nContent-Length: ${body.length}\r\n\r\n${body}`), 400);
+  assert.equal(await rawBytes(svc, `${ok}Content-Length: 2\r\nContent-Length: ${body.length}\r\n\r\n${body}`), 400);
+  assert.equal(await rawBytes(svc, `${ok}Content-Length: ${body.length}\r\nTransfer-Encoding: chunked\r\n\r\n${chunked}`), 400);
 });
 
 test('MCP sessions: no Mcp-Session-Id 400, unknown 404, bad MCP-Protocol-Version 400, DELETE ends it', async (svc) => {
