@@ -118,17 +118,20 @@ async function connectClient(name = 'connect', svc = null) {
   return c;
 }
 
-// One raw HTTP request: {status, headers, body}.
-function raw(svc, { method = 'POST', headers = {}, body = null, socketPath = null, pathName = '/mcp' } = {}) {
+// One raw HTTP request: {status, headers, body}. `fresh`: on a connection
+// of its own; `timeoutMs`: refused past that.
+function raw(svc, { method = 'POST', headers = {}, body = null, socketPath = null, pathName = '/mcp', fresh = false, timeoutMs = 0 } = {}) {
   return new Promise((resolve, reject) => {
     const opts = socketPath ? { socketPath, path: pathName, method } : { host: '127.0.0.1', port: svc.port, path: pathName, method };
     opts.headers = { 'Content-Type': 'application/json', Accept: 'application/json, text/event-stream', ...headers };
+    if (fresh) opts.agent = false;
     const req = http.request(opts, (res) => {
       let data = '';
       res.on('data', (d) => { data += d; });
       res.on('end', () => resolve({ status: res.statusCode, headers: res.headers, body: data }));
     });
     req.on('error', reject);
+    if (timeoutMs) req.setTimeout(timeoutMs, () => req.destroy(new Error(`no answer within ${timeoutMs} ms`)));
     if (body) req.write(typeof body === 'string' ? body : JSON.stringify(body));
     req.end();
   });
@@ -246,6 +249,63 @@ Service.prototype.startUnixOnly = async function startUnixOnly() {
 };
 
 const PING = { jsonrpc: '2.0', id: 7, method: 'ping' };
+
+test('door: 1,100 slow connections from another uid: the owner (unix) and a token holder (TCP) answered within 1 s each; the header deadline closes them', async () => {
+  const svc = await new Service({ CORRAL_HTTP_HEADER_TIMEOUT_S: '3', CORRAL_POOL_MAX: '0' }).start();
+  const sock = path.join(svc.runtimeDir, 'corral', 'corral.sock');
+  // The flooder runs as nobody, who cannot read this tree: a copy in ROOT.
+  const flooder = path.join(ROOT, 'flood.mjs');
+  writeFileSync(flooder, readFileSync(path.join(HERE, 'lib', 'flood.mjs')));
+  chmodSync(flooder, 0o644);
+  let flood = null;
+  try {
+    const o = await raw(svc, { socketPath: sock, body: INIT });
+    assert.equal(o.status, 200, o.body);
+    const ownerSid = o.headers['mcp-session-id'];
+    const holderSid = await rawSession(svc);
+    // 1,100 sockets are more than a soft limit of 1,024 descriptors.
+    flood = spawn('prlimit', ['--nofile=4096:4096', '--', 'setpriv', '--reuid=65534', '--regid=65534', '--clear-groups',
+      process.execPath, flooder, String(svc.port), '1100', '12000', '6000'], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let fout = '';
+    let ferr = '';
+    flood.stdout.on('data', (d) => { fout += d; });
+    flood.stderr.on('data', (d) => { ferr += d; });
+    const exited = new Promise((r) => flood.on('exit', r));
+    const deadline = Date.now() + 15000;
+    while (!/flooding/.test(fout)) {
+      if (flood.exitCode !== null || Date.now() > deadline) throw new Error(`the flood did not start: ${fout} ${ferr}`);
+      await sleep(50);
+    }
+    const ways = [['the owner on the unix socket', { socketPath: sock, headers: { 'Mcp-Session-Id': ownerSid } }],
+      ['a token holder over TCP', { headers: { ...auth(svc), 'Mcp-Session-Id': holderSid } }]];
+    let slowest = 0;
+    for (let i = 0; i < 8; i++) {
+      for (const [who, opts] of ways) {
+        const t0 = performance.now();
+        const r = await raw(svc, { ...opts, body: PING, fresh: true, timeoutMs: 1000 }).catch((e) => ({ status: 0, body: e.message }));
+        const ms = performance.now() - t0;
+        assert.equal(r.status, 200, `${who}, call ${i + 1} during the flood: ${r.body}`);
+        assert.ok(ms < 1000, `${who}, call ${i + 1} during the flood: ${ms.toFixed(0)} ms`);
+        slowest = Math.max(slowest, ms);
+      }
+      await sleep(500);
+    }
+    out(`# 16 calls during the flood, the slowest ${slowest.toFixed(0)} ms`);
+    await exited;
+    const f = JSON.parse(fout.trim().split('\n').pop());
+    out(`# the flood: ${JSON.stringify(f)}`);
+    assert.ok(f.opened >= 1100, JSON.stringify(f));
+    assert.equal(f.stillOpen, 0, `slow connections corral left open: ${JSON.stringify(f)}`);
+    assert.ok(f.maxLifeMs < 4500, `a slow connection lived ${f.maxLifeMs} ms (http_header_timeout_s 3)`);
+    const m = await raw(svc, { method: 'GET', socketPath: sock, pathName: '/metrics' });
+    const closed = (why) => Number((new RegExp(`corral_http_connections_closed_total\\{reason="${why}"\\} (\\d+)`).exec(m.body) || [0, -1])[1]);
+    assert.ok(closed('header_timeout') > 0, m.body);
+    assert.ok(closed('make_room') > 0, m.body);
+  } finally {
+    if (flood && flood.exitCode === null) flood.kill('SIGKILL');
+    assert.equal(await svc.stop(), 0);
+  }
+});
 
 test('door: Host is a loopback name or one in http_hosts, then nothing or a port: localhost:evil 403, localhost:8080 200', async (svc) => {
   for (const [host, want] of [['localhost:evil', 403], ['localhost:8080', 200], ['localhost', 200], ['[::1]:65535', 200],
