@@ -161,6 +161,7 @@ struct mcp_http {
          * authenticated); when corral last said so. */
         unsigned long long closed_timeout, closed_room, refused_full;
         long long room_warned_ms, fds_warned_ms;
+        bool accepting;
         struct listener *ls[LISTENERS_MAX];
         size_t n_ls;
         struct list sessions;
@@ -1385,14 +1386,23 @@ static int listener_add(struct mcp_http *h, int fd, bool unix_socket, const char
         if (unlink_path)
                 snprintf(l->unlink_path, sizeof(l->unlink_path), "%s", unlink_path);
         fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
-        int r = watch_add(h->loop, fd, EPOLLIN, on_accept, l, &l->watch);
-        if (r < 0) {
-                close(fd);
-                free(l);
-                return err_set(e, ERR_INTERNAL, -r, "cannot watch %s", display);
-        }
+        /* Connections wait in the backlog until mcp_http_start. */
         h->ls[h->n_ls++] = l;
-        log_info("listening on %s", display);
+        return 0;
+}
+
+int mcp_http_start(struct mcp_http *h, struct err *e)
+{
+        if (h->accepting)
+                return 0;
+        for (size_t i = 0; i < h->n_ls; i++) {
+                struct listener *l = h->ls[i];
+                int r = watch_add(h->loop, l->fd, EPOLLIN, on_accept, l, &l->watch);
+                if (r < 0)
+                        return err_set(e, ERR_INTERNAL, -r, "cannot watch %s", l->display);
+                log_info("listening on %s", l->display);
+        }
+        h->accepting = true;
         return 0;
 }
 

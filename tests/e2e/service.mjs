@@ -331,6 +331,30 @@ test('door: a duplicate Content-Length, or Transfer-Encoding with Content-Length
   assert.equal(await rawBytes(svc, `${ok}Content-Length: ${body.length}\r\nTransfer-Encoding: chunked\r\n\r\n${chunked}`), 400);
 });
 
+test('door: a taken port, a short token, an unusable socket path: exit 2 with one line, before any engine or pool', async () => {
+  const taken = net.createServer();
+  await new Promise((r) => taken.listen(0, '127.0.0.1', r));
+  const port = taken.address().port;
+  const rt = path.join(ROOT, 'run-refused');
+  mkdirSync(rt, { mode: 0o700 });
+  try {
+    for (const [listen, extra, why] of [[`unix,tcp:127.0.0.1:${port}`, {}, new RegExp(`tcp:127\\.0\\.0\\.1:${port}: Address already in use`)],
+      [`tcp:127.0.0.1:${port + 1}`, { CORRAL_TOKEN: 'too-short' }, /token: 16 to 64 characters/],
+      ['unix:/proc/corral/corral.sock', {}, /\/proc\/corral\/corral\.sock/]]) {
+      const p = spawn(BIN, ['serve', '--listen', listen], { env: { ...serviceEnv({ XDG_RUNTIME_DIR: rt }), ...extra }, stdio: ['ignore', 'ignore', 'pipe'] });
+      let err = '';
+      p.stderr.on('data', (d) => { err += d; });
+      const code = await new Promise((r) => p.on('exit', r));
+      assert.equal(code, 2, `${listen}: exit ${code}: ${err}`);
+      assert.equal(err.trim().split('\n').length, 1, `${listen}: one line, not: ${err}`);
+      assert.match(err, why);
+      assert.doesNotMatch(err, /engine|pool|unexpected transition/);
+    }
+  } finally {
+    taken.close();
+  }
+});
+
 test('MCP sessions: no Mcp-Session-Id 400, unknown 404, bad MCP-Protocol-Version 400, DELETE ends it', async (svc) => {
   const ping = { jsonrpc: '2.0', id: 2, method: 'ping' };
   let r = await raw(svc, { headers: auth(svc), body: ping });
