@@ -213,14 +213,13 @@ static json_t *service_status(void *userdata)
 }
 
 /* The listeners: systemd's sockets when it passed some, else `listen`
- * ("unix" alone: the default socket). */
+ * ("unix" alone: the default socket). Opened first, before the engine or
+ * the pool: a port in use, a bad token or socket path stops start-up with
+ * nothing made. */
 static int http_open(struct serve *s, const struct config *cfg, int n_fds)
 {
         struct err e = {0};
         int r = mcp_http_new(s->loop, cfg, http_server_new, s, &s->http, &e);
-        if (r == 0)
-                mcp_http_set_status(s->http, service_status, s, sandbox_mgr_engine(s->mgr),
-                                    cfg->image);
         for (int i = 0; r == 0 && i < n_fds; i++)
                 r = mcp_http_adopt(s->http, 3 + i, &e);
         for (char **a = cfg->listen; r == 0 && n_fds == 0 && a && *a; a++) {
@@ -274,8 +273,15 @@ int cli_serve(int argc, char **argv)
                 return 1;
         }
         /* The settings that can stop corral come first: nothing is started
-         * for a configuration that will be refused. */
+         * for a configuration that will be refused (the listeners, the
+         * servers and the policy). */
+        if (service && http_open(&s, &cfg, n_fds) < 0) {
+                mcp_http_free(s.http);
+                loop_free(s.loop);
+                return 2;
+        }
         if (bridge_open(&s, &cfg) < 0) {
+                mcp_http_free(s.http);
                 bridge_close(&s);
                 loop_free(s.loop);
                 return 2;
@@ -300,8 +306,14 @@ int cli_serve(int argc, char **argv)
         }
         if (r == 0)
                 r = session_mgr_new(s.loop, &cfg, s.mgr, &s.sessions);
-        if (r == 0 && service && http_open(&s, &cfg, n_fds) < 0)
-                r = -EINVAL;
+        if (r == 0 && service) {
+                struct err he = {0};
+                mcp_http_set_status(s.http, service_status, &s, sandbox_mgr_engine(s.mgr),
+                                    cfg.image);
+                r = mcp_http_start(s.http, &he);
+                if (r < 0)
+                        log_err("%s", he.msg);
+        }
         if (r == 0 && !service) {
                 r = mcp_server_new(s.loop, &cfg, s.mgr, s.sessions, s.bridge, NULL, on_eof, &s,
                                    &s.srv);

@@ -66,6 +66,7 @@ static const struct config_key {
     {"http_hosts", K_LIST, offsetof(struct config, http_hosts), 0, 0},
     {"max_clients", K_LONG, offsetof(struct config, max_clients), 1, 100000},
     {"client_idle_s", K_DOUBLE, offsetof(struct config, client_idle_s), 1, 30 * 86400},
+    {"http_header_timeout_s", K_DOUBLE, offsetof(struct config, http_header_timeout_s), 0.1, 3600},
     {"client_max_sandboxes", K_LONG, offsetof(struct config, client_max_sandboxes), 0, 4096},
     {"connect_fallback", K_BOOL, offsetof(struct config, connect_fallback), 0, 0},
     {"tcp_token", K_BOOL, offsetof(struct config, tcp_token), 0, 0},
@@ -115,6 +116,8 @@ void config_defaults(struct config *c)
              * hour; no client takes more than half the slots. */
             .max_clients = 256,
             .client_idle_s = 3600,
+            /* A TCP connection's headers, with the token, come at once. */
+            .http_header_timeout_s = 10,
             .client_max_sandboxes = 0,
             .tcp_token = true,
             /* A service told to stop lets running calls end first. */

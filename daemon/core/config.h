@@ -82,6 +82,8 @@ struct config {
         long client_max_sandboxes; /* sandboxes one client may hold; 0: half of max_sandboxes */
         bool connect_fallback;     /* corral connect serves stdio itself when no service */
         bool tcp_token;            /* TCP clients need the token; false: loopback only, no token */
+        /* A TCP connection's time from accept to its headers with the token. */
+        double http_header_timeout_s;
 };
 
 /* The name an engine knows corral's gVisor runtime by (contrib/setup

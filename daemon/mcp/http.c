@@ -1,6 +1,7 @@
-/* MCP streamable HTTP (mcp/http.h). One libmicrohttpd daemon with no
- * listening socket of its own: corral accepts (so that it can check a unix
- * peer's uid before a byte is read) and hands each connection over.
+/* MCP streamable HTTP (mcp/http.h). Two libmicrohttpd daemons with no
+ * listening socket of their own, one for the unix sockets and one for TCP:
+ * corral accepts (so that it can check a unix peer's uid before a byte is
+ * read, and decide who holds a slot) and hands each connection over.
  *
  * A POST carries one JSON-RPC message. A request's answer comes on that
  * POST's response: application/json, or an event stream when the call may
@@ -17,6 +18,7 @@
 #include "core/log.h"
 #include "core/metrics.h"
 #include "engine/engine.h"
+#include "mcp/host.h"
 #include "mcp/server.h"
 #include "mcp/tools.h"
 #include "mcp/transport.h"
@@ -33,6 +35,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -46,6 +49,13 @@
 #define TICK_MS          5000
 #define LISTENERS_MAX    16
 #define TOKEN_BYTES      32
+#define FD_RESERVE       256 /* descriptors kept for the engine, sandboxes, upstreams */
+/* Connections corral closed that MHD has yet to end (on its next run): up
+ * to two for each of a round's 32 accepts, on two TCP listeners. */
+#define MHD_SLACK     128
+#define PEER_BUCKETS  256
+#define PEER_KEY      17
+#define WARN_EVERY_MS 60000
 
 static const char *const protocol_versions[] = {"2025-11-25", "2025-06-18", "2025-03-26",
                                                 "2024-11-05"};
@@ -57,6 +67,48 @@ struct listener {
         char display[300];
         char unlink_path[256]; /* a socket file we made: removed at the end */
         struct watch *watch;
+        struct timer *retry; /* out of descriptors: accept again later */
+};
+
+/* A door: one libmicrohttpd daemon, driven by the loop (its epoll fd one
+ * watch, its timeout one timer). The unix sockets and TCP have one each,
+ * because a slot is a slot: no number of TCP connections, which any user
+ * of the machine can open, may take one the owner's unix socket needs. */
+enum { DOOR_UNIX, DOOR_TCP, DOORS };
+
+struct door {
+        struct mcp_http *h;
+        struct MHD_Daemon *mhd;
+        struct watch *watch;
+        struct timer *timer;
+        struct defer run_d;
+        int again; /* MHD_run calls in a row that asked for more at once */
+        bool tcp;
+        long max;  /* connections held at once */
+        long held; /* connections held (not those corral closed) */
+        long n_pending;
+        /* TCP connections that have not presented the token yet, oldest
+         * first: each has http_header_timeout_s from its accept to do so. */
+        struct list pending;
+        struct timer *deadline;
+        struct conn *adding; /* in MHD_add_connection, until MHD takes it */
+};
+
+/* An address's unauthenticated TCP connections. */
+struct peer {
+        struct peer *next;
+        unsigned char key[PEER_KEY]; /* the family, then the address (IPv6: its /64) */
+        long pending;
+};
+
+/* One connection, from accept until MHD ends it (its socket context). */
+struct conn {
+        struct door *d;
+        int fd;            /* MHD's from MHD_add_connection on */
+        struct list node;  /* in d->pending until it authenticates */
+        struct peer *peer; /* TCP, while pending */
+        long long deadline_ms;
+        bool closing; /* shut by corral; MHD ends it on its next run */
 };
 
 struct session;
@@ -64,6 +116,7 @@ struct session;
 /* One HTTP request, from its headers until MHD says it is complete. */
 struct req {
         struct mcp_http *h;
+        struct door *door;
         struct MHD_Connection *conn;
         struct session *sess; /* the MCP session it belongs to, or NULL */
         struct list node;     /* in sess->streams while it is one */
@@ -99,11 +152,16 @@ struct mcp_http {
         const struct config *cfg;
         mcp_http_server_new server_new;
         void *userdata;
-        struct MHD_Daemon *mhd;
-        struct watch *mhd_watch;
-        struct timer *mhd_timer, *tick;
-        struct defer run_d;
-        int again; /* MHD_run calls in a row that asked for more at once */
+        struct door doors[DOORS];
+        struct timer *tick;
+        struct peer *peers[PEER_BUCKETS];
+        long peer_max; /* unauthenticated TCP connections of one address */
+        /* TCP connections closed before they presented the token: past
+         * http_header_timeout_s, to make room, or refused (every slot
+         * authenticated); when corral last said so. */
+        unsigned long long closed_timeout, closed_room, refused_full;
+        long long room_warned_ms, fds_warned_ms;
+        bool accepting;
         struct listener *ls[LISTENERS_MAX];
         size_t n_ls;
         struct list sessions;
@@ -135,19 +193,19 @@ static void mhd_run_d(void *userdata);
 
 /* MHD's work, then its next deadline: "now" is taken after this round of
  * the loop (a few times in a row, then 1 ms later, so that nothing spins). */
-static void mhd_run(struct mcp_http *h)
+static void mhd_run(struct door *d)
 {
-        MHD_run(h->mhd);
+        MHD_run(d->mhd);
         MHD_UNSIGNED_LONG_LONG t;
-        if (MHD_get_timeout(h->mhd, &t) != MHD_YES) {
-                timer_stop(h->mhd_timer);
-                h->again = 0;
-        } else if (t == 0 && h->again < 4) {
-                h->again++;
-                loop_defer(h->loop, &h->run_d, mhd_run_d, h);
+        if (MHD_get_timeout(d->mhd, &t) != MHD_YES) {
+                timer_stop(d->timer);
+                d->again = 0;
+        } else if (t == 0 && d->again < 4) {
+                d->again++;
+                loop_defer(d->h->loop, &d->run_d, mhd_run_d, d);
         } else {
-                h->again = 0;
-                timer_arm(h->mhd_timer, t > 0 ? (long long)t : 1);
+                d->again = 0;
+                timer_arm(d->timer, t > 0 ? (long long)t : 1);
         }
 }
 
@@ -157,9 +215,9 @@ static void mhd_run_d(void *userdata)
 }
 
 /* After work done outside MHD's callbacks (a resume, a new connection). */
-static void mhd_kick(struct mcp_http *h)
+static void mhd_kick(struct door *d)
 {
-        loop_defer(h->loop, &h->run_d, mhd_run_d, h);
+        loop_defer(d->h->loop, &d->run_d, mhd_run_d, d);
 }
 
 static void on_mhd_fd(struct watch *w, uint32_t events, void *userdata)
@@ -175,6 +233,230 @@ static void on_mhd_timer(struct timer *t, void *userdata)
         mhd_run(userdata);
 }
 
+/* ---- who holds a slot, and who loses it first
+ *
+ * Anyone on the machine can open TCP connections, and hold each one by
+ * sending a byte now and then (all of them from 127.0.0.1, so an address
+ * tells local users apart no better than it tells them from the token
+ * holder). So a TCP connection holds its slot for http_header_timeout_s
+ * only, until its headers are in with the token; then it keeps it until
+ * idle. When the slots run out, the oldest that has not presented the
+ * token is closed for the newcomer; one address holds at most a quarter of
+ * the slots unauthenticated, and past that closes its own oldest. A flood
+ * without the token so only ever takes slots from itself, and the unix
+ * sockets have a door of their own. */
+
+static void peer_key(const struct sockaddr *sa, unsigned char key[PEER_KEY])
+{
+        memset(key, 0, PEER_KEY);
+        key[0] = (unsigned char)sa->sa_family;
+        if (sa->sa_family == AF_INET) {
+                memcpy(key + 1, &((const struct sockaddr_in *)sa)->sin_addr, 4);
+        } else if (sa->sa_family == AF_INET6) {
+                const struct in6_addr *a = &((const struct sockaddr_in6 *)sa)->sin6_addr;
+                if (IN6_IS_ADDR_V4MAPPED(a)) {
+                        key[0] = AF_INET;
+                        memcpy(key + 1, a->s6_addr + 12, 4);
+                } else {
+                        /* Whoever has one address of a /64 has them all. */
+                        memcpy(key + 1, a->s6_addr, 8);
+                }
+        }
+}
+
+static struct peer **peer_bucket(struct mcp_http *h, const unsigned char key[PEER_KEY])
+{
+        uint32_t x = 2166136261u;
+        for (size_t i = 0; i < PEER_KEY; i++)
+                x = (x ^ key[i]) * 16777619u;
+        return &h->peers[x % PEER_BUCKETS];
+}
+
+/* The address's entry with one more pending connection, made when new. */
+static struct peer *peer_hold(struct mcp_http *h, const struct sockaddr *sa)
+{
+        unsigned char key[PEER_KEY];
+        peer_key(sa, key);
+        struct peer **b = peer_bucket(h, key), *p;
+        for (p = *b; p; p = p->next)
+                if (memcmp(p->key, key, PEER_KEY) == 0)
+                        break;
+        if (!p) {
+                p = calloc(1, sizeof(*p));
+                if (!p)
+                        return NULL;
+                memcpy(p->key, key, PEER_KEY);
+                p->next = *b;
+                *b = p;
+        }
+        p->pending++;
+        return p;
+}
+
+static void peer_release(struct mcp_http *h, struct peer *p)
+{
+        if (--p->pending > 0)
+                return;
+        for (struct peer **pp = peer_bucket(h, p->key); *pp; pp = &(*pp)->next) {
+                if (*pp == p) {
+                        *pp = p->next;
+                        break;
+                }
+        }
+        free(p);
+}
+
+/* Off the pending list: it authenticated, or it is gone. */
+static void conn_unpend(struct conn *c)
+{
+        if (list_linked(&c->node)) {
+                list_del(&c->node);
+                c->d->n_pending--;
+        }
+        if (c->peer)
+                peer_release(c->d->h, c->peer);
+        c->peer = NULL;
+}
+
+/* A connection that has not presented the token goes: its socket is shut,
+ * and MHD, finding it so on its next run, ends it and its request. Its
+ * slot is free at once. */
+static void conn_close(struct conn *c, unsigned long long *counter)
+{
+        conn_unpend(c);
+        c->closing = true;
+        c->d->held--;
+        (*counter)++;
+        shutdown(c->fd, SHUT_RDWR);
+        mhd_kick(c->d);
+}
+
+static void on_deadline(struct timer *t, void *userdata)
+{
+        struct door *d = userdata;
+        long long now = now_ms();
+        struct conn *c;
+        while ((c = list_first(&d->pending, struct conn, node)) && c->deadline_ms <= now)
+                conn_close(c, &d->h->closed_timeout);
+        if (c)
+                timer_arm(t, c->deadline_ms - now);
+}
+
+/* A slot for a newcomer from `peer` (already counted in it; NULL: a unix
+ * peer): false when every slot is held by a connection that authenticated. */
+static bool make_room(struct door *d, struct peer *peer)
+{
+        struct mcp_http *h = d->h;
+        bool closed = false;
+        if (peer && peer->pending > h->peer_max) {
+                struct conn *c;
+                list_for_each(c, &d->pending, node)
+                {
+                        if (c->peer == peer) {
+                                conn_close(c, &h->closed_room);
+                                closed = true;
+                                break;
+                        }
+                }
+        }
+        if (d->held >= d->max) {
+                struct conn *oldest = list_first(&d->pending, struct conn, node);
+                if (!oldest)
+                        return false;
+                conn_close(oldest, &h->closed_room);
+                closed = true;
+        }
+        if (closed && now_ms() - h->room_warned_ms > WARN_EVERY_MS) {
+                h->room_warned_ms = now_ms();
+                log_warn("TCP connections at their limit (%ld at once, %ld of one address before "
+                         "the token): closing the oldest that have not presented the token",
+                         d->max, h->peer_max);
+        }
+        return true;
+}
+
+/* MHD takes a connection (from door_add, at once) or ends one. */
+static void on_connection(void *cls, struct MHD_Connection *mc, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code)
+{
+        struct door *d = cls;
+        (void)mc;
+        if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+                *socket_context = d->adding;
+                d->adding = NULL;
+                return;
+        }
+        struct conn *c = *socket_context;
+        if (!c)
+                return;
+        conn_unpend(c);
+        if (!c->closing)
+                c->d->held--;
+        free(c);
+        *socket_context = NULL;
+}
+
+/* A connection corral accepted, to its door: it takes a slot, making room
+ * if it must, or is refused. */
+static void door_add(struct door *d, int fd, const struct sockaddr *sa, socklen_t len,
+                     const char *display)
+{
+        struct mcp_http *h = d->h;
+        struct conn *c = calloc(1, sizeof(*c));
+        if (c && d->tcp && !(c->peer = peer_hold(h, sa))) {
+                free(c);
+                c = NULL;
+        }
+        if (!c) {
+                close(fd);
+                log_warn("%s: out of memory for a connection", display);
+                return;
+        }
+        c->d = d;
+        c->fd = fd;
+        if (!make_room(d, c->peer)) {
+                h->refused_full++;
+                if (now_ms() - h->room_warned_ms > WARN_EVERY_MS) {
+                        h->room_warned_ms = now_ms();
+                        log_warn("%s: refused a connection: all %ld slots are held by clients "
+                                 "that %s (max_clients sets the number)",
+                                 display, d->max,
+                                 d->tcp ? "presented the token" : "came by a unix socket");
+                }
+                conn_unpend(c);
+                close(fd);
+                free(c);
+                return;
+        }
+        d->held++;
+        if (d->tcp) {
+                long long wait = (long long)(h->cfg->http_header_timeout_s * 1000);
+                c->deadline_ms = now_ms() + wait;
+                if (list_empty(&d->pending))
+                        timer_arm(d->deadline, wait);
+                list_append(&d->pending, &c->node);
+                d->n_pending++;
+        }
+        d->adding = c;
+        if (MHD_add_connection(d->mhd, fd, sa, len) != MHD_YES)
+                log_warn("%s: could not take a connection: %s", display, strerror(errno));
+        if (d->adding) {
+                /* MHD did not take it (and closed the socket). */
+                d->adding = NULL;
+                conn_unpend(c);
+                d->held--;
+                free(c);
+        }
+}
+
+/* The connection of an MHD connection, or NULL. */
+static struct conn *conn_of(struct MHD_Connection *mc)
+{
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(mc, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+        return ci ? ci->socket_context : NULL;
+}
+
 /* ---- streams */
 
 static void stream_wake(struct req *q)
@@ -182,7 +464,7 @@ static void stream_wake(struct req *q)
         if (q->suspended) {
                 q->suspended = false;
                 MHD_resume_connection(q->conn);
-                mhd_kick(q->h);
+                mhd_kick(q->door);
         }
 }
 
@@ -468,18 +750,6 @@ static const char *header(struct MHD_Connection *c, const char *name)
         return MHD_lookup_connection_value(c, MHD_HEADER_KIND, name);
 }
 
-/* "localhost", "127.0.0.1", "[::1]", optionally with ":port". */
-static bool loopback_host(const char *host, size_t n)
-{
-        static const char *const names[] = {"localhost", "127.0.0.1", "[::1]"};
-        for (size_t i = 0; i < ARRAY_SIZE(names); i++) {
-                size_t k = strlen(names[i]);
-                if (n >= k && strncasecmp(host, names[i], k) == 0 && (n == k || host[k] == ':'))
-                        return true;
-        }
-        return false;
-}
-
 static bool listed(char **list, const char *s)
 {
         for (char **p = list; p && *p; p++)
@@ -492,26 +762,58 @@ static bool listed(char **list, const char *s)
  * user named (http_origins). */
 static bool origin_ok(const struct mcp_http *h, const char *origin)
 {
-        if (listed(h->cfg->http_origins, origin))
-                return true;
-        const char *p = strstr(origin, "://");
-        if (!p)
-                return false;
-        p += 3;
-        size_t n = strcspn(p, "/");
-        return loopback_host(p, n);
+        return listed(h->cfg->http_origins, origin) || http_origin_loopback(origin);
 }
 
+/* A loopback name or one in http_hosts; any name when serving other
+ * machines without naming any (then the token alone guards). */
 static bool host_ok(const struct mcp_http *h, const char *host)
 {
-        if (loopback_host(host, strlen(host)) || listed(h->cfg->http_hosts, host))
-                return true;
-        char name[300];
-        snprintf(name, sizeof(name), "%s", host);
-        char *colon = strrchr(name, ':');
-        if (colon && !strchr(colon, ']'))
-                *colon = '\0';
-        return listed(h->cfg->http_hosts, name) || (h->cfg->http_public && !h->cfg->http_hosts);
+        return http_host_allowed(host, strlen(host), h->cfg->http_hosts,
+                                 h->cfg->http_public && !h->cfg->http_hosts);
+}
+
+/* How many of the headers that frame a request's body it has. */
+struct framing {
+        int content_length, transfer_encoding, host;
+        bool not_chunked;
+};
+
+static enum MHD_Result count_framing(void *cls, enum MHD_ValueKind kind, const char *key,
+                                     const char *value)
+{
+        struct framing *f = cls;
+        (void)kind;
+        if (strcasecmp(key, "Content-Length") == 0) {
+                f->content_length++;
+        } else if (strcasecmp(key, "Transfer-Encoding") == 0) {
+                f->transfer_encoding++;
+                f->not_chunked |= !value || strcasecmp(value, "chunked") != 0;
+        } else if (strcasecmp(key, "Host") == 0) {
+                f->host++;
+        }
+        return MHD_YES;
+}
+
+/* NULL, or why the request is refused with 400 before its body is read.
+ * libmicrohttpd reads a body by the first Content-Length, or by
+ * Transfer-Encoding when both are there; a proxy in front may have read it
+ * by another, and what it took for the body would be the next request
+ * here (request smuggling). So a body that two headers frame two ways is
+ * refused, and so is a second Host, which the checks below would not see. */
+static const char *framing_refused(struct MHD_Connection *c)
+{
+        struct framing f = {0};
+        MHD_get_connection_values(c, MHD_HEADER_KIND, count_framing, &f);
+        if (f.content_length > 1)
+                return "more than one Content-Length";
+        if (f.transfer_encoding > 0 && f.content_length > 0)
+                return "both Transfer-Encoding and Content-Length";
+        if (f.transfer_encoding > 1 || f.not_chunked)
+                return "a Transfer-Encoding other than chunked";
+        if (f.host > 1)
+                return "more than one Host";
+        return NULL;
 }
 
 static bool via_unix(struct MHD_Connection *c)
@@ -859,6 +1161,28 @@ static enum MHD_Result metrics_get(struct mcp_http *h, struct req *q)
         single(&b, "gauge", "corral_sessions", "sessions open", json_object_get(st, "sessions"));
         json_auto_t *clients = json_integer(h->n_sessions);
         single(&b, "gauge", "corral_clients", "MCP sessions of the service", clients);
+        const struct door *du = &h->doors[DOOR_UNIX], *dt = &h->doors[DOOR_TCP];
+        hd = "# HELP corral_http_connections connections held, by listener and whether they "
+             "presented the token\n"
+             "# TYPE corral_http_connections gauge\n";
+        buf_append(&b, hd, strlen(hd));
+        metrics_line(&b, "corral_http_connections", (double)du->held, "listener", "unix", "state",
+                     "authenticated", NULL);
+        metrics_line(&b, "corral_http_connections", (double)(dt->held - dt->n_pending), "listener",
+                     "tcp", "state", "authenticated", NULL);
+        metrics_line(&b, "corral_http_connections", (double)dt->n_pending, "listener", "tcp",
+                     "state", "unauthenticated", NULL);
+        hd = "# HELP corral_http_connections_closed_total TCP connections ended before they "
+             "presented the token: past http_header_timeout_s, closed to make room, or refused "
+             "with every slot authenticated\n"
+             "# TYPE corral_http_connections_closed_total counter\n";
+        buf_append(&b, hd, strlen(hd));
+        metrics_line(&b, "corral_http_connections_closed_total", (double)h->closed_timeout,
+                     "reason", "header_timeout", NULL);
+        metrics_line(&b, "corral_http_connections_closed_total", (double)h->closed_room, "reason",
+                     "make_room", NULL);
+        metrics_line(&b, "corral_http_connections_closed_total", (double)h->refused_full, "reason",
+                     "full", NULL);
         hd = "# HELP corral_upstream_up MCP servers for sandboxed code: 1 when running\n"
              "# TYPE corral_upstream_up gauge\n";
         buf_append(&b, hd, strlen(hd));
@@ -895,14 +1219,30 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         struct req *q = *con_cls;
         (void)version;
         if (!q) {
+                /* Answered before the body is read, and then closed: no
+                 * way to tell where the next request would start. */
+                const char *framing = framing_refused(c);
+                if (framing) {
+                        char why[120];
+                        snprintf(why, sizeof(why), "a request with %s", framing);
+                        return answer_error(c, 400, why);
+                }
+                struct conn *cn = conn_of(c);
+                if (!cn)
+                        return MHD_NO;
                 q = calloc(1, sizeof(*q));
                 if (!q)
                         return MHD_NO;
                 q->h = h;
+                q->door = cn->d;
                 q->conn = c;
                 list_init(&q->node);
                 buf_init(&q->body, tools_line_max(h->cfg));
                 q->status = access_check(h, c, q->why, sizeof(q->why));
+                /* It presented the token (or needs none): it keeps its
+                 * slot until idle. */
+                if (!q->status)
+                        conn_unpend(cn);
                 *con_cls = q;
                 return MHD_YES;
         }
@@ -969,19 +1309,42 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 
 /* ---- listeners */
 
+static void on_accept_retry(struct timer *t, void *userdata)
+{
+        struct listener *l = userdata;
+        (void)t;
+        if (l->watch)
+                watch_modify(l->watch, EPOLLIN);
+}
+
 static void on_accept(struct watch *w, uint32_t events, void *userdata)
 {
         struct listener *l = userdata;
+        struct door *d = &l->h->doors[l->unix_socket ? DOOR_UNIX : DOOR_TCP];
         (void)w;
         (void)events;
         for (int i = 0; i < 32; i++) {
                 struct sockaddr_storage ss;
                 socklen_t len = sizeof(ss);
                 int fd = accept4(l->fd, (struct sockaddr *)&ss, &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+                if (fd < 0 &&
+                    (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)) {
+                        /* The connection stays in the backlog and the
+                         * socket readable: try again in a while rather
+                         * than spin on it. */
+                        if (now_ms() - l->h->fds_warned_ms > WARN_EVERY_MS) {
+                                l->h->fds_warned_ms = now_ms();
+                                log_warn("accept on %s: %s (RLIMIT_NOFILE)", l->display,
+                                         strerror(errno));
+                        }
+                        watch_modify(l->watch, 0);
+                        timer_set(l->h->loop, &l->retry, on_accept_retry, l, 100);
+                        break;
+                }
                 if (fd < 0) {
                         if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
                                 log_warn("accept on %s: %s", l->display, strerror(errno));
-                        return;
+                        break;
                 }
                 if (l->unix_socket) {
                         struct ucred cr;
@@ -1002,11 +1365,9 @@ static void on_accept(struct watch *w, uint32_t events, void *userdata)
                         int one = 1;
                         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
                 }
-                if (MHD_add_connection(l->h->mhd, fd, (struct sockaddr *)&ss, len) != MHD_YES)
-                        log_warn("%s: could not take a connection: %s", l->display,
-                                 strerror(errno));
+                door_add(d, fd, (struct sockaddr *)&ss, len, l->display);
         }
-        mhd_kick(l->h);
+        mhd_kick(d);
 }
 
 static int listener_add(struct mcp_http *h, int fd, bool unix_socket, const char *display,
@@ -1026,14 +1387,23 @@ static int listener_add(struct mcp_http *h, int fd, bool unix_socket, const char
         if (unlink_path)
                 snprintf(l->unlink_path, sizeof(l->unlink_path), "%s", unlink_path);
         fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
-        int r = watch_add(h->loop, fd, EPOLLIN, on_accept, l, &l->watch);
-        if (r < 0) {
-                close(fd);
-                free(l);
-                return err_set(e, ERR_INTERNAL, -r, "cannot watch %s", display);
-        }
+        /* Connections wait in the backlog until mcp_http_start. */
         h->ls[h->n_ls++] = l;
-        log_info("listening on %s", display);
+        return 0;
+}
+
+int mcp_http_start(struct mcp_http *h, struct err *e)
+{
+        if (h->accepting)
+                return 0;
+        for (size_t i = 0; i < h->n_ls; i++) {
+                struct listener *l = h->ls[i];
+                int r = watch_add(h->loop, l->fd, EPOLLIN, on_accept, l, &l->watch);
+                if (r < 0)
+                        return err_set(e, ERR_INTERNAL, -r, "cannot watch %s", l->display);
+                log_info("listening on %s", l->display);
+        }
+        h->accepting = true;
         return 0;
 }
 
@@ -1248,6 +1618,75 @@ const char *mcp_http_token(const struct mcp_http *h)
         return h->token;
 }
 
+/* Connections each door holds at once: four per MCP session (its GET
+ * stream, calls in flight), within the descriptors the process may open.
+ * Past those, accept fails on the unix socket too, the owner's way in: so
+ * the soft limit is raised as far as both doors need (the hard one allows),
+ * FD_RESERVE stay for the engine, the sandboxes' streams and the upstream
+ * servers, and the doors share the rest. */
+static long door_max(const struct config *cfg)
+{
+        long want = 4 * cfg->max_clients + 16, need = 2 * want + FD_RESERVE;
+        struct rlimit rl;
+        if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur == RLIM_INFINITY)
+                return want;
+        if (rl.rlim_cur < (rlim_t)need) {
+                struct rlimit up = rl;
+                up.rlim_cur = rl.rlim_max != RLIM_INFINITY && rl.rlim_max < (rlim_t)need
+                                  ? rl.rlim_max
+                                  : (rlim_t)need;
+                if (up.rlim_cur > rl.rlim_cur && setrlimit(RLIMIT_NOFILE, &up) == 0)
+                        rl = up;
+        }
+        long fds = rl.rlim_cur > (rlim_t)need ? need : (long)rl.rlim_cur;
+        long each = (fds - FD_RESERVE) / 2;
+        if (each < 16)
+                each = 16;
+        if (each < want)
+                log_warn("HTTP: at most %ld connections over TCP and %ld on unix sockets "
+                         "(RLIMIT_NOFILE %ld; max_clients %ld asks for %ld each)",
+                         each, each, fds, cfg->max_clients, want);
+        return each < want ? each : want;
+}
+
+static int door_open(struct mcp_http *h, struct door *d, bool tcp, long max)
+{
+        *d = (struct door){.h = h, .tcp = tcp, .max = max};
+        list_init(&d->pending);
+        d->mhd = MHD_start_daemon(
+            MHD_USE_EPOLL | MHD_USE_NO_LISTEN_SOCKET | MHD_ALLOW_SUSPEND_RESUME, 0, NULL, NULL,
+            on_request, h, MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
+            MHD_OPTION_NOTIFY_CONNECTION, on_connection, d, MHD_OPTION_CONNECTION_TIMEOUT,
+            (unsigned)120, MHD_OPTION_CONNECTION_LIMIT, (unsigned)(max + MHD_SLACK),
+            MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024), MHD_OPTION_END);
+        if (!d->mhd)
+                return -EIO;
+        const union MHD_DaemonInfo *di = MHD_get_daemon_info(d->mhd, MHD_DAEMON_INFO_EPOLL_FD);
+        int r = di ? watch_add(h->loop, di->epoll_fd, EPOLLIN, on_mhd_fd, d, &d->watch) : -EIO;
+        if (r == 0)
+                r = timer_add(h->loop, on_mhd_timer, d, &d->timer);
+        if (r == 0 && tcp)
+                r = timer_add(h->loop, on_deadline, d, &d->deadline);
+        return r;
+}
+
+static void door_close(struct door *d)
+{
+        defer_cancel(&d->run_d);
+        if (d->mhd) {
+                /* Every suspended connection must be resumed before the
+                 * daemon stops: their streams ended (mcp_http_stop). */
+                MHD_run(d->mhd);
+                MHD_stop_daemon(d->mhd);
+                d->mhd = NULL;
+        }
+        watch_remove(d->watch);
+        timer_remove(d->timer);
+        timer_remove(d->deadline);
+        d->watch = NULL;
+        d->timer = d->deadline = NULL;
+}
+
 int mcp_http_new(struct loop *l, const struct config *cfg, mcp_http_server_new server_new,
                  void *userdata, struct mcp_http **ret, struct err *e)
 {
@@ -1258,25 +1697,16 @@ int mcp_http_new(struct loop *l, const struct config *cfg, mcp_http_server_new s
             .loop = l, .cfg = cfg, .server_new = server_new, .userdata = userdata};
         list_init(&h->sessions);
         list_init(&h->health_waits);
-        h->mhd = MHD_start_daemon(
-            MHD_USE_EPOLL | MHD_USE_NO_LISTEN_SOCKET | MHD_ALLOW_SUSPEND_RESUME, 0, NULL, NULL,
-            on_request, h, MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
-            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120, MHD_OPTION_CONNECTION_LIMIT,
-            (unsigned)(4 * cfg->max_clients + 16), MHD_OPTION_CONNECTION_MEMORY_LIMIT,
-            (size_t)(64 * 1024), MHD_OPTION_END);
-        if (!h->mhd) {
-                free(h);
-                return err_set(e, ERR_INTERNAL, EIO, "cannot start the HTTP server");
-        }
-        const union MHD_DaemonInfo *di = MHD_get_daemon_info(h->mhd, MHD_DAEMON_INFO_EPOLL_FD);
-        int r = di ? watch_add(l, di->epoll_fd, EPOLLIN, on_mhd_fd, h, &h->mhd_watch) : -EIO;
+        long max = door_max(cfg);
+        h->peer_max = max / 4 > 8 ? max / 4 : 8;
+        int r = door_open(h, &h->doors[DOOR_UNIX], false, max);
         if (r == 0)
-                r = timer_add(l, on_mhd_timer, h, &h->mhd_timer);
+                r = door_open(h, &h->doors[DOOR_TCP], true, max);
         if (r == 0)
                 r = timer_add(l, on_tick, h, &h->tick);
         if (r < 0) {
                 mcp_http_free(h);
-                return err_set(e, ERR_INTERNAL, -r, "cannot watch the HTTP server");
+                return err_set(e, ERR_INTERNAL, -r, "cannot start the HTTP server");
         }
         timer_arm(h->tick, TICK_MS);
         *ret = h;
@@ -1347,12 +1777,15 @@ void mcp_http_stop(struct mcp_http *h)
         }
         for (size_t i = 0; i < h->n_ls; i++) {
                 watch_remove(h->ls[i]->watch);
+                timer_remove(h->ls[i]->retry);
                 h->ls[i]->watch = NULL;
+                h->ls[i]->retry = NULL;
         }
         struct session *s, *n;
         list_for_each_safe(s, n, &h->sessions, node) session_end(s, "corral is stopping");
-        if (h->mhd)
-                mhd_run(h);
+        for (int i = 0; i < DOORS; i++)
+                if (h->doors[i].mhd)
+                        mhd_run(&h->doors[i]);
 }
 
 void mcp_http_free(struct mcp_http *h)
@@ -1360,20 +1793,14 @@ void mcp_http_free(struct mcp_http *h)
         if (!h)
                 return;
         mcp_http_stop(h);
-        defer_cancel(&h->run_d);
-        if (h->mhd) {
-                /* Every suspended connection must be resumed before the
-                 * daemon stops: their streams ended above. */
-                MHD_run(h->mhd);
-                MHD_stop_daemon(h->mhd);
-        }
-        watch_remove(h->mhd_watch);
-        timer_remove(h->mhd_timer);
+        for (int i = 0; i < DOORS; i++)
+                door_close(&h->doors[i]);
         timer_remove(h->tick);
         json_decref(h->health);
         for (size_t i = 0; i < h->n_ls; i++) {
                 struct listener *l = h->ls[i];
                 watch_remove(l->watch);
+                timer_remove(l->retry);
                 close(l->fd);
                 if (l->unlink_path[0])
                         unlink(l->unlink_path);

@@ -36,10 +36,17 @@ int mcp_http_new(struct loop *l, const struct config *cfg, mcp_http_server_new s
                  void *userdata, struct mcp_http **ret, struct err *e);
 /* Listens on `addr`: "unix:PATH" (mode 0600, peers of another uid are
  * refused) or "tcp:HOST:PORT" (loopback unless http_public; a bearer
- * token on every request). */
+ * token on every request). Each kind has its own connection slots; a TCP
+ * connection holds one for http_header_timeout_s until it presents the
+ * token (mcp/http.c, "who holds a slot"). */
 int mcp_http_listen(struct mcp_http *h, const char *addr, struct err *e);
 /* Takes a socket that already listens (systemd's LISTEN_FDS). */
 int mcp_http_adopt(struct mcp_http *h, int fd, struct err *e);
+/* Starts taking connections on the listeners; until then they wait in the
+ * backlog (the listeners are opened before the engine and the pool start,
+ * so that a port in use or a bad token stops start-up before anything is
+ * made; clients are served once the managers exist). */
+int mcp_http_start(struct mcp_http *h, struct err *e);
 /* What /health and /metrics report beside the HTTP side's own figures:
  * `status` returns {pool (sandbox_mgr_status's), sessions, upstreams:
  * [{name, state}]} (a new reference); `eng` and `image` are asked on

@@ -25,6 +25,7 @@ import assert from 'node:assert/strict';
 import { execFileSync, spawn } from 'node:child_process';
 import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
+import net from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -117,19 +118,36 @@ async function connectClient(name = 'connect', svc = null) {
   return c;
 }
 
-// One raw HTTP request: {status, headers, body}.
-function raw(svc, { method = 'POST', headers = {}, body = null, socketPath = null, pathName = '/mcp' } = {}) {
+// One raw HTTP request: {status, headers, body}. `fresh`: on a connection
+// of its own; `timeoutMs`: refused past that.
+function raw(svc, { method = 'POST', headers = {}, body = null, socketPath = null, pathName = '/mcp', fresh = false, timeoutMs = 0 } = {}) {
   return new Promise((resolve, reject) => {
     const opts = socketPath ? { socketPath, path: pathName, method } : { host: '127.0.0.1', port: svc.port, path: pathName, method };
     opts.headers = { 'Content-Type': 'application/json', Accept: 'application/json, text/event-stream', ...headers };
+    if (fresh) opts.agent = false;
     const req = http.request(opts, (res) => {
       let data = '';
       res.on('data', (d) => { data += d; });
       res.on('end', () => resolve({ status: res.statusCode, headers: res.headers, body: data }));
     });
     req.on('error', reject);
+    if (timeoutMs) req.setTimeout(timeoutMs, () => req.destroy(new Error(`no answer within ${timeoutMs} ms`)));
     if (body) req.write(typeof body === 'string' ? body : JSON.stringify(body));
     req.end();
+  });
+}
+
+// Bytes written as they are on one TCP connection; the status of the
+// answer (0: closed without one).
+function rawBytes(svc, bytes) {
+  return new Promise((resolve) => {
+    const s = net.connect({ host: '127.0.0.1', port: svc.port });
+    let got = '';
+    s.on('connect', () => s.write(bytes));
+    s.on('data', (d) => { got += d; });
+    s.on('error', () => {});
+    s.on('close', () => resolve(Number((/^HTTP\/1\.1 (\d{3})/.exec(got) || [0, 0])[1])));
+    s.setTimeout(5000, () => s.destroy());
   });
 }
 
@@ -229,6 +247,113 @@ Service.prototype.startUnixOnly = async function startUnixOnly() {
   }
   return this;
 };
+
+const PING = { jsonrpc: '2.0', id: 7, method: 'ping' };
+
+test('door: 1,100 slow connections from another uid: the owner (unix) and a token holder (TCP) answered within 1 s each; the header deadline closes them', async () => {
+  const svc = await new Service({ CORRAL_HTTP_HEADER_TIMEOUT_S: '3', CORRAL_POOL_MAX: '0' }).start();
+  const sock = path.join(svc.runtimeDir, 'corral', 'corral.sock');
+  // The flooder runs as nobody, who cannot read this tree: a copy in ROOT.
+  const flooder = path.join(ROOT, 'flood.mjs');
+  writeFileSync(flooder, readFileSync(path.join(HERE, 'lib', 'flood.mjs')));
+  chmodSync(flooder, 0o644);
+  let flood = null;
+  try {
+    const o = await raw(svc, { socketPath: sock, body: INIT });
+    assert.equal(o.status, 200, o.body);
+    const ownerSid = o.headers['mcp-session-id'];
+    const holderSid = await rawSession(svc);
+    // 1,100 sockets are more than a soft limit of 1,024 descriptors.
+    flood = spawn('prlimit', ['--nofile=4096:4096', '--', 'setpriv', '--reuid=65534', '--regid=65534', '--clear-groups',
+      process.execPath, flooder, String(svc.port), '1100', '12000', '6000'], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let fout = '';
+    let ferr = '';
+    flood.stdout.on('data', (d) => { fout += d; });
+    flood.stderr.on('data', (d) => { ferr += d; });
+    const exited = new Promise((r) => flood.on('exit', r));
+    const deadline = Date.now() + 15000;
+    while (!/flooding/.test(fout)) {
+      if (flood.exitCode !== null || Date.now() > deadline) throw new Error(`the flood did not start: ${fout} ${ferr}`);
+      await sleep(50);
+    }
+    const ways = [['the owner on the unix socket', { socketPath: sock, headers: { 'Mcp-Session-Id': ownerSid } }],
+      ['a token holder over TCP', { headers: { ...auth(svc), 'Mcp-Session-Id': holderSid } }]];
+    let slowest = 0;
+    for (let i = 0; i < 8; i++) {
+      for (const [who, opts] of ways) {
+        const t0 = performance.now();
+        const r = await raw(svc, { ...opts, body: PING, fresh: true, timeoutMs: 1000 }).catch((e) => ({ status: 0, body: e.message }));
+        const ms = performance.now() - t0;
+        assert.equal(r.status, 200, `${who}, call ${i + 1} during the flood: ${r.body}`);
+        assert.ok(ms < 1000, `${who}, call ${i + 1} during the flood: ${ms.toFixed(0)} ms`);
+        slowest = Math.max(slowest, ms);
+      }
+      await sleep(500);
+    }
+    out(`# 16 calls during the flood, the slowest ${slowest.toFixed(0)} ms`);
+    await exited;
+    const f = JSON.parse(fout.trim().split('\n').pop());
+    out(`# the flood: ${JSON.stringify(f)}`);
+    assert.ok(f.opened >= 1100, JSON.stringify(f));
+    assert.equal(f.stillOpen, 0, `slow connections corral left open: ${JSON.stringify(f)}`);
+    assert.ok(f.maxLifeMs < 4500, `a slow connection lived ${f.maxLifeMs} ms (http_header_timeout_s 3)`);
+    const m = await raw(svc, { method: 'GET', socketPath: sock, pathName: '/metrics' });
+    const closed = (why) => Number((new RegExp(`corral_http_connections_closed_total\\{reason="${why}"\\} (\\d+)`).exec(m.body) || [0, -1])[1]);
+    assert.ok(closed('header_timeout') > 0, m.body);
+    assert.ok(closed('make_room') > 0, m.body);
+  } finally {
+    if (flood && flood.exitCode === null) flood.kill('SIGKILL');
+    assert.equal(await svc.stop(), 0);
+  }
+});
+
+test('door: Host is a loopback name or one in http_hosts, then nothing or a port: localhost:evil 403, localhost:8080 200', async (svc) => {
+  for (const [host, want] of [['localhost:evil', 403], ['localhost:8080', 200], ['localhost', 200], ['[::1]:65535', 200],
+    ['127.0.0.1:65536', 403], ['localhost:', 403], ['localhost.evil.example', 403]]) {
+    const r = await raw(svc, { headers: { ...auth(svc), Host: host }, body: INIT });
+    assert.equal(r.status, want, `Host: ${host}: ${r.body}`);
+  }
+});
+
+test('door: a duplicate Content-Length, or Transfer-Encoding with Content-Length: 400', async (svc) => {
+  const body = JSON.stringify(PING);
+  const head = `POST /mcp HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer ${svc.token}\r\n` +
+    'Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n';
+  const chunked = `${body.length.toString(16)}\r\n${body}\r\n0\r\n\r\n`;
+  // The control: one Content-Length is read (400 for want of a session).
+  assert.equal(await rawBytes(svc, `${head}Content-Length: ${body.length}\r\n\r\n${body}`), 400);
+  const sid = await rawSession(svc);
+  const ok = `${head}Mcp-Session-Id: ${sid}\r\n`;
+  assert.equal(await rawBytes(svc, `${ok}Content-Length: ${body.length}\r\n\r\n${body}`), 200);
+  assert.equal(await rawBytes(svc, `${ok}Transfer-Encoding: chunked\r\n\r\n${chunked}`), 200);
+  assert.equal(await rawBytes(svc, `${ok}Content-Length: ${body.length}\r\nContent-Length: ${body.length}\r\n\r\n${body}`), 400);
+  assert.equal(await rawBytes(svc, `${ok}Content-Length: 2\r\nContent-Length: ${body.length}\r\n\r\n${body}`), 400);
+  assert.equal(await rawBytes(svc, `${ok}Content-Length: ${body.length}\r\nTransfer-Encoding: chunked\r\n\r\n${chunked}`), 400);
+});
+
+test('door: a taken port, a short token, an unusable socket path: exit 2 with one line, before any engine or pool', async () => {
+  const taken = net.createServer();
+  await new Promise((r) => taken.listen(0, '127.0.0.1', r));
+  const port = taken.address().port;
+  const rt = path.join(ROOT, 'run-refused');
+  mkdirSync(rt, { mode: 0o700 });
+  try {
+    for (const [listen, extra, why] of [[`unix,tcp:127.0.0.1:${port}`, {}, new RegExp(`tcp:127\\.0\\.0\\.1:${port}: Address already in use`)],
+      [`tcp:127.0.0.1:${port + 1}`, { CORRAL_TOKEN: 'too-short' }, /token: 16 to 64 characters/],
+      ['unix:/proc/corral/corral.sock', {}, /\/proc\/corral\/corral\.sock/]]) {
+      const p = spawn(BIN, ['serve', '--listen', listen], { env: { ...serviceEnv({ XDG_RUNTIME_DIR: rt }), ...extra }, stdio: ['ignore', 'ignore', 'pipe'] });
+      let err = '';
+      p.stderr.on('data', (d) => { err += d; });
+      const code = await new Promise((r) => p.on('exit', r));
+      assert.equal(code, 2, `${listen}: exit ${code}: ${err}`);
+      assert.equal(err.trim().split('\n').length, 1, `${listen}: one line, not: ${err}`);
+      assert.match(err, why);
+      assert.doesNotMatch(err, /engine|pool|unexpected transition/);
+    }
+  } finally {
+    taken.close();
+  }
+});
 
 test('MCP sessions: no Mcp-Session-Id 400, unknown 404, bad MCP-Protocol-Version 400, DELETE ends it', async (svc) => {
   const ping = { jsonrpc: '2.0', id: 2, method: 'ping' };

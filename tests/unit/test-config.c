@@ -47,7 +47,7 @@ static void test_defaults(void)
         size_t n = 0;
         while (names[n])
                 n++;
-        is_int(n, 55, "config_key_names lists 55 keys, NULL-terminated");
+        is_int(n, 56, "config_key_names lists 56 keys, NULL-terminated");
         is_str(names[0], "engine", "... starting with engine");
 }
 
@@ -141,6 +141,8 @@ static double field(const struct config *c, const char *key)
                 return (double)c->file_max_bytes;
         if (strcmp(key, "out_max_bytes") == 0)
                 return (double)c->out_max_bytes;
+        if (strcmp(key, "http_header_timeout_s") == 0)
+                return c->http_header_timeout_s;
         return NAN;
 }
 
@@ -187,6 +189,9 @@ static const struct set_case {
     {"session_idle_s", "0.5", BAD},
     {"session_max_s", "2592000", 2592000},
     {"session_max_s", "2592001", BAD},
+    {"http_header_timeout_s", "0.1", 0.1},
+    {"http_header_timeout_s", "0", BAD},
+    {"http_header_timeout_s", "3601", BAD},
     /* integers */
     {"pids", "8", 8},
     {"pids", "7", BAD},
