@@ -98,6 +98,9 @@ struct upstream {
         /* A streamable HTTP server: the connection instead of a process. */
         struct http_conn *http;
         bool http_stopping; /* its session's DELETE is under way */
+        /* Its own secrets of MASK_ANSWER_MIN bytes or more, masked in its
+         * successful answers and tool list (upstream/mask.h). */
+        struct mask *answer_mask;
 };
 
 struct upstream_set {
@@ -413,8 +416,16 @@ static void tools_page(struct upstream *u, json_t *result, json_t *error, size_t
                 }
         }
         /* Tool descriptions reach sandboxed code and the client: masked as
-         * answers are. */
-        json_t *masked = mask_json(u->set->reg.mask, u->listing);
+         * answers are, but for the names, by which calls find the tools. */
+        json_t *masked = mask_json(u->answer_mask, u->listing);
+        size_t ti;
+        json_t *tool;
+        json_array_foreach(masked, ti, tool)
+        {
+                json_t *name = json_object_get(json_array_get(u->listing, ti), "name");
+                if (json_is_object(tool) && name)
+                        json_object_set(tool, "name", name);
+        }
         json_decref(u->listing);
         json_decref(u->tools);
         u->tools = masked ? masked : json_array();
@@ -609,7 +620,7 @@ static int on_line(void *userdata, const char *line, size_t len)
                                 /* A server may echo what it was given to
                                  * keep (its env, a header) in an answer,
                                  * as it may in an error: masked the same. */
-                                json_t *masked = mask_json(u->set->reg.mask, m.result);
+                                json_t *masked = mask_json(u->answer_mask, m.result);
                                 if (masked)
                                         call_finish(c, masked, NULL);
                                 else
@@ -1347,7 +1358,10 @@ int upstream_set_new(struct loop *l, const struct config *cfg, struct registry *
                 line_reader_init(&u->lines, 2 * cfg->max_frame);
                 line_reader_init(&u->errlines, STDERR_LINE_MAX);
                 u->listing = json_array();
-                if (!u->listing || timer_add(l, u_timer, u, &u->timer) < 0) {
+                u->answer_mask = mask_new();
+                if (!u->listing || !u->answer_mask ||
+                    mask_add_strv_min(u->answer_mask, u->spec->secrets, MASK_ANSWER_MIN) < 0 ||
+                    timer_add(l, u_timer, u, &u->timer) < 0) {
                         set->n = i + 1;
                         upstream_set_free(set);
                         return -ENOMEM;
@@ -1420,6 +1434,7 @@ void upstream_set_free(struct upstream_set *set)
                 close_pipes(u);
                 http_conn_free(u->http);
                 u->http = NULL;
+                u->answer_mask = mask_free(u->answer_mask);
                 watch_remove(u->w_err);
                 watch_remove(u->w_pid);
                 if (u->err_fd >= 0)

@@ -295,6 +295,14 @@ int mask_add(struct mask *m, const char *value, size_t len)
         return r;
 }
 
+int mask_add_strv_min(struct mask *m, char *const *values, size_t min)
+{
+        for (size_t i = 0; values && values[i]; i++)
+                if (strlen(values[i]) >= min && mask_add(m, values[i], strlen(values[i])) < 0)
+                        return -ENOMEM;
+        return 0;
+}
+
 int mask_add_strv(struct mask *m, char *const *values)
 {
         for (size_t i = 0; values && values[i]; i++) {
@@ -492,9 +500,7 @@ json_t *mask_json(struct mask *m, json_t *v)
                 json_t *item;
                 json_object_foreach(v, key, item)
                 {
-                        char *k = out ? utf8_scrub(mask_text(m, key, strlen(key), 0, 0)) : NULL;
-                        int r = k ? json_object_set_new(out, k, mask_json(m, item)) : -1;
-                        free(k);
+                        int r = out ? json_object_set_new(out, key, mask_json(m, item)) : -1;
                         if (r < 0) {
                                 json_decref(out);
                                 return NULL;

@@ -33,8 +33,13 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#define MASK_MIN  4 /* bytes: shorter values are no secrets */
-#define MASK_MARK "***"
+#define MASK_MIN 4 /* bytes: shorter values are no secrets */
+/* In a server's successful answers only values of this many bytes or more
+ * are masked: an answer is data the code asked for, and masking a short
+ * setting there ("json", "true", a port) would garble it, while a
+ * credential is longer. Errors and logs keep MASK_MIN. */
+#define MASK_ANSWER_MIN 8
+#define MASK_MARK       "***"
 
 struct mask;
 
@@ -46,6 +51,8 @@ struct mask *mask_free(struct mask *m);
 int mask_add(struct mask *m, const char *value, size_t len);
 /* mask_add each string of a NULL-terminated array (NULL: none). */
 int mask_add_strv(struct mask *m, char *const *values);
+/* The same for the strings of `min` bytes or more only. */
+int mask_add_strv_min(struct mask *m, char *const *values, size_t min);
 /* Number of distinct forms held (for tests). */
 size_t mask_forms(struct mask *m);
 
@@ -62,9 +69,11 @@ char *mask_text(struct mask *m, const char *text, size_t len, size_t max, unsign
  * of memory the whole text is withheld as MASK_MARK. Returns the length. */
 size_t mask_into(struct mask *m, const char *text, size_t len, unsigned flags, char *out,
                  size_t size);
-/* A copy of `v` with every string in it, object keys too, masked as
- * mask_text does (uncut) and made valid UTF-8: what an upstream server
- * answers may echo a secret it was given, and its answer goes to sandboxed
- * code. `v` itself (a new reference) when `m` holds no secret; NULL when
- * out of memory. A string's bytes after an embedded NUL are dropped. */
+/* A copy of `v` with every string value in it masked as mask_text does
+ * (uncut) and made valid UTF-8: what an upstream server answers may echo a
+ * secret it was given, and its answer goes to sandboxed code. Object keys
+ * are kept: they are the answer's structure, and a server that echoes its
+ * environment shows a secret's name there, not its value. `v` itself (a
+ * new reference) when `m` holds no secret; NULL when out of memory. A
+ * string's bytes after an embedded NUL are dropped. */
 json_t *mask_json(struct mask *m, json_t *v);

@@ -976,8 +976,8 @@ static void test_mask_forms(void)
         is_int(one[0], 0, "...writes only the NUL");
 }
 
-/* An answer that echoes a secret: every string masked, keys too, the
- * structure kept. */
+/* An answer that echoes a secret: every string value masked; keys, the
+ * structure, kept (a key "text" must stay "text" whatever a setting says). */
 static void test_mask_json(void)
 {
         struct mask *m = mask_new();
@@ -993,8 +993,21 @@ static void test_mask_json(void)
         char *text = json_dumps(out, JSON_SORT_KEYS | JSON_COMPACT);
         is_str(text,
                "{\"content\":[{\"text\":\"TOKEN=***!\",\"type\":\"text\"}],\"isError\":false,"
-               "\"structuredContent\":{\"***\":[1,true,null,\"a *** b\"]}}",
-               "every string and key masked, the rest as it was");
+               "\"structuredContent\":{\"s3cr3t-value\":[1,true,null,\"a *** b\"]}}",
+               "every string value masked, keys and the rest as they were");
+        /* Short settings are masked in errors, not in answers. */
+        struct mask *a = mask_new();
+        char *values[] = {"json", "text", "s3cr3t-value", NULL};
+        is_int(mask_add_strv_min(a, values, MASK_ANSWER_MIN), 0, "mask_add_strv_min");
+        json_t *short_ones = parse("[\"plain text as json\", \"s3cr3t-value\"]");
+        json_t *o2 = mask_json(a, short_ones);
+        char *t2 = json_dumps(o2, JSON_COMPACT);
+        is_str(t2, "[\"plain text as json\",\"***\"]",
+               "values under MASK_ANSWER_MIN are not masked in an answer; longer ones are");
+        free(t2);
+        json_decref(o2);
+        json_decref(short_ones);
+        mask_free(a);
         free(text);
         json_decref(out);
         json_decref(in);
