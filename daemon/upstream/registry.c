@@ -308,6 +308,10 @@ struct loader {
         struct registry_skip *skipped; /* MAX_SERVERS of them */
         size_t n_skipped;
         bool skipped_warned;
+        /* The project is the home directory (compared as real paths: $HOME
+         * may end in "/" or pass through a link): its files are the
+         * person's own. */
+        bool cwd_is_home;
 };
 
 /* What the entry being read is, for its messages. */
@@ -856,6 +860,20 @@ static int add_entry(struct loader *L, const char *name, json_t *entry, const ch
         if (name_taken(L, name)) {
                 log_debug("%s: MCP server '%s' is already defined; this one is ignored", source,
                           name);
+                /* Said where a person looks: a clone that reuses the name
+                 * of one of theirs gets theirs, never its own. */
+                const struct upstream_spec *had = NULL;
+                for (size_t i = 0; i < L->n && !had; i++)
+                        if (strcmp(L->v[i].name, name) == 0)
+                                had = &L->v[i];
+                char *reason = NULL;
+                if (host != NOT_PROJECT && had &&
+                    (asprintf(&reason,
+                              "a server named %s is already defined in %s, which is used: a "
+                              "project's file cannot replace it",
+                              name, had->source) < 0 ||
+                     skip_add(L, name, entry, source, reason) < 0))
+                        return err_set(e, ERR_INTERNAL, ENOMEM, "out of memory");
                 return 0;
         }
         if (strcmp(name, "corral") == 0) {
@@ -1044,7 +1062,7 @@ static int load_approvals(struct loader *L, json_t *claude_json, const char *cla
                         continue;
                 /* With the project in the home directory, ~/.claude is the
                  * person's own: read once, as such. */
-                if (files[i].in_project && home && strcmp(cwd, home) == 0)
+                if (files[i].in_project && L->cwd_is_home)
                         continue;
                 if (asprintf(&path, "%s/%s", base, files[i].rel) < 0)
                         return -ENOMEM;
@@ -1165,43 +1183,57 @@ static int load_hosts(struct loader *L, struct err *e)
         if (load_approvals(L, claude_json, claude_path) < 0)
                 return err_set(e, ERR_INTERNAL, ENOMEM, "out of memory");
 
-        /* In precedence order: the project's own files, then the user's,
-         * Claude Code's first, as corral usually runs under it. */
+        /* In precedence order: the user's own files, Claude Code's first, as
+         * corral usually runs under it, then a project's. A project's file
+         * comes last so that it can never take the name of a server of
+         * the person's own (a clone's "github" in place of theirs): an
+         * approval by name is an approval of the person's definition
+         * first. */
         static const struct {
                 int base; /* 0 cwd, 1 home, 2 xdg_config */
                 const char *path, *key;
                 bool claude_json;
                 enum project_host host; /* of a project's file */
         } files[] = {
-            {0, ".mcp.json", "mcpServers", false, HOST_CLAUDE},
             {1, ".claude.json", NULL, true, NOT_PROJECT},
-            {0, ".vscode/mcp.json", "servers", false, HOST_VSCODE},
-            {0, ".cursor/mcp.json", "mcpServers", false, HOST_CURSOR},
             {1, ".cursor/mcp.json", "mcpServers", false, NOT_PROJECT},
             {2, "Code/User/mcp.json", "servers", false, NOT_PROJECT},
             {2, "Claude/claude_desktop_config.json", "mcpServers", false, NOT_PROJECT},
+            {0, ".mcp.json", "mcpServers", false, HOST_CLAUDE},
+            {0, ".vscode/mcp.json", "servers", false, HOST_VSCODE},
+            {0, ".cursor/mcp.json", "mcpServers", false, HOST_CURSOR},
         };
-        for (size_t i = 0; i < ARRAY_SIZE(files); i++) {
-                const char *base = files[i].base == 0 ? cwd : files[i].base == 1 ? home : xdg;
-                if (!base)
-                        continue;
-                /* With the project in the home directory, ~/.cursor/mcp.json
-                 * is the person's own: read below, as such. */
-                if (files[i].host == HOST_CURSOR && home && strcmp(cwd, home) == 0)
-                        continue;
-                _cleanup_free_ char *path = NULL;
-                if (asprintf(&path, "%s/%s", base, files[i].path) < 0)
-                        return err_set(e, ERR_INTERNAL, ENOMEM, "out of memory");
-                int r = files[i].claude_json ? load_claude_json(L, claude_json, claude_path, e)
-                                             : load_simple(L, path, files[i].key, files[i].host, e);
-                if (r < 0)
-                        return r;
-        }
-        if (xdg) {
-                _cleanup_free_ char *dir = NULL;
-                if (asprintf(&dir, "%s/mcp/servers", xdg) < 0)
-                        return err_set(e, ERR_INTERNAL, ENOMEM, "out of memory");
-                return load_servers_dir(L, dir, e);
+        /* Two passes: the person's files, then the project's; the shared
+         * folder of servers between them, as the person's. */
+        for (int pass = 0; pass < 2; pass++) {
+                for (size_t i = 0; i < ARRAY_SIZE(files); i++) {
+                        const char *base = files[i].base == 0   ? cwd
+                                           : files[i].base == 1 ? home
+                                                                : xdg;
+                        if (!base || (files[i].base == 0) != (pass == 1))
+                                continue;
+                        /* With the project in the home directory,
+                         * ~/.cursor/mcp.json is the person's own: read in
+                         * the first pass, as such. */
+                        if (files[i].host == HOST_CURSOR && L->cwd_is_home)
+                                continue;
+                        _cleanup_free_ char *path = NULL;
+                        if (asprintf(&path, "%s/%s", base, files[i].path) < 0)
+                                return err_set(e, ERR_INTERNAL, ENOMEM, "out of memory");
+                        int r = files[i].claude_json
+                                    ? load_claude_json(L, claude_json, claude_path, e)
+                                    : load_simple(L, path, files[i].key, files[i].host, e);
+                        if (r < 0)
+                                return r;
+                }
+                if (pass == 0 && xdg) {
+                        _cleanup_free_ char *dir = NULL;
+                        if (asprintf(&dir, "%s/mcp/servers", xdg) < 0)
+                                return err_set(e, ERR_INTERNAL, ENOMEM, "out of memory");
+                        int r = load_servers_dir(L, dir, e);
+                        if (r < 0)
+                                return r;
+                }
         }
         return 0;
 }
@@ -1210,6 +1242,11 @@ int registry_load(const struct registry_sources *src, struct registry *ret, stru
 {
         struct loader L = {.src = src};
         int r = 0;
+        char real_cwd[PATH_MAX], real_home[PATH_MAX];
+        L.cwd_is_home = src->cwd && src->home &&
+                        (strcmp(src->cwd, src->home) == 0 ||
+                         (realpath(src->cwd, real_cwd) && realpath(src->home, real_home) &&
+                          strcmp(real_cwd, real_home) == 0));
         L.v = calloc(MAX_SERVERS, sizeof(*L.v));
         L.skipped = calloc(MAX_SERVERS, sizeof(*L.skipped));
         if (!L.v || !L.skipped) {

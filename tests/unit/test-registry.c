@@ -400,17 +400,19 @@ static void test_sources(void)
         static const struct {
                 const char *name, *base, *file;
         } want[] = {
-            {"project-mcp", "cwd", ".mcp.json"},
+            /* The person's own files first, a project's last (it can
+             * never take the name of one of theirs). */
             {"claude-local", "home", ".claude.json"},
             {"claude-user", "home", ".claude.json"},
-            {"vscode-project", "cwd", ".vscode/mcp.json"},
-            {"cursor-project", "cwd", ".cursor/mcp.json"},
             {"cursor-user", "home", ".cursor/mcp.json"},
             {"vscode-user", "home", ".config/Code/User/mcp.json"},
             {"desktop", "home", ".config/Claude/claude_desktop_config.json"},
             {"dir-mcp", "home", ".config/mcp/servers/a.json"},
             {"dir-servers", "home", ".config/mcp/servers/b.json"},
             {"single", "home", ".config/mcp/servers/single.json"},
+            {"project-mcp", "cwd", ".mcp.json"},
+            {"vscode-project", "cwd", ".vscode/mcp.json"},
+            {"cursor-project", "cwd", ".cursor/mcp.json"},
         };
         is_int(reg.n, ARRAY_SIZE(want), "one server from each source, nothing else");
         for (size_t i = 0; i < ARRAY_SIZE(want); i++) {
@@ -491,22 +493,24 @@ static void test_precedence(void)
                 int base; /* 0 cwd, 1 home, 2 ~/.config */
                 const char *rel, *key;
         } files[] = {
-            {0, ".mcp.json", "mcpServers"},
+            /* The person's files, then a project's: a project's file can
+             * never take the name of one of theirs. */
             {1, ".claude.json", NULL}, /* project scope, then user scope */
             {1, ".claude.json", NULL},
-            {0, ".vscode/mcp.json", "servers"},
-            {0, ".cursor/mcp.json", "mcpServers"},
             {1, ".cursor/mcp.json", "mcpServers"},
             {2, "Code/User/mcp.json", "servers"},
             {2, "Claude/claude_desktop_config.json", "mcpServers"},
             {2, "mcp/servers/a.json", "mcpServers"},
             {2, "mcp/servers/b.json", "servers"},
             {2, "mcp/servers/dup.json", NULL},
+            {0, ".mcp.json", "mcpServers"},
+            {0, ".vscode/mcp.json", "servers"},
+            {0, ".cursor/mcp.json", "mcpServers"},
         };
         const char *bases[] = {cwd, home, dir};
         for (size_t i = 0; i < ARRAY_SIZE(files); i++) {
                 char text[512];
-                if (i == 1 || i == 2)
+                if (i == 0 || i == 1)
                         continue;
                 if (files[i].key)
                         snprintf(text, sizeof(text), "{\"%s\": {\"dup\": {\"command\": \"c%zu\"}}}",
@@ -516,8 +520,8 @@ static void test_precedence(void)
                 put(bases[files[i].base], files[i].rel, text);
         }
         snprintf(claude, sizeof(claude),
-                 "{\"projects\": {\"%s\": {\"mcpServers\": {\"dup\": {\"command\": \"c1\"}}}}, "
-                 "\"mcpServers\": {\"dup\": {\"command\": \"c2\"}}}",
+                 "{\"projects\": {\"%s\": {\"mcpServers\": {\"dup\": {\"command\": \"c0\"}}}}, "
+                 "\"mcpServers\": {\"dup\": {\"command\": \"c1\"}}}",
                  cwd);
         put(home, ".claude.json", claude);
 
@@ -536,15 +540,15 @@ static void test_precedence(void)
                 is_int(load(NULL, false, &reg, &e), 0, "load, round %zu", i);
                 const struct upstream_spec *s = registry_find(&reg, "dup");
                 is_str(s ? s->command : NULL, want, "%s%s wins next", files[i].rel,
-                       i == 1   ? " (project scope)"
-                       : i == 2 ? " (user scope)"
+                       i == 0   ? " (project scope)"
+                       : i == 1 ? " (user scope)"
                                 : "");
                 registry_free(&reg);
-                if (i == 0 || i > 2) {
+                if (i > 1) {
                         drop(bases[files[i].base], files[i].rel);
-                } else if (i == 1) {
+                } else if (i == 0) {
                         put(home, ".claude.json",
-                            "{\"mcpServers\": {\"dup\": {\"command\": \"c2\"}}}");
+                            "{\"mcpServers\": {\"dup\": {\"command\": \"c1\"}}}");
                 } else {
                         drop(home, ".claude.json");
                 }
@@ -687,6 +691,16 @@ static void test_project(void)
         ok(s && !s->project, "... as the person's");
         ok(skipped(&reg, "dup") != NULL, "... and the project's is listed as skipped");
         registry_free(&reg);
+        /* Approved by name, it still cannot take the person's place. */
+        static char *dup_ok[] = {"dup", NULL};
+        approved = dup_ok;
+        is_int(load(NULL, false, &reg, &e), 0, "dup approved by name in project_servers");
+        s = registry_find(&reg, "dup");
+        is_str(s ? s->command : NULL, "mine", "... the person's still runs");
+        like(skipped(&reg, "dup") ? skipped(&reg, "dup")->reason : NULL, "cannot replace it",
+             "... and the project's is skipped, saying why");
+        registry_free(&reg);
+        approved = NULL;
 
         /* A project in the home directory: ~/.cursor/mcp.json and
          * ~/.claude/settings.json are the person's own. */
