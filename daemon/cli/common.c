@@ -11,6 +11,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 extern const char corral_default_policy[];
@@ -203,12 +204,15 @@ int cli_policy_load(const struct config *cfg, struct policy **ret, struct err *e
 {
         if (cfg->policy)
                 return policy_load(corral_default_policy, cfg->policy, true, ret, e);
-        /* The first file that exists wins; one that exists but cannot be
-         * read or parsed is an error, never a reason to try the next: a
-         * policy the user wrote must not be skipped for a weaker one. */
+        /* The first file that exists wins; one that exists in any form (a
+         * link to nothing, a directory) but cannot be read or parsed is an
+         * error, never a reason to try the next: a policy the user wrote
+         * must not be skipped for a weaker one. */
         char *cands[2] = {NULL, NULL};
         if (cfg->config_file) {
-                _cleanup_free_ char *copy = strdup(cfg->config_file);
+                char real[PATH_MAX];
+                _cleanup_free_ char *copy =
+                    strdup(realpath(cfg->config_file, real) ? real : cfg->config_file);
                 if (!copy || asprintf(&cands[0], "%s/policy.json", dirname(copy)) < 0)
                         return err_set(e, ERR_INTERNAL, ENOMEM, "out of memory");
         }
@@ -216,13 +220,12 @@ int cli_policy_load(const struct config *cfg, struct policy **ret, struct err *e
         int r = 0;
         struct policy *p = NULL;
         for (size_t i = 0; i < ARRAY_SIZE(cands) && r == 0 && !p; i++) {
+                struct stat st;
                 if (!cands[i])
                         continue;
-                r = policy_load(corral_default_policy, cands[i], false, &p, e);
-                if (r == 0 && !policy_source(p)) {
-                        policy_free(p); /* missing: try the next */
-                        p = NULL;
-                }
+                if (lstat(cands[i], &st) < 0 && errno == ENOENT)
+                        continue;
+                r = policy_load(corral_default_policy, cands[i], true, &p, e);
         }
         free(cands[0]);
         free(cands[1]);

@@ -581,6 +581,12 @@ int config_check(const struct config *c, struct err *e)
                                "seccomp must be corral, engine or the absolute path of a "
                                "profile, not \"%s\"",
                                c->seccomp);
+        /* Relative, it would be found from the working directory: a cloned
+         * repository's, whose files choose nothing here. */
+        if (c->policy && c->policy[0] != '/')
+                return err_set(e, ERR_CONFIG, EINVAL,
+                               "policy must be the absolute path of a file, not \"%.200s\"",
+                               c->policy);
         if (c->runtime && strcmp(c->runtime, "runc") != 0 && strcmp(c->runtime, "runsc") != 0)
                 return err_set(e, ERR_CONFIG, EINVAL,
                                "runtime must be runc (the engine's default) or runsc (gVisor), "

@@ -538,6 +538,27 @@ static void test_check(void)
                 }
                 config_free(&c);
         }
+        /* The policy file: absolute, or a clone's working directory would
+         * choose it. */
+        static const struct {
+                const char *value;
+                bool good;
+        } pol[] = {{"/home/me/.config/corral/policy.json", true},
+                   {"policy.json", false},
+                   {"./policy.json", false},
+                   {"../x/policy.json", false}};
+        for (size_t i = 0; i < ARRAY_SIZE(pol); i++) {
+                struct config c;
+                struct err e = {0};
+                config_defaults(&c);
+                c.policy = strdup(pol[i].value);
+                int rc = config_check(&c, &e);
+                is_int(rc, pol[i].good ? 0 : -EINVAL, "policy \"%s\" %s", pol[i].value,
+                       pol[i].good ? "passes" : "is refused");
+                if (!pol[i].good)
+                        like(e.msg, "absolute path", "... saying it must be absolute");
+                config_free(&c);
+        }
         /* The runtime: runc, runsc, nothing else; config_runsc follows. */
         static const struct {
                 const char *value;
