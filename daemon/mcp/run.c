@@ -395,6 +395,29 @@ static char *run_question(const struct sandbox_request *req)
                  req->session ? " (session " : "", req->session ? req->session : "",
                  req->session ? ")" : "", req->image ? ", image as asked" : "", count);
         buf_append_some(&b, head, strlen(head));
+        /* What the code may reach matters as much as the code: the MCP
+         * servers it gets, and those a session keeps for its earlier code
+         * too. Names are [A-Za-z0-9_.-] (registry_name_valid): a code span
+         * shows them as they are. */
+        static const char *const kinds[] = {"MCP servers it may call: ",
+                                            "MCP servers added to the session for good (its "
+                                            "earlier code may call them too): "};
+        json_t *lists[] = {req->servers, req->session_servers};
+        for (size_t k = 0; k < ARRAY_SIZE(lists); k++) {
+                size_t i;
+                json_t *v;
+                if (json_array_size(lists[k]) == 0)
+                        continue;
+                buf_append_some(&b, kinds[k], strlen(kinds[k]));
+                json_array_foreach(lists[k], i, v)
+                {
+                        const char *name = json_string_value(v);
+                        buf_append_some(&b, i ? ", `" : "`", i ? 3 : 1);
+                        buf_append_some(&b, name ? name : "?", strlen(name ? name : "?"));
+                        buf_append_some(&b, "`", 1);
+                }
+                buf_append_some(&b, ".\n\n", 3);
+        }
         buf_append_some(&b, block.data, block.len);
         buf_free(&block);
         if (shown < n) {
