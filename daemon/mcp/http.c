@@ -1626,7 +1626,10 @@ const char *mcp_http_token(const struct mcp_http *h)
  * servers, and the doors share the rest. */
 static long door_max(const struct config *cfg)
 {
-        long want = 4 * cfg->max_clients + 16, need = 2 * want + FD_RESERVE;
+        /* Each door may also hold MHD_SLACK connections corral closed that
+         * MHD has yet to end: budgeted, so that they never eat the
+         * reserve. */
+        long want = 4 * cfg->max_clients + 16, need = 2 * (want + MHD_SLACK) + FD_RESERVE;
         struct rlimit rl;
         if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur == RLIM_INFINITY)
                 return want;
@@ -1639,7 +1642,7 @@ static long door_max(const struct config *cfg)
                         rl = up;
         }
         long fds = rl.rlim_cur > (rlim_t)need ? need : (long)rl.rlim_cur;
-        long each = (fds - FD_RESERVE) / 2;
+        long each = (fds - FD_RESERVE) / 2 - MHD_SLACK;
         if (each < 16)
                 each = 16;
         if (each < want)
