@@ -6,7 +6,7 @@
 //   node run.mjs ask        (ask:)
 
 import assert from 'node:assert/strict';
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { mkdirSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { ElicitRequestSchema } from '@modelcontextprotocol/sdk/types.js';
 import { BIN, clip, corralEnv, run, sleep, test, waitFor } from './lib/harness.mjs';
@@ -198,7 +198,10 @@ rec("echo", catch(lambda: mcp_everything.echo(message=forged)))`, ['everything']
 });
 
 test('ask: ask_run puts each run_python and run_shell to the person first; declined or unanswered, nothing runs; no elicitation, refused; each audited', async (t) => {
-  const b = bridgeSetup(t, { config: { ask_run: true, ask_timeout_s: 2 } });
+  const b = bridgeSetup(t, {
+    servers: (root) => ({ everything: everythingServer(root) }),
+    config: { ask_run: true, ask_timeout_s: 2 },
+  });
   const asked = [];
   let answer = 'accept';
   const d = await t.daemon('ask-run', b.env, {
@@ -263,6 +266,15 @@ test('ask: ask_run puts each run_python and run_shell to the person first; decli
   const shown = assertShownAsData(code, 'ask_run');
   assert.match(shown.outside[0], /run this Python code in a sandbox\? \(5 characters shown as \\u escapes\)$/);
   assert.deepEqual(shown.inside.slice(0, 2), ['print(1)', '```'], 'the code keeps its lines, and a fence of its own stays inside');
+
+  // What the run may reach is in the question too: its servers, and those
+  // it adds to its session for the session's earlier code as well.
+  await d.call(t, 'run_python', { code: 'print(2)', session: 'asked', servers: ['everything'], session_servers: ['everything'] });
+  const reach = asked.at(-1).message;
+  t.note('servers question', reach);
+  assert.match(reach, /MCP servers it may call: `everything`\./, 'the question names the servers the run gets');
+  assert.match(reach, /MCP servers added to the session for good \(its earlier code may call them too\): `everything`\./,
+    'and those it adds to the session');
 
   const none = await t.daemon('ask-run-none', b.env);
   const refused = await none.call(t, 'run_python', { code: 'print(1)' });
@@ -340,4 +352,15 @@ rec("echo", catch(lambda: mcp_everything.echo(message="asked first")))`, ['every
   const bad2 = await run(BIN, ['--config', config], { env: corralEnv(b.env), timeoutMs: 30000 });
   assert.equal(bad2.code, 2, 'unparsable JSON: status 2');
   assert.ok(bad2.stderr.includes(policy), 'and the message names the file');
+  // A link to nothing is a file that cannot be read, not a missing one:
+  // the built-in default (or another file) must not take its place.
+  rmSync(policy);
+  symlinkSync(path.join(dir, 'gone.json'), policy);
+  const dangling = await run(BIN, ['--config', config], { env: corralEnv(b.env), timeoutMs: 30000 });
+  assert.equal(dangling.code, 2, 'a dangling policy.json: status 2');
+  assert.ok(dangling.stderr.includes(policy), `and the message names it: ${clip(dangling.stderr, 300)}`);
+  // `policy` relative would be found from the working directory (a clone's).
+  const relative = await run(BIN, ['--config', config, '--policy', 'policy.json'], { env: corralEnv(b.env), timeoutMs: 30000 });
+  assert.equal(relative.code, 2, 'a relative `policy` is refused');
+  assert.match(relative.stderr, /policy must be the absolute path/);
 }, { timeoutMs: 240000 });
