@@ -202,6 +202,13 @@ static json_t *session_prop(const char *desc)
                          "maxLength", SESSION_NAME_MAX, "description", desc);
 }
 
+/* A list of MCP server names, as `servers` and `session_servers` take. */
+static json_t *server_names_schema(const char *description)
+{
+        return json_pack("{s:s, s:{s:s}, s:i, s:b, s:s}", "type", "array", "items", "type",
+                         "string", "maxItems", 32, "uniqueItems", 1, "description", description);
+}
+
 static json_t *run_python_tool(const char *name, const char *servers)
 {
         char desc[2048];
@@ -218,23 +225,19 @@ static json_t *run_python_tool(const char *name, const char *servers)
                  servers && *servers ? servers : "none configured");
         json_t *t = tool(name, "Run Python in a sandbox", desc, "code", "Python source to run.");
         json_t *props = json_object_get(json_object_get(t, "inputSchema"), "properties");
-        json_object_set_new(
-            props, "servers",
-            json_pack("{s:s, s:{s:s}, s:i, s:b, s:s}", "type", "array", "items", "type", "string",
-                      "maxItems", 32, "uniqueItems", 1, "description",
-                      "Names of MCP servers the code may call (see list_servers). Only these "
-                      "are reachable from the sandbox, under corral's policy. A session may "
-                      "name only those its first call named."));
+        json_object_set_new(props, "servers",
+                            server_names_schema("Names of MCP servers the code may call (see "
+                                                "list_servers). Only these are reachable from "
+                                                "the sandbox, under corral's policy. A session "
+                                                "may name only those its first call named."));
         /* Code a session ran before can act in its later calls: a server
          * granted to it is granted to that code too, so adding one is said
          * in so many words (README, Sessions). */
-        json_object_set_new(
-            props, "session_servers",
-            json_pack("{s:s, s:{s:s}, s:i, s:b, s:s}", "type", "array", "items", "type", "string",
-                      "maxItems", 32, "uniqueItems", 1, "description",
-                      "With `session`: servers to add to those the session may call, for this "
-                      "call and later ones. Code the session ran before will be able to use "
-                      "them too."));
+        json_object_set_new(props, "session_servers",
+                            server_names_schema("With `session`: servers to add to those the "
+                                                "session may call, for this call and later ones. "
+                                                "Code the session ran before will be able to use "
+                                                "them too."));
         return t;
 }
 
