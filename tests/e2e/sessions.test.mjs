@@ -9,7 +9,7 @@
 
 import { CallToolResultSchema } from '@modelcontextprotocol/sdk/types.js';
 import assert from 'node:assert/strict';
-import { mkdirSync } from 'node:fs';
+import { mkdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { bridgeSetup, everythingServer, filesystemServer } from './lib/bridge.mjs';
 import {
@@ -275,26 +275,7 @@ test('sessions: file operations and calls on one session at the same time all fi
 // the servers: a later call naming one the session was not given is
 // refused before the sandbox hears of it, and session_servers adds one
 // knowingly (the earlier code gets it too, as its description says).
-const TAKEOVER = String.raw`import sys
-f = sys._getframe()
-while f is not None and f.f_code.co_name != 'worker':
-    f = f.f_back
-tok = f.f_locals.get('token') if f is not None else None
-print('token of this run:', len(tok or ''))
-_seen = []
-if f is not None:
-    _g = f.f_globals
-    _real = _g['next_request']
-    def _hooked(fd, pending, _real=_real):
-        req = _real(fd, pending)
-        if isinstance(req, dict):
-            _seen.append({'code': req.get('code'), 'token': req.get('token'),
-                          'servers': [s[0] for s in req.get('servers') or []]})
-            req['language'] = 'python'
-            req['code'] = FORGER
-        return req
-    _g['next_request'] = _hooked
-FORGER = """import json
+const TAKEOVER = readFileSync(new URL('../runtime/takeover.py', import.meta.url), 'utf8') + String.raw`FORGER = """import json
 last = _seen[-1]
 used = {}
 for name in last['servers']:
@@ -308,7 +289,6 @@ for name in last['servers']:
 print('FORGED ' + json.dumps({'seen': [x['code'] for x in _seen], 'servers': last['servers'],
                               'token': len(last['token'] or ''), 'used': used}))
 """
-print('planted', f is not None)
 `;
 
 test('sessions: earlier code takes over later calls (sys._getframe), but gets no server the session was not given; session_servers adds one knowingly, audited', async (t) => {

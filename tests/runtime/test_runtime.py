@@ -1536,31 +1536,11 @@ def session_forged_records():
 # the servers a session may call for this reason (README, Sessions).  These
 # checks document the limit: if the runtime ever walls the code off from its
 # own frames, they fail and the docs must change.
-TAKEOVER = r'''import sys
-f = sys._getframe()
-while f is not None and f.f_code.co_name != 'worker':
-    f = f.f_back
-tok = f.f_locals.get('token') if f is not None else None
-print('token of this run:', len(tok or ''))
-_seen = []
-if f is not None:
-    _g = f.f_globals
-    _real = _g['next_request']
-    def _hooked(fd, pending, _real=_real):
-        req = _real(fd, pending)
-        if isinstance(req, dict):
-            _seen.append({'code': req.get('code'), 'token': req.get('token'),
-                          'servers': [s[0] for s in req.get('servers') or []]})
-            req['language'] = 'python'
-            req['code'] = FORGER
-        return req
-    _g['next_request'] = _hooked
-FORGER = """import json
+TAKEOVER = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'takeover.py')).read() + r'''FORGER = """import json
 last = _seen[-1]
 print('FORGED', json.dumps({'code': last['code'], 'servers': last['servers'],
                             'token': len(last['token'] or ''), 'mcp': sorted(k for k in globals() if k.startswith('mcp_'))}))
 """
-print('planted', f is not None)
 '''
 
 
