@@ -38,6 +38,7 @@ struct call {
         struct sandbox *sb;        /* NULL once it has ended */
         struct progress *progress; /* NULL: the host asked for none */
         bool cancelled;            /* the host withdrew it: no response is sent */
+        bool stopping;             /* cancelled (any way): its code is being stopped */
         const char *tool;          /* run_python or run_shell */
         char *code_line;           /* the start of its code, for job_list */
         char *session;             /* the session it runs in, or NULL */
@@ -81,6 +82,7 @@ struct mcp_server {
         struct bridge_asker asker;   /* the bridge asks this client's person */
         struct list rops;            /* struct res_op (resources.c) on their way */
         struct list run_asks;        /* struct run_ask (run.c): runs a person is asked about */
+        struct list run_waits;       /* struct run_wait (run.c): runs waiting for a stop */
         struct session_watch *watch; /* the client's sessions, for list_changed */
         bool keep_sessions;          /* a named client: its sessions outlive it */
         void (*on_eof)(void *);
@@ -152,6 +154,11 @@ void calls_free(struct mcp_server *s);
 bool run_asks_in_flight(const struct mcp_server *s, const json_t *id);
 bool run_ask_withdraw(struct mcp_server *s, const json_t *id);
 void run_asks_free(struct mcp_server *s);
+/* A call in a session whose cancelled call was still stopping: whether
+ * one with this id waits; the host withdrew one; every one dropped. */
+bool run_waits_in_flight(const struct mcp_server *s, const json_t *id);
+bool run_wait_withdraw(struct mcp_server *s, const json_t *id);
+void run_waits_free(struct mcp_server *s);
 /* The client went away: running calls are cancelled (their ends free
  * them), the rest freed. Whether any still runs. */
 bool calls_close(struct mcp_server *s);

@@ -357,6 +357,7 @@ void tool_job_cancel(struct mcp_server *s, json_t *id, json_t *args, json_t *par
                  c->job_id);
         json_t *st = json_pack("{s:s, s:b}", "job_id", c->job_id, "cancelled", 1);
         /* May finish the job at once (then c holds its result). */
+        c->stopping = true;
         sandbox_cancel(c->sb);
         mcp_send_result(s, id, tools_text_result(st, text));
 }
@@ -458,8 +459,10 @@ void tasks_cancel(struct mcp_server *s, json_t *id, json_t *params)
         c->progress = NULL;
         c->updated_wall = wall_ms();
         json_t *t = task_json(c);
-        if (c->sb)
+        if (c->sb) {
+                c->stopping = true;
                 sandbox_cancel(c->sb); /* may end the job at once: c stays (kept) */
+        }
         mcp_send(s, jrpc_result(id, t));
 }
 

@@ -58,11 +58,15 @@ static void call_detach(struct timer *t, void *userdata)
         job_detach(c);
 }
 
+static void run_waits_wake(struct mcp_server *s, const char *session);
+
 static void call_done(void *userdata, const struct sandbox_result *res)
 {
         struct call *c = userdata;
         struct mcp_server *s = c->srv;
         c->sb = NULL;
+        if (c->stopping && c->session)
+                run_waits_wake(s, c->session);
         timer_remove(c->sync_timer);
         c->sync_timer = NULL;
         metrics_run(c->tool, sandbox_status_name(res->status),
@@ -262,8 +266,139 @@ static int call_start(struct call *c, const struct sandbox_request *in, json_t *
         return r;
 }
 
+/* ---- a call into a session whose cancelled call is still stopping */
+
+/* How long such a call waits for the stop before it is refused as busy:
+ * a cancel interrupts the code, which takes a round trip to the runtime. */
+#define STOP_WAIT_MS 1000
+
+/* The call waits, as received, until the cancelled call ends or
+ * STOP_WAIT_MS passed; then it is made. */
+struct run_wait {
+        struct mcp_server *srv;
+        struct list node; /* in srv->run_waits */
+        json_t *id, *args, *params;
+        char *session;
+        struct timer *timer;
+        struct defer go;
+};
+
+static void run_call(struct mcp_server *s, json_t *id, json_t *args, json_t *params, bool may_wait);
+
+static void run_wait_free(struct run_wait *w)
+{
+        defer_cancel(&w->go);
+        timer_remove(w->timer);
+        list_del(&w->node);
+        json_decref(w->id);
+        json_decref(w->args);
+        json_decref(w->params);
+        free(w->session);
+        free(w);
+}
+
+static void run_wait_go(void *userdata)
+{
+        struct run_wait *w = userdata;
+        struct mcp_server *s = w->srv;
+        json_t *id = json_incref(w->id), *args = json_incref(w->args),
+               *params = json_incref(w->params);
+        run_wait_free(w);
+        run_call(s, id, args, params, false);
+        json_decref(id);
+        json_decref(args);
+        json_decref(params);
+}
+
+static void run_wait_expired(struct timer *t, void *userdata)
+{
+        struct run_wait *w = userdata;
+        (void)t;
+        log_info("session %s: its cancelled call did not stop within %d ms", w->session,
+                 STOP_WAIT_MS);
+        loop_defer(w->srv->loop, &w->go, run_wait_go, w);
+}
+
+/* The cancelled call in `session` ended: what waited for it is made after
+ * this round, once the session has taken the end. */
+static void run_waits_wake(struct mcp_server *s, const char *session)
+{
+        struct run_wait *w;
+        list_for_each(w, &s->run_waits, node) if (strcmp(w->session, session) == 0)
+        {
+                timer_stop(w->timer);
+                loop_defer(s->loop, &w->go, run_wait_go, w);
+        }
+}
+
+/* Whether a call of this client in `session` was cancelled and still runs. */
+static bool session_stopping(const struct mcp_server *s, const char *session)
+{
+        const struct call *c;
+        list_for_each(c, &s->calls, node) if (c->sb && c->stopping && c->session &&
+                                              strcmp(c->session, session) == 0) return true;
+        return false;
+}
+
+/* Parks the call when its session's cancelled call still stops: true
+ * when it waits. */
+static bool run_wait(struct mcp_server *s, json_t *id, json_t *args, json_t *params)
+{
+        const char *session = json_string_value(json_object_get(args, "session"));
+        if (!session || !session_stopping(s, session))
+                return false;
+        struct run_wait *w = calloc(1, sizeof(*w));
+        if (!w || !(w->session = strdup(session)) ||
+            timer_add(s->loop, run_wait_expired, w, &w->timer) < 0) {
+                if (w)
+                        free(w->session);
+                free(w);
+                return false; /* it is made now, and is refused as busy */
+        }
+        w->srv = s;
+        w->id = json_incref(id);
+        w->args = json_incref(args);
+        w->params = json_incref(params);
+        list_push(&s->run_waits, &w->node);
+        timer_arm(w->timer, STOP_WAIT_MS);
+        log_debug("session %s: a call waits for its cancelled call to stop", session);
+        return true;
+}
+
+bool run_waits_in_flight(const struct mcp_server *s, const json_t *id)
+{
+        const struct run_wait *w;
+        list_for_each(w, &s->run_waits, node) if (jrpc_id_equal(w->id, id)) return true;
+        return false;
+}
+
+bool run_wait_withdraw(struct mcp_server *s, const json_t *id)
+{
+        struct run_wait *w;
+        list_for_each(w, &s->run_waits, node) if (jrpc_id_equal(w->id, id))
+        {
+                log_info("host cancelled a call that waited for its session");
+                run_wait_free(w);
+                return true;
+        }
+        return false;
+}
+
+void run_waits_free(struct mcp_server *s)
+{
+        while (!list_empty(&s->run_waits))
+                run_wait_free(list_first(&s->run_waits, struct run_wait, node));
+}
+
 static void run_now(struct mcp_server *s, json_t *id, json_t *args, json_t *params)
 {
+        run_call(s, id, args, params, true);
+}
+
+static void run_call(struct mcp_server *s, json_t *id, json_t *args, json_t *params, bool may_wait)
+{
+        if (may_wait && run_wait(s, id, args, params))
+                return;
         const char *name = json_string_value(json_object_get(params, "name"));
         json_t *task = json_object_get(params, "task");
         struct sandbox_request req = {0};
@@ -541,6 +676,7 @@ void calls_cancel(struct mcp_server *s, const json_t *id, const char *why)
         {
                 log_info("host cancelled a call%s%s", why ? ": " : "", why ? why : "");
                 c->cancelled = true;
+                c->stopping = true;
                 /* A withdrawn call says nothing more. */
                 progress_free(c->progress);
                 c->progress = NULL;

@@ -116,7 +116,7 @@ static void cancel_request(struct mcp_server *s, json_t *params)
         if (!rid)
                 return;
         /* A job_result waiting: it ends without an answer. */
-        if (!job_wait_withdraw(s, rid) && !run_ask_withdraw(s, rid))
+        if (!job_wait_withdraw(s, rid) && !run_ask_withdraw(s, rid) && !run_wait_withdraw(s, rid))
                 calls_cancel(s, rid, json_string_value(json_object_get(params, "reason")));
 }
 
@@ -166,7 +166,8 @@ static bool id_in_flight(struct mcp_server *s, const json_t *id)
 {
         return calls_in_flight(s, id) || job_waits_in_flight(s, id) ||
                file_calls_in_flight(s, id) || searches_in_flight(s, id) ||
-               resource_ops_in_flight(s, id) || run_asks_in_flight(s, id);
+               resource_ops_in_flight(s, id) || run_asks_in_flight(s, id) ||
+               run_waits_in_flight(s, id);
 }
 
 static void initialize(struct mcp_server *s, json_t *id, json_t *params)
@@ -370,6 +371,7 @@ int mcp_server_new(struct loop *l, const struct config *cfg, struct sandbox_mgr 
         list_init(&s->fcalls);
         list_init(&s->searches);
         list_init(&s->run_asks);
+        list_init(&s->run_waits);
         mcp_asks_init(s);
         if (resources_init(s) < 0) {
                 free(s);
@@ -415,7 +417,7 @@ bool mcp_server_tasks(const struct mcp_server *s)
 bool mcp_server_busy(const struct mcp_server *s)
 {
         return calls_running(s) || !list_empty(&s->fcalls) || !list_empty(&s->searches) ||
-               !list_empty(&s->rops) || !list_empty(&s->run_asks);
+               !list_empty(&s->rops) || !list_empty(&s->run_asks) || !list_empty(&s->run_waits);
 }
 
 void mcp_server_stop(struct mcp_server *s)
@@ -440,6 +442,7 @@ void mcp_server_close(struct mcp_server *s)
         s->closing = true;
         mcp_asks_close(s);
         run_asks_free(s);
+        run_waits_free(s);
         file_calls_free(s);
         searches_free(s);
         resources_free(s);
@@ -458,6 +461,7 @@ void mcp_server_free(struct mcp_server *s)
         mcp_server_stop(s);
         mcp_asks_close(s);
         run_asks_free(s);
+        run_waits_free(s);
         calls_free(s);
         file_calls_free(s);
         searches_free(s);

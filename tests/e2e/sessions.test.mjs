@@ -13,7 +13,7 @@ import { mkdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { bridgeSetup, everythingServer, filesystemServer } from './lib/bridge.mjs';
 import {
-  checkResult, containerState, engineRequest, jobCall, sleep, test, toolCall, waitFor, waitGone,
+  checkResult, containerState, engineRequest, jobCall, sleep, test, toolCall, waitFor, waitGone, withTimeout,
 } from './lib/harness.mjs';
 
 test('sessions: globals and files persist within a session, other sessions and clients cannot see them, session_close removes the container', async (t) => {
@@ -153,6 +153,37 @@ test('sessions: a time limit or job_cancel stops the run but keeps the session; 
   assert.equal(reopened.structuredContent.status, 'ok', 'and it can be reopened');
   assert.notEqual(reopened.structuredContent.container, container, 'in a new container');
 }, { timeoutMs: 150000 });
+
+test('sessions: a call right after a cancel of the session\'s running call (notifications/cancelled or job_cancel) waits for the interrupt and runs', async (t) => {
+  const d = await t.daemon('session-cancel-next');
+  const s1 = await d.call(t, 'run_python', { session: 'c', code: 'kept = 7' });
+  assert.equal(s1.structuredContent.status, 'ok');
+  // The code reports progress once it runs: the cancel then interrupts
+  // running code, not a call still on its way in.
+  const ac = new AbortController();
+  let running;
+  const started = new Promise((r) => { running = r; });
+  const slow = d.client.callTool({ name: 'run_python', arguments: { session: 'c', code:
+    'import corral, time\ncorral.progress(1, 2, "sleeping")\ntime.sleep(60)' } }, CallToolResultSchema,
+  { signal: ac.signal, timeout: 90000, onprogress: () => running() }).catch((e) => e);
+  await withTimeout(started, 30000, 'progress of the running call');
+  const t0 = Date.now();
+  ac.abort('e2e: cancelled by the test');
+  // Sent right behind the cancel, on the same stream.
+  const next = await d.call(t, 'run_python', { session: 'c', code: 'print(kept)' });
+  t.note('after_cancel_ms', Date.now() - t0);
+  assert.equal(next.structuredContent.status, 'ok',
+    `the next call waits for the interrupt instead of being refused (${next.content[0].text.slice(0, 200)})`);
+  assert.equal(next.structuredContent.stdout, '7\n', '...and runs in the same session, its variables kept');
+  assert.ok((await withTimeout(slow, 5000, 'the cancelled call')) instanceof Error, 'the cancelled call rejects');
+
+  const job = await d.call(t, 'run_python', { session: 'c', code: 'import time\ntime.sleep(60)', sync_wait_s: 1, timeout_s: 90 });
+  assert.equal(job.structuredContent.status, 'running');
+  await jobCall(t, d, 'job_cancel', { job_id: job.structuredContent.job_id });
+  const again = await d.call(t, 'run_python', { session: 'c', code: 'print(kept + 1)' });
+  assert.equal(again.structuredContent.status, 'ok', `a call right after job_cancel runs too (${again.content[0].text.slice(0, 200)})`);
+  assert.equal(again.structuredContent.stdout, '8\n');
+}, { timeoutMs: 120000 });
 
 test('sessions: the limits of a one-shot sandbox hold (memory, network, privileges, workspace size)', async (t) => {
   const d = await t.daemon('session-hardening', { CORRAL_MEMORY: '256m', CORRAL_WORKSPACE_SIZE: '2m' });
