@@ -60,17 +60,36 @@ static char *progress_lines(const struct progress *p)
         return strndup(p->tail + start, end - start);
 }
 
+/* The next value, which must grow with every notification: the code's own
+ * report counts when it does (never above its total); otherwise a small
+ * step above the last (small, so that output between the code's reports
+ * does not run ahead of them), rounded to the step so it prints short.
+ * Below a total, a step that would reach it goes halfway instead. Whether
+ * the total goes with it: not once the value had to pass it (after the
+ * code reported it, output and heartbeats still need a larger value), so
+ * a notification never shows more done than its total. */
+static double progress_next(const struct progress *p, bool *with_total)
+{
+        bool total = p->total >= 0;
+        double done = total && p->done > p->total ? p->total : p->done;
+        double value = done > p->last ? done : round((p->last + 0.001) * 1000) / 1000;
+        if (total && done <= p->last && value >= p->total && p->last < p->total) {
+                double half = p->last + (p->total - p->last) / 2;
+                if (half > p->last && half < p->total)
+                        value = half;
+        }
+        *with_total = total && value <= p->total;
+        return value;
+}
+
 static void progress_send(struct progress *p)
 {
-        /* The value must grow with every notification: the code's own
-         * report counts when it does; otherwise a small step above the last
-         * (small, so that output between the code's reports does not run
-         * ahead of them). Rounded to the step so it prints short. */
-        double value = p->done > p->last ? p->done : round((p->last + 0.001) * 1000) / 1000;
+        bool with_total;
+        double value = progress_next(p, &with_total);
         char *lines = progress_lines(p);
         const char *msg = p->message ? p->message : lines;
         json_t *params = json_pack("{s:O, s:f}", "progressToken", p->token, "progress", value);
-        if (params && p->total >= 0)
+        if (params && with_total)
                 json_object_set_new(params, "total", json_real(p->total));
         if (params && msg && *msg)
                 json_object_set_new(params, "message", json_string(msg));

@@ -1,13 +1,13 @@
 // The basics, through the SDK client and the shared daemon (t.main()):
 // initialize and tools/list, what run_python and run_shell return (output,
 // exceptions with tracebacks, time limits, OOM, top-level await), ten
-// overlapping calls, and a call aborted by the client.
+// overlapping calls, a call aborted by the client, and progress.
 //
 //   node run.mjs basics        (tests named initialize:, tools/list:,
 //                              run_python:, run_shell:, concurrency:,
-//                              cancellation:)
+//                              cancellation:, progress:)
 
-import { LATEST_PROTOCOL_VERSION } from '@modelcontextprotocol/sdk/types.js';
+import { CallToolResultSchema, LATEST_PROTOCOL_VERSION } from '@modelcontextprotocol/sdk/types.js';
 import assert from 'node:assert/strict';
 import {
   brief, CORRAL_TOOLS, corralContainers, sleep, STATUSES, test, twoReady, waitFor, waitPool, withTimeout,
@@ -177,6 +177,36 @@ test('cancellation: aborting a time.sleep(60) call removes its container', async
   assert.ok(Date.now() - t0 < 30000, 'well before the 60 s sleep would have ended');
   assert.match(d.log, /cancel/i, 'corral logged the cancellation');
 }, { timeoutMs: 90000 });
+
+test('progress: notifications grow and never show more done than their total', async (t) => {
+  const d = await t.main();
+  const events = [];
+  // Output between the code's reports steps the value; near the total
+  // (2.9999 of 3) and after it (3 of 3, then 4 of 3) it must not pass it.
+  const r = await d.client.callTool({ name: 'run_python', arguments: { code: [
+    'import corral, time',
+    'def lines(tag):',
+    '    for i in range(3):',
+    '        print(tag, i, flush=True)',
+    '        time.sleep(0.25)',
+    'corral.progress(1, 3, "one")', 'lines("a")',
+    'corral.progress(2.9999, 3, "almost")', 'lines("b")',
+    'corral.progress(3, 3, "done")', 'time.sleep(0.3)', 'lines("c")',
+    'corral.progress(4, 3, "over")', 'time.sleep(0.4)',
+  ].join('\n') } }, CallToolResultSchema, { timeout: 30000, onprogress: (e) => events.push(e) });
+  t.note('progress', events);
+  assert.equal(r.structuredContent.status, 'ok');
+  assert.ok(events.length >= 6, `notifications came (${events.length})`);
+  for (let i = 1; i < events.length; i++) {
+    assert.ok(events[i].progress > events[i - 1].progress, `progress grows (${events[i - 1].progress} then ${events[i].progress})`);
+  }
+  for (const e of events) {
+    if (e.total !== undefined) assert.ok(e.progress <= e.total, `progress ${e.progress} is not past its total ${e.total}`);
+  }
+  assert.ok(events.some((e) => e.progress === 3 && e.total === 3), 'the code\'s report of its total shows as 3 of 3');
+  assert.ok(events.some((e) => e.progress > 2.9999 && e.progress < 3 && e.total === 3), 'output near the total stays below it');
+  assert.ok(events.some((e) => e.progress > 3), 'output after the total still comes as progress (without a total)');
+}, { timeoutMs: 60000 });
 
 test('run_python: a timeout_s far below 1 ms still limits the code', async (t) => {
   const d = await t.main();
