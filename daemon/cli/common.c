@@ -59,6 +59,10 @@ int cli_config(int argc, char **argv, struct config *cfg, char ***rest, int *n_r
         }
         if (r == 0)
                 r = config_load_env(cfg, &e);
+        /* A flag given again: a list takes the items of each (--listen A
+         * --listen B), any other the last value. */
+        char given[64][64];
+        size_t n_given = 0;
         for (int i = 0; r == 0 && i < argc; i++) {
                 const char *a = argv[i];
                 if (strncmp(a, "--", 2) != 0 || strcmp(a, "--") == 0) {
@@ -99,7 +103,13 @@ int cli_config(int argc, char **argv, struct config *cfg, char ***rest, int *n_r
                 snprintf(source, sizeof(source), "--%.60s", a + 2);
                 if (strchr(source, '='))
                         *strchr(source, '=') = '\0';
-                r = config_set(cfg, key, val, source, &e);
+                bool again = false;
+                for (size_t g = 0; g < n_given && !again; g++)
+                        again = strcmp(given[g], key) == 0;
+                if (!again && n_given < ARRAY_SIZE(given))
+                        snprintf(given[n_given++], sizeof(given[0]), "%s", key);
+                r = again ? config_append(cfg, key, val, source, &e)
+                          : config_set(cfg, key, val, source, &e);
         }
         if (r == 0)
                 r = config_check(cfg, &e);

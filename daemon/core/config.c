@@ -140,6 +140,8 @@ void config_free(struct config *c)
         free(c->client_name);
         c->client_name = NULL;
         json_decref(c->servers);
+        json_decref(c->sources);
+        c->sources = NULL;
         c->images = strv_free(c->images);
         c->mounts = strv_free(c->mounts);
         c->preload = strv_free(c->preload);
@@ -199,8 +201,30 @@ static int list_set(char ***field, const char *const *items, size_t n, const cha
         return 0;
 }
 
+static int set_value(struct config *c, const char *name, const char *value, const char *source,
+                     struct err *e);
+
+static int source_note(struct config *c, const char *name, const char *source)
+{
+        if (!c->sources && !(c->sources = json_object()))
+                return -ENOMEM;
+        return json_object_set_new(c->sources, name, json_string(source)) < 0 ? -ENOMEM : 0;
+}
+
 int config_set(struct config *c, const char *name, const char *value, const char *source,
                struct err *e)
+{
+        int r = set_value(c, name, value, source, e);
+        return r < 0 ? r : source_note(c, name, source);
+}
+
+const char *config_source(const struct config *c, const char *key)
+{
+        return json_string_value(json_object_get(c->sources, key));
+}
+
+static int set_value(struct config *c, const char *name, const char *value, const char *source,
+                     struct err *e)
 {
         const struct config_key *k = key_find(name);
         if (!k)
@@ -387,6 +411,8 @@ int config_load_file(struct config *c, const char *path, bool required, struct e
                         if (r == 0)
                                 r = list_set((char ***)((char *)c + k->offset), items, count,
                                              source, name, e);
+                        if (r == 0)
+                                r = source_note(c, name, source);
                         if (r < 0)
                                 break;
                         continue;
@@ -598,6 +624,25 @@ int config_check(const struct config *c, struct err *e)
 char *config_default_path(void)
 {
         return xdg_path("XDG_CONFIG_HOME", ".config", "corral/config.json");
+}
+
+int config_append(struct config *c, const char *name, const char *value, const char *source,
+                  struct err *e)
+{
+        const struct config_key *k = key_find(name);
+        char **old = k && k->type == K_LIST ? *(char ***)((char *)c + k->offset) : NULL;
+        if (!old || !old[0])
+                return config_set(c, name, value, source, e);
+        struct buf b;
+        buf_init(&b, 4096 * 4 + 1); /* past the limit when cut: config_set refuses it */
+        for (char **a = old; *a; a++) {
+                buf_append_some(&b, *a, strlen(*a));
+                buf_append_some(&b, ",", 1);
+        }
+        buf_append_some(&b, value, strlen(value));
+        int r = config_set(c, name, buf_str(&b), source, e);
+        buf_free(&b);
+        return r;
 }
 
 const char *const *config_key_names(void)

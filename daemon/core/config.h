@@ -84,6 +84,9 @@ struct config {
         bool tcp_token;            /* TCP clients need the token; false: loopback only, no token */
         /* A TCP connection's time from accept to its headers with the token. */
         double http_header_timeout_s;
+        /* Where each key given was set, for advice that names it:
+         * {"image": "--image"}, "CORRAL_IMAGE" or "FILE: image". */
+        json_t *sources;
 };
 
 /* The name an engine knows corral's gVisor runtime by (contrib/setup
@@ -105,6 +108,13 @@ void config_free(struct config *c);
  * where it came from for the error ("--memory", "CORRAL_MEMORY", "config.json: memory"). */
 int config_set(struct config *c, const char *key, const char *value, const char *source,
                struct err *e);
+/* A list key given again (a repeated flag): its items are added to those
+ * it has; any other key is set as by config_set. */
+int config_append(struct config *c, const char *name, const char *value, const char *source,
+                  struct err *e);
+/* Where `key` was set ("--image", "CORRAL_IMAGE", "FILE: image"), or
+ * NULL when it has its default. */
+const char *config_source(const struct config *c, const char *key);
 /* Load a JSON object of keys. A missing file is not an error unless `required`. */
 int config_load_file(struct config *c, const char *path, bool required, struct err *e);
 /* Apply CORRAL_<KEY> variables from the environment. */

@@ -121,8 +121,8 @@ struct req {
         struct session *sess; /* the MCP session it belongs to, or NULL */
         struct list node;     /* in sess->streams while it is one */
         struct buf body;
-        int status; /* an answer decided before the body was read */
-        char why[200];
+        int status;    /* an answer decided before the body was read */
+        char why[600]; /* room for the token file's path */
         bool too_long;
         /* A stream: the answer to `id` (and, SSE, what comes before it) or
          * a GET stream. */
@@ -168,6 +168,7 @@ struct mcp_http {
         long n_sessions;
         unsigned long long seq;
         char token[2 * TOKEN_BYTES + 1];
+        char token_where[512]; /* for the 401: the file, or the setting */
         bool stopping;
         /* Draining: no new MCP sessions, not ready, until the running
          * calls end or the bound passes; then done() (mcp_http_drain). */
@@ -846,9 +847,8 @@ static unsigned access_check(struct mcp_http *h, struct MHD_Connection *c, char 
                 return 0; /* explicitly off: loopback listeners only (listen_tcp) */
         const char *auth = header(c, "Authorization");
         if (!auth || strncasecmp(auth, "Bearer ", 7) != 0) {
-                snprintf(why, size,
-                         "this needs \"Authorization: Bearer TOKEN\" (the token is in "
-                         "$XDG_CONFIG_HOME/corral/token, or CORRAL_TOKEN)");
+                snprintf(why, size, "this needs \"Authorization: Bearer TOKEN\" (%s)",
+                         h->token_where);
                 return 401;
         }
         const char *tok = auth + 7;
@@ -1516,11 +1516,16 @@ static int token_load(struct mcp_http *h, struct err *e)
                         return err_set(e, ERR_CONFIG, EINVAL, "token: 16 to %zu characters",
                                        sizeof(h->token) - 1);
                 snprintf(h->token, sizeof(h->token), "%s", h->cfg->token);
+                const char *from = config_source(h->cfg, "token");
+                snprintf(h->token_where, sizeof(h->token_where), "the token is the one set by %s",
+                         from ? from : "the setting token");
                 return 0;
         }
         _cleanup_free_ char *path = xdg_path("XDG_CONFIG_HOME", ".config", "corral/token");
         if (!path)
                 return -ENOMEM;
+        snprintf(h->token_where, sizeof(h->token_where),
+                 "the token is in %s, or set one with CORRAL_TOKEN", path);
         struct buf b;
         int r = buf_read_file(path, sizeof(h->token) + 16, &b);
         if (r == 0) {

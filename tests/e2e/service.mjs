@@ -53,11 +53,12 @@ const CONFIG_HOME = path.join(ROOT, 'config');
 mkdirSync(RUNTIME_DIR, { mode: 0o700 });
 const SOCKET = path.join(RUNTIME_DIR, 'corral', 'corral.sock');
 
+// `extra` may set CORRAL_TOKEN, and unset a variable with null.
 function serviceEnv(extra = {}) {
   const env = { ...process.env, XDG_RUNTIME_DIR: RUNTIME_DIR, XDG_CONFIG_HOME: CONFIG_HOME,
     CORRAL_ENGINE: ENGINE, CORRAL_IMAGE: process.env.CORRAL_IMAGE || 'corral-python:latest',
-    CORRAL_HOST_SERVERS: 'false', CORRAL_AUDIT_LOG: 'off', ...extra };
-  delete env.CORRAL_TOKEN;
+    CORRAL_HOST_SERVERS: 'false', CORRAL_AUDIT_LOG: 'off', CORRAL_TOKEN: null, ...extra };
+  for (const k of Object.keys(env)) if (env[k] === null) delete env[k];
   return env;
 }
 
@@ -65,6 +66,8 @@ let services = 0;
 class Service {
   // The first service is the suite's, at SOCKET; every other one gets a
   // runtime directory (and so a default socket) of its own.
+  // `listen`: the value of --listen, or a function of the TCP port giving
+  // it, or a list of them (--listen given once for each).
   constructor(extraEnv = {}, listen = null) {
     this.runtimeDir = RUNTIME_DIR;
     if (services++ > 0) {
@@ -78,8 +81,10 @@ class Service {
 
   async start() {
     this.port = await freePort();
-    const listen = this.listen || `unix,tcp:127.0.0.1:${this.port}`;
-    this.proc = spawn(BIN, ['serve', '--listen', listen], { env: serviceEnv(this.extraEnv), stdio: ['ignore', 'ignore', 'pipe'] });
+    let listen = this.listen || `unix,tcp:127.0.0.1:${this.port}`;
+    if (typeof listen === 'function') listen = listen(this.port);
+    const flags = [listen].flat().flatMap((l) => ['--listen', l]);
+    this.proc = spawn(BIN, ['serve', ...flags], { env: serviceEnv(this.extraEnv), stdio: ['ignore', 'ignore', 'pipe'] });
     this.proc.stderr.on('data', (d) => { this.log += d; });
     const deadline = Date.now() + 20000;
     while (!/listening on tcp:/.test(this.log) || !/listening on unix:/.test(this.log)) {
@@ -87,7 +92,10 @@ class Service {
       if (Date.now() > deadline) throw new Error(`corral serve did not listen: ${this.log}`);
       await sleep(50);
     }
-    this.token = readFileSync(path.join(CONFIG_HOME, 'corral', 'token'), 'utf8').trim();
+    this.tokenFile = this.extraEnv.XDG_CONFIG_HOME === null
+      ? path.join(this.extraEnv.HOME, '.config', 'corral', 'token')
+      : path.join(this.extraEnv.XDG_CONFIG_HOME || CONFIG_HOME, 'corral', 'token');
+    this.token = this.extraEnv.CORRAL_TOKEN || readFileSync(this.tokenFile, 'utf8').trim();
     this.url = `http://127.0.0.1:${this.port}/mcp`;
     return this;
   }
@@ -182,6 +190,44 @@ test('access: no token, a wrong token: 401; the right one: 200', async (svc) => 
   assert.equal(r.status, 401);
   r = await raw(svc, { headers: auth(svc), body: INIT });
   assert.equal(r.status, 200);
+});
+
+test('access: the 401 names the token file there is (with or without XDG_CONFIG_HOME), or the setting that gave the token', async (svc) => {
+  const says = async (s) => JSON.parse((await raw(s, { body: INIT })).body).error.message;
+  assert.ok((await says(svc)).includes(`the token is in ${path.join(CONFIG_HOME, 'corral', 'token')}`), await says(svc));
+  const home = path.join(ROOT, 'home-401');
+  mkdirSync(home);
+  const bare = await new Service({ XDG_CONFIG_HOME: null, HOME: home, CORRAL_POOL_MAX: '0' }).start();
+  try {
+    const msg = await says(bare);
+    assert.ok(msg.includes(`the token is in ${home}/.config/corral/token`), `without XDG_CONFIG_HOME: ${msg}`);
+    assert.doesNotMatch(msg, /XDG_CONFIG_HOME/, 'and names no variable that is not set');
+    const r = await raw(bare, { headers: auth(bare), body: INIT });
+    assert.equal(r.status, 200, 'the token in that file is the one that works');
+  } finally {
+    await bare.stop();
+  }
+  const set = await new Service({ CORRAL_TOKEN: 'a-token-of-the-setting-0123', CORRAL_POOL_MAX: '0' }).start();
+  try {
+    assert.match(await says(set), /the token is the one set by CORRAL_TOKEN/);
+  } finally {
+    await set.stop();
+  }
+});
+
+test('listen: --listen repeated keeps every listener (unix and tcp)', async () => {
+  const run = path.join(ROOT, 'run-repeat');
+  mkdirSync(run, { mode: 0o700 });
+  const sock = path.join(run, 'repeat.sock');
+  const s = await new Service({ CORRAL_POOL_MAX: '0' }, (port) => [`unix:${sock}`, `tcp:127.0.0.1:${port}`]).start();
+  try {
+    assert.match(s.log, /listening on unix:.*repeat\.sock/);
+    assert.match(s.log, /listening on tcp:127\.0\.0\.1:/);
+    assert.equal((await raw(null, { socketPath: sock, body: INIT })).status, 200, 'the unix listener answers');
+    assert.equal((await raw(s, { headers: auth(s), body: INIT })).status, 200, 'and the TCP one');
+  } finally {
+    await s.stop();
+  }
 });
 
 test('access: a foreign Origin: 403; a foreign Host (DNS rebinding): 403; loopback ones: 200', async (svc) => {

@@ -714,6 +714,32 @@ static void test_default_path(void)
         free(saved_home);
 }
 
+/* Where each key was set, for advice that names it; a list flag given
+ * again adds its items. */
+static void test_sources(void)
+{
+        struct config c;
+        struct err e = {0};
+        config_defaults(&c);
+        ok(config_source(&c, "image") == NULL, "a default has no source");
+        is_int(config_set(&c, "image", "a:1", "CORRAL_IMAGE", &e), 0, "image set");
+        is_str(config_source(&c, "image"), "CORRAL_IMAGE", "...its source is kept");
+        is_int(config_set(&c, "image", "b:1", "--image", &e), 0, "image set again");
+        is_str(config_source(&c, "image"), "--image", "...the last source counts");
+        is_int(config_set(&c, "image", "a\x01", "--image", &e), -EINVAL, "a bad value");
+        is_str(config_source(&c, "image"), "--image", "...leaves the source as it was");
+        is_int(config_set(&c, "listen", "unix", "--listen", &e), 0, "listen set");
+        is_int(config_append(&c, "listen", "tcp:127.0.0.1:1,unix:/x.sock", "--listen", &e), 0,
+               "listen given again (%s)", e.msg);
+        ok(c.listen && c.listen[0] && c.listen[1] && c.listen[2] && !c.listen[3],
+           "...holds the items of both");
+        is_str(c.listen ? c.listen[2] : NULL, "unix:/x.sock", "...in order");
+        is_int(config_append(&c, "pids", "64", "--pids", &e), 0, "append to a number");
+        is_int(c.pids, 64, "...sets it");
+        config_free(&c);
+        ok(c.sources == NULL, "config_free drops the sources");
+}
+
 /* Host paths that would hand a sandbox the host itself. */
 static void test_mount_danger(void)
 {
@@ -764,6 +790,7 @@ int main(void)
         test_check();
         test_lists();
         test_default_path();
+        test_sources();
         test_mount_danger();
         rmdir(tmpdir);
         return done_testing();
