@@ -45,6 +45,10 @@ int cli_confine(const struct config *cfg);
  * a corral: alive and its command corral. A status file outlives an
  * instance that was killed, and its pid may be another program's since. */
 bool cli_instance_alive(long pid);
+/* Removes from the runtime directory the files of corrals that were
+ * killed (their status files, their private Podman's socket and log);
+ * a corral that exits removes its own. */
+void cli_runtime_sweep(void);
 
 struct policy;
 struct registry;

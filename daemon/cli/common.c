@@ -5,6 +5,7 @@
 #include "core/log.h"
 #include "upstream/registry.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <libgen.h>
 #include <limits.h>
@@ -179,6 +180,12 @@ void cli_engine_close(struct cli_engine *ce)
 {
         engine_free(ce->eng);
         ce->eng = NULL;
+        /* Its files go before it stops (which may take seconds): a host
+         * that gives up on corral meanwhile (SIGKILL) leaves none behind. */
+        if (ce->priv.log)
+                unlink(ce->priv.log);
+        if (ce->priv.path)
+                unlink(ce->priv.path);
         private_engine_stop(&ce->priv);
 }
 
@@ -208,6 +215,51 @@ bool cli_instance_alive(long pid)
                 return false;
         char comm[32];
         return proc_comm(pid, comm, sizeof(comm)) == 0 && strcmp(comm, "corral") == 0;
+}
+
+/* The pid in a file name that is one corral's own: PREFIX-PID.SUFFIX with
+ * one of the suffixes; else 0. */
+static long own_file_pid(const char *name)
+{
+        static const char *const kinds[][2] = {
+            {"status-", ".json"},
+            {"status-", ".json.tmp"},
+            {"podman-", ".sock"},
+            {"podman-", ".log"},
+        };
+        for (size_t i = 0; i < ARRAY_SIZE(kinds); i++) {
+                size_t n = strlen(kinds[i][0]);
+                if (strncmp(name, kinds[i][0], n) != 0)
+                        continue;
+                char *end;
+                errno = 0;
+                long pid = strtol(name + n, &end, 10);
+                if (!errno && end != name + n && (name[n] >= '1' && name[n] <= '9') &&
+                    strcmp(end, kinds[i][1]) == 0)
+                        return pid;
+        }
+        return 0;
+}
+
+void cli_runtime_sweep(void)
+{
+        char dir[256];
+        struct err e = {0};
+        if (runtime_dir(dir, sizeof(dir), &e) < 0)
+                return;
+        DIR *d = opendir(dir);
+        struct dirent *de;
+        while (d && (de = readdir(d))) {
+                long pid = own_file_pid(de->d_name);
+                if (pid <= 0 || pid == (long)getpid() || cli_instance_alive(pid))
+                        continue;
+                char path[600];
+                snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
+                if (unlink(path) == 0)
+                        log_info("removed %s, left by a corral that was killed", path);
+        }
+        if (d)
+                closedir(d);
 }
 
 int cli_policy_load(const struct config *cfg, struct policy **ret, struct err *e)

@@ -14,6 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define STOP_HURRY_MS 1000 /* a signal while stopping: the engine's last chance */
+
 struct serve {
         struct loop *loop;
         struct sandbox_mgr *mgr;
@@ -83,6 +85,8 @@ static void stop(struct serve *s, const char *why)
                 return;
         s->stopping = true;
         log_info("stopping (%s): removing every sandbox", why);
+        /* `corral status` shows running corrals: not this one now. */
+        status_stop(s);
         systemd_notify("STOPPING=1");
         mcp_server_stop(s->srv);
         mcp_http_stop(s->http);
@@ -119,6 +123,15 @@ static void on_signal(int signo, void *userdata)
             mcp_http_drain(s->http, s->cfg->drain_s, drain_done, s) == 0) {
                 log_info("%s: draining (a second signal stops at once)", strsignal(signo));
                 systemd_notify("STOPPING=1");
+                return;
+        }
+        if (s->stopping) {
+                /* A host that closed stdin sends SIGTERM when corral has
+                 * not exited 2 s later, and SIGKILL 2 s after that: exit
+                 * before, with what is left to the next start's sweep. */
+                log_info("%s while stopping: waiting at most %d ms more for the engine",
+                         strsignal(signo), STOP_HURRY_MS);
+                sandbox_mgr_drain_within(s->mgr, STOP_HURRY_MS);
                 return;
         }
         stop(s, strsignal(signo));
@@ -262,6 +275,7 @@ int cli_serve(int argc, char **argv)
         }
         /* A host that goes away must not kill us before cleanup. */
         signal(SIGPIPE, SIG_IGN);
+        cli_runtime_sweep();
         int in_flags = fcntl(STDIN_FILENO, F_GETFL), out_flags = fcntl(STDOUT_FILENO, F_GETFL);
         int n_fds = systemd_listen_fds();
         bool service = n_fds > 0 || cfg.listen;

@@ -903,6 +903,12 @@ void sandbox_mgr_shutdown(struct sandbox_mgr *m, void (*drained)(void *), void *
         mgr_check_drained(m);
 }
 
+void sandbox_mgr_drain_within(struct sandbox_mgr *m, long long ms)
+{
+        if (m && m->drain_timer)
+                timer_arm(m->drain_timer, ms);
+}
+
 void sandbox_mgr_free(struct sandbox_mgr *m)
 {
         if (!m)

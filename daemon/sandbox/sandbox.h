@@ -108,6 +108,9 @@ int sandbox_mgr_new(struct loop *l, const struct config *cfg, struct engine *eng
 /* Stop everything and remove every container; calls `drained` once no
  * container and no engine request remains (or the deadline passed). */
 void sandbox_mgr_shutdown(struct sandbox_mgr *m, void (*drained)(void *), void *userdata);
+/* During that: the deadline comes `ms` from now instead (a host that
+ * gives corral little time to exit). */
+void sandbox_mgr_drain_within(struct sandbox_mgr *m, long long ms);
 void sandbox_mgr_free(struct sandbox_mgr *m);
 
 /* Let sandboxes call upstream MCP servers (the manager borrows it). */

@@ -1,12 +1,15 @@
 // How corral ends and fails: stdin EOF and SIGTERM with calls running (the
 // sandboxes removed, the exit prompt and clean), and an engine that does not
-// answer (engine_error with advice; `corral doctor` fails with advice).
+// answer (engine_error with advice; `corral doctor` fails with advice), and
+// the files a corral keeps in the runtime directory, gone when it stops.
 //
-//   node run.mjs lifecycle     (stdin EOF:, SIGTERM:, engine down:)
+//   node run.mjs lifecycle     (stdin EOF:, SIGTERM:, runtime files:, engine down:)
 
 import assert from 'node:assert/strict';
+import { existsSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { BIN, brief, corralContainers, corralEnv, run, sleep, test, waitFor, waitNoContainers, waitPool, withTimeout } from './lib/harness.mjs';
+import path from 'node:path';
+import { BIN, brief, corralContainers, corralEnv, ENGINE, run, sleep, test, waitFor, waitNoContainers, waitPool, withTimeout } from './lib/harness.mjs';
 
 test('stdin EOF: corral removes a running sandbox and its ready ones, and exits promptly', async (t) => {
   const d = await t.daemon('eof');
@@ -64,6 +67,49 @@ test('SIGTERM: corral answers the running call, removes its sandboxes and exits 
   t.note('left', brief(gone.cs));
   assert.ok(gone.done, 'no container of the daemon remains');
 }, { timeoutMs: 60000 });
+
+// The files of one corral in the runtime directory (status-PID.json, its
+// private Podman's podman-PID.sock and podman-PID.log).
+const ownFiles = (dir, pid) => readdirSync(dir).filter((f) => new RegExp(`^(status|podman)-${pid}\\.`).test(f));
+
+test('runtime files: a stopped corral leaves none of its files (host close, with its own Podman when it can start one; after kill -9, the next start removes them)', async (t) => {
+  const rt = mkdtempSync(path.join(tmpdir(), 'corral-e2e-rt-'));
+  t.defer(() => rmSync(rt, { recursive: true, force: true }));
+  const dir = path.join(rt, 'corral');
+  // With a Podman engine and no engine socket to find, corral starts a
+  // Podman service of its own, and its socket and log go in the runtime
+  // directory too.
+  const privateOk = /podman/.test(ENGINE) && !['/run/podman/podman.sock', '/var/run/docker.sock', '/run/docker.sock'].some((p) => existsSync(p));
+  const d = await t.daemon('files', { XDG_RUNTIME_DIR: rt, HOME: rt, ...(privateOk ? { CORRAL_ENGINE: undefined, CONTAINER_HOST: undefined, DOCKER_HOST: undefined } : {}) });
+  const r = await d.call(t, 'run_python', { code: 'print(1)' }, { timeoutMs: 90000 });
+  assert.equal(r.structuredContent.status, 'ok', 'a call runs');
+  const own = /started a private podman service/.test(d.log);
+  t.note('private_podman', own);
+  const want = own ? 3 : 1;
+  const seen = await waitFor(async () => ({ done: ownFiles(dir, d.pid).length >= want, files: readdirSync(dir) }), { timeoutMs: 10000 });
+  t.note('while_running', seen.files);
+  assert.ok(seen.done, `its files are there while it runs (${seen.files.join(' ')})`);
+  const how = await d.close();
+  t.note('close', how);
+  assert.deepEqual(ownFiles(dir, d.pid), [], 'after the host\'s close() none of its files is left');
+
+  // kill -9 leaves them; the next corral's start removes them (a killed
+  // corral's private Podman left its socket and log: stand-ins here).
+  const k = await t.daemon('files-killed', { XDG_RUNTIME_DIR: rt, HOME: rt });
+  const kseen = await waitFor(async () => ({ done: ownFiles(dir, k.pid).length >= 1 }), { timeoutMs: 10000 });
+  assert.ok(kseen.done, 'the second corral has its status file');
+  const proc = k.transport._process;
+  const exited = new Promise((res) => proc.once('exit', res));
+  proc.kill('SIGKILL');
+  await withTimeout(exited, 10000, 'exit after SIGKILL');
+  writeFileSync(path.join(dir, `podman-${k.pid}.log`), 'log\n');
+  writeFileSync(path.join(dir, `podman-${k.pid}.sock`), '');
+  assert.equal(ownFiles(dir, k.pid).length, 3, 'a killed corral leaves its files');
+  const next = await t.daemon('files-next', { XDG_RUNTIME_DIR: rt, HOME: rt });
+  const swept = await waitFor(async () => ({ done: ownFiles(dir, k.pid).length === 0 }), { timeoutMs: 10000 });
+  assert.ok(swept.done, `the next corral removes them (left: ${ownFiles(dir, k.pid).join(' ')})`);
+  assert.ok(ownFiles(dir, next.pid).length >= 1, '...and keeps its own');
+}, { timeoutMs: 120000 });
 
 test('engine down: run_python says engine_error with advice; doctor fails with advice', async (t) => {
   const bad = 'unix:///nonexistent/engine.sock';
