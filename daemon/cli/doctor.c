@@ -3,6 +3,7 @@
 #include "bridge/policy.h"
 #include "core/confine.h"
 #include "core/log.h"
+#include "sandbox/images.h"
 #include "sandbox/profile.h"
 #include "sandbox/sandbox.h"
 #include "upstream/registry.h"
@@ -367,9 +368,9 @@ int cli_doctor(int argc, char **argv)
                 long st = engine_call(ce.eng, "GET", path, NULL, NULL, &e);
                 snprintf(detail, sizeof(detail), "%s %s", cfg.image,
                          st == 200 ? "is present" : "is missing");
-                report(st == 200, "image", detail,
-                       "build it with `corral image build` (or set CORRAL_IMAGE to an image with "
-                       "python3)");
+                char advice[600];
+                sandbox_image_advice(&cfg, cfg.image, false, advice, sizeof(advice));
+                report(st == 200, "image", detail, advice);
         }
 
         enum cgroup_mode cg = cgroup_mode();

@@ -301,8 +301,13 @@ int cli_serve(int argc, char **argv)
                 return 2;
         }
         cli_engine_open(&ce, s.loop, &cfg, true);
-        if (!ce.eng)
+        if (!ce.eng && service)
                 log_warn("%s (tool calls will report this until an engine answers)", ce.err.msg);
+        else if (!ce.eng)
+                /* A host shows the tool calls' results, which say what to
+                 * do: the log does not repeat it. */
+                log_warn("no container engine answers yet: each tool call looks again, and says "
+                         "how to start one while none answers");
         else
                 log_info("serving on %s; engine %s, image %s", service ? "HTTP" : "stdio",
                          engine_endpoint(ce.eng)->display, cfg.image);

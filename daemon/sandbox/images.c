@@ -23,6 +23,31 @@ const char *sandbox_image_plain(const char *name)
         return name;
 }
 
+void sandbox_image_advice(const struct config *cfg, const char *image, bool from_call, char *out,
+                          size_t size)
+{
+        const char *src = from_call ? NULL : config_source(cfg, "image");
+        if (!from_call && !src) {
+                snprintf(out, size,
+                         "build it with `corral image build`, or set `image` (--image, "
+                         "CORRAL_IMAGE or the config file) to an image that has python3");
+                return;
+        }
+        char other[400];
+        if (from_call)
+                snprintf(other, sizeof(other), "call without \"image\"");
+        else if (strncmp(src, "--", 2) == 0)
+                snprintf(other, sizeof(other), "give %s an image that has python3", src);
+        else if (strncmp(src, "CORRAL_", 7) == 0)
+                snprintf(other, sizeof(other), "set %s to an image that has python3", src);
+        else
+                snprintf(other, sizeof(other),
+                         "set \"image\" in %.300s to an image that has python3",
+                         cfg->config_file ? cfg->config_file : "the config file");
+        snprintf(out, size, "build it with `corral image build --image %s`, or %s",
+                 sandbox_image_plain(image), other);
+}
+
 /* "corral-NAME:TAG" (a registry or namespace before it allowed): NAME. */
 static char *short_name_of(const char *name)
 {

@@ -47,6 +47,13 @@ json_t *sandbox_images_choices(const struct sandbox_images *im);
  * "docker.io/library/" that Podman puts before a name it imported. */
 const char *sandbox_image_plain(const char *name);
 
+/* What to do about `image` missing from the engine, fit to how it was
+ * named: by a call (`from_call`), or as the default by a flag, a
+ * variable, the config file or nobody (config_source). Starts with
+ * "build it". */
+void sandbox_image_advice(const struct config *cfg, const char *image, bool from_call, char *out,
+                          size_t size);
+
 /* The `mounts` setting, checked: [{Source (resolved), Target}] (a new
  * reference; an empty array when there are none), or NULL and a message
  * that says what to change. sandbox_create_body writes them the way each

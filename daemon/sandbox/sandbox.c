@@ -648,14 +648,17 @@ static void created(void *userdata, long status, json_t *body, const struct err 
         /* Both engines' create answers 404 for an image they lack (Docker
          * Engine API: "no such image"; Podman's compat API the same). */
         if (status == 404) {
-                char msg[1400];
+                const char *image = s->image ? s->image : s->mgr->cfg->image;
+                char msg[1400], advice[600];
                 snprintf(msg, sizeof(msg),
-                         "the sandbox image \"%s\" is not present in the engine at %s (%s): "
-                         "build it with `corral image build`, or set CORRAL_IMAGE to an image "
-                         "that has python3",
-                         s->image ? s->image : s->mgr->cfg->image,
+                         "the sandbox image \"%s\" is not present in the engine at %s (%s)", image,
                          engine_endpoint(s->mgr->eng)->display, engine_error_message(body));
+                /* The log says what happened; what to do about it goes
+                 * once, with the call's result. */
                 log_warn("%s", msg);
+                sandbox_image_advice(s->mgr->cfg, image, s->image != NULL, advice, sizeof(advice));
+                size_t n = strlen(msg);
+                snprintf(msg + n, sizeof(msg) - n, ": %s", advice);
                 sandbox_fail(s, ST_ENGINE_ERROR, "ImageMissing", msg);
                 return;
         }

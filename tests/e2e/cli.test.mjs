@@ -1,6 +1,8 @@
 // The command line (`corral run -c`, `corral run --shell`, `corral doctor`)
 // and the MCP Inspector CLI as a second client (tools/list and tools/call).
 //
+// Advice said once, fit to how the image setting was given.
+//
 //   node run.mjs cli           (cli:, MCP Inspector CLI:)
 
 import assert from 'node:assert/strict';
@@ -80,6 +82,42 @@ test('cli: a DOCKER_HOST that does not answer is an error naming it, never a fal
   const ssh = await run(BIN, ['run', '-c', 'print(6*7)'], { env: { ...env, DOCKER_HOST: 'ssh://user@host' }, timeoutMs: 60000 });
   assert.notEqual(ssh.code, 0);
   assert.match(ssh.stderr, /DOCKER_HOST is ssh:\/\/user@host: corral speaks to engines at unix:\/\/ and tcp:\/\/ addresses only/);
+}, { timeoutMs: 150000 });
+
+// What to do is said once: in the result, not again in the log; and it
+// names the setting the way it was given.
+test('cli: advice comes once, and names the image setting as it was given (--image, CORRAL_IMAGE, the config file)', async (t) => {
+  const count = (s, re) => (s.match(new RegExp(re.source, 'g')) || []).length;
+  // No engine answers: a stdio corral, through the SDK.
+  const env = { CONTAINER_HOST: 'unix:///nonexistent/corral-e2e/podman.sock', CORRAL_ENGINE: undefined, DOCKER_HOST: undefined };
+  const d = await t.daemon('advice-no-engine', env);
+  const r = await d.call(t, 'run_python', { code: 'print(1)' }, { timeoutMs: 30000 });
+  assert.equal(r.structuredContent.status, 'engine_error');
+  const advice = /unset CONTAINER_HOST/;
+  t.note('log', d.log);
+  assert.equal(count(r.content[0].text, advice), 1, 'the result says what to do');
+  assert.equal(count(d.log, advice), 0, 'the log does not say it again');
+
+  const conf = mkdtempSync(path.join(CONFIG_HOME, 'advice-'));
+  const file = path.join(conf, 'config.json');
+  writeFileSync(file, JSON.stringify({ image: 'corral-e2e-missing:1' }));
+  const ways = [
+    { how: '--image', args: ['--image', 'corral-e2e-missing:1'], env: {}, want: /or give --image an image that has python3/ },
+    { how: 'CORRAL_IMAGE', args: [], env: { CORRAL_IMAGE: 'corral-e2e-missing:1' }, want: /or set CORRAL_IMAGE to an image that has python3/ },
+    { how: 'the config file', args: ['--config', file], env: {}, want: new RegExp(`or set "image" in ${file.replace(/[.]/g, '\\.')} to an image`) },
+  ];
+  for (const w of ways) {
+    const e = corralEnv(w.env);
+    if (!w.env.CORRAL_IMAGE) delete e.CORRAL_IMAGE;
+    const x = await run(BIN, ['run', ...w.args, '-c', 'print(1)'], { env: e, timeoutMs: 60000 });
+    t.note(w.how, x.stderr);
+    assert.notEqual(x.code, 0, `${w.how}: the run fails`);
+    assert.match(x.stderr, /ImageMissing/, `${w.how}: ImageMissing`);
+    assert.match(x.stderr, w.want, `${w.how}: the advice names ${w.how}`);
+    assert.match(x.stderr, /`corral image build --image corral-e2e-missing:1`/, `${w.how}: and builds that image`);
+    assert.equal(count(x.stderr, /corral image build/), 1, `${w.how}: said once`);
+    if (w.how !== 'CORRAL_IMAGE') assert.doesNotMatch(x.stderr, /CORRAL_IMAGE/, `${w.how}: no variable that was not used`);
+  }
 }, { timeoutMs: 150000 });
 
 // A read-only mount is no wall for what the host keeps in /, /proc, /sys,

@@ -216,6 +216,8 @@ static void test_failures(void)
         sandbox_run(m, &r, on_done, &d, &s);
         ok(WAIT_UNTIL(d.calls == 1, 5000), "image missing: the call hears of it");
         is_str(d.type, "ImageMissing", "image missing: ImageMissing");
+        like(d.msg, "build it with `corral image build`, or set `image`",
+             "image missing, the default image: build it, or set `image`");
 
         memset(&d, 0, sizeof(d));
         r = req("die", 5);

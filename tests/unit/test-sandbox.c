@@ -1,5 +1,6 @@
 /* The container spec: every hardening default is asserted field by field,
  * since a regression here would weaken every sandbox silently. */
+#include "sandbox/images.h"
 #include "sandbox/profile.h"
 #include "sandbox/sandbox.h"
 
@@ -334,8 +335,48 @@ static void check_body(const struct config *cfg, const char *what)
         check_body_docker(cfg, what);
 }
 
+/* ImageMissing's advice fits how the image was named. */
+static void check_image_advice(void)
+{
+        static const struct {
+                const char *source; /* NULL: the default; "": a call's "image" */
+                const char *want, *not ;
+        } cases[] = {
+            {NULL, "build it with `corral image build`, or set `image` (--image, CORRAL_IMAGE",
+             "--image x:1"},
+            {"--image", "build it with `corral image build --image x:1`, or give --image an image",
+             "CORRAL_IMAGE"},
+            {"CORRAL_IMAGE",
+             "build it with `corral image build --image x:1`, or set CORRAL_IMAGE to an image",
+             "--image an"},
+            {"/etc/c.json: image",
+             "build it with `corral image build --image x:1`, or set \"image\" in /etc/c.json",
+             "CORRAL_IMAGE"},
+            {"", "build it with `corral image build --image x:1`, or call without \"image\"",
+             "CORRAL_IMAGE"},
+        };
+        for (size_t i = 0; i < ARRAY_SIZE(cases); i++) {
+                struct config c;
+                struct err e = {0};
+                config_defaults(&c);
+                c.config_file = strdup("/etc/c.json");
+                if (cases[i].source && cases[i].source[0])
+                        config_set(&c, "image", "x:1", cases[i].source, &e);
+                bool call = cases[i].source && !cases[i].source[0];
+                char out[600];
+                sandbox_image_advice(&c, call ? "x:1" : c.image, call, out, sizeof(out));
+                like(out, cases[i].want, "image advice, named by %s",
+                     !cases[i].source ? "nobody"
+                     : call           ? "a call"
+                                      : cases[i].source);
+                ok(!strstr(out, cases[i].not ), "...and not \"%s\"", cases[i].not );
+                config_free(&c);
+        }
+}
+
 int main(void)
 {
+        check_image_advice();
         struct config cfg;
         config_defaults(&cfg);
         struct err pe = {0};
