@@ -10,7 +10,7 @@
 import { CallToolResultSchema, LATEST_PROTOCOL_VERSION } from '@modelcontextprotocol/sdk/types.js';
 import assert from 'node:assert/strict';
 import {
-  brief, CORRAL_TOOLS, corralContainers, sleep, STATUSES, test, twoReady, waitFor, waitPool, withTimeout,
+  brief, CORRAL_TOOLS, corralContainers, startCall, STATUSES, test, twoReady, waitFor, waitPool, withTimeout,
 } from './lib/harness.mjs';
 
 test('initialize: server corral, protocol version negotiated', async (t) => {
@@ -148,13 +148,13 @@ test('cancellation: aborting a time.sleep(60) call removes its container', async
   const { instance, ready, status: warm } = await twoReady(t, d);
   const ac = new AbortController();
   const t0 = Date.now();
-  const call = d.call(t, 'run_python', { code: 'import time\nprint("sleeping", flush=True)\ntime.sleep(60)\n' },
-    { signal: ac.signal, timeoutMs: 90000 });
-  const outcome = call.then((r) => ({ result: r }), (e) => ({ error: e }));
+  const { call: outcome, running } = startCall(d, 'run_python',
+    { code: 'import time\nprint("sleeping", flush=True)\ntime.sleep(60)\n' },
+    { until: /sleeping/, signal: ac.signal, timeoutMs: 90000 });
   const taken = await waitPool(t, d, (p) => p.busy >= 1, 20000);
   assert.ok(taken.done, 'the call is running');
   assert.equal(taken.s.pool.hits, warm.pool.hits + 1, 'the call took a ready sandbox');
-  await sleep(1000); // let the code reach time.sleep
+  await withTimeout(running, 30000, 'the code reaching time.sleep');
   const abortedAt = Date.now();
   ac.abort('e2e: cancelled by the test');
   const o = await withTimeout(outcome, 5000, 'callTool after abort');

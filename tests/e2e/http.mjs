@@ -75,7 +75,9 @@ async function startEverything(port) {
     child.once('exit', (code) => reject(new Error(`server-everything exited (${code}): ${clip(log, 800)}`)));
   });
   await withTimeout(listening, 20000, 'server-everything start');
-  return { child, log: () => log, stop: () => child.kill('SIGKILL') };
+  // stop() resolves once it has exited (and so let its port go).
+  const exited = new Promise((r) => child.once('exit', r));
+  return { child, log: () => log, stop: () => { child.kill('SIGKILL'); return exited; } };
 }
 
 // Listen on 127.0.0.1:port and keep the sockets, so that stop() is abrupt.
@@ -280,6 +282,7 @@ class Corral {
   async start() {
     this.transport = new StdioClientTransport({ command: BIN, args: [], env: this.env, stderr: 'pipe' });
     this.transport.stderr.on('data', (d) => { this.log += d.toString('utf8'); });
+    this.stderrEnd = new Promise((r) => this.transport.stderr.once('end', r));
     this.client = new Client({ name: 'corral-e2e-http', version: '1.0.0' }, { capabilities: {} });
     await withTimeout(this.client.connect(this.transport), 15000, 'initialize');
     return this;
@@ -312,6 +315,8 @@ class Corral {
     const exited = proc && proc.exitCode === null ? new Promise((r) => proc.once('exit', r)) : Promise.resolve();
     await withTimeout(this.client.close(), 8000, 'close').catch(() => {});
     await withTimeout(exited, 5000, 'exit').catch(() => {});
+    // The last of its log, written as it exited.
+    await withTimeout(this.stderrEnd, 5000, 'the end of its stderr').catch(() => {});
   }
 }
 
@@ -553,8 +558,7 @@ test('the server goes away and comes back: calls fail clearly, then work again',
 }, 180000);
 
 test('server-everything restarts: corral notices the unknown session and starts a new one', async (t) => {
-  S.everything.stop();
-  await sleep(200);
+  await S.everything.stop();
   S.everything = await startEverything(S.everythingPort);
   // Either the GET stream (reopened a second after it broke) or the first
   // call meets the unknown session (HTTP 400 "No valid session ID" here).
@@ -628,7 +632,6 @@ rec("msgs", msgs)
     await echo.stop();
     rmSync(root, { recursive: true, force: true });
   }
-  await sleep(200);
   assert.deepEqual(leaks(c.log), [], 'nor in corral\'s log (debug level)');
 }, 240000);
 
@@ -643,7 +646,6 @@ test('shutdown ends the session with DELETE; the secret shows nowhere', async (t
   assert.equal(del[0].headers.authorization, `Bearer ${SECRET}`, 'with the configured header');
   assert.match(S.corral.log, /upstream remote: session ended/, 'corral ended remote\'s session too');
   assert.ok(S.corral.log.length > 0, 'corral wrote a log');
-  await sleep(200); // the rest of its stderr, after its exit
   assert.doesNotMatch(S.corral.log, /ERROR: (AddressSanitizer|LeakSanitizer)|runtime error: /, 'no sanitizer report');
   assert.ok(!S.corral.log.includes(SECRET), 'the secret is not in corral\'s stderr (debug level)');
   assert.ok(!JSON.stringify(S.corral.results).includes(SECRET), 'nor in any tool result');

@@ -9,12 +9,12 @@ import assert from 'node:assert/strict';
 import { existsSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { BIN, brief, corralContainers, corralEnv, ENGINE, run, sleep, test, waitFor, waitNoContainers, waitPool, withTimeout } from './lib/harness.mjs';
+import { BIN, brief, corralContainers, corralEnv, ENGINE, run, startCall, test, waitFor, waitNoContainers, waitPool, withTimeout } from './lib/harness.mjs';
 
 test('stdin EOF: corral removes a running sandbox and its ready ones, and exits promptly', async (t) => {
   const d = await t.daemon('eof');
-  const call = d.call(null, 'run_python', { code: 'import time\ntime.sleep(60)' }, { timeoutMs: 90000 });
-  call.catch(() => {});
+  const { running } = startCall(d, 'run_python', { code: 'import time\nprint("sleeping", flush=True)\ntime.sleep(60)' },
+    { until: /sleeping/, timeoutMs: 90000 });
   // The call runs, and the pool (min 2) holds ready sandboxes beside it.
   const w = await waitPool(t, d, (p) => p.busy >= 1 && p.ready >= 1);
   t.note('status_before_eof', w.s.pool);
@@ -26,7 +26,7 @@ test('stdin EOF: corral removes a running sandbox and its ready ones, and exits 
   }, { timeoutMs: 20000 });
   t.note('before_eof', brief(seen.cs));
   assert.ok(seen.done, 'the call\'s container and a ready one are running');
-  await sleep(500);
+  await withTimeout(running, 30000, 'the call\'s code running');
   const how = await d.close();
   t.note('close', how);
   assert.ok(how.ms < 2000, `corral exited within 2 s of stdin EOF, before the SDK's SIGTERM (took ${how.ms} ms)`);
@@ -40,7 +40,8 @@ test('SIGTERM: corral answers the running call, removes its sandboxes and exits 
   const r = t.raw({});
   await r.initialize(0);
   await r.send({ jsonrpc: '2.0', id: 1, method: 'tools/call',
-    params: { name: 'run_python', arguments: { code: 'import time\ntime.sleep(60)' } } });
+    params: { name: 'run_python', arguments: { code: 'import time\nprint("sleeping", flush=True)\ntime.sleep(60)' },
+      _meta: { progressToken: 'p1' } } });
   const st = await waitFor(async () => {
     const s = await r.status();
     return { done: s.pool.busy >= 1, s };
@@ -54,7 +55,8 @@ test('SIGTERM: corral answers the running call, removes its sandboxes and exits 
   }, { timeoutMs: 20000 });
   t.note('before_sigterm', brief(seen.cs));
   assert.ok(seen.done, 'the daemon\'s containers are running');
-  await sleep(500);
+  await r.next((m) => m.method === 'notifications/progress' && /sleeping/.test(m.params?.message ?? ''),
+    30000, 'progress saying the code runs');
   const t0 = Date.now();
   r.child.kill('SIGTERM');
   const how = await withTimeout(r.exit, 15000, 'exit after SIGTERM');

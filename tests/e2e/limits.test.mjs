@@ -5,7 +5,7 @@
 //   node run.mjs limits        (pids limit:, output limit:, settings:, busy:)
 
 import assert from 'node:assert/strict';
-import { MiB, sleep, test, waitGone, waitPool } from './lib/harness.mjs';
+import { MiB, sleep, startCall, test, waitGone, waitPool, withTimeout } from './lib/harness.mjs';
 
 test('pids limit: a fork bomb is contained and the daemon keeps serving', async (t) => {
   const d = await t.main();
@@ -136,20 +136,26 @@ test('busy: with one slot and no queue a second call gets status busy (pool off,
       assert.ok(w.done, `${label}: one sandbox is ready within 30 s`);
       assert.equal(w.s.pool.max, 1, `${label}: the pool is capped at CORRAL_MAX_SANDBOXES=1`);
     }
-    const first = d.call(null, 'run_python', { code: 'import time\ntime.sleep(2)\nprint("first")' }, { timeoutMs: 60000 });
-    first.catch(() => {});
-    await sleep(200);
+    // The first call holds the one slot once its code runs (it says so);
+    // it sleeps long enough for the second to be refused meanwhile.
+    const first = startCall(d, 'run_python', { code: 'import time\nprint("go", flush=True)\ntime.sleep(4)\nprint("first")' },
+      { until: /go/, timeoutMs: 60000 });
+    await withTimeout(first.running, 60000, `${label}: the first call running`);
     const second = await d.call(t, 'run_python', { code: 'print("second")' });
     assert.equal(second.structuredContent.status, 'busy', `${label}: the second call is busy`);
     assert.equal(second.isError, true);
     assert.equal(second.structuredContent.container, null, `${label}: no container for a refused call`);
-    const r = await first;
-    assert.equal(r.structuredContent.stdout, 'first\n', `${label}: the running call is unaffected`);
+    const { result: r, error } = await first.call;
+    assert.ok(r, `${label}: the first call is answered (${error})`);
+    assert.equal(r.structuredContent.stdout, 'go\nfirst\n', `${label}: the running call is unaffected`);
     // corral holds the slot until the engine has removed the container, which
     // may be a moment after the result: wait for that before the next call.
     const gone = await waitGone(r.structuredContent.container, 10000);
     assert.ok(gone.done, `${label}: the first call's container is removed`);
-    await sleep(300);
+    // ...and for corral to hear of it: the slot is free (without a pool),
+    // or holds a new ready sandbox (the pool of one refilled).
+    const free = await waitPool(t, d, (p) => p.busy === 0 && (label === 'pool1' ? p.ready >= 1 : p.containers === 0), 30000);
+    assert.ok(free.done, `${label}: corral has let the slot go (${JSON.stringify(free.s.pool)})`);
     const third = await d.call(t, 'run_python', { code: 'print("third")' }, { timeoutMs: 60000 });
     assert.equal(third.structuredContent.stdout, 'third\n', `${label}: the slot is free again`);
     const st = await d.status(t);

@@ -6,9 +6,8 @@
 //   node run.mjs pool          (single use:, sandbox_status:, pool:, kill -9:,
 //                              kill -9 mid-run:)
 
-import { CallToolResultSchema } from '@modelcontextprotocol/sdk/types.js';
 import assert from 'node:assert/strict';
-import { brief, clip, corralAlive, corralContainers, engineRequest, isInt, out, removeContainers, sleep, test, toolCall, twoReady, waitFor, waitNoContainers, waitPool, withTimeout } from './lib/harness.mjs';
+import { brief, clip, corralAlive, corralContainers, engineRequest, isInt, out, removeContainers, sleep, startCall, test, toolCall, twoReady, waitFor, waitNoContainers, waitPool, withTimeout } from './lib/harness.mjs';
 
 test('single use: files, builtins, globals and environment of one call are gone in the next 8 (warm) calls', async (t) => {
   const d = await t.main();
@@ -272,23 +271,16 @@ test('kill -9 mid-run: a busy loop (timeout_s 5) and a session shell that traps 
   // progress: first the session's shell (on a loaded machine its session
   // may start only once the pool has filled), then the busy loop, whose
   // 5 s limit starts when its code does.
-  const running = (what, args) => {
-    let ran;
-    const seen = new Promise((r) => { ran = r; });
-    const call = a.client.callTool({ name: what, arguments: args }, CallToolResultSchema,
-      { timeout: 120000, onprogress: (e) => { if (/spinning|trapped/.test(e.message ?? '')) ran(); } })
-      .catch((e) => e);
-    return { call, seen: Promise.race([seen, call.then((r) => { throw new Error(`${what} ended before its code ran: ${clip(JSON.stringify(r), 600)}`); })]) };
-  };
-  const shell = running('run_shell', { command: "trap '' INT TERM HUP; echo trapped; while :; do :; done",
-    session: 'trapper', timeout_s: 600 });
-  await withTimeout(shell.seen, 90000, 'the session\'s shell running');
-  const busy = running('run_python', { code: 'print("spinning", flush=True)\nwhile True: pass', timeout_s: 5 });
-  await withTimeout(busy.seen, 60000, 'the busy loop running');
+  const shell = startCall(a, 'run_shell', { command: "trap '' INT TERM HUP; echo trapped; while :; do :; done",
+    session: 'trapper', timeout_s: 600 }, { until: /trapped/ });
+  await withTimeout(shell.running, 90000, 'the session\'s shell running');
+  const busy = startCall(a, 'run_python', { code: 'print("spinning", flush=True)\nwhile True: pass', timeout_s: 5 },
+    { until: /spinning/ });
+  await withTimeout(busy.running, 60000, 'the busy loop running');
   const t0 = Date.now();
   for (const [what, p] of [['the busy loop', busy.call], ['the session shell', shell.call]]) {
     const early = await Promise.race([p, sleep(10).then(() => null)]);
-    assert.equal(early, null, `${what} has not ended: ${clip(JSON.stringify(early), 600)}`);
+    assert.equal(early, null, `${what} has not ended: ${clip(JSON.stringify(early?.result ?? String(early?.error)), 600)}`);
   }
   const st = await a.status(t);
   const sl = (await toolCall(t, a, 'session_list', {})).structuredContent;

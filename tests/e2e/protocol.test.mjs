@@ -170,7 +170,7 @@ test('raw protocol: only ping is answered before initialize; a second request wi
   // has no other way to answer); the first one's own answer still comes.
   await raw.send({ jsonrpc: '2.0', id: 'dup', method: 'tools/call',
     params: { name: 'run_python', arguments: { code: 'import time\ntime.sleep(2)\nprint("first")' } } });
-  await sleep(200);
+  // Read after the first (one stream, in order): the first is in flight.
   await raw.send({ jsonrpc: '2.0', id: 'dup', method: 'tools/call',
     params: { name: 'run_python', arguments: { code: 'print("second")' } } });
   const d1 = await raw.response('dup', 15000);
@@ -181,7 +181,6 @@ test('raw protocol: only ping is answered before initialize; a second request wi
   // 7 and 7.0 are one id; once answered, an id may be used again.
   await raw.send({ jsonrpc: '2.0', id: 7, method: 'tools/call',
     params: { name: 'run_python', arguments: { code: 'import time\ntime.sleep(2)\nprint("seven")' } } });
-  await sleep(200);
   await raw.send('{"jsonrpc":"2.0","id":7.0,"method":"ping"}\n');
   const s1 = await raw.response(7, 15000);
   assert.equal(s1.error?.code, -32600, '7.0 while 7 runs: refused');
@@ -249,7 +248,8 @@ test('raw protocol: a cancelled tools/call gets no response and its container is
   const raw = t.raw({ CORRAL_POOL_MAX: '0' });
   await raw.initialize();
   await raw.send({ jsonrpc: '2.0', id: 71, method: 'tools/call',
-    params: { name: 'run_python', arguments: { code: 'import time\ntime.sleep(60)' } } });
+    params: { name: 'run_python', arguments: { code: 'import time\nprint("sleeping", flush=True)\ntime.sleep(60)' },
+      _meta: { progressToken: 'p71' } } });
   const seen = await waitFor(async () => {
     const cs = (await corralContainers(`io.corral.pid=${raw.pid}`)).filter((c) => c.created >= suiteStart);
     return { done: cs.some((c) => c.state === 'running'), cs };
@@ -257,7 +257,8 @@ test('raw protocol: a cancelled tools/call gets no response and its container is
   t.note('before_cancel', brief(seen.cs));
   assert.ok(seen.done, 'the call\'s container is running');
   const instance = seen.cs[0].instance;
-  await sleep(500);
+  await raw.next((m) => m.method === 'notifications/progress' && /sleeping/.test(m.params?.message ?? ''),
+    30000, 'progress saying the code runs');
   await raw.send({ jsonrpc: '2.0', method: 'notifications/cancelled', params: { requestId: 71, reason: 'test' } });
   assert.deepEqual(await raw.ping(72), { jsonrpc: '2.0', id: 72, result: {} }, 'the daemon answers a ping');
   const gone = await waitNoContainers(`io.corral.instance=${instance}`, { timeoutMs: 10000 });

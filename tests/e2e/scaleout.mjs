@@ -41,6 +41,11 @@ const CLIENTS = 9;
 const out = (line) => process.stdout.write(line + '\n');
 const note = (line) => out(`# ${line}`);
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+const withTimeout = (p, ms, what) => {
+  let timer;
+  return Promise.race([p, new Promise((_, reject) => { timer = setTimeout(() => reject(new Error(`${what}: none within ${ms} ms`)), ms); })])
+    .finally(() => clearTimeout(timer));
+};
 
 const missing = !ENGINE ? 'CORRAL_ENGINE is not set' : clusterMissing();
 if (missing) {
@@ -234,9 +239,13 @@ test('a host drained (SIGTERM): a running call finishes, new sessions go elsewhe
   // One of its clients, held between steps, runs a 2 s call there.
   const own = hit[0];
   await own.pause();
-  const running = own.client.callTool({ name: 'run_python', arguments: { code: 'import time; time.sleep(2); print("done")' } },
-    CallToolResultSchema, { timeout: 60000 });
-  await sleep(500);
+  // Its code runs (its first output comes as progress) before the host
+  // is told to stop: the drain must let it finish.
+  let started;
+  const begun = new Promise((res) => { started = res; });
+  const running = own.client.callTool({ name: 'run_python', arguments: { code: 'import time; print("started", flush=True); time.sleep(2); print("done")' } },
+    CallToolResultSchema, { timeout: 60000, onprogress: (e) => { if (/started/.test(e.message ?? '')) started(); } });
+  await withTimeout(begun, 30000, 'the 2 s call running on the host');
   hit = ctx.workers.filter((w) => w.host === host.name);
   const others = ctx.workers.filter((w) => w.host !== host.name);
   const errsBefore = new Map(others.map((w) => [w, w.errors.length]));

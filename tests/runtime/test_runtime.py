@@ -194,6 +194,28 @@ def first_int(s):
         return 0
 
 
+def proc_field(pid, name):
+    """A field of /proc/PID/status ("State": its letter), or None when the
+    process is gone."""
+    try:
+        with open('/proc/%d/status' % pid) as f:
+            for line in f:
+                if line.startswith(name + ':'):
+                    return line.split()[1]
+    except OSError:
+        return None
+    return None
+
+
+def wait_until(pred, what, timeout=10.0):
+    """Waits (bounded) for a state a case needs before it goes on."""
+    end = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > end:
+            raise AssertionError('not within %g s: %s' % (timeout, what))
+        time.sleep(0.02)
+
+
 def group_gone(pgid):
     for _ in range(50):  # killed ones are zombies until the host's init reaps them
         try:
@@ -1270,16 +1292,23 @@ class Session:
         self.rt.send({'jsonrpc': '2.0', 'method': 'notifications/cancelled', 'params': {'requestId': rid}})
 
     def interrupted(self, code, language='python', stray=False):
-        """Runs code, cancels it half a second in (after a cancel for another
-        id when stray): (outputs, result, seconds from the cancel)."""
+        """Runs code, cancels it once its first output came (so it has got
+        that far; after a cancel for another id when stray): (outputs,
+        result, seconds from the cancel)."""
         rid = self.send_exec(code, language)
-        time.sleep(0.5)
+        early = []
+        while not early:  # bounded: frame() gives None after 10 s
+            f = self.rt.frame(10)
+            if f is None or f.get('id') == rid:
+                return early, ((f or {}).get('result') or {'status': 'ended before its output'}), 0.0
+            if f.get('method') == 'sandbox/output':
+                early.append(f['params'])
         t0 = time.monotonic()
         if stray:
             self.cancel(rid + 100)  # not the running exec: ignored
         self.cancel(rid)
         out, resp = self.rt.response(rid, 10)
-        return out, (resp or {}).get('result') or {}, time.monotonic() - t0
+        return early + out, (resp or {}).get('result') or {}, time.monotonic() - t0
 
     def request(self, method, params, rid='r'):
         self.rt.send({'jsonrpc': '2.0', 'id': rid, 'method': method, 'params': params})
@@ -1323,23 +1352,25 @@ def session_state():
           'session: SystemExit ends the run with its status, the interpreter stays', (r7, o8))
 
     # output of a background thread between runs goes nowhere; the next run's is its own
-    o9, _, r9, _ = ses.run("import threading, time\n"
+    o9, e9, r9, _ = ses.run("import os, threading, time\n"
                            "threading.Thread(target=lambda: (time.sleep(0.3), print('late', flush=True)), daemon=True).start()\n"
-                           "print('now')")
-    time.sleep(0.8)
+                           "print('now')\nprint(os.getpid(), file=__import__('sys').stderr)")
+    wait_until(lambda: proc_field(first_int(e9), 'Threads') == '1',
+               'the thread has printed and ended, between the runs')
     o10, _, r10, _ = ses.run("print('next')")
     check(o9 == 'now\n' and r9.get('status') == 'ok' and o10 == 'next\n',
           'session: a run returns without waiting for its threads; their output between runs is dropped', (o9, o10))
 
     # interrupt: SIGINT ends the run, the state stays
-    out, res, took = ses.interrupted("import time\ny = 1\ntime.sleep(30)", stray=True)
+    out, res, took = ses.interrupted("import time\ny = 1\nprint('go', flush=True)\ntime.sleep(30)", stray=True)
     o11, _, r11, _ = ses.run("print(x, y)")
     check(res.get('status') == 'error' and (res.get('error') or {}).get('type') == 'KeyboardInterrupt'
           and res.get('state') == 'kept' and took < 1.0 and o11 == '41 1\n',
           'session: notifications/cancelled interrupts the run in %.2fs and keeps the state' % took, (res, o11))
 
     # a run that ignores SIGINT is killed after the grace: the state is lost
-    out, res, took = ses.interrupted("import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\ntime.sleep(30)")
+    out, res, took = ses.interrupted("import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+                                     "print('go', flush=True)\ntime.sleep(30)")
     o12, e12, r12, _ = ses.run("print('x' in globals())")
     check(res.get('status') == 'killed' and res.get('signal') == 9 and res.get('state') == 'lost'
           and 0.8 < took < 3 and o12 == 'False\n' and r12.get('restarted') is True and r12.get('state') == 'kept',
@@ -1374,9 +1405,10 @@ def session_shell_interrupt_and_exit():
 @case
 def session_dies_between_runs():
     ses = Session()
-    ses.run("import os, threading, time\nw = 1\n"
-            "threading.Thread(target=lambda: (time.sleep(0.3), os._exit(7)), daemon=True).start()")
-    time.sleep(1.0)
+    o0, _, _, _ = ses.run("import os, threading, time\nw = 1\n"
+                          "threading.Thread(target=lambda: (time.sleep(0.3), os._exit(7)), daemon=True).start()\n"
+                          "print(os.getpid())")
+    wait_until(lambda: proc_field(first_int(o0), 'State') in (None, 'Z'), 'the worker died between the runs')
     o1, _, r1, _ = ses.run("print('w' in globals())")
     check(o1 == 'False\n' and r1.get('restarted') is True and r1.get('state') == 'kept',
           'session: a worker that died between runs is replaced; the run says restarted', (o1, r1))
@@ -1475,18 +1507,27 @@ def session_freeze():
             "def tick():\n    while True:\n        ticks[0] += 1\n        time.sleep(0.01)\n"
             "threading.Thread(target=tick, daemon=True).start()")
     fz = ses.request('sandbox/freeze', {}, rid='fz')
-    time.sleep(0.1)
+
+    def child_states():
+        """The states of the supervisor's children."""
+        states = []
+        for k in [int(p) for p in os.listdir('/proc') if p.isdigit()]:
+            try:
+                f = open('/proc/%d/stat' % k).read()
+            except OSError:
+                continue
+            fields = f[f.rindex(')') + 2:].split()
+            if int(fields[1]) == ses.rt.proc.pid:
+                states.append(fields[0])
+        return states
+
+    # A stop signal takes effect a moment after it is sent: wait (bounded)
+    # for it, and the check below says what was seen.
+    end_t = time.monotonic() + 5
+    while not all(x == 'T' for x in child_states()) and time.monotonic() < end_t:
+        time.sleep(0.02)
     st = open('/proc/%d/stat' % ses.rt.proc.pid).read().split()[2]  # the supervisor itself runs on
-    kids = [int(p) for p in os.listdir('/proc') if p.isdigit()]
-    states = []
-    for k in kids:
-        try:
-            f = open('/proc/%d/stat' % k).read()
-        except OSError:
-            continue
-        fields = f[f.rindex(')') + 2:].split()
-        if int(fields[1]) == ses.rt.proc.pid:  # children of the supervisor
-            states.append(fields[0])
+    states = child_states()
     th = ses.request('sandbox/thaw', {}, rid='th')
     o1, _, _, _ = ses.run("import time\nt0 = ticks[0]\ntime.sleep(0.2)\nprint(ticks[0] > t0)")
     check((fz or {}).get('result') == {'frozen': True} and (th or {}).get('result') == {'frozen': False}

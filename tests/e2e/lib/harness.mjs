@@ -348,6 +348,26 @@ export function checkStatusResult(r) {
   assert.equal(sc.calls, p.hits + p.misses, 'calls = hits + misses');
 }
 
+// Starts a tool call through the SDK with a progressToken: `call` settles
+// with { result } or { error }; `running` resolves once a progress message
+// matches `until` (the code's output, so its code runs), and rejects when
+// the call ends first. What a test waits for before it acts, instead of a
+// fixed time.
+export function startCall(d, name, args, { until = /\S/, signal, timeoutMs = 120000 } = {}) {
+  let ran;
+  const seen = new Promise((r) => { ran = r; });
+  const call = d.client.callTool({ name, arguments: args }, CallToolResultSchema,
+    { timeout: timeoutMs, signal, onprogress: (e) => { if (until.test(e.message ?? '')) ran(); } })
+    .then((result) => ({ result }), (error) => ({ error }));
+  const ended = call.then((o) => {
+    throw new Error(`${name} ended before output matching ${until} came: ${clip(JSON.stringify(o.result ?? String(o.error)), 600)}`);
+  });
+  const running = Promise.race([seen, ended]);
+  ended.catch(() => {});
+  running.catch(() => {});
+  return { call, running };
+}
+
 // Poll sandbox_status until pred(pool) holds or the time runs out; returns
 // { done, s } with the last status.
 export async function waitPool(t, d, pred, timeoutMs = 30000) {
