@@ -9,9 +9,12 @@
  * results/PID, on disk: a run may print gigabytes). A run is kept
  * result_keep_s after it ended, and while its session is open; a client
  * keeps at most result_store_max bytes, and at most RUNS_MAX runs: the
- * oldest that ended go first. The client's directory goes when the client
- * does, the process's at its exit, and one left by a corral that was
- * killed when the next one starts. */
+ * oldest that ended go first. A client is its owner name (mcp/server.h):
+ * a named client of the service finds its runs again in its next MCP
+ * session, as it finds its sessions (the Inspector CLI makes one MCP
+ * session a command); any other client's store goes with its MCP
+ * session. The process's directory goes at its exit, and one left by a
+ * corral that was killed when the next one starts. */
 #include "mcp/internal.h"
 
 #include "core/buf.h"
@@ -59,13 +62,22 @@ struct kept_run {
 };
 
 struct results {
-        struct mcp_server *srv;
-        char dir[PATH_MAX - 64]; /* "" until the first run; its files' names fit PATH_MAX */
+        struct list node; /* in stores */
+        char owner[40];
+        int users;  /* MCP sessions of the client that hold it */
+        bool named; /* it outlives them (a named client's) */
+        struct loop *loop;
+        const struct config *cfg;
+        struct session_mgr *sessions;
+        char dir[PATH_MAX - 64]; /* its files' names fit PATH_MAX */
         struct list runs;
         size_t n;
         unsigned long long bytes;
         bool warned;
 };
+
+/* Every client's store, by owner. */
+static struct list stores = LIST_HEAD_INIT(stores);
 
 /* ---- the process's directory */
 
@@ -144,18 +156,33 @@ static int process_dir_make(struct err *e)
 
 /* ---- one client's store */
 
+static void store_free(struct results *st);
+
 static struct results *store(struct mcp_server *s)
 {
         if (s->results)
                 return s->results;
         if (s->cfg->result_store_max == 0 || s->cfg->result_keep_s <= 0)
                 return NULL;
+        struct results *st;
+        list_for_each(st, &stores, node)
+        {
+                if (strcmp(st->owner, s->owner) == 0) {
+                        st->users++;
+                        st->named = st->named || s->keep_sessions;
+                        s->results = st;
+                        return st;
+                }
+        }
         struct err e = {0};
         static unsigned seq;
-        struct results *st = calloc(1, sizeof(*st));
+        st = calloc(1, sizeof(*st));
         if (!st)
                 return NULL;
-        st->srv = s;
+        snprintf(st->owner, sizeof(st->owner), "%s", s->owner);
+        st->loop = s->loop;
+        st->cfg = s->cfg;
+        st->sessions = s->sessions;
         list_init(&st->runs);
         if (process_dir_make(&e) < 0 ||
             snprintf(st->dir, sizeof(st->dir), "%s/%u", process_dir, ++seq) >=
@@ -165,6 +192,9 @@ static struct results *store(struct mcp_server *s)
                 free(st);
                 return NULL;
         }
+        st->users = 1;
+        st->named = s->keep_sessions;
+        list_push(&stores, &st->node);
         s->results = st;
         return st;
 }
@@ -189,8 +219,9 @@ static void run_free(struct kept_run *k)
                 file_path(k, what, path, sizeof(path));
                 unlink(path);
         }
-        k->st->bytes -= k->s[0].len + k->s[1].len + k->out_bytes;
-        k->st->n--;
+        struct results *st = k->st;
+        st->bytes -= k->s[0].len + k->s[1].len + k->out_bytes;
+        st->n--;
         timer_remove(k->expire);
         json_decref(k->out);
         free(k->session);
@@ -198,11 +229,19 @@ static void run_free(struct kept_run *k)
         free(k);
 }
 
+/* A named client's store, left by its MCP sessions, goes with its last
+ * run. */
+static void store_unused(struct results *st)
+{
+        if (!st->users && list_empty(&st->runs))
+                store_free(st);
+}
+
 /* Room for `n` more bytes, made by letting the oldest ended runs go:
  * whether it is there. */
 static bool make_room(struct results *st, unsigned long long n)
 {
-        unsigned long long max = st->srv->cfg->result_store_max;
+        unsigned long long max = st->cfg->result_store_max;
         struct kept_run *k, *tmp;
         list_for_each_safe(k, tmp, &st->runs, node)
         {
@@ -325,14 +364,15 @@ void kept_output(struct kept_run *k, bool is_stderr, const char *p, size_t n)
 static void expired(struct timer *t, void *userdata)
 {
         struct kept_run *k = userdata;
-        struct mcp_server *s = k->st->srv;
+        struct results *st = k->st;
         (void)t;
         /* A session's runs stay while it is open. */
-        if (k->session && session_exists(s->sessions, s->owner, k->session)) {
-                timer_arm(k->expire, (long long)(s->cfg->result_keep_s * 1000));
+        if (k->session && session_exists(st->sessions, st->owner, k->session)) {
+                timer_arm(k->expire, (long long)(st->cfg->result_keep_s * 1000));
                 return;
         }
         run_free(k);
+        store_unused(st);
 }
 
 /* A single-use run's /workspace/out files, as the result shows them. */
@@ -377,7 +417,7 @@ void kept_finish(struct kept_run *k, const struct sandbox_result *res)
 {
         if (!k || !k->running)
                 return;
-        struct mcp_server *s = k->st->srv;
+        struct results *st = k->st;
         k->running = false;
         for (int i = 0; i < 2; i++) {
                 if (k->s[i].fd >= 0)
@@ -386,8 +426,8 @@ void kept_finish(struct kept_run *k, const struct sandbox_result *res)
         }
         if (!k->session && json_array_size(res->out_files))
                 keep_out_files(k, res->out_files);
-        if (timer_set(s->loop, &k->expire, expired, k, (long long)(s->cfg->result_keep_s * 1000)) <
-            0)
+        if (timer_set(st->loop, &k->expire, expired, k,
+                      (long long)(st->cfg->result_keep_s * 1000)) < 0)
                 run_free(k);
 }
 
@@ -405,10 +445,18 @@ bool kept_has_out(const struct kept_run *k, const char *path)
 
 struct kept_run *results_find(struct mcp_server *s, const char *id)
 {
+        /* A named client's runs from an earlier MCP session are found by
+         * its name. */
+        struct results *st = s->results, *x;
+        list_for_each(x, &stores, node)
+        {
+                if (!st && strcmp(x->owner, s->owner) == 0)
+                        st = x;
+        }
         struct kept_run *k;
-        if (!s->results)
+        if (!st)
                 return NULL;
-        list_for_each(k, &s->results->runs, node)
+        list_for_each(k, &st->runs, node)
         {
                 if (strcmp(k->id, id) == 0)
                         return k;
@@ -530,14 +578,34 @@ int results_read(struct mcp_server *s, const char *uri, size_t offset, size_t li
         return 0;
 }
 
+static void store_free(struct results *st)
+{
+        struct kept_run *k, *tmp;
+        list_for_each_safe(k, tmp, &st->runs, node) run_free(k);
+        rmdir(st->dir);
+        list_del(&st->node);
+        free(st);
+}
+
 void results_free(struct mcp_server *s)
 {
         struct results *st = s->results;
         if (!st)
                 return;
-        struct kept_run *k, *tmp;
-        list_for_each_safe(k, tmp, &st->runs, node) run_free(k);
-        rmdir(st->dir);
-        free(st);
         s->results = NULL;
+        if (--st->users > 0)
+                return;
+        /* A named client's runs wait for its next MCP session, for as long
+         * as each is kept; a running one ends with its call. */
+        if (st->named) {
+                struct kept_run *k, *tmp;
+                list_for_each_safe(k, tmp, &st->runs, node)
+                {
+                        if (k->running)
+                                run_free(k);
+                }
+                store_unused(st);
+                return;
+        }
+        store_free(st);
 }

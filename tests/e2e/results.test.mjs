@@ -11,7 +11,11 @@ import { createHash } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { test, toolCall } from './lib/harness.mjs';
+import { spawn } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import {
+  BIN, clip, CONFIG_HOME, corralEnv, inspectorCli, knownPids, sleep, test, toolCall, waitFor,
+} from './lib/harness.mjs';
 
 const LIMIT = 20000; // result_max_chars's default
 const LINE = 'x'.repeat(99) + '\n';
@@ -195,3 +199,48 @@ test('results: the kept output lives in the process\'s own directory, gone when 
   await c.call(t, 'run_shell', { command: 'echo next' });
   assert.ok(!existsSync(dirB), 'the next corral removed it');
 });
+
+test('results: the Inspector CLI, each command an MCP session of a named client, lists the tools (--strict), runs code and reads its whole stdout back', async (t) => {
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'corral-results-'));
+  t.defer(() => rmSync(dir, { recursive: true, force: true }));
+  const sock = path.join(dir, 'corral.sock');
+  const svc = spawn(BIN, ['serve', '--listen', `unix:${sock}`], { env: corralEnv(), stdio: ['ignore', 'ignore', 'pipe'] });
+  knownPids.add(String(svc.pid));
+  let log = '';
+  svc.stderr.on('data', (b) => { log += b.toString('utf8'); });
+  const exited = new Promise((r) => svc.once('exit', (code, signal) => r({ code, signal })));
+  t.defer(async () => {
+    if (svc.exitCode !== null || svc.signalCode !== null) return;
+    svc.kill('SIGTERM');
+    if (!await Promise.race([exited, sleep(30000).then(() => null)])) svc.kill('SIGKILL');
+  });
+  const up = await waitFor(() => ({ done: existsSync(sock) }), { timeoutMs: 20000 });
+  assert.ok(up.done, 'the service listens');
+  const target = [BIN, 'connect', '--socket', sock, '--as', 'inspector'];
+  const env = { XDG_CONFIG_HOME: CONFIG_HOME };
+  // --strict: the Inspector's schema portability check, which it runs
+  // with tools/list only (exit 6 on an error-severity problem).
+  const cli = async (what, args) => {
+    const r = await inspectorCli([...target, ...args], env);
+    t.note(what, { code: r.code, stdout: clip(r.stdout, 1200), stderr: clip(r.stderr, 1200) });
+    assert.equal(r.code, 0, `${what} exits 0`);
+    return JSON.parse(r.stdout);
+  };
+  const list = await cli('tools/list', ['--method', 'tools/list', '--strict']);
+  t.note('tools/list bytes', JSON.stringify(list.tools).length);
+  assert.ok(list.tools.some((x) => x.name === 'run_python'));
+  const res = await cli('run_python', ['--method', 'tools/call', '--tool-name', 'run_python',
+    '--tool-arg', 'code=for i in range(100000): print(i)']);
+  const sc = res.structuredContent;
+  assert.equal(sc.status, 'ok');
+  assert.ok(res.content[0].text.length <= LIMIT, `within result_max_chars (${res.content[0].text.length})`);
+  assert.match(res.content[0].text, /\n99999\n/, 'the last line is shown');
+  assert.match(sc.stdout_uri, /^corral:\/\/run\/[0-9a-f]{8}\/stdout$/);
+  const read = await cli('resources/read', ['--method', 'resources/read', '--uri', sc.stdout_uri]);
+  const want = Array.from({ length: 100000 }, (_, i) => `${i}\n`).join('');
+  assert.equal(read.contents[0].text.length, want.length, 'the whole stdout, in the next MCP session');
+  assert.equal(read.contents[0].text, want);
+  svc.kill('SIGTERM');
+  const how = await Promise.race([exited, sleep(40000).then(() => null)]);
+  assert.deepEqual(how, { code: 0, signal: null }, 'the service stops cleanly');
+}, { timeoutMs: 240000 });
