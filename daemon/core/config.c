@@ -33,6 +33,9 @@ static const struct config_key {
     {"max_timeout_s", K_DOUBLE, offsetof(struct config, max_timeout_s), 0.1, 86400},
     {"start_timeout_s", K_DOUBLE, offsetof(struct config, start_timeout_s), 1, 3600},
     {"output_limit", K_SIZE, offsetof(struct config, output_limit), 1024, 1 << 30},
+    {"result_max_chars", K_LONG, offsetof(struct config, result_max_chars), 1000, 1 << 24},
+    {"result_keep_s", K_DOUBLE, offsetof(struct config, result_keep_s), 0, 7 * 86400},
+    {"result_store_max", K_SIZE, offsetof(struct config, result_store_max), 0, 1e13},
     {"max_frame", K_SIZE, offsetof(struct config, max_frame), RT_MIN_MAX_FRAME, 1 << 30},
     {"tmp_size", K_SIZE, offsetof(struct config, tmp_size), 1 << 20, 1e13},
     {"workspace_size", K_SIZE, offsetof(struct config, workspace_size), 1 << 20, 1e13},
@@ -89,6 +92,12 @@ void config_defaults(struct config *c)
             .max_timeout_s = 600,
             .start_timeout_s = 60,
             .output_limit = 1 << 20,
+            /* A result a model reads: well under every host's limit
+             * (Claude Code's is 25,000 tokens). The whole output is kept
+             * for reading back, a quarter of an hour. */
+            .result_max_chars = 20000,
+            .result_keep_s = 900,
+            .result_store_max = 256ULL << 20,
             .max_frame = RT_DEFAULT_MAX_FRAME,
             .tmp_size = 64 << 20,
             .workspace_size = 256 << 20,

@@ -12,46 +12,51 @@
 #include <string.h>
 
 struct config {
-        char *engine;                      /* unix:///path or tcp://host:port; NULL: discover */
-        char *image;                       /* sandbox image: the default of every call */
-        char **images;                     /* images a call may ask for; NULL: those
-                                            * corral built on the engine, and `image` */
-        char **mounts;                     /* "HOST:SANDBOX" bind mounts, read-only; NULL:
-                                            * none */
-        bool mounts_unsafe;                /* mounts may show the host's /, /proc, /sys,
-                                            * /dev, /run or the engine's socket */
-        char **preload;                    /* modules a ready sandbox imports; NULL: the
-                                            * image's own list (its profile.json) */
-        unsigned long long memory;         /* bytes; swap is set equal (none) */
-        long pids;                         /* pids limit */
-        double cpus;                       /* CPU share (NanoCpus / 1e9) */
-        double timeout_s;                  /* default per-call time limit */
-        double max_timeout_s;              /* cap on a caller's timeout_s */
-        double start_timeout_s;            /* create..ready bound */
-        unsigned long long output_limit;   /* bytes kept per stream */
-        unsigned long long max_frame;      /* bytes per JSON line, all links */
-        unsigned long long tmp_size;       /* tmpfs /tmp */
-        unsigned long long workspace_size; /* tmpfs /workspace */
-        unsigned long long shm_size;       /* /dev/shm */
-        long max_sandboxes;                /* sandboxes alive at once */
-        long max_queue;                    /* calls waiting for a slot */
-        long pool_min;                     /* ready sandboxes kept when idle */
-        long pool_max;                     /* ready sandboxes under load; 0: no pool.
-                                            * In effect: min(pool_max, max_sandboxes),
-                                            * and pool_min at most that. */
-        long pool_max_starting;            /* pool sandboxes starting at once */
-        double pool_idle_s;                /* idle time before shrinking to pool_min; the
-                                            * window over which the pool keeps a demand */
-        unsigned long long pool_memory;    /* bytes of host memory ready sandboxes may take */
-        double sync_wait_s;                /* a call still running then becomes a job */
-        double job_retention_s;            /* a finished job's result is kept this long */
-        long max_sessions;                 /* sessions open at once; 0: none. In effect at
-                                            * most max_sandboxes - 1, so that one-shot
-                                            * calls always have a slot. */
-        double session_idle_s;             /* a session without calls this long is closed */
-        double session_max_s;              /* and any session after this long */
-        unsigned long long file_max_bytes; /* a file moved in or out of a sandbox */
-        unsigned long long out_max_bytes;  /* /workspace/out files returned with one result */
+        char *engine;                        /* unix:///path or tcp://host:port; NULL: discover */
+        char *image;                         /* sandbox image: the default of every call */
+        char **images;                       /* images a call may ask for; NULL: those
+                                              * corral built on the engine, and `image` */
+        char **mounts;                       /* "HOST:SANDBOX" bind mounts, read-only; NULL:
+                                              * none */
+        bool mounts_unsafe;                  /* mounts may show the host's /, /proc, /sys,
+                                              * /dev, /run or the engine's socket */
+        char **preload;                      /* modules a ready sandbox imports; NULL: the
+                                              * image's own list (its profile.json) */
+        unsigned long long memory;           /* bytes; swap is set equal (none) */
+        long pids;                           /* pids limit */
+        double cpus;                         /* CPU share (NanoCpus / 1e9) */
+        double timeout_s;                    /* default per-call time limit */
+        double max_timeout_s;                /* cap on a caller's timeout_s */
+        double start_timeout_s;              /* create..ready bound */
+        unsigned long long output_limit;     /* bytes kept per stream in memory: the head,
+                                              * and the tail past it */
+        long result_max_chars;               /* a tool result's text, at most (a call may ask
+                                              * for 1000..output_limit) */
+        double result_keep_s;                /* a run's whole output is kept this long */
+        unsigned long long result_store_max; /* bytes of kept output per client; 0: none */
+        unsigned long long max_frame;        /* bytes per JSON line, all links */
+        unsigned long long tmp_size;         /* tmpfs /tmp */
+        unsigned long long workspace_size;   /* tmpfs /workspace */
+        unsigned long long shm_size;         /* /dev/shm */
+        long max_sandboxes;                  /* sandboxes alive at once */
+        long max_queue;                      /* calls waiting for a slot */
+        long pool_min;                       /* ready sandboxes kept when idle */
+        long pool_max;                       /* ready sandboxes under load; 0: no pool.
+                                              * In effect: min(pool_max, max_sandboxes),
+                                              * and pool_min at most that. */
+        long pool_max_starting;              /* pool sandboxes starting at once */
+        double pool_idle_s;                  /* idle time before shrinking to pool_min; the
+                                              * window over which the pool keeps a demand */
+        unsigned long long pool_memory;      /* bytes of host memory ready sandboxes may take */
+        double sync_wait_s;                  /* a call still running then becomes a job */
+        double job_retention_s;              /* a finished job's result is kept this long */
+        long max_sessions;                   /* sessions open at once; 0: none. In effect at
+                                              * most max_sandboxes - 1, so that one-shot
+                                              * calls always have a slot. */
+        double session_idle_s;               /* a session without calls this long is closed */
+        double session_max_s;                /* and any session after this long */
+        unsigned long long file_max_bytes;   /* a file moved in or out of a sandbox */
+        unsigned long long out_max_bytes;    /* /workspace/out files returned with one result */
         enum log_level log_level;
         /* The bridge to upstream MCP servers. */
         json_t *servers;   /* "servers" of the config file (mcpServers format), or NULL */

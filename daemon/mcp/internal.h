@@ -4,6 +4,7 @@
 
 #include "bridge/bridge.h"
 
+#include "core/buf.h"
 #include "core/config.h"
 #include "core/list.h"
 #include "core/log.h"
@@ -25,6 +26,8 @@ struct progress;  /* progress.c */
 struct sandbox;
 struct sandbox_mgr;
 struct sandbox_result;
+struct kept_run; /* results.c */
+struct results;
 struct search; /* search.c */
 struct session_mgr;
 struct transport;
@@ -42,6 +45,8 @@ struct call {
         const char *tool;          /* run_python or run_shell */
         char *code_line;           /* the start of its code, for job_list */
         char *session;             /* the session it runs in, or NULL */
+        struct kept_run *kept;     /* where its whole output goes (results.c), or NULL */
+        size_t max_chars;          /* its result's text at most (result_max_chars) */
         long long t_start, t_end;
         struct timer *sync_timer; /* sync_wait_s */
         char job_id[JOB_ID_MAX];  /* "" until it becomes a job */
@@ -84,6 +89,7 @@ struct mcp_server {
         struct list run_asks;        /* struct run_ask (run.c): runs a person is asked about */
         struct list run_waits;       /* struct run_wait (run.c): runs waiting for a stop */
         struct session_watch *watch; /* the client's sessions, for list_changed */
+        struct results *results;     /* its runs' kept output (results.c); NULL until used */
         bool keep_sessions;          /* a named client: its sessions outlive it */
         void (*on_eof)(void *);
         void *userdata;
@@ -138,6 +144,8 @@ void progress_free(struct progress *p);
 /* The handler of both (params.name says which); params.task, checked,
  * makes it a task. */
 void tool_run(struct mcp_server *s, json_t *id, json_t *args, json_t *params);
+/* How the call's result shows its run (mcp/tools.h). */
+struct result_view call_view(const struct call *c);
 /* Unlinks and frees a call (its progress, waits and result with it). */
 void call_free(struct call *c);
 /* Whether a call of this client runs (a sandbox is working for it). */
@@ -222,11 +230,55 @@ void file_calls_free(struct mcp_server *s);
 
 /* ---- resources.c: the sessions' files as MCP resources */
 
+/* ---- results.c: the whole output of the client's runs, kept on the host */
+
+/* A run's output from its start (NULL: nothing is kept: result_store_max
+ * or result_keep_s is 0, or the store failed). `session`: it stays while
+ * that session is open. */
+struct kept_run *kept_start(struct mcp_server *s, const char *session);
+/* Each piece of a stream, as the run writes it (k may be NULL). */
+void kept_output(struct kept_run *k, bool is_stderr, const char *p, size_t n);
+/* The run ended: a single-use run's /workspace/out files are kept too,
+ * and its time (result_keep_s) starts. */
+void kept_finish(struct kept_run *k, const struct sandbox_result *res);
+const char *kept_id(const struct kept_run *k);
+/* Bytes of the stream the store holds (it may have stopped at its bound). */
+unsigned long long kept_bytes(const struct kept_run *k, bool is_stderr);
+/* Whether the run's out file `path` (relative to /workspace) is kept. */
+bool kept_has_out(const struct kept_run *k, const char *path);
+struct kept_run *results_find(struct mcp_server *s, const char *id);
+/* Whether `uri` names kept output (corral://run/...). */
+bool results_uri(const char *uri);
+/* The most one read of kept output gives: its JSON, even with every
+ * byte escaped, stays under what clients take in one message (the
+ * TypeScript SDK's stdio client drops the connection past 10 MiB). */
+#define KEPT_PIECE_MAX (1 << 20)
+/* A piece of kept output. */
+struct kept_piece {
+        struct buf data;         /* the bytes; text starts and ends on whole characters */
+        size_t offset;           /* where they start in the whole */
+        unsigned long long size; /* the whole's size as kept */
+        bool text;               /* stdout, stderr: UTF-8 text */
+        bool partial;            /* the store kept only the first `size` bytes */
+        const char *mime_type;   /* borrowed until the next event; may be NULL */
+};
+/* Bytes [offset, offset+limit) of corral://run/{id}/stdout, /stderr or
+ * /out/{path}, limit at most KEPT_PIECE_MAX: 0 (ret->data to free), or -ENOENT (no such run or
+ * file) or -EINVAL, and *e. */
+int results_read(struct mcp_server *s, const char *uri, size_t offset, size_t limit,
+                 struct kept_piece *ret, struct err *e);
+void results_free(struct mcp_server *s);
+
 /* Follows the client's sessions (list_changed): 0 or -ENOMEM. */
 int resources_init(struct mcp_server *s);
 void resources_list(struct mcp_server *s, json_t *id, json_t *params);
 void resources_templates_list(struct mcp_server *s, json_t *id, json_t *params);
 void resources_read(struct mcp_server *s, json_t *id, json_t *params);
+/* `prefix` and then `rel` percent-encoded (what is not unreserved, RFC
+ * 3986, or '/'), as corral's resource URIs are. */
+void resource_uri(const char *prefix, const char *rel, char *out, size_t size);
+/* A URI's path part decoded: 0, or -EINVAL and *e. */
+int resource_path_decode(const char *enc, char *rel, size_t rel_size, struct err *e);
 void completion_complete(struct mcp_server *s, json_t *id, json_t *params);
 /* write_file wrote `path` (full) in an open session. */
 void resources_files_written(struct mcp_server *s, const char *session, const char *path);

@@ -41,7 +41,8 @@ static void job_wait_free(struct job_wait *w)
 
 static json_t *job_running_result(struct call *c)
 {
-        return tools_running_result(sandbox_partial(c->sb), c->job_id, now_ms() - c->t_start);
+        struct result_view v = call_view(c);
+        return tools_running_result(sandbox_partial(c->sb), c->job_id, now_ms() - c->t_start, &v);
 }
 
 static void job_name(struct call *c)
@@ -208,7 +209,8 @@ void job_finished(struct call *c, const struct sandbox_result *res)
 {
         log_info("job %s: %s after %lld ms", c->job_id, sandbox_status_name(res->status),
                  now_ms() - c->t_start);
-        job_store(c, tools_result(res, c->session));
+        struct result_view v = call_view(c);
+        job_store(c, tools_result(res, &v));
 }
 
 /* The job named by args.job_id, or an answer saying why not (then NULL). */

@@ -4,7 +4,9 @@
  * resources/list asks each session's runtime for its files (sandbox/list);
  * resources/read goes through read_file's path checks (sandbox/files.h);
  * completion/complete fills the template's two arguments; the session
- * manager's watch says when to send notifications/resources/list_changed. */
+ * manager's watch says when to send notifications/resources/list_changed.
+ * Runs' kept output, corral://run/{id}/..., is read from the result store
+ * (results.c), whole or a piece at a time. */
 #include "mcp/internal.h"
 
 #include "core/buf.h"
@@ -14,6 +16,8 @@
 #include "sandbox/files.h"
 #include "sandbox/session.h"
 
+#include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,9 +70,9 @@ static bool uri_plain(unsigned char c)
                c == '-' || c == '.' || c == '_' || c == '~' || c == '/';
 }
 
-static void uri_make(const char *session, const char *rel, char *out, size_t size)
+void resource_uri(const char *prefix, const char *rel, char *out, size_t size)
 {
-        size_t n = (size_t)snprintf(out, size, "%s%s/", URI_PREFIX, session);
+        size_t n = (size_t)snprintf(out, size, "%s", prefix);
         for (const unsigned char *p = (const unsigned char *)rel; *p && n + 4 < size; p++) {
                 if (uri_plain(*p))
                         out[n++] = (char)*p;
@@ -76,6 +80,39 @@ static void uri_make(const char *session, const char *rel, char *out, size_t siz
                         n += (size_t)snprintf(out + n, size - n, "%%%02X", *p);
         }
         out[n < size ? n : size - 1] = '\0';
+}
+
+static void uri_make(const char *session, const char *rel, char *out, size_t size)
+{
+        char prefix[sizeof(URI_PREFIX) + SESSION_NAME_MAX + 2];
+        snprintf(prefix, sizeof(prefix), "%s%s/", URI_PREFIX, session);
+        resource_uri(prefix, rel, out, size);
+}
+
+int resource_path_decode(const char *enc, char *rel, size_t rel_size, struct err *e)
+{
+        char shown[120];
+        str_printable(enc, shown, sizeof(shown));
+        size_t n = 0;
+        for (const char *p = enc; *p; p++) {
+                int c = (unsigned char)*p;
+                if (c == '%') {
+                        int hi = hex_value(p[1]), lo = hi < 0 ? -1 : hex_value(p[2]);
+                        if (lo < 0 || (hi == 0 && lo == 0))
+                                return err_set(e, ERR_INVALID, -EINVAL,
+                                               "\"%s\": a %% not followed by two hex digits (or "
+                                               "%%00)",
+                                               shown);
+                        c = hi * 16 + lo;
+                        p += 2;
+                }
+                if (n + 1 >= rel_size)
+                        return err_set(e, ERR_INVALID, -EINVAL, "\"%s\": the path is too long",
+                                       shown);
+                rel[n++] = (char)c;
+        }
+        rel[n] = '\0';
+        return 0;
 }
 
 /* A resource URI into its session and the path relative to /workspace
@@ -96,25 +133,10 @@ static int uri_parse(const char *uri, char *session, char *rel, size_t rel_size,
         int r = session_name_check(session, e);
         if (r < 0)
                 return r;
-        size_t n = 0;
-        for (const char *p = slash + 1; *p; p++) {
-                int c = (unsigned char)*p;
-                if (c == '%') {
-                        int hi = hex_value(p[1]), lo = hi < 0 ? -1 : hex_value(p[2]);
-                        if (lo < 0 || (hi == 0 && lo == 0))
-                                return err_set(e, ERR_INVALID, -EINVAL,
-                                               "\"%s\": a %% not followed by two hex digits (or "
-                                               "%%00)",
-                                               shown);
-                        c = hi * 16 + lo;
-                        p += 2;
-                }
-                if (n + 1 >= rel_size)
-                        return err_set(e, ERR_INVALID, -EINVAL, "\"%s\": the path is too long",
-                                       shown);
-                rel[n++] = (char)c;
-        }
-        rel[n] = '\0';
+        r = resource_path_decode(slash + 1, rel, rel_size, e);
+        if (r < 0)
+                return r;
+        size_t n = strlen(rel);
         if (!n)
                 return err_set(e, ERR_INVALID, -EINVAL, "\"%s\" names no file of the session",
                                shown);
@@ -314,7 +336,7 @@ void resources_templates_list(struct mcp_server *s, json_t *id, json_t *params)
 {
         if (json_object_get(params, "cursor")) {
                 mcp_send_error(s, id, JRPC_INVALID_PARAMS,
-                               "unknown cursor: corral lists its one template on one page");
+                               "unknown cursor: corral lists its templates on one page");
                 return;
         }
         char about[300];
@@ -322,10 +344,19 @@ void resources_templates_list(struct mcp_server *s, json_t *id, json_t *params)
                  "A file of one of your sandbox sessions, under %s/ (path relative to %s, "
                  "e.g. out/report.csv)",
                  scope_root(s), FILES_ROOT);
+        char kept[300];
+        snprintf(kept, sizeof(kept),
+                 "The whole stdout or stderr of a run (stream: stdout, stderr), or a file a "
+                 "single-use run wrote (stream: out/PATH), kept %.0f s after the run and while "
+                 "its session is open; ?offset=N&limit=M reads a piece (bytes)",
+                 s->cfg->result_keep_s);
         mcp_send_result(s, id,
-                        json_pack("{s:[{s:s, s:s, s:s, s:s}]}", "resourceTemplates", "uriTemplate",
-                                  URI_TEMPLATE, "name", "session-file", "title", "Session file",
-                                  "description", about));
+                        json_pack("{s:[{s:s, s:s, s:s, s:s}, {s:s, s:s, s:s, s:s}]}",
+                                  "resourceTemplates", "uriTemplate", URI_TEMPLATE, "name",
+                                  "session-file", "title", "Session file", "description", about,
+                                  "uriTemplate", "corral://run/{id}/{+stream}{?offset,limit}",
+                                  "name", "run-output", "title", "Run output", "description",
+                                  kept));
 }
 
 static void read_done(void *userdata, const struct files_result *r)
@@ -372,12 +403,94 @@ static void read_done(void *userdata, const struct files_result *r)
         op_free(op);
 }
 
+/* A number of the query "?offset=N&limit=M": whether it is well-formed
+ * (absent keeps *v). */
+static bool query_number(const char *query, const char *key, size_t *v)
+{
+        size_t kn = strlen(key);
+        for (const char *p = query; p && *p; p = strchr(p, '&'), p = p ? p + 1 : NULL) {
+                if (strncmp(p, key, kn) || p[kn] != '=')
+                        continue;
+                char *end;
+                errno = 0;
+                unsigned long long n = strtoull(p + kn + 1, &end, 10);
+                if (errno || end == p + kn + 1 || (*end && *end != '&') || p[kn + 1] == '-' ||
+                    n > SIZE_MAX / 2)
+                        return false;
+                *v = (size_t)n;
+        }
+        return true;
+}
+
+/* A kept run's output (results.c), read at once: whole up to
+ * file_max_bytes, or the piece a query names. */
+static void read_kept(struct mcp_server *s, json_t *id, const char *uri)
+{
+        char name[600], msg[1400];
+        const char *q = strchr(uri, '?');
+        size_t n = q ? (size_t)(q - uri) : strlen(uri);
+        size_t offset = 0, limit = KEPT_PIECE_MAX;
+        if (n >= sizeof(name) || !query_number(q ? q + 1 : NULL, "offset", &offset) ||
+            !query_number(q ? q + 1 : NULL, "limit", &limit) || limit == 0) {
+                mcp_send_error(s, id, JRPC_INVALID_PARAMS,
+                               "a kept run's output is read whole, or in pieces with "
+                               "?offset=N&limit=M (bytes; limit at least 1)");
+                return;
+        }
+        memcpy(name, uri, n);
+        name[n] = '\0';
+        struct kept_piece piece;
+        struct err e = {0};
+        int r = results_read(s, name, offset, limit, &piece, &e);
+        if (r < 0) {
+                mcp_send_error(s, id, r == -ENOENT ? RESOURCE_UNKNOWN : JRPC_INVALID_PARAMS, e.msg);
+                return;
+        }
+        if (!q && piece.size > piece.data.len) {
+                snprintf(msg, sizeof(msg),
+                         "%.500s is %llu bytes, more than one read gives (%zu): read it in "
+                         "pieces, %.500s?offset=0&limit=%zu and on, or with read_file",
+                         name, piece.size, limit, name, limit);
+                mcp_send_error(s, id, JRPC_INVALID_PARAMS, msg);
+                buf_free(&piece.data);
+                return;
+        }
+        json_t *item = NULL;
+        const char *data = piece.data.data ? piece.data.data : "";
+        if (piece.text) {
+                item = json_pack("{s:s, s:s, s:s%}", "uri", uri, "mimeType",
+                                 piece.mime_type ? piece.mime_type : "text/plain", "text", data,
+                                 piece.data.len);
+        } else {
+                struct buf b64;
+                buf_init(&b64, (piece.data.len + 2) / 3 * 4 + 1);
+                if (base64_encode(&b64, data, piece.data.len) == 0)
+                        item = json_pack("{s:s, s:s, s:s%}", "uri", uri, "mimeType",
+                                         piece.mime_type ? piece.mime_type
+                                                         : "application/octet-stream",
+                                         "blob", b64.data ? b64.data : "", b64.len);
+                buf_free(&b64);
+        }
+        /* Where the piece lies in the whole, for a reader going on. */
+        if (item)
+                json_object_set_new(item, "_meta",
+                                    json_pack("{s:I, s:I, s:b}", "offset", (json_int_t)piece.offset,
+                                              "size", (json_int_t)piece.size, "partial",
+                                              piece.partial));
+        buf_free(&piece.data);
+        mcp_send_result(s, id, item ? json_pack("{s:[o]}", "contents", item) : NULL);
+}
+
 void resources_read(struct mcp_server *s, json_t *id, json_t *params)
 {
         const char *uri = json_string_value(json_object_get(params, "uri"));
         if (!uri) {
                 mcp_send_error(s, id, JRPC_INVALID_PARAMS,
                                "resources/read needs \"uri\", a string");
+                return;
+        }
+        if (results_uri(uri)) {
+                read_kept(s, id, uri);
                 return;
         }
         struct res_op *op = op_new(s, id, OP_READ);

@@ -24,7 +24,7 @@
 static void call_output(void *userdata, bool is_stderr, const char *data, size_t n)
 {
         struct call *c = userdata;
-        (void)is_stderr;
+        kept_output(c->kept, is_stderr, data, n);
         progress_output(c->progress, data, n);
 }
 
@@ -46,6 +46,15 @@ void call_free(struct call *c)
         list_del(&c->node);
         json_decref(c->id);
         free(c);
+}
+
+struct result_view call_view(const struct call *c)
+{
+        return (struct result_view){
+            .session = c->session,
+            .max_chars = c->max_chars ? c->max_chars : (size_t)c->srv->cfg->result_max_chars,
+            .kept = c->kept,
+            .keep_s = c->srv->cfg->result_keep_s};
 }
 
 /* sync_wait_s passed: answer "running", and let the sandbox go on. */
@@ -82,9 +91,12 @@ static void call_done(void *userdata, const struct sandbox_result *res)
                 job_finished(c, res);
                 return;
         }
+        kept_finish(c->kept, res);
         /* A withdrawn call gets no response (MCP cancellation rules). */
-        if (!c->cancelled)
-                mcp_send_result(c->srv, c->id, tools_result(res, c->session));
+        if (!c->cancelled) {
+                struct result_view v = call_view(c);
+                mcp_send_result(c->srv, c->id, tools_result(res, &v));
+        }
         call_free(c);
 }
 
@@ -173,6 +185,11 @@ static void call_follow(struct call *c, json_t *params, struct sandbox_request *
                 utf8_scrub(c->code_line);
         c->t_start = now_ms();
         c->session = req->session ? strdup(req->session) : NULL;
+        c->max_chars = req->result_max_chars;
+        /* The whole output goes to the store: the runtime relays it all. */
+        c->kept = kept_start(c->srv, req->session);
+        if (c->kept)
+                req->relay_max = c->srv->cfg->result_store_max;
         req->on_output = call_output;
         req->hook_userdata = c; /* a session wraps the done callback, not these */
         req->on_progress = call_progress;

@@ -466,6 +466,7 @@ void mcp_server_free(struct mcp_server *s)
         file_calls_free(s);
         searches_free(s);
         resources_free(s);
+        results_free(s);
         transport_free(s->transport);
         free(s);
 }

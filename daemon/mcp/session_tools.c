@@ -241,8 +241,11 @@ static void write_opened(void *userdata, const struct sandbox_result *res)
         struct file_call *fc = userdata;
         if (res->status == ST_OK)
                 write_answer(fc);
-        else
-                mcp_send_result(fc->srv, fc->id, tools_result(res, fc->session));
+        else {
+                struct result_view v = {.session = fc->session,
+                                        .max_chars = (size_t)fc->srv->cfg->result_max_chars};
+                mcp_send_result(fc->srv, fc->id, tools_result(res, &v));
+        }
         fcall_free(fc);
 }
 
@@ -392,9 +395,78 @@ static bool window_arg(struct mcp_server *s, json_t *id, json_t *args, const cha
         return true;
 }
 
+static bool window_arg(struct mcp_server *s, json_t *id, json_t *args, const char *key, size_t *ret,
+                       size_t min);
+
+/* read_file of a run's kept output (corral://run/{id}/...): a window of
+ * it, by default result_max_chars, for a model reads it a piece at a
+ * time. */
+static void read_kept(struct mcp_server *s, json_t *id, json_t *args, const char *uri)
+{
+        size_t offset = 0, limit = (size_t)s->cfg->result_max_chars;
+        if (json_object_get(args, "session")) {
+                mcp_send_result(s, id,
+                                arguments_error("a corral://run/ path names its run: give no "
+                                                "\"session\""));
+                return;
+        }
+        if (!window_arg(s, id, args, "offset", &offset, 0) ||
+            !window_arg(s, id, args, "limit", &limit, 1))
+                return;
+        struct kept_piece p;
+        struct err e = {0};
+        int r = results_read(s, uri, offset, limit, &p, &e);
+        if (r < 0) {
+                mcp_send_result(s, id, err_result(FAILED_FILE, r, &e));
+                return;
+        }
+        size_t end = p.offset + p.data.len;
+        bool more = end < p.size;
+        json_t *st = json_pack("{s:s, s:I, s:I, s:I, s:o, s:b, s:s, s:s?, s:b}", "path", uri,
+                               "size", (json_int_t)p.size, "offset", (json_int_t)p.offset, "length",
+                               (json_int_t)p.data.len, "next_offset",
+                               more ? json_integer((json_int_t)end) : json_null(), "truncated",
+                               more, "encoding", p.text ? "utf-8" : "base64", "mime_type",
+                               p.mime_type, "partial", p.partial);
+        json_t *result = NULL;
+        if (p.text) {
+                char foot[200];
+                snprintf(foot, sizeof(foot), "\n[bytes %zu to %zu of %llu%s]", p.offset, end,
+                         p.size, more ? "; more: read on from next_offset" : "");
+                struct buf text;
+                buf_init(&text, p.data.len + sizeof(foot));
+                buf_append(&text, p.data.data ? p.data.data : "", p.data.len);
+                buf_append_some(&text, foot, strlen(foot));
+                result = json_pack("{s:[{s:s, s:s%}], s:o, s:b}", "content", "type", "text", "text",
+                                   text.data ? text.data : "", text.len, "structuredContent", st,
+                                   "isError", 0);
+                buf_free(&text);
+        } else {
+                struct buf b64;
+                buf_init(&b64, (p.data.len + 2) / 3 * 4 + 1);
+                if (base64_encode(&b64, p.data.data ? p.data.data : "", p.data.len) == 0)
+                        result = json_pack("{s:[{s:s, s:{s:s, s:s, s:s%}}], s:o, s:b}", "content",
+                                           "type", "resource", "resource", "uri", uri, "mimeType",
+                                           p.mime_type ? p.mime_type : "application/octet-stream",
+                                           "blob", b64.data ? b64.data : "", b64.len,
+                                           "structuredContent", st, "isError", 0);
+                else
+                        json_decref(st);
+                buf_free(&b64);
+        }
+        buf_free(&p.data);
+        mcp_send_result(s, id, result);
+}
+
 void tool_read_file(struct mcp_server *s, json_t *id, json_t *args, json_t *params)
 {
         static const char *const keys[] = {"session", "path", "offset", "limit", NULL};
+        const char *path = json_string_value(json_object_get(args, "path"));
+        if (path && results_uri(path)) {
+                if (only_keys(s, id, args, "read_file", keys))
+                        read_kept(s, id, args, path);
+                return;
+        }
         char full[FILES_PATH_MAX + 64];
         const char *name =
             file_args(s, id, args, "read_file", keys, NULL, false, full, sizeof(full));

@@ -40,6 +40,9 @@ static json_t *output_schema(void)
             "string", "traceback", "type", "string", "null", "job_id", "type", "string", "required",
             "status", "exit_code", "stdout", "stderr", "duration_ms");
         json_t *props = json_object_get(schema, "properties");
+        /* Where a cut stream's whole text is kept (read_file, resources/read). */
+        json_object_set_new(props, "stdout_uri", json_pack("{s:[s,s]}", "type", "string", "null"));
+        json_object_set_new(props, "stderr_uri", json_pack("{s:[s,s]}", "type", "string", "null"));
         /* Files the code wrote under /workspace/out, and the session. */
         json_object_set_new(
             props, "files",
@@ -571,6 +574,9 @@ void tools_request_free(struct sandbox_request *req)
  * encoding, _meta. */
 #define LINE_ROOM (64 << 10)
 
+/* A cut stream's marker line, at most. */
+#define MARKER_ROOM 400
+
 size_t tools_line_max(const struct config *cfg)
 {
         unsigned long long b64 = (cfg->file_max_bytes + 2) / 3 * 4;
@@ -737,11 +743,12 @@ static int parse_call(const char *name, json_t *args, const struct config *cfg,
                 if (strcmp(key, code_key) != 0 && strcmp(key, "timeout_s") != 0 &&
                     strcmp(key, "sync_wait_s") != 0 && strcmp(key, "session") != 0 &&
                     strcmp(key, "files") != 0 && strcmp(key, "image") != 0 &&
+                    strcmp(key, "result_max_chars") != 0 &&
                     ((strcmp(key, "servers") != 0 && strcmp(key, "session_servers") != 0) ||
                      req->lang != LANG_PYTHON)) {
                         return err_set(e, ERR_INVALID, -EINVAL,
                                        "unknown argument \"%.100s\" (%s takes %s, timeout_s, "
-                                       "sync_wait_s, session, files, image%s)",
+                                       "sync_wait_s, session, files, image, result_max_chars%s)",
                                        key, name, code_key,
                                        req->lang == LANG_PYTHON ? ", servers, session_servers"
                                                                 : "");
@@ -764,6 +771,19 @@ static int parse_call(const char *name, json_t *args, const struct config *cfg,
         }
         req->code = json_string_value(code);
         req->timeout_s = cfg->timeout_s;
+        req->result_max_chars = (size_t)cfg->result_max_chars;
+        json_t *chars = json_object_get(args, "result_max_chars");
+        if (chars) {
+                json_int_t n = json_integer_value(chars);
+                if (!json_is_integer(chars) || n < 1000 ||
+                    (unsigned long long)n > cfg->output_limit) {
+                        return err_set(e, ERR_INVALID, -EINVAL,
+                                       "argument \"result_max_chars\" must be an integer from "
+                                       "1000 to %llu (output_limit)",
+                                       cfg->output_limit);
+                }
+                req->result_max_chars = (size_t)n;
+        }
         req->servers = NULL;
         req->session_servers = NULL;
         json_t *servers = json_object_get(args, "servers");
@@ -853,7 +873,8 @@ static void append_text(struct buf *t, const char *s)
         buf_append_some(t, s, strlen(s));
 }
 
-static json_t *result_json(const struct sandbox_result *res, const char *status);
+static json_t *result_json(const struct sandbox_result *res, const char *status,
+                           const struct result_view *v, size_t room);
 
 static bool text_mime(const char *mime)
 {
@@ -878,7 +899,24 @@ static void text_content_append(json_t *result, const char *p, size_t n)
 /* The files a run wrote under /workspace/out: content items (images as
  * pictures, the rest as embedded resources), a listing in structured
  * content, and a line each in the text. */
-static void add_out_files(json_t *result, json_t *out_files)
+/* Where a result's file can be read back (resources/read): a session's
+ * as long as the session has it, a single-use run's as long as the run is
+ * kept; else a file: URI that says where it was. */
+static void out_file_uri(const struct result_view *v, const char *path, char *out, size_t size)
+{
+        char prefix[SESSION_NAME_MAX + 64];
+        if (v->session) {
+                snprintf(prefix, sizeof(prefix), "corral://session/%s/", v->session);
+                resource_uri(prefix, path, out, size);
+        } else if (v->kept && kept_has_out(v->kept, path)) {
+                snprintf(prefix, sizeof(prefix), "corral://run/%s/", kept_id(v->kept));
+                resource_uri(prefix, path, out, size); /* path is out/... */
+        } else {
+                snprintf(out, size, "file://" FILES_ROOT "/%s", path);
+        }
+}
+
+static void add_out_files(json_t *result, json_t *out_files, const struct result_view *v)
 {
         json_t *content = json_object_get(result, "content");
         json_t *listing = json_array();
@@ -895,8 +933,8 @@ static void add_out_files(json_t *result, json_t *out_files)
                 json_int_t size = json_integer_value(json_object_get(f, "size"));
                 if (!path)
                         continue;
-                char uri[FILES_PATH_MAX + 80], line[FILES_PATH_MAX + 400];
-                snprintf(uri, sizeof(uri), "file://" FILES_ROOT "/%s", path);
+                char uri[3 * FILES_PATH_MAX + 160], line[FILES_PATH_MAX + 400];
+                out_file_uri(v, path, uri, sizeof(uri));
                 const char *how = "not returned";
                 if (json_is_string(data) && mime && strncmp(mime, "image/", 6) == 0) {
                         json_array_append_new(content, json_pack("{s:s, s:O, s:s}", "type", "image",
@@ -974,24 +1012,66 @@ static void add_session(json_t *result, const struct sandbox_result *res, const 
                 text_content_append(result, note, strlen(note));
 }
 
-json_t *tools_result(const struct sandbox_result *res, const char *session)
+/* The text of every text item of a result. */
+static size_t text_length(json_t *result)
 {
-        json_t *result = result_json(res, sandbox_status_name(res->status));
-        if (result && session)
-                add_session(result, res, session);
+        size_t n = 0, i;
+        json_t *item;
+        json_array_foreach(json_object_get(result, "content"), i, item)
+        {
+                if (json_is_string(json_object_get(item, "text")))
+                        n += json_string_length(json_object_get(item, "text"));
+        }
+        return n;
+}
+
+static json_t *result_whole(const struct sandbox_result *res, const char *status,
+                            const struct result_view *v, size_t room)
+{
+        json_t *result = result_json(res, status, v, room);
+        if (result && v->session)
+                add_session(result, res, v->session);
         if (result && json_array_size(res->out_files))
-                add_out_files(result, res->out_files);
+                add_out_files(result, res->out_files, v);
         return result;
 }
 
+/* The output's share is what the rest of the text leaves of max_chars:
+ * tried with a guess, then with what the first try measured. */
+static json_t *result_bounded(const struct sandbox_result *res, const char *status,
+                              const struct result_view *v)
+{
+        size_t max = v->max_chars;
+        size_t room = max > 2 * MARKER_ROOM + 600 ? max - 2 * MARKER_ROOM - 600 : 0;
+        json_t *result = result_whole(res, status, v, room);
+        for (int tries = 0; result && tries < 3; tries++) {
+                size_t n = text_length(result);
+                if (n <= max || room == 0)
+                        break;
+                room = room > n - max + 64 ? room - (n - max + 64) : 0;
+                json_decref(result);
+                result = result_whole(res, status, v, room);
+        }
+        return result;
+}
+
+json_t *tools_result(const struct sandbox_result *res, const struct result_view *v)
+{
+        return result_bounded(res, sandbox_status_name(res->status), v);
+}
+
 json_t *tools_running_result(const struct sandbox_result *partial, const char *job_id,
-                             long long elapsed_ms)
+                             long long elapsed_ms, const struct result_view *v)
 {
         struct sandbox_result r = *partial;
         r.has_exit_code = false;
         r.duration_ms = elapsed_ms;
         r.error_type = r.error_message = r.error_traceback = NULL;
-        json_t *result = result_json(&r, "running");
+        r.out_files = NULL;
+        struct result_view so_far = *v;
+        so_far.session = NULL;
+        so_far.running = true;
+        json_t *result = result_bounded(&r, "running", &so_far);
         if (!result)
                 return NULL;
         json_object_set_new(json_object_get(result, "structuredContent"), "job_id",
@@ -1007,45 +1087,138 @@ json_t *tools_running_result(const struct sandbox_result *partial, const char *j
         return result;
 }
 
-static json_t *result_json(const struct sandbox_result *res, const char *status)
+/* The line between a cut stream's first and last bytes: how much is left
+ * out, and where the whole is. */
+static void marker(struct buf *t, const char *name, const struct sandbox_output *o, size_t head,
+                   size_t tail, bool is_stderr, const struct result_view *v)
 {
-        struct buf text;
+        char line[MARKER_ROOM];
+        unsigned long long kept = v->kept ? kept_bytes(v->kept, is_stderr) : 0;
+        unsigned long long left = o->total - head - tail;
+        int n = snprintf(line, sizeof(line), "[... %llu bytes of %s%s left out (%llu in all", left,
+                         name, v->running ? " so far" : "", o->total);
+        if (kept) {
+                n += snprintf(line + n, sizeof(line) - (size_t)n,
+                              "). Whole text%s: read_file path \"corral://run/%s/%s\" with "
+                              "offset and limit, or resources/read of that URI; kept %.0f min",
+                              kept < o->total && !v->running ? " (its first " : "",
+                              kept_id(v->kept), name, v->keep_s / 60);
+                if (kept < o->total && !v->running) {
+                        /* The store's bound stopped it: say how much. */
+                        char first[64];
+                        snprintf(first, sizeof(first), " (first %llu bytes kept)", kept);
+                        snprintf(line + n, sizeof(line) - (size_t)n, "%s ...]\n", first);
+                } else {
+                        snprintf(line + n, sizeof(line) - (size_t)n, " ...]\n");
+                }
+        } else {
+                snprintf(line + n, sizeof(line) - (size_t)n,
+                         "; not kept: result_store_max is 0 or full) ...]\n");
+        }
+        append_text(t, line);
+}
+
+/* A stream as the result shows it: whole when it fits in `share` bytes,
+ * else its first third and last two thirds with a marker between (the
+ * end matters most: errors and final lines are there). Whether it was
+ * cut. */
+static bool excerpt(struct buf *t, const char *name, const struct sandbox_output *o, size_t share,
+                    bool is_stderr, const struct result_view *v)
+{
+        if (o->total <= share && o->total <= o->data.len) {
+                buf_append_some(t, o->data.data, (size_t)o->total);
+                return false;
+        }
+        size_t head = share / 3 < o->data.len ? share / 3 : o->data.len;
+        struct buf tail;
+        buf_init(&tail, share - head + 1);
+        size_t tn = sandbox_tail(o, share - head, head, &tail);
+        /* Past a gap (the runtime relayed less than it counted) there is no
+         * tail to show: the head takes the room. */
+        if (tn < share - head && o->total > o->data.len + o->tail.len)
+                head = share - tn < o->data.len ? share - tn : o->data.len;
+        head = utf8_cut(o->data.data, head);
+        buf_append_some(t, o->data.data, head);
+        if (head && o->data.data[head - 1] != '\n')
+                append_text(t, "\n");
+        marker(t, name, o, head, tn, is_stderr, v);
+        buf_append_some(t, tail.data, tail.len);
+        buf_free(&tail);
+        return true;
+}
+
+/* How the room divides: stderr gets at least a quarter when both are
+ * long, and what stdout leaves. */
+static void shares(const struct sandbox_result *res, size_t room, size_t *out, size_t *err)
+{
+        unsigned long long o = res->out.total, e = res->err.total;
+        if (o + e <= room) {
+                *out = (size_t)o;
+                *err = (size_t)e;
+                return;
+        }
+        size_t quarter = room / 4;
+        size_t e_share = (size_t)(e < quarter ? e : (o < room - quarter ? room - o : quarter));
+        if (e_share > e)
+                e_share = (size_t)e;
+        size_t o_share = room - e_share;
+        if (o_share > o)
+                o_share = (size_t)o;
+        *out = o_share;
+        *err = room - o_share < e ? room - o_share : (size_t)e;
+}
+
+/* The code's traceback, its last `max` bytes when longer. */
+static void append_traceback(struct buf *t, const char *tb, size_t max)
+{
+        size_t n = strlen(tb);
+        if (n > max) {
+                char line[120];
+                snprintf(line, sizeof(line), "[... the traceback's first %zu bytes left out ...]\n",
+                         n - max);
+                append_text(t, line);
+                tb += n - max;
+                while (((unsigned char)*tb & 0xC0) == 0x80)
+                        tb++;
+        }
+        append_text(t, tb);
+        if (tb[0] && tb[strlen(tb) - 1] != '\n')
+                append_text(t, "\n");
+}
+
+static json_t *result_json(const struct sandbox_result *res, const char *status,
+                           const struct result_view *v, size_t room)
+{
+        struct buf text, out, err;
         buf_init(&text, (size_t)-1 / 2);
+        buf_init(&out, (size_t)-1 / 2);
+        buf_init(&err, (size_t)-1 / 2);
         char line[512];
-        if (res->out.data.len) {
-                buf_append(&text, res->out.data.data, res->out.data.len);
-                if (res->out.data.data[res->out.data.len - 1] != '\n')
+        size_t out_share, err_share;
+        shares(res, room, &out_share, &err_share);
+        bool out_cut = excerpt(&out, "stdout", &res->out, out_share, false, v);
+        bool err_cut = excerpt(&err, "stderr", &res->err, err_share, true, v);
+        if (out.len) {
+                buf_append(&text, out.data, out.len);
+                if (out.data[out.len - 1] != '\n')
                         append_text(&text, "\n");
         }
-        if (res->out.truncated) {
-                snprintf(line, sizeof(line), "[stdout truncated: first %zu of %llu bytes shown]\n",
-                         res->out.data.len, res->out.total);
-                append_text(&text, line);
-        }
-        if (res->err.data.len) {
+        if (err.len) {
                 append_text(&text, "--- stderr ---\n");
-                buf_append(&text, res->err.data.data, res->err.data.len);
-                if (res->err.data.data[res->err.data.len - 1] != '\n')
+                buf_append(&text, err.data, err.len);
+                if (err.data[err.len - 1] != '\n')
                         append_text(&text, "\n");
-        }
-        if (res->err.truncated) {
-                snprintf(line, sizeof(line), "[stderr truncated: first %zu of %llu bytes shown]\n",
-                         res->err.data.len, res->err.total);
-                append_text(&text, line);
         }
         if (res->error_traceback && res->error_traceback[0]) {
                 if (!res->err.data.len || !strstr(buf_str(&text), res->error_traceback)) {
                         append_text(&text, "--- error ---\n");
-                        append_text(&text, res->error_traceback);
-                        if (res->error_traceback[strlen(res->error_traceback) - 1] != '\n')
-                                append_text(&text, "\n");
+                        append_traceback(&text, res->error_traceback, v->max_chars / 4);
                 }
         } else if (res->error_message && res->status != ST_OK) {
                 append_text(&text, "--- error ---\n");
                 append_text(&text, res->error_type ? res->error_type : "Error");
                 append_text(&text, ": ");
-                append_text(&text, res->error_message);
-                append_text(&text, "\n");
+                append_traceback(&text, res->error_message, v->max_chars / 4);
         }
         if (res->has_exit_code)
                 snprintf(line, sizeof(line), "[status: %s, exit code %d, %lld ms]", status,
@@ -1054,20 +1227,30 @@ static json_t *result_json(const struct sandbox_result *res, const char *status)
                 snprintf(line, sizeof(line), "[status: %s, %lld ms]", status, res->duration_ms);
         append_text(&text, line);
 
+        char uri[2][64];
+        for (int i = 0; i < 2; i++)
+                snprintf(uri[i], sizeof(uri[i]), "corral://run/%s/%s", kept_id(v->kept),
+                         i ? "stderr" : "stdout");
+        bool out_uri = out_cut && kept_bytes(v->kept, false) > 0;
+        bool err_uri = err_cut && kept_bytes(v->kept, true) > 0;
         json_t *structured = json_pack(
-            "{s:s, s:o, s:s%, s:s%, s:I, s:I, s:b, s:b, s:I, s:o, s:o}", "status", status,
+            "{s:s, s:o, s:o, s:o, s:I, s:I, s:b, s:b, s:I, s:o, s:o, s:o, s:o}", "status", status,
             "exit_code", res->has_exit_code ? json_integer(res->exit_code) : json_null(), "stdout",
-            res->out.data.data ? res->out.data.data : "", res->out.data.len, "stderr",
-            res->err.data.data ? res->err.data.data : "", res->err.data.len, "stdout_bytes",
+            json_stringn(out.data ? out.data : "", out.len), "stderr",
+            json_stringn(err.data ? err.data : "", err.len), "stdout_bytes",
             (json_int_t)res->out.total, "stderr_bytes", (json_int_t)res->err.total,
-            "stdout_truncated", res->out.truncated, "stderr_truncated", res->err.truncated,
-            "duration_ms", (json_int_t)res->duration_ms, "container",
+            "stdout_truncated", out_cut, "stderr_truncated", err_cut, "duration_ms",
+            (json_int_t)res->duration_ms, "container",
             res->container_id ? json_string(res->container_id) : json_null(), "error",
-            error_object(res->error_type, res->error_message, res->error_traceback));
+            error_object(res->error_type, res->error_message, res->error_traceback), "stdout_uri",
+            out_uri ? json_string(uri[0]) : json_null(), "stderr_uri",
+            err_uri ? json_string(uri[1]) : json_null());
         json_t *result = json_pack("{s:[{s:s, s:s%}], s:o, s:b}", "content", "type", "text", "text",
                                    text.data ? text.data : "", text.len, "structuredContent",
                                    structured, "isError", strcmp(status, "ok") != 0);
         buf_free(&text);
+        buf_free(&out);
+        buf_free(&err);
         return result;
 }
 
@@ -1083,10 +1266,11 @@ json_t *tools_error_result(const char *status, const char *type, const char *mes
         snprintf(text, sizeof(text), "%s: %s\n[status: %s]", type, message, status);
         utf8_scrub(text); /* the cut at sizeof(text) may split a character */
         return json_pack("{s:[{s:s, s:s}], s:{s:s, s:n, s:s, s:s, s:I, s:I, s:b, s:b, s:I, s:n,"
-                         " s:{s:s, s:s}}, s:b}",
+                         " s:{s:s, s:s}, s:n, s:n}, s:b}",
                          "content", "type", "text", "text", text, "structuredContent", "status",
                          status, "exit_code", "stdout", "", "stderr", "", "stdout_bytes",
                          (json_int_t)0, "stderr_bytes", (json_int_t)0, "stdout_truncated", 0,
                          "stderr_truncated", 0, "duration_ms", (json_int_t)0, "container", "error",
-                         "type", type, "message", message, "isError", 1);
+                         "type", type, "message", message, "stdout_uri", "stderr_uri", "isError",
+                         1);
 }

@@ -75,14 +75,28 @@ size_t tools_line_max(const struct config *cfg);
 int tools_file_content(json_t *content, json_t *encoding, size_t max, struct buf *ret,
                        struct err *e);
 
-/* A CallToolResult for a sandbox result (new reference); `session` names
- * the session the call ran in, or NULL. Files the code wrote under
- * /workspace/out become image content (pictures) or embedded resources. */
-json_t *tools_result(const struct sandbox_result *res, const char *session);
+/* How a result shows a run. Its text is at most max_chars: a stream that
+ * does not fit shows its first and last bytes, with a line between that
+ * says how much is left out and, when `kept` holds it, where the whole
+ * is (corral://run/{id}/stdout, read back with read_file or
+ * resources/read). */
+struct kept_run;
+struct result_view {
+        const char *session;         /* the session the call ran in, or NULL */
+        size_t max_chars;            /* result_max_chars, or the call's own */
+        const struct kept_run *kept; /* the run's whole output (mcp/results.c), or NULL */
+        double keep_s;               /* how long it is kept */
+        bool running;                /* a job's output so far */
+};
+
+/* A CallToolResult for a sandbox result (new reference). Files the code
+ * wrote under /workspace/out become image content (pictures) or embedded
+ * resources, named by URIs that resources/read reads back. */
+json_t *tools_result(const struct sandbox_result *res, const struct result_view *v);
 /* The result of a call that goes on as job `job_id`: status "running",
  * the output so far (`partial`), isError false (new reference). */
 json_t *tools_running_result(const struct sandbox_result *partial, const char *job_id,
-                             long long elapsed_ms);
+                             long long elapsed_ms, const struct result_view *v);
 /* A successful result: `text` for a person, `structured` (stolen) for
  * code (new reference). */
 json_t *tools_text_result(json_t *structured, const char *text);

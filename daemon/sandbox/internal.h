@@ -94,7 +94,8 @@ struct run {
         struct sandbox_file *files;
         size_t n_files, i_file;
         bool want_out;
-        json_t *out_list; /* the runtime's out_files, being fetched */
+        unsigned long long relay_max; /* sandbox_request's */
+        json_t *out_list;             /* the runtime's out_files, being fetched */
         size_t i_out;
         unsigned long long out_bytes;
         struct files_op *fop;

@@ -20,6 +20,8 @@
 static void output_init(struct sandbox_output *o, size_t limit)
 {
         buf_init(&o->data, limit);
+        buf_init(&o->tail, limit);
+        o->tail_at = 0;
         o->total = 0;
         o->truncated = false;
 }
@@ -109,6 +111,7 @@ struct run *run_new(struct sandbox *s, const struct sandbox_request *req, sandbo
                 bridge_run_set_asker(r->bridge, req->asker);
         s->keep = s->keep || req->keep;
         r->want_out = req->want_out;
+        r->relay_max = req->relay_max;
         r->lang = req->lang;
         r->timeout_s = req->timeout_s;
         r->cb = cb;
@@ -144,6 +147,8 @@ void run_free(struct run *r)
         json_decref(r->res.out_files);
         buf_free(&r->res.out.data);
         buf_free(&r->res.err.data);
+        buf_free(&r->res.out.tail);
+        buf_free(&r->res.err.tail);
         free(r->res.error_type);
         free(r->res.error_message);
         free(r->res.error_traceback);
@@ -318,10 +323,11 @@ int run_send_exec(struct sandbox *s)
                 ms = 1;
         /* The runtime holds the time limit too (a second later), so that the
          * code stops even when this daemon is killed or stopped meanwhile. */
-        json_t *params =
-            json_pack("{s:s, s:s, s:I, s:I}", "language",
-                      r->lang == LANG_PYTHON ? "python" : "shell", "code", r->code, "output_limit",
-                      (json_int_t)cfg->output_limit, "time_limit_ms", (json_int_t)ms);
+        json_t *params = json_pack(
+            "{s:s, s:s, s:I, s:I}", "language", r->lang == LANG_PYTHON ? "python" : "shell", "code",
+            r->code, "output_limit",
+            (json_int_t)(r->relay_max > cfg->output_limit ? r->relay_max : cfg->output_limit),
+            "time_limit_ms", (json_int_t)ms);
         if (params && s->keep)
                 json_object_set_new(params, "keep", json_true());
         /* A single-use run may send its /workspace/out files in its result
@@ -466,6 +472,67 @@ static void take_result(struct sandbox *s, json_t *res)
         r->final = true;
 }
 
+/* Past the head, the ring keeps the latest bytes. */
+static void tail_append(struct sandbox_output *o, const char *p, size_t n)
+{
+        struct buf *t = &o->tail;
+        if (!t->max)
+                return;
+        if (n >= t->max) { /* the piece alone fills the ring */
+                p += n - t->max;
+                n = t->max;
+        }
+        size_t fits = t->max - t->len;
+        size_t grow = n < fits ? n : fits;
+        buf_append(t, p, grow);
+        p += grow;
+        n -= grow;
+        while (n) { /* full: overwrite the oldest */
+                size_t k = t->len - o->tail_at < n ? t->len - o->tail_at : n;
+                memcpy(t->data + o->tail_at, p, k);
+                o->tail_at = (o->tail_at + k) % t->len;
+                p += k;
+                n -= k;
+        }
+}
+
+size_t sandbox_tail(const struct sandbox_output *o, size_t n, size_t after, struct buf *to)
+{
+        const struct buf *t = &o->tail;
+        size_t head_left = o->data.len > after ? o->data.len - after : 0;
+        /* The ring follows data without a gap until it first wraps. */
+        bool joined = o->total - o->data.len <= t->len;
+        size_t have = t->len + (joined ? head_left : 0);
+        if (n > have)
+                n = have;
+        size_t from_head = n > t->len ? n - t->len : 0, from_ring = n - from_head;
+        size_t start = to->len;
+        if (from_head)
+                buf_append_some(to, o->data.data + o->data.len - from_head, from_head);
+        size_t first = t->len - o->tail_at; /* oldest..end of the array */
+        size_t skip = t->len - from_ring;   /* of the ring's bytes, oldest first */
+        if (!from_ring) {
+                ;
+        } else if (skip < first) {
+                size_t k = first - skip < from_ring ? first - skip : from_ring;
+                buf_append_some(to, t->data + o->tail_at + skip, k);
+                buf_append_some(to, t->data, from_ring - k);
+        } else {
+                buf_append_some(to, t->data + (skip - first), from_ring);
+        }
+        /* Start on a whole character. */
+        size_t cut = 0;
+        while (start + cut < to->len && cut < 4 &&
+               ((unsigned char)to->data[start + cut] & 0xC0) == 0x80)
+                cut++;
+        if (cut) {
+                memmove(to->data + start, to->data + start + cut, to->len - start - cut);
+                to->len -= cut;
+                to->data[to->len] = '\0';
+        }
+        return to->len - start;
+}
+
 static void take_output(struct sandbox *s, json_t *params)
 {
         struct run *r = s->run;
@@ -478,15 +545,17 @@ static void take_output(struct sandbox *s, json_t *params)
         size_t n = json_string_length(data);
         size_t room = o->data.max - o->data.len;
         o->total += n;
-        /* Keep what fits, cut at a character boundary so the kept text
-         * stays valid UTF-8. */
-        if (o->truncated)
-                ;
-        else if (n <= room)
+        /* The head keeps what fits, cut at a character boundary so that it
+         * stays valid UTF-8; the rest goes to the tail's ring. */
+        if (o->truncated) {
+                tail_append(o, p, n);
+        } else if (n <= room) {
                 buf_append(&o->data, p, n);
-        else {
-                buf_append(&o->data, p, utf8_cut(p, room));
+        } else {
+                size_t k = utf8_cut(p, room);
+                buf_append(&o->data, p, k);
                 o->truncated = true;
+                tail_append(o, p + k, n - k);
         }
         if (r->on_output)
                 r->on_output(r->hook_ud, o == &r->res.err, p, n);

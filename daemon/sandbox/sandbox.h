@@ -46,12 +46,17 @@ struct sandbox_request {
          * outlives the run), or NULL: such calls are refused. */
         const struct bridge_asker *asker;
         double sync_wait_s; /* MCP layer only: when the call becomes a job (sandbox.c ignores it) */
-        const char *session; /* MCP layer only: the session's name, or NULL */
-        const char *owner;   /* MCP layer only: the client the session belongs to */
-        bool keep;           /* a session's run: the sandbox stays for the next (sandbox_exec) */
+        size_t result_max_chars; /* MCP layer only: its result's text at most */
+        const char *session;     /* MCP layer only: the session's name, or NULL */
+        const char *owner;       /* MCP layer only: the client the session belongs to */
+        bool keep; /* a session's run: the sandbox stays for the next (sandbox_exec) */
         const struct sandbox_file *files; /* written first (copied), n_files of them */
         size_t n_files;
-        bool want_out;     /* fetch what the code writes under /workspace/out (out_files) */
+        bool want_out; /* fetch what the code writes under /workspace/out (out_files) */
+        /* Bytes of each stream the runtime relays (each piece reaches
+         * on_output), when more than output_limit: a caller that keeps the
+         * whole output elsewhere; 0: output_limit. */
+        unsigned long long relay_max;
         const char *image; /* an image of sandbox_mgr_images (its name), NULL: the default */
         /* Optional, called while the code runs (with hook_userdata, else
          * sandbox_run's userdata): each piece of output as it arrives (valid
@@ -66,10 +71,20 @@ struct sandbox_request {
 };
 
 struct sandbox_output {
-        struct buf data;          /* first output_limit bytes */
+        struct buf data; /* first output_limit bytes */
+        /* The last bytes past `data`, up to output_limit of them: a ring
+         * whose oldest byte is at tail_at once it is full (sandbox_tail). */
+        struct buf tail;
+        size_t tail_at;
         unsigned long long total; /* true byte count */
         bool truncated;
 };
+
+/* The last `n` bytes the run kept of a stream (those of `data` too when the
+ * stream was short), appended to `to`, starting on a whole UTF-8 character:
+ * how many were appended. At most the kept bytes past data's first
+ * `after`, so that a head of `after` bytes and this tail never overlap. */
+size_t sandbox_tail(const struct sandbox_output *o, size_t n, size_t after, struct buf *to);
 
 struct sandbox_result {
         enum sandbox_status status;

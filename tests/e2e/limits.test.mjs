@@ -52,17 +52,18 @@ test('pids limit: a fork bomb is contained and the daemon keeps serving', async 
   assert.ok(after.ms < 15000, `the next call came back quickly (${after.ms} ms)`);
 }, { timeoutMs: 150000 });
 
-test('output limit: printing 5 MiB is truncated to 1 MiB and fully counted', async (t) => {
+test('output limit: printing 5 MiB gives a result within result_max_chars, its first and last bytes shown, every byte counted', async (t) => {
   const d = await t.main();
-  const r = await d.call(t, 'run_python', { code: 'print("a" * (5 * 1024 * 1024))' }, { timeoutMs: 60000 });
+  const r = await d.call(t, 'run_python', { code: 'print("a" * (5 * 1024 * 1024 - 3) + "END")' }, { timeoutMs: 60000 });
   const sc = r.structuredContent;
   assert.equal(sc.status, 'ok');
   assert.equal(sc.stdout_truncated, true, 'stdout_truncated');
   assert.equal(sc.stdout_bytes, 5 * MiB + 1, 'stdout_bytes counts every byte printed');
-  assert.ok(Buffer.byteLength(sc.stdout) <= MiB, `stdout kept at most 1 MiB (got ${Buffer.byteLength(sc.stdout)})`);
-  assert.ok(sc.stdout.length >= MiB / 2, `stdout keeps the first part (${sc.stdout.length} chars)`);
-  assert.ok(/^a+$/.test(sc.stdout), 'the kept stdout is the start of what was printed');
-  assert.match(r.content[0].text, /truncated/, 'the text content says it was truncated');
+  assert.ok(r.content[0].text.length <= 20000, `the text is within result_max_chars (${r.content[0].text.length})`);
+  assert.ok(sc.stdout.length <= 20000, `so is stdout (${sc.stdout.length})`);
+  assert.match(sc.stdout, /^a{1000,}\n\[\.\.\. \d+ bytes of stdout left out \(5242881 in all\)/, 'the first bytes, then what is left out');
+  assert.match(sc.stdout, /a{1000,}END\n$/, 'the last bytes, with the last line');
+  assert.match(r.content[0].text, /left out/, 'the text content says so');
 });
 
 test('settings: CORRAL_TIMEOUT_S, CORRAL_OUTPUT_LIMIT, CORRAL_PIDS, CORRAL_MEMORY, CORRAL_MAX_SANDBOXES apply', async (t) => {
@@ -81,7 +82,10 @@ test('settings: CORRAL_TIMEOUT_S, CORRAL_OUTPUT_LIMIT, CORRAL_PIDS, CORRAL_MEMOR
   const big = await d.call(t, 'run_python', { code: 'print("b" * 10000)', timeout_s: 20 });
   assert.equal(big.structuredContent.status, 'ok');
   assert.equal(big.structuredContent.stdout_truncated, true);
-  assert.equal(big.structuredContent.stdout, 'b'.repeat(4096), 'stdout is cut at CORRAL_OUTPUT_LIMIT=4k');
+  // Memory keeps 4 KiB of the head and 4 KiB of the tail.
+  assert.ok(big.structuredContent.stdout.startsWith('b'.repeat(4096) + '\n[... 1809 bytes of stdout left out'),
+    `stdout shows the first CORRAL_OUTPUT_LIMIT=4k bytes: ${big.structuredContent.stdout.slice(4090, 4300)}`);
+  assert.ok(big.structuredContent.stdout.endsWith('...]\n' + 'b'.repeat(4095) + '\n'), 'and the last 4k');
   assert.equal(big.structuredContent.stdout_bytes, 10001);
   const limits = await d.call(t, 'run_python', {
     code: [

@@ -47,7 +47,7 @@ static void test_defaults(void)
         size_t n = 0;
         while (names[n])
                 n++;
-        is_int(n, 56, "config_key_names lists 56 keys, NULL-terminated");
+        is_int(n, 59, "config_key_names lists 59 keys, NULL-terminated");
         is_str(names[0], "engine", "... starting with engine");
 }
 

@@ -374,9 +374,49 @@ static void check_image_advice(void)
         }
 }
 
+/* A stream's last bytes: from the ring, in order across its wrap, joined
+ * to the head when nothing was lost between, never overlapping the head
+ * shown, starting on a whole character. */
+static void check_tail(void)
+{
+        struct sandbox_output o = {0};
+        buf_init(&o.data, 8);
+        buf_append(&o.data, "ABCDEFGH", 8);
+        buf_init(&o.tail, 10);
+        buf_append(&o.tail, "6789012345", 10); /* the oldest is at 4: "0123456789" */
+        o.tail_at = 4;
+        o.total = 8 + 10 + 30; /* 30 bytes went by between head and ring */
+        struct buf t;
+        buf_init(&t, 64);
+        is_int(sandbox_tail(&o, 4, 0, &t), 4, "the last 4");
+        is_str(t.data, "6789", "...in order");
+        t.len = 0;
+        is_int(sandbox_tail(&o, 15, 0, &t), 10, "no more than the ring past a gap");
+        is_str(t.data, "0123456789", "...across its wrap");
+        o.total = 8 + 10; /* no gap: the head's end joins */
+        t.len = 0;
+        is_int(sandbox_tail(&o, 13, 0, &t), 13, "joined to the head's end");
+        is_str(t.data, "FGH0123456789", "...which comes first");
+        t.len = 0;
+        is_int(sandbox_tail(&o, 18, 6, &t), 12, "never into the head shown (6 bytes)");
+        is_str(t.data, "GH0123456789", "...so from its 7th byte");
+        buf_free(&o.tail);
+        buf_init(&o.tail, 10);
+        buf_append(&o.tail, "\xa9xyz", 4); /* the rest of an \xc3\xa9 cut between */
+        o.tail_at = 0;
+        o.total = 8 + 4 + 100;
+        t.len = 0;
+        is_int(sandbox_tail(&o, 4, 0, &t), 3, "a cut character's rest is left out");
+        is_str(t.data, "xyz", "...so the tail is valid UTF-8");
+        buf_free(&t);
+        buf_free(&o.tail);
+        buf_free(&o.data);
+}
+
 int main(void)
 {
         check_image_advice();
+        check_tail();
         struct config cfg;
         config_defaults(&cfg);
         struct err pe = {0};

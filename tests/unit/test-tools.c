@@ -579,6 +579,12 @@ static void set_output(struct sandbox_output *o, const char *data, unsigned long
         o->truncated = truncated;
 }
 
+static json_t *result_of(const struct sandbox_result *res, const char *session)
+{
+        struct result_view v = {.session = session, .max_chars = 20000};
+        return tools_result(res, &v);
+}
+
 static void free_result(struct sandbox_result *r)
 {
         buf_free(&r->out.data);
@@ -616,12 +622,13 @@ static const struct result_case {
      "{\"status\":\"ok\",\"exit_code\":0,\"stdout\":\"hello\\n\",\"stderr\":\"\","
      "\"stdout_bytes\":6,\"stderr_bytes\":0,\"stdout_truncated\":false,"
      "\"stderr_truncated\":false,\"duration_ms\":12,\"container\":\"abc123def456\","
-     "\"error\":null}"},
+     "\"error\":null,\"stdout_uri\":null,\"stderr_uri\":null}"},
     {"ok, no output, no container", ST_OK, true, 0, NULL, NULL, 0, 0, false, false, 5, NULL, NULL,
      NULL, NULL, "[status: ok, exit code 0, 5 ms]",
      "{\"status\":\"ok\",\"exit_code\":0,\"stdout\":\"\",\"stderr\":\"\","
      "\"stdout_bytes\":0,\"stderr_bytes\":0,\"stdout_truncated\":false,"
-     "\"stderr_truncated\":false,\"duration_ms\":5,\"container\":null,\"error\":null}"},
+     "\"stderr_truncated\":false,\"duration_ms\":5,\"container\":null,\"error\":null,"
+     "\"stdout_uri\":null,\"stderr_uri\":null}"},
     {"timeout", ST_TIMEOUT, false, 0, "partial", NULL, 7, 0, false, false, 1003, "c1", "Timeout",
      "the code ran longer than its time limit of 1 s and was killed", NULL,
      "partial\n--- error ---\nTimeout: the code ran longer than its time limit of 1 s and was "
@@ -630,31 +637,38 @@ static const struct result_case {
      "\"stdout_bytes\":7,\"stderr_bytes\":0,\"stdout_truncated\":false,"
      "\"stderr_truncated\":false,\"duration_ms\":1003,\"container\":\"c1\",\"error\":{"
      "\"type\":\"Timeout\",\"message\":\"the code ran longer than its time limit of 1 s and "
-     "was killed\",\"traceback\":null}}"},
-    {"truncated both", ST_ERROR, true, 1, "ab", "e", 10, 5, true, true, 3, NULL, NULL, NULL, NULL,
-     "ab\n[stdout truncated: first 2 of 10 bytes shown]\n--- stderr ---\ne\n[stderr "
-     "truncated: first 1 of 5 bytes shown]\n[status: error, exit code 1, 3 ms]",
-     "{\"status\":\"error\",\"exit_code\":1,\"stdout\":\"ab\",\"stderr\":\"e\","
+     "was killed\",\"traceback\":null},\"stdout_uri\":null,\"stderr_uri\":null}"},
+    {"truncated both: the runtime counted more than it relayed", ST_ERROR, true, 1, "ab", "e", 10,
+     5, true, true, 3, NULL, NULL, NULL, NULL,
+     "ab\n[... 8 bytes of stdout left out (10 in all; not kept: result_store_max is 0 or full) "
+     "...]\n--- stderr ---\ne\n[... 4 bytes of stderr left out (5 in all; not kept: "
+     "result_store_max is 0 or full) ...]\n[status: error, exit code 1, 3 ms]",
+     "{\"status\":\"error\",\"exit_code\":1,\"stdout\":\"ab\\n[... 8 bytes of stdout left out (10 "
+     "in all; not kept: result_store_max is 0 or full) ...]\\n\",\"stderr\":\"e\\n[... 4 bytes of "
+     "stderr left out (5 in all; not kept: result_store_max is 0 or full) ...]\\n\","
      "\"stdout_bytes\":10,\"stderr_bytes\":5,\"stdout_truncated\":true,"
-     "\"stderr_truncated\":true,\"duration_ms\":3,\"container\":null,\"error\":null}"},
+     "\"stderr_truncated\":true,\"duration_ms\":3,\"container\":null,\"error\":null,"
+     "\"stdout_uri\":null,\"stderr_uri\":null}"},
     {"traceback already in stderr", ST_ERROR, true, 1, NULL,
-     "Traceback:\n  x\nZeroDivisionError: division by zero\n", 0, 46, false, false, 9, NULL,
+     "Traceback:\n  x\nZeroDivisionError: division by zero\n", 0, 51, false, false, 9, NULL,
      "ZeroDivisionError", "division by zero",
      "Traceback:\n  x\nZeroDivisionError: division by zero\n",
      "--- stderr ---\nTraceback:\n  x\nZeroDivisionError: division by zero\n[status: error, "
      "exit code 1, 9 ms]",
      "{\"status\":\"error\",\"exit_code\":1,\"stdout\":\"\",\"stderr\":\"Traceback:\\n  "
-     "x\\nZeroDivisionError: division by zero\\n\",\"stdout_bytes\":0,\"stderr_bytes\":46,"
+     "x\\nZeroDivisionError: division by zero\\n\",\"stdout_bytes\":0,\"stderr_bytes\":51,"
      "\"stdout_truncated\":false,\"stderr_truncated\":false,\"duration_ms\":9,\"container\":"
      "null,\"error\":{\"type\":\"ZeroDivisionError\",\"message\":\"division by zero\","
-     "\"traceback\":\"Traceback:\\n  x\\nZeroDivisionError: division by zero\\n\"}}"},
+     "\"traceback\":\"Traceback:\\n  x\\nZeroDivisionError: division by "
+     "zero\\n\"},\"stdout_uri\":null,\"stderr_uri\":null}"},
     {"traceback not in stderr", ST_ERROR, true, 1, "out\n", NULL, 4, 0, false, false, 2, NULL,
      "ValueError", "bad", "Traceback:\nValueError: bad",
      "out\n--- error ---\nTraceback:\nValueError: bad\n[status: error, exit code 1, 2 ms]",
      "{\"status\":\"error\",\"exit_code\":1,\"stdout\":\"out\\n\",\"stderr\":\"\","
      "\"stdout_bytes\":4,\"stderr_bytes\":0,\"stdout_truncated\":false,"
      "\"stderr_truncated\":false,\"duration_ms\":2,\"container\":null,\"error\":{\"type\":"
-     "\"ValueError\",\"message\":\"bad\",\"traceback\":\"Traceback:\\nValueError: bad\"}}"},
+     "\"ValueError\",\"message\":\"bad\",\"traceback\":\"Traceback:\\nValueError: "
+     "bad\"},\"stdout_uri\":null,\"stderr_uri\":null}"},
     {"oom without a type", ST_OOM, true, 137, NULL, NULL, 0, 0, false, false, 50, NULL, NULL,
      "the sandbox exceeded its memory limit and was killed", NULL,
      "--- error ---\nError: the sandbox exceeded its memory limit and was killed\n[status: "
@@ -663,14 +677,16 @@ static const struct result_case {
      "\"stdout_bytes\":0,\"stderr_bytes\":0,\"stdout_truncated\":false,"
      "\"stderr_truncated\":false,\"duration_ms\":50,\"container\":null,\"error\":{\"type\":"
      "\"Error\",\"message\":\"the sandbox exceeded its memory limit and was "
-     "killed\",\"traceback\":null}}"},
+     "killed\",\"traceback\":null},\"stdout_uri\":null,\"stderr_uri\":null}"},
     {"UTF-8 output cut at a character boundary", ST_OK, true, 0, "caf\xc3\xa9 \xe2\x82\xac", NULL,
      12, 0, true, false, 1, NULL, NULL, NULL, NULL,
-     "caf\xc3\xa9 \xe2\x82\xac\n[stdout truncated: first 9 of 12 bytes shown]\n[status: ok, "
-     "exit code 0, 1 ms]",
-     "{\"status\":\"ok\",\"exit_code\":0,\"stdout\":\"caf\xc3\xa9 \xe2\x82\xac\",\"stderr\":"
+     "caf\xc3\xa9 \xe2\x82\xac\n[... 3 bytes of stdout left out (12 in all; not kept: "
+     "result_store_max is 0 or full) ...]\n[status: ok, exit code 0, 1 ms]",
+     "{\"status\":\"ok\",\"exit_code\":0,\"stdout\":\"caf\xc3\xa9 \xe2\x82\xac\\n[... 3 bytes of "
+     "stdout left out (12 in all; not kept: result_store_max is 0 or full) ...]\\n\",\"stderr\":"
      "\"\",\"stdout_bytes\":12,\"stderr_bytes\":0,\"stdout_truncated\":true,"
-     "\"stderr_truncated\":false,\"duration_ms\":1,\"container\":null,\"error\":null}"},
+     "\"stderr_truncated\":false,\"duration_ms\":1,\"container\":null,\"error\":null,"
+     "\"stdout_uri\":null,\"stderr_uri\":null}"},
 };
 
 static void test_result_table(void)
@@ -689,7 +705,7 @@ static void test_result_table(void)
                 };
                 set_output(&res.out, tc->out, tc->out_total, tc->out_trunc);
                 set_output(&res.err, tc->err, tc->err_total, tc->err_trunc);
-                json_t *r = tools_result(&res, NULL);
+                json_t *r = result_of(&res, NULL);
                 if (!ok(r != NULL, "%s: a result", tc->name)) {
                         free_result(&res);
                         continue;
@@ -712,7 +728,7 @@ static void test_result_table(void)
         struct sandbox_result res = {.status = ST_OK, .has_exit_code = true};
         set_output(&res.out, "\xff\xfe", 2, false);
         set_output(&res.err, NULL, 0, false);
-        json_t *r = tools_result(&res, NULL);
+        json_t *r = result_of(&res, NULL);
         ok(r == NULL, "invalid UTF-8 output gives NULL, never invalid JSON");
         json_decref(r);
         free_result(&res);
@@ -737,7 +753,7 @@ static void test_result_table(void)
                                       .error_message = "boom"};
         set_output(&res.out, "kept output\n", 12, false);
         set_output(&res.err, NULL, 0, false);
-        r = tools_result(&res, NULL);
+        r = result_of(&res, NULL);
         ok(r != NULL, "a long non-ASCII error type still gives a result");
         json_decref(r);
         free_result(&res);
@@ -760,7 +776,7 @@ static void test_error_result(void)
             "\"stdout_bytes\":0,\"stderr_bytes\":0,\"stdout_truncated\":false,"
             "\"stderr_truncated\":false,\"duration_ms\":0,\"container\":null,\"error\":{"
             "\"type\":\"InvalidArguments\",\"message\":\"argument \\\"code\\\" is required and "
-            "must be a string\"}}",
+            "must be a string\"},\"stdout_uri\":null,\"stderr_uri\":null}",
             "error result structuredContent");
         free(s);
         ok(json_is_true(json_object_get(r, "isError")), "error result isError true");
@@ -793,7 +809,7 @@ static void test_error_result(void)
         buf_append(&part.out.data, "step 1\n", 7);
         part.out.total = 7;
         buf_init(&part.err.data, 100);
-        r = tools_running_result(&part, "job-7", 2001);
+        r = tools_running_result(&part, "job-7", 2001, &(struct result_view){.max_chars = 20000});
         sc = json_object_get(r, "structuredContent");
         is_str(json_string_value(json_object_get(sc, "status")), "running", "running: status");
         is_str(json_string_value(json_object_get(sc, "job_id")), "job-7", "running: job_id");
@@ -881,7 +897,7 @@ static void test_out_files(void)
             "{\"path\":\"out/x.bin\",\"size\":2,\"data\":\"AAE=\"},"
             "{\"path\":\"out/big.dat\",\"size\":100,\"note\":\"not returned: too big\"}]",
             0, NULL);
-        json_t *r = tools_result(&res, "s1");
+        json_t *r = result_of(&res, "s1");
         json_t *content = json_object_get(r, "content");
         is_int((long long)json_array_size(content), 4, "text, image, two resources");
         json_t *img = json_array_get(content, 1);
@@ -892,8 +908,8 @@ static void test_out_files(void)
         json_t *csv = json_object_get(json_array_get(content, 2), "resource");
         is_str(json_string_value(json_object_get(json_array_get(content, 2), "type")), "resource",
                "the CSV is an embedded resource");
-        is_str(json_string_value(json_object_get(csv, "uri")), "file:///workspace/out/d.csv",
-               "...with a file URI");
+        is_str(json_string_value(json_object_get(csv, "uri")), "corral://session/s1/out/d.csv",
+               "...with a URI resources/read reads back");
         is_str(json_string_value(json_object_get(csv, "text")), "a,b\n", "...as text");
         json_t *bin = json_object_get(json_array_get(content, 3), "resource");
         is_str(json_string_value(json_object_get(bin, "blob")), "AAE=", "bytes are a blob");
@@ -927,7 +943,7 @@ static void test_out_files(void)
                 res.kept = states[i].kept;
                 res.state_lost = states[i].lost;
                 res.restarted = states[i].restarted;
-                r = tools_result(&res, "s1");
+                r = result_of(&res, "s1");
                 sess = json_object_get(json_object_get(r, "structuredContent"), "session");
                 is_str(json_string_value(json_object_get(sess, "state")), states[i].state,
                        "session state %s", states[i].state);
@@ -936,7 +952,7 @@ static void test_out_files(void)
                      states[i].note, "...and the text says so");
                 json_decref(r);
         }
-        r = tools_result(&res, NULL);
+        r = result_of(&res, NULL);
         ok(!json_object_get(json_object_get(r, "structuredContent"), "session"),
            "no session: no session field");
         json_decref(r);
@@ -955,7 +971,7 @@ static void test_out_file_names(void)
         res.out_files = json_loads("[{\"path\":\"out/a\\u009b2J\\u202eb\\\\c.txt\",\"size\":1,"
                                    "\"note\":\"too big\"}]",
                                    0, NULL);
-        json_t *r = tools_result(&res, NULL);
+        json_t *r = result_of(&res, NULL);
         const char *text = json_string_value(
             json_object_get(json_array_get(json_object_get(r, "content"), 0), "text"));
         like(text, "[file out/a\\u009b2J\\u202eb\\\\c.txt: 1 bytes, not returned",
