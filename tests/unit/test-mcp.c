@@ -294,6 +294,57 @@ static void test_sessions(void)
         json_decref(r);
 }
 
+/* A call right after the client cancelled its session's running call
+ * waits for the interrupt to end that call, at most a second, then runs. */
+static void test_call_after_cancel(void)
+{
+        int code = 0;
+        json_t *r =
+            tool("run_python", json_pack("{s:s, s:s}", "code", "print:a", "session", "w1"), &code);
+        is_str(sc(r, "status"), "ok", "session w1 opens");
+        json_decref(r);
+        static const struct {
+                const char *code, *status, *what;
+        } cases[] = {
+            {"hang", "ok", "the interrupt ends the cancelled call: the next call runs"},
+            {"stubborn", "busy", "the cancelled call ignores the interrupt: SessionBusy"},
+        };
+        for (size_t i = 0; i < ARRAY_SIZE(cases); i++) {
+                unsigned long long execs = fake_engine_execs(F);
+                int id = ++next_id;
+                json_t *msg =
+                    jrpc_request(id, "tools/call",
+                                 json_pack("{s:s, s:{s:s, s:s}}", "name", "run_python", "arguments",
+                                           "code", cases[i].code, "session", "w1"));
+                char *text = json_dumps(msg, JSON_COMPACT);
+                send_line(text);
+                free(text);
+                json_decref(msg);
+                /* Its code runs once the runtime has the exec. */
+                long long end = now_ms() + 5000;
+                while (fake_engine_execs(F) == execs && now_ms() < end)
+                        loop_iterate(L, 10);
+                ok(fake_engine_execs(F) > execs, "\"%s\" runs in w1", cases[i].code);
+                msg = jrpc_notification("notifications/cancelled",
+                                        json_pack("{s:i}", "requestId", id));
+                text = json_dumps(msg, JSON_COMPACT);
+                send_line(text);
+                free(text);
+                json_decref(msg);
+                long long t0 = now_ms();
+                r = tool("run_python",
+                         json_pack("{s:s, s:s}", "code", "print:next", "session", "w1"), &code);
+                long long ms = now_ms() - t0;
+                is_str(sc(r, "status"), cases[i].status, "%s (after %lld ms)", cases[i].what, ms);
+                if (strcmp(cases[i].status, "busy") == 0) {
+                        is_str(err_type(r), "SessionBusy", "...SessionBusy");
+                        ok(ms >= 900, "...once it waited a second for the interrupt (%lld ms)", ms);
+                }
+                json_decref(r);
+        }
+        json_decref(tool("session_close", json_pack("{s:s}", "session", "w1"), &code));
+}
+
 static void test_busy(void)
 {
         /* Every slot but the session reserve is taken by hanging runs. */
@@ -490,6 +541,7 @@ int main(void)
         test_run();
         test_jobs();
         test_sessions();
+        test_call_after_cancel();
         test_session_servers();
         test_busy();
 
