@@ -7,9 +7,10 @@
 
 import assert from 'node:assert/strict';
 import { existsSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import net from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { BIN, brief, corralContainers, corralEnv, ENGINE, run, startCall, test, waitFor, waitNoContainers, waitPool, withTimeout } from './lib/harness.mjs';
+import { BIN, brief, corralContainers, corralEnv, ENGINE, removeContainers, run, startCall, test, waitFor, waitNoContainers, waitPool, withTimeout } from './lib/harness.mjs';
 
 test('stdin EOF: corral removes a running sandbox and its ready ones, and exits promptly', async (t) => {
   const d = await t.daemon('eof');
@@ -112,6 +113,52 @@ test('runtime files: a stopped corral leaves none of its files (host close, with
   assert.ok(swept.done, `the next corral removes them (left: ${ownFiles(dir, k.pid).join(' ')})`);
   assert.ok(ownFiles(dir, next.pid).length >= 1, '...and keeps its own');
 }, { timeoutMs: 120000 });
+
+// The engine's socket through a proxy that can hold back what corral sends
+// (a slow engine): slow(ms) delays every byte from then on, in order.
+function slowProxy(dir) {
+  const target = ENGINE.replace(/^unix:\/\//, '');
+  const sock = path.join(dir, 'slow-engine.sock');
+  let delay = 0;
+  const conns = new Set();
+  const server = net.createServer((c) => {
+    const u = net.connect(target);
+    conns.add(c).add(u);
+    c.on('data', (d) => { if (delay) setTimeout(() => u.write(d), delay); else u.write(d); });
+    c.on('end', () => (delay ? setTimeout(() => u.end(), delay) : u.end()));
+    u.pipe(c);
+    for (const x of [c, u]) x.on('error', () => {});
+  });
+  return new Promise((resolve) => server.listen(sock, () => resolve({
+    url: `unix://${sock}`,
+    slow(ms) { delay = ms; },
+    close() { server.close(); for (const x of conns) x.destroy(); },
+  })));
+}
+
+test('runtime files: a host closes stdin, then signals a corral whose engine is slow to remove its sandboxes: it exits before the SIGKILL, its files gone', async (t) => {
+  if (!ENGINE.startsWith('unix://')) return t.note('skipped', 'the engine is not on a unix socket');
+  const rt = mkdtempSync(path.join(tmpdir(), 'corral-e2e-rt-'));
+  const proxy = await slowProxy(rt);
+  t.defer(() => { proxy.close(); rmSync(rt, { recursive: true, force: true }); });
+  const dir = path.join(rt, 'corral');
+  const d = await t.daemon('files-slow', { XDG_RUNTIME_DIR: rt, CORRAL_ENGINE: proxy.url });
+  t.defer(async () => {
+    const left = await corralContainers(`io.corral.pid=${d.pid}`);
+    if (left.length) await removeContainers(left);
+  });
+  const r = await d.call(t, 'run_python', { code: 'print(1)' }, { timeoutMs: 60000 });
+  assert.equal(r.structuredContent.status, 'ok');
+  const seen = await waitFor(async () => ({ done: ownFiles(dir, d.pid).length >= 1 }), { timeoutMs: 10000 });
+  assert.ok(seen.done, 'its status file is there');
+  // Removing its sandboxes now takes 20 s: the SDK's close() sends SIGTERM
+  // 2 s after closing stdin, and SIGKILL 2 s after that.
+  proxy.slow(20000);
+  const how = await d.close();
+  t.note('close', how);
+  assert.notEqual(how.signal, 'SIGKILL', `corral exited before the SIGKILL (${JSON.stringify(how)})`);
+  assert.deepEqual(ownFiles(dir, d.pid), [], 'and left none of its files');
+}, { timeoutMs: 90000 });
 
 test('engine down: run_python says engine_error with advice; doctor fails with advice', async (t) => {
   const bad = 'unix:///nonexistent/engine.sock';
