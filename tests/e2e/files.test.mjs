@@ -49,7 +49,7 @@ test('files: write_file then run_python reads it; a PNG under /workspace/out com
   const r2 = await d.call(t, 'run_python', { session: 'f', code: 'open("out/data.json", "w").write("{\\"n\\": 1}")' });
   assert.deepEqual(r2.structuredContent.files.map((f) => f.path), ['out/data.json'], 'only the new file comes back');
   const res = r2.content.find((c) => c.type === 'resource');
-  assert.equal(res?.resource?.uri, 'file:///workspace/out/data.json', 'as an embedded resource');
+  assert.equal(res?.resource?.uri, 'corral://session/f/out/data.json', 'as an embedded resource the session\'s URI names');
   assert.equal(res?.resource?.text, '{"n": 1}', 'text files as text');
 
   // One-shot calls: files in through `files`, files out the same way.

@@ -65,8 +65,8 @@ test('resources: a session\'s out/ files are listed, read and completed; links o
   assert.deepEqual(caps.completions, {}, 'completions offered');
   assert.deepEqual((await d.client.listResources()).resources, [], 'no session, no resources');
   const tpl = (await d.client.listResourceTemplates()).resourceTemplates;
-  assert.equal(tpl.length, 1);
-  assert.equal(tpl[0].uriTemplate, TEMPLATE);
+  assert.deepEqual(tpl.map((x) => x.uriTemplate), [TEMPLATE, 'corral://run/{id}/{+stream}{?offset,limit}'],
+    'a session\'s files, and a run\'s kept output');
 
   const made = await d.call(t, 'run_python', { session: 'rep', code: FILES });
   assert.equal(made.structuredContent.stdout, 'made\n', JSON.stringify(made.structuredContent));
