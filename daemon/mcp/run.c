@@ -54,7 +54,9 @@ struct result_view call_view(const struct call *c)
             .session = c->session,
             .max_chars = c->max_chars ? c->max_chars : (size_t)c->srv->cfg->result_max_chars,
             .kept = c->kept,
-            .keep_s = c->srv->cfg->result_keep_s};
+            .keep_s = c->srv->cfg->result_keep_s,
+            /* resource_link came with 2025-06-18 */
+            .links = strcmp(c->srv->protocol, "2025-06-18") >= 0};
 }
 
 /* sync_wait_s passed: answer "running", and let the sandbox go on. */

@@ -53,6 +53,10 @@ static json_t *output_schema(void)
                       "returned", "type", "boolean", "note", "type", "string", "required", "path",
                       "size", "returned"));
         json_object_set_new(
+            json_object_get(json_object_get(json_object_get(props, "files"), "items"),
+                            "properties"),
+            "uri", json_pack("{s:s}", "type", "string"));
+        json_object_set_new(
             props, "session",
             json_pack("{s:s, s:{s:{s:s}, s:{s:s, s:[s,s,s,s]}, s:{s:[s,s]}}, s:[s,s]}", "type",
                       "object", "properties", "name", "type", "string", "state", "type", "string",
@@ -902,27 +906,53 @@ static void text_content_append(json_t *result, const char *p, size_t n)
 /* Where a result's file can be read back (resources/read): a session's
  * as long as the session has it, a single-use run's as long as the run is
  * kept; else a file: URI that says where it was. */
-static void out_file_uri(const struct result_view *v, const char *path, char *out, size_t size)
+static bool out_file_uri(const struct result_view *v, const char *path, char *out, size_t size)
 {
         char prefix[SESSION_NAME_MAX + 64];
         if (v->session) {
                 snprintf(prefix, sizeof(prefix), "corral://session/%s/", v->session);
                 resource_uri(prefix, path, out, size);
-        } else if (v->kept && kept_has_out(v->kept, path)) {
+                return true;
+        }
+        if (v->kept && kept_has_out(v->kept, path)) {
                 snprintf(prefix, sizeof(prefix), "corral://run/%s/", kept_id(v->kept));
                 resource_uri(prefix, path, out, size); /* path is out/... */
-        } else {
-                snprintf(out, size, "file://" FILES_ROOT "/%s", path);
+                return true;
         }
+        snprintf(out, size, "file://" FILES_ROOT "/%s", path);
+        return false;
 }
 
+/* A file's text, when it is text that fits in *room (which it takes). */
+static json_t *embedded_text(json_t *data, const char *mime, const char *uri, size_t *room)
+{
+        if (!text_mime(mime))
+                return NULL;
+        struct buf raw;
+        buf_init(&raw, (size_t)-1 / 2);
+        json_t *resource = NULL;
+        if (base64_decode(&raw, json_string_value(data), json_string_length(data)) == 0 &&
+            raw.len <= *room && utf8_text(raw.data ? raw.data : "", raw.len)) {
+                resource = json_pack("{s:s, s:s, s:s%}", "uri", uri, "mimeType", mime, "text",
+                                     raw.data ? raw.data : "", raw.len);
+                *room -= raw.len;
+        }
+        buf_free(&raw);
+        return resource;
+}
+
+/* The files the code wrote: pictures as images; text as embedded
+ * resources while their text stays within max_chars; the rest that came
+ * back, when the client takes resource links (2025-06-18 on) and the file
+ * can be read back (a session's, or a kept run's), as links; else
+ * embedded. */
 static void add_out_files(json_t *result, json_t *out_files, const struct result_view *v)
 {
         json_t *content = json_object_get(result, "content");
         json_t *listing = json_array();
         struct buf lines;
         buf_init(&lines, 1 << 20);
-        size_t i;
+        size_t room = v->max_chars, i;
         json_t *f;
         json_array_foreach(out_files, i, f)
         {
@@ -933,41 +963,46 @@ static void add_out_files(json_t *result, json_t *out_files, const struct result
                 json_int_t size = json_integer_value(json_object_get(f, "size"));
                 if (!path)
                         continue;
-                char uri[3 * FILES_PATH_MAX + 160], line[FILES_PATH_MAX + 400];
-                out_file_uri(v, path, uri, sizeof(uri));
+                char uri[3 * FILES_PATH_MAX + 160], line[sizeof(uri) + 100];
+                bool readable = out_file_uri(v, path, uri, sizeof(uri));
                 const char *how = "not returned";
+                json_t *item = NULL;
                 if (json_is_string(data) && mime && strncmp(mime, "image/", 6) == 0) {
-                        json_array_append_new(content, json_pack("{s:s, s:O, s:s}", "type", "image",
-                                                                 "data", data, "mimeType", mime));
+                        item = json_pack("{s:s, s:O, s:s}", "type", "image", "data", data,
+                                         "mimeType", mime);
                         how = "returned as an image";
+                } else if (json_is_string(data) && (item = embedded_text(data, mime, uri, &room))) {
+                        item = json_pack("{s:s, s:o}", "type", "resource", "resource", item);
+                        how = "returned as an embedded resource";
+                } else if (json_is_string(data) && readable && v->links) {
+                        item = json_pack("{s:s, s:s, s:s, s:s, s:I}", "type", "resource_link",
+                                         "uri", uri, "name", path, "mimeType",
+                                         mime ? mime : "application/octet-stream", "size", size);
+                        how = "linked";
+                        note = "linked: resources/read of its uri reads it";
                 } else if (json_is_string(data)) {
-                        json_t *resource = NULL;
-                        if (text_mime(mime)) {
-                                struct buf raw;
-                                buf_init(&raw, (size_t)-1 / 2);
-                                if (base64_decode(&raw, json_string_value(data),
-                                                  json_string_length(data)) == 0)
-                                        resource = json_pack("{s:s, s:s, s:s%}", "uri", uri,
-                                                             "mimeType", mime, "text",
-                                                             raw.data ? raw.data : "", raw.len);
-                                buf_free(&raw);
-                        }
-                        if (!resource) /* bytes, or text that is not UTF-8 */
-                                resource = json_pack("{s:s, s:s, s:O}", "uri", uri, "mimeType",
-                                                     mime ? mime : "application/octet-stream",
-                                                     "blob", data);
-                        json_array_append_new(content, json_pack("{s:s, s:o}", "type", "resource",
-                                                                 "resource", resource));
+                        /* bytes, or text that is not UTF-8 */
+                        item = json_pack("{s:s, s:{s:s, s:s, s:O}}", "type", "resource", "resource",
+                                         "uri", uri, "mimeType",
+                                         mime ? mime : "application/octet-stream", "blob", data);
                         how = "returned as an embedded resource";
                 }
-                bool returned = strcmp(how, "not returned") != 0;
-                json_array_append_new(listing,
-                                      json_pack("{s:s, s:I, s:s?, s:b, s:s*}", "path", path, "size",
-                                                size, "mime_type", mime, "returned", returned,
-                                                "note", returned ? NULL : note));
+                if (item)
+                        json_array_append_new(content, item);
+                bool returned = item && strcmp(how, "linked") != 0;
+                json_array_append_new(
+                    listing, json_pack("{s:s, s:I, s:s?, s:b, s:s*, s:s*}", "path", path, "size",
+                                       size, "mime_type", mime, "returned", returned, "note",
+                                       returned ? NULL : note, "uri", readable ? uri : NULL));
                 /* The name is the code's: shown escaped (the listing keeps it exact). */
                 append_text(&lines, "\n[file ");
                 buf_append_shown(&lines, path, strlen(path));
+                if (strcmp(how, "linked") == 0) {
+                        snprintf(line, sizeof(line), ": %lld bytes, linked: resources/read %s]",
+                                 (long long)size, uri);
+                        append_text(&lines, line);
+                        continue;
+                }
                 /* A note may say "not returned: why" itself. */
                 if (!returned && note && strncmp(note, how, strlen(how)) == 0)
                         how = "";

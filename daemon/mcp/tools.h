@@ -87,6 +87,7 @@ struct result_view {
         const struct kept_run *kept; /* the run's whole output (mcp/results.c), or NULL */
         double keep_s;               /* how long it is kept */
         bool running;                /* a job's output so far */
+        bool links;                  /* the client takes resource_link content (2025-06-18 on) */
 };
 
 /* A CallToolResult for a sandbox result (new reference). Files the code

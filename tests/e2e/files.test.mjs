@@ -43,7 +43,7 @@ test('files: write_file then run_python reads it; a PNG under /workspace/out com
   assert.equal(img.mimeType, 'image/png', 'with MIME type image/png');
   const bytes = Buffer.from(img.data, 'base64');
   assert.equal(sha256(bytes), digest, 'the very bytes the code wrote');
-  assert.deepEqual(r.structuredContent.files, [{ path: 'out/plot.png', size: bytes.length, mime_type: 'image/png', returned: true }]);
+  assert.deepEqual(r.structuredContent.files, [{ path: 'out/plot.png', size: bytes.length, mime_type: 'image/png', returned: true, uri: 'corral://session/f/out/plot.png' }]);
   assert.match(r.content[0].text, /\[file out\/plot\.png: \d+ bytes, returned as an image\]/);
   // The next call returns only what it writes itself.
   const r2 = await d.call(t, 'run_python', { session: 'f', code: 'open("out/data.json", "w").write("{\\"n\\": 1}")' });

@@ -151,7 +151,7 @@ test('results: a session\'s and a job\'s long output are kept the same way; a ca
   assert.match(bad.content[0].text, /result_max_chars/);
 });
 
-test('results: files a result embeds are named by URIs resources/read gives back; unknown runs are refused; the run template is listed', async (t) => {
+test('results: files a result embeds or links are named by URIs resources/read gives back; unknown runs are refused; the run template is listed', async (t) => {
   const d = await t.daemon('results-uris');
   const code = "import os\nos.makedirs('/workspace/out', exist_ok=True)\n" +
     "open('/workspace/out/notes v1.txt', 'w').write('hello from a run\\n')\nprint('ok')";
@@ -170,6 +170,18 @@ test('results: files a result embeds are named by URIs resources/read gives back
 
   const stdout = await d.client.readResource({ uri: one.content[0].text.includes('ok') ? item.resource.uri.replace(/out\/.*/, 'stdout') : '' });
   assert.equal(stdout.contents[0].text, 'ok\n', 'a short run\'s stdout is kept too');
+
+  // A text file longer than the result's room is a link, read back whole.
+  const big = await d.call(t, 'run_python', { code: "open('/workspace/out/big.csv', 'w').write('n\\n' + ''.join(f'{i}\\n' for i in range(30000)))" });
+  const link = big.content.find((c) => c.type === 'resource_link');
+  t.note('link', link);
+  assert.ok(link, 'a long text file comes back as a resource link');
+  assert.match(link.uri, /^corral:\/\/run\/[0-9a-f]{8}\/out\/big\.csv$/);
+  assert.ok(textOf(big).length <= LIMIT, 'the result stays within result_max_chars');
+  const file = big.structuredContent.files[0];
+  assert.deepEqual([file.returned, file.uri], [false, link.uri], 'files says where it is');
+  const bigBack = await d.client.readResource({ uri: link.uri });
+  assert.equal(bigBack.contents[0].text, 'n\n' + Array.from({ length: 30000 }, (_, i) => `${i}\n`).join(''));
 
   const gone = await d.client.readResource({ uri: 'corral://run/00000000/stdout' }).catch((e) => e);
   assert.equal(gone.code, -32002, 'an unknown run is "resource not found"');

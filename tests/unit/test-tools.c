@@ -956,6 +956,31 @@ static void test_out_files(void)
         ok(!json_object_get(json_object_get(r, "structuredContent"), "session"),
            "no session: no session field");
         json_decref(r);
+
+        /* A client that takes resource links: text past max_chars and
+         * bytes are links it reads back. */
+        struct result_view lv = {.session = "s1", .max_chars = 3, .links = true};
+        r = tools_result(&res, &lv);
+        content = json_object_get(r, "content");
+        const char *types[] = {"text", "image", "resource_link", "resource_link"};
+        is_int((long long)json_array_size(content), 4,
+               "text, image, two links (not the one not fetched)");
+        for (size_t i = 0; i < ARRAY_SIZE(types); i++)
+                is_str(json_string_value(json_object_get(json_array_get(content, i), "type")),
+                       types[i], "item %zu is %s", i, types[i]);
+        json_t *link = json_array_get(content, 2);
+        is_str(json_string_value(json_object_get(link, "uri")), "corral://session/s1/out/d.csv",
+               "a link names the session's file");
+        is_int(json_integer_value(json_object_get(link, "size")), 4, "...and its size");
+        files = json_object_get(json_object_get(r, "structuredContent"), "files");
+        ok(json_is_false(json_object_get(json_array_get(files, 1), "returned")) &&
+               strcmp(json_string_value(json_object_get(json_array_get(files, 1), "uri")),
+                      "corral://session/s1/out/d.csv") == 0,
+           "structuredContent: not returned, with its uri");
+        like(json_string_value(json_object_get(json_array_get(content, 0), "text")),
+             "[file out/d.csv: 4 bytes, linked: resources/read corral://session/s1/out/d.csv]",
+             "the text says where it is");
+        json_decref(r);
         json_decref(res.out_files);
         buf_free(&res.out.data);
         buf_free(&res.err.data);
