@@ -38,8 +38,7 @@ test('tools/list: run_python and run_shell with input and output schemas, sandbo
   assert.deepEqual(st.inputSchema.required ?? [], [], 'sandbox_status requires no argument');
   assert.deepEqual(Object.keys(st.inputSchema.properties ?? {}), [], 'sandbox_status takes no argument');
   assert.equal(st.annotations?.readOnlyHint, true, 'sandbox_status is annotated read-only');
-  assert.equal(st.annotations?.destructiveHint, false, 'sandbox_status is not destructive');
-  assert.equal(st.outputSchema?.type, 'object', 'sandbox_status declares an object outputSchema');
+  assert.equal(st.annotations?.openWorldHint, false, 'sandbox_status reaches nothing outside');
   for (const name of ['run_python', 'run_shell'])
     assert.notEqual(tools.find((x) => x.name === name).annotations?.readOnlyHint, true, `${name} is not read-only`);
   for (const [name, arg] of [['run_python', 'code'], ['run_shell', 'command']]) {
