@@ -70,11 +70,10 @@ static json_t *described(json_t *schema, const char *desc)
  * answer (unknown arguments, lengths and counts): tools/list is paid for
  * in every conversation. */
 static json_t *tool(const char *name, const char *title, const char *desc, const char *arg,
-                    const char *arg_desc, bool open_world, bool describe_args)
+                    bool open_world, bool describe_args)
 {
         json_t *props =
-            json_pack("{s:o, s:o}", arg, described(json_pack("{s:s}", "type", "string"), arg_desc),
-                      "timeout_s",
+            json_pack("{s:{s:s}, s:o}", arg, "type", "string", "timeout_s",
                       described(json_pack("{s:s, s:f}", "type", "number", "exclusiveMinimum", 0.0),
                                 describe_args ? "Time limit, default 30." : NULL));
         return json_pack("{s:s, s:s, s:s, s:{s:s, s:o, s:[s]}, s:o, s:o}", "name", name, "title",
@@ -232,7 +231,7 @@ static json_t *run_python_tool(const char *name, const char *servers, bool open_
                  "mcp_<server>.<tool>(**args) calls an MCP tool (.text, .structured; errors "
                  "raise corral.McpError subclasses). Servers: %s." GUIDE_NOTE,
                  servers && *servers ? servers : "none");
-        json_t *t = tool(name, "Run Python in a sandbox", desc, "code", NULL, open_world, true);
+        json_t *t = tool(name, "Run Python in a sandbox", desc, "code", open_world, true);
         json_t *props = json_object_get(json_object_get(t, "inputSchema"), "properties");
         json_object_set_new(props, "servers",
                             server_names_schema("MCP servers the code may call."));
@@ -261,7 +260,7 @@ static json_t *describe_run_shell(const char *name, const struct tools_context *
         return with_sync_wait(tool(name, "Run shell in a sandbox",
                                    "Run a /bin/sh -c command in a sandbox as run_python does, with "
                                    "the same arguments." GUIDE_NOTE,
-                                   "command", NULL, false, false),
+                                   "command", false, false),
                               x->images, NULL, false);
 }
 
