@@ -7,6 +7,7 @@
 
 #include "core/buf.h"
 #include "mcp/tools.h"
+#include "sandbox/images.h"
 #include "sandbox/sandbox.h"
 
 #include <string.h>
@@ -29,10 +30,14 @@ json_t *guide_read(struct mcp_server *s)
         buf_append_some(&b, head, strlen(head));
         struct buf env;
         buf_init(&env, 64 << 10);
-        tools_environment_text(sandbox_mgr_images(s->mgr), sandbox_mgr_mounts(s->mgr), true, &env);
+        const struct sandbox_images *images = sandbox_mgr_images(s->mgr);
+        tools_environment_text(images, sandbox_mgr_mounts(s->mgr), true, &env);
         if (env.len > 1) /* each sentence starts with a space */
                 buf_append_some(&b, env.data + 1, env.len - 1);
         buf_free(&env);
+        static const char first[] = " The first image is the default; `image` names another.";
+        if (images && images->n > 1)
+                buf_append_some(&b, first, strlen(first));
         const char *servers = s->names[0] ? s->names : "none";
         static const char srv[] = "\nMCP servers its code may call (`servers`): ";
         buf_append_some(&b, srv, strlen(srv));
