@@ -159,7 +159,7 @@ test('mounts: host data read-only: files read, writes fail with EROFS, ro,nosuid
   const hostPasswd = readFileSync('/etc/passwd', 'utf8').split('\n')[0];
   const d = await t.daemon('mounts', { CORRAL_MOUNTS: `${host}:/data` });
   const rp = d.tools.find((x) => x.name === 'run_python');
-  assert.match(rp.description, /Host data, read-only: \/data\./, 'the tool says what is mounted where');
+  assert.match(rp.description, /Read-only host data: \/data\./, 'the tool says what is mounted where');
   const r = await d.call(t, 'run_python', { code: [
     'import errno, json, os',
     'out = {"list": sorted(os.listdir("/data")), "csv": open("/data/sub/values.csv").read()}',
