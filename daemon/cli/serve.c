@@ -300,8 +300,11 @@ int cli_serve(int argc, char **argv)
         }
         if (r == 0) {
                 sandbox_mgr_set_bridge(s.mgr, s.bridge);
-                sandbox_mgr_sweep(s.mgr);
+                /* The pool's first creates go to the engine before the
+                 * sweep's list: the first call waits for them, for nothing
+                 * else. */
                 sandbox_mgr_start_pool(s.mgr);
+                sandbox_mgr_sweep(s.mgr);
                 status_start(&s);
         }
         if (r == 0)

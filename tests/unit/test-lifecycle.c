@@ -171,8 +171,8 @@ static void test_warm_run(void)
         config_free(&c);
 }
 
-/* The engine's /info is read once, before the first create; an engine
- * that does not answer it still gets its sandboxes. */
+/* The engine's /info is read once, in the background after the first
+ * create; an engine that does not answer it still gets its sandboxes. */
 static void test_info(void)
 {
         struct config c = cfg_new();
