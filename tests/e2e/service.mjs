@@ -731,6 +731,9 @@ test('corral connect with no service: a clear error, nothing started', async () 
   const p = spawn(BIN, ['connect'], { env, stdio: ['pipe', 'pipe', 'pipe'] });
   let err = '';
   p.stderr.on('data', (d) => { err += d; });
+  // A host that sends nothing and closes: connect waits for no request
+  // (cli.test.mjs checks the answer to an initialize).
+  p.stdin.end();
   const code = await new Promise((r) => p.on('exit', r));
   assert.equal(code, 1);
   assert.match(err, /no corral service at .*corral\.sock: start it/);
