@@ -186,7 +186,9 @@ test('cli: a stdio corral with no settings relays to the running service; `servi
     'the log says once that it relays');
   assert.doesNotMatch(a.log, /serving on stdio|private podman/, 'it starts no engine or pool of its own');
   assert.equal((await a.status(t)).pid, svc.pid, "the calls run in the service's pool");
-  await a.close();
+  assert.deepEqual(await a.close().then(({ code, signal }) => ({ code, signal })), { code: 0, signal: null },
+    'the relay exits 0 when its host closes');
+  assert.doesNotMatch(a.log, /ERROR: (AddressSanitizer|LeakSanitizer)|runtime error: /);
 
   // `service: false`, alone in the config file: standalone.
   mkdirSync(path.join(user.XDG_CONFIG_HOME, 'corral'), { mode: 0o700 });
