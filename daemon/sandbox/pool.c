@@ -238,6 +238,10 @@ void pool_ready(struct sandbox *s)
         m->n_ready++;
         log_debug("sandbox %s ready for the pool in %lld ms", s->short_id, ms);
         cost_measure(s);
+        /* The first one started alone (pool_refill): the rest need not
+         * wait for the next tick. */
+        if (m->n_refill == 1)
+                pool_refill_soon(m);
 }
 
 void pool_remove(struct sandbox *s)
