@@ -144,7 +144,7 @@ test('cli: doctor with no engine socket starts the private Podman service as run
 // setting at all (no CORRAL_* variable, no flag, no config file). Only
 // DOCKER_HOST, which is not corral's, names the engine for a corral that
 // serves alone. The service gets the suite's settings (engine, image).
-test('cli: a stdio corral with no settings relays to the running service; `service: false` or any setting keeps it standalone', async (t) => {
+test('cli: a stdio corral with no settings relays to the running service; `service: false`, any setting or a refused socket keeps it standalone', async (t) => {
   const dir = mkdtempSync(path.join(CONFIG_HOME, 'user-'));
   t.defer(() => rmSync(dir, { recursive: true, force: true }));
   const user = { HOME: path.join(dir, 'home'), XDG_CONFIG_HOME: path.join(dir, 'config'), XDG_RUNTIME_DIR: path.join(dir, 'run') };
@@ -212,6 +212,16 @@ test('cli: a stdio corral with no settings relays to the running service; `servi
   t.note('service_log', clip(log, 3000));
   assert.deepEqual(how, { code: 0, signal: null }, 'the service stops cleanly');
   assert.match(log, /MCP session \w+\.\.\. opened/, 'the service saw the relayed host');
+
+  // A socket left behind, that nothing listens on: refused, so the host's
+  // corral serves alone at once.
+  rmSync(sock, { force: true });
+  const bound = await run('/usr/bin/python3', ['-c', 'import socket, sys; socket.socket(socket.AF_UNIX).bind(sys.argv[1])', sock]);
+  assert.equal(bound.code, 0, bound.stderr);
+  const d = await hostOf('refused', bare);
+  assert.equal((await d.status(t)).pid, d.transport.pid, 'a refused socket: standalone');
+  assert.doesNotMatch(d.log, /relaying/);
+  await d.close();
 }, { timeoutMs: 180000 });
 
 test('cli: `corral connect` with no service answers initialize with how to start one, and exits', async (t) => {
