@@ -784,7 +784,7 @@ static void limits_answered(void *userdata, long status, json_t *body, const str
         m->info_checked = true;
         if (status == 200)
                 limits_check(m, body);
-        else
+        else if (status != 0) /* 0: no answer; the sandboxes say why */
                 log_warn("the engine answered %ld to GET /info: cannot tell whether it applies "
                          "the sandboxes' memory and pids limits (`corral doctor` checks)",
                          status);
