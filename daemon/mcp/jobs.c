@@ -211,6 +211,8 @@ void job_finished(struct call *c, const struct sandbox_result *res)
                  now_ms() - c->t_start);
         struct result_view v = call_view(c);
         job_store(c, tools_result(res, &v));
+        /* The job's result outlives what the store keeps of its run. */
+        c->kept = NULL;
 }
 
 /* The job named by args.job_id, or an answer saying why not (then NULL). */

@@ -431,7 +431,7 @@ static bool query_number(const char *query, const char *key, size_t *v)
  * file_max_bytes, or the piece a query names. */
 static void read_kept(struct mcp_server *s, json_t *id, const char *uri)
 {
-        char name[600], msg[1400];
+        char name[3 * FILES_PATH_MAX + 200], msg[1400];
         const char *q = strchr(uri, '?');
         size_t n = q ? (size_t)(q - uri) : strlen(uri);
         size_t offset = 0, limit = KEPT_PIECE_MAX;

@@ -904,7 +904,9 @@ static void add_out_files(json_t *result, json_t *out_files, const struct result
         json_t *listing = json_array();
         struct buf lines;
         buf_init(&lines, 1 << 20);
-        size_t room = v->max_chars, i;
+        /* Embedded text takes at most half the result's; the file lines a
+         * quarter, then one line says how many more there are. */
+        size_t room = v->max_chars / 2, lines_max = v->max_chars / 4, more = 0, i;
         json_t *f;
         json_array_foreach(out_files, i, f)
         {
@@ -946,6 +948,10 @@ static void add_out_files(json_t *result, json_t *out_files, const struct result
                     listing, json_pack("{s:s, s:I, s:s?, s:b, s:s*, s:s*}", "path", path, "size",
                                        size, "mime_type", mime, "returned", returned, "note",
                                        returned ? NULL : note, "uri", readable ? uri : NULL));
+                if (lines.len > lines_max) {
+                        more++;
+                        continue;
+                }
                 /* The name is the code's: shown escaped (the listing keeps it exact). */
                 append_text(&lines, "\n[file ");
                 buf_append_shown(&lines, path, strlen(path));
@@ -960,6 +966,12 @@ static void add_out_files(json_t *result, json_t *out_files, const struct result
                         how = "";
                 snprintf(line, sizeof(line), ": %lld bytes, %s%s%s]", (long long)size, how,
                          returned || !note || !how[0] ? "" : ": ", returned || !note ? "" : note);
+                append_text(&lines, line);
+        }
+        if (more) {
+                char line[120];
+                snprintf(line, sizeof(line),
+                         "\n[... and %zu more files: structuredContent.files lists them]", more);
                 append_text(&lines, line);
         }
         json_object_set_new(json_object_get(result, "structuredContent"), "files", listing);
@@ -999,15 +1011,19 @@ static void add_session(json_t *result, const struct sandbox_result *res, const 
                 text_content_append(result, note, strlen(note));
 }
 
-/* The text of every text item of a result. */
+/* The text a result carries: its text items' and the text of the files
+ * it embeds. */
 static size_t text_length(json_t *result)
 {
         size_t n = 0, i;
         json_t *item;
         json_array_foreach(json_object_get(result, "content"), i, item)
         {
-                if (json_is_string(json_object_get(item, "text")))
-                        n += json_string_length(json_object_get(item, "text"));
+                json_t *t = json_object_get(item, "text");
+                if (!t)
+                        t = json_object_get(json_object_get(item, "resource"), "text");
+                if (json_is_string(t))
+                        n += json_string_length(t);
         }
         return n;
 }
@@ -1023,22 +1039,49 @@ static json_t *result_whole(const struct sandbox_result *res, const char *status
         return result;
 }
 
+/* Past every other bound (a tiny max_chars against a traceback, notes
+ * and file lines), the first text item loses its middle. */
+static void hard_bound(json_t *result, size_t max)
+{
+        size_t n = text_length(result);
+        json_t *item = json_array_get(json_object_get(result, "content"), 0);
+        const char *text = json_string_value(json_object_get(item, "text"));
+        if (n <= max || !text)
+                return;
+        size_t len = strlen(text), cut = n - max + 80, keep_end = 200;
+        if (cut + keep_end > len)
+                return; /* nothing left to cut */
+        size_t head = utf8_cut(text, len - cut - keep_end);
+        const char *end = text + len - keep_end;
+        while (((unsigned char)*end & 0xC0) == 0x80)
+                end++;
+        struct buf b;
+        buf_init(&b, len + 1);
+        buf_append_some(&b, text, head);
+        append_text(&b, "\n[... cut to result_max_chars ...]\n");
+        append_text(&b, end);
+        json_object_set_new(item, "text", json_string(buf_str(&b)));
+        buf_free(&b);
+}
+
 /* The output's share is what the rest of the text leaves of max_chars:
- * tried with a guess, then with what the first try measured. */
+ * tried with all of it, then with what each try measured over. */
 static json_t *result_bounded(const struct sandbox_result *res, const char *status,
                               const struct result_view *v)
 {
-        size_t max = v->max_chars;
-        size_t room = max > 2 * MARKER_ROOM + 600 ? max - 2 * MARKER_ROOM - 600 : 0;
+        size_t max = v->max_chars, room = max;
         json_t *result = result_whole(res, status, v, room);
-        for (int tries = 0; result && tries < 3; tries++) {
+        for (int tries = 0; result && tries < 4; tries++) {
                 size_t n = text_length(result);
                 if (n <= max || room == 0)
                         break;
-                room = room > n - max + 64 ? room - (n - max + 64) : 0;
+                size_t over = n - max + 64;
+                room = room > over ? room - over : 0;
                 json_decref(result);
                 result = result_whole(res, status, v, room);
         }
+        if (result)
+                hard_bound(result, max);
         return result;
 }
 
@@ -1082,25 +1125,20 @@ static void marker(struct buf *t, const char *name, const struct sandbox_output 
         char line[MARKER_ROOM];
         unsigned long long kept = v->kept ? kept_bytes(v->kept, is_stderr) : 0;
         unsigned long long left = o->total - head - tail;
-        int n = snprintf(line, sizeof(line), "[... %llu bytes of %s%s left out (%llu in all", left,
-                         name, v->running ? " so far" : "", o->total);
-        if (kept) {
-                n += snprintf(line + n, sizeof(line) - (size_t)n,
-                              "). Whole text%s: read_file path \"corral://run/%s/%s\" with "
-                              "offset and limit, or resources/read of that URI; kept %.0f min",
-                              kept < o->total && !v->running ? " (its first " : "",
-                              kept_id(v->kept), name, v->keep_s / 60);
-                if (kept < o->total && !v->running) {
-                        /* The store's bound stopped it: say how much. */
-                        char first[64];
-                        snprintf(first, sizeof(first), " (first %llu bytes kept)", kept);
-                        snprintf(line + n, sizeof(line) - (size_t)n, "%s ...]\n", first);
-                } else {
-                        snprintf(line + n, sizeof(line) - (size_t)n, " ...]\n");
-                }
+        int n = snprintf(line, sizeof(line), "[... %llu bytes of %s%s left out (%llu in all). ",
+                         left, name, v->running ? " so far" : "", o->total);
+        if (!kept) {
+                snprintf(line + n, sizeof(line) - (size_t)n, "The rest is not kept ...]\n");
         } else {
+                /* The store's bound may have stopped it: then it says how
+                 * much it holds. */
+                char what[64] = "Whole text";
+                if (kept < o->total && !v->running)
+                        snprintf(what, sizeof(what), "Its first %llu bytes", kept);
                 snprintf(line + n, sizeof(line) - (size_t)n,
-                         "; not kept: result_store_max is 0 or full) ...]\n");
+                         "%s: read_file path \"corral://run/%s/%s\" with offset and limit, or "
+                         "resources/read of that URI; kept %.0f min ...]\n",
+                         what, kept_id(v->kept), name, v->keep_s / 60);
         }
         append_text(t, line);
 }
@@ -1214,8 +1252,8 @@ static json_t *result_json(const struct sandbox_result *res, const char *status,
                 snprintf(line, sizeof(line), "[status: %s, %lld ms]", status, res->duration_ms);
         append_text(&text, line);
 
-        char uri[2][64];
-        for (int i = 0; i < 2; i++)
+        char uri[2][64] = {"", ""};
+        for (int i = 0; v->kept && i < 2; i++)
                 snprintf(uri[i], sizeof(uri[i]), "corral://run/%s/%s", kept_id(v->kept),
                          i ? "stderr" : "stdout");
         bool out_uri = out_cut && kept_bytes(v->kept, false) > 0;

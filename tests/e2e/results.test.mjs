@@ -8,7 +8,7 @@
 
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
-import { existsSync } from 'node:fs';
+import { existsSync, readdirSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { spawn } from 'node:child_process';
@@ -193,23 +193,25 @@ test('results: files a result embeds or links are named by URIs resources/read g
 
 test('results: the kept output lives in the process\'s own directory, gone when corral exits; one left by a killed corral goes when the next starts', async (t) => {
   const base = path.join(process.env.XDG_CACHE_HOME || path.join(os.homedir(), '.cache'), 'corral', 'results');
+  const dirOf = (pid) => readdirSync(base).filter((n) => n.startsWith(`${pid}-`)).map((n) => path.join(base, n));
   const a = await t.daemon('results-exit');
   await a.call(t, 'run_shell', { command: 'echo kept' });
-  const dirA = path.join(base, a.pid);
-  assert.ok(existsSync(dirA), `${dirA} holds the run's output`);
+  const [dirA] = dirOf(a.pid);
+  assert.ok(dirA && existsSync(path.join(dirA, 'lock')), `${dirA} holds the run's output, and a lock`);
   await a.close();
   assert.ok(!existsSync(dirA), 'gone at exit');
 
   const b = await t.daemon('results-killed');
   await b.call(t, 'run_shell', { command: 'echo kept' });
-  const dirB = path.join(base, b.pid);
-  assert.ok(existsSync(dirB));
+  const [dirB] = dirOf(b.pid);
+  assert.ok(dirB && existsSync(dirB));
   process.kill(Number(b.pid), 'SIGKILL');
   await b.close();
   assert.ok(existsSync(dirB), 'a killed corral leaves its directory');
   const c = await t.daemon('results-next');
   await c.call(t, 'run_shell', { command: 'echo next' });
-  assert.ok(!existsSync(dirB), 'the next corral removed it');
+  assert.ok(!existsSync(dirB), 'the next corral removed it (its lock was free)');
+  assert.equal(dirOf(c.pid).length, 1, 'and keeps its own');
 });
 
 test('results: the Inspector CLI, each command an MCP session of a named client, lists the tools (--strict), runs code and reads its whole stdout back', async (t) => {

@@ -674,12 +674,12 @@ static const struct result_case {
      "was killed\",\"traceback\":null},\"stdout_uri\":null,\"stderr_uri\":null}"},
     {"truncated both: the runtime counted more than it relayed", ST_ERROR, true, 1, "ab", "e", 10,
      5, true, true, 3, NULL, NULL, NULL, NULL,
-     "ab\n[... 8 bytes of stdout left out (10 in all; not kept: result_store_max is 0 or full) "
-     "...]\n--- stderr ---\ne\n[... 4 bytes of stderr left out (5 in all; not kept: "
-     "result_store_max is 0 or full) ...]\n[status: error, exit code 1, 3 ms]",
+     "ab\n[... 8 bytes of stdout left out (10 in all). The rest is not kept "
+     "...]\n--- stderr ---\ne\n[... 4 bytes of stderr left out (5 in all). The rest is not kept "
+     "...]\n[status: error, exit code 1, 3 ms]",
      "{\"status\":\"error\",\"exit_code\":1,\"stdout\":\"ab\\n[... 8 bytes of stdout left out (10 "
-     "in all; not kept: result_store_max is 0 or full) ...]\\n\",\"stderr\":\"e\\n[... 4 bytes of "
-     "stderr left out (5 in all; not kept: result_store_max is 0 or full) ...]\\n\","
+     "in all). The rest is not kept ...]\\n\",\"stderr\":\"e\\n[... 4 bytes of "
+     "stderr left out (5 in all). The rest is not kept ...]\\n\","
      "\"stdout_bytes\":10,\"stderr_bytes\":5,\"stdout_truncated\":true,"
      "\"stderr_truncated\":true,\"duration_ms\":3,\"container\":null,\"error\":null,"
      "\"stdout_uri\":null,\"stderr_uri\":null}"},
@@ -714,10 +714,10 @@ static const struct result_case {
      "killed\",\"traceback\":null},\"stdout_uri\":null,\"stderr_uri\":null}"},
     {"UTF-8 output cut at a character boundary", ST_OK, true, 0, "caf\xc3\xa9 \xe2\x82\xac", NULL,
      12, 0, true, false, 1, NULL, NULL, NULL, NULL,
-     "caf\xc3\xa9 \xe2\x82\xac\n[... 3 bytes of stdout left out (12 in all; not kept: "
-     "result_store_max is 0 or full) ...]\n[status: ok, exit code 0, 1 ms]",
+     "caf\xc3\xa9 \xe2\x82\xac\n[... 3 bytes of stdout left out (12 in all). The rest is not kept "
+     "...]\n[status: ok, exit code 0, 1 ms]",
      "{\"status\":\"ok\",\"exit_code\":0,\"stdout\":\"caf\xc3\xa9 \xe2\x82\xac\\n[... 3 bytes of "
-     "stdout left out (12 in all; not kept: result_store_max is 0 or full) ...]\\n\",\"stderr\":"
+     "stdout left out (12 in all). The rest is not kept ...]\\n\",\"stderr\":"
      "\"\",\"stdout_bytes\":12,\"stderr_bytes\":0,\"stdout_truncated\":true,"
      "\"stderr_truncated\":false,\"duration_ms\":1,\"container\":null,\"error\":null,"
      "\"stdout_uri\":null,\"stderr_uri\":null}"},
@@ -917,6 +917,45 @@ static void test_parse_files(void)
         config_free(&cfg);
 }
 
+/* The result's text within max_chars whatever else it carries: short
+ * output whole, long output cut, a long traceback and session note
+ * counted too. */
+static void test_budget(void)
+{
+        static const size_t maxes[] = {1000, 1200, 1500, 3000, 20000};
+        char big[6000];
+        memset(big, 'o', sizeof(big) - 1);
+        big[sizeof(big) - 1] = '\0';
+        for (size_t i = 0; i < ARRAY_SIZE(maxes); i++) {
+                struct sandbox_result res = {.status = ST_OK, .has_exit_code = true};
+                set_output(&res.out, "hello\n", 6, false);
+                set_output(&res.err, NULL, 0, false);
+                struct result_view v = {.max_chars = maxes[i]};
+                json_t *r = tools_result(&res, &v);
+                like(text_of(r), "hello\n[status: ok", "max %zu: short output whole", maxes[i]);
+                json_decref(r);
+                free_result(&res);
+
+                res = (struct sandbox_result){.status = ST_ERROR,
+                                              .has_exit_code = true,
+                                              .exit_code = 1,
+                                              .error_type = "ValueError",
+                                              .error_message = "bad",
+                                              .error_traceback = big,
+                                              .kept = false};
+                set_output(&res.out, big, strlen(big), false);
+                set_output(&res.err, big + 2000, strlen(big) - 2000, false);
+                v.session = "s";
+                r = tools_result(&res, &v);
+                size_t n = strlen(text_of(r));
+                ok(n <= maxes[i], "max %zu: long output, traceback and note: %zu characters",
+                   maxes[i], n);
+                like(text_of(r), "[status: error, exit code 1", "...the status line stays");
+                json_decref(r);
+                free_result(&res);
+        }
+}
+
 /* Files from /workspace/out: images as image content, text as a text
  * resource, bytes as a blob, and the ones not returned say why. */
 static void test_out_files(void)
@@ -991,29 +1030,44 @@ static void test_out_files(void)
            "no session: no session field");
         json_decref(r);
 
-        /* A client that takes resource links: text past max_chars and
-         * bytes are links it reads back. */
-        struct result_view lv = {.session = "s1", .max_chars = 3, .links = true};
+        /* A client that takes resource links: text past half of max_chars
+         * and bytes are links it reads back; the file lines stop at a
+         * quarter of it. */
+        json_decref(res.out_files);
+        struct buf b64;
+        char long_csv[1200];
+        memset(long_csv, 'a', sizeof(long_csv));
+        buf_init(&b64, 4096);
+        base64_encode(&b64, long_csv, sizeof(long_csv));
+        res.out_files = json_pack(
+            "[{s:s, s:i, s:s, s:s}, {s:s, s:i, s:s}, {s:s, s:i, s:s}, {s:s, s:i, s:s}]", "path",
+            "out/d.csv", "size", 1200, "mime_type", "text/csv", "data", buf_str(&b64), "path",
+            "out/x.bin", "size", 2, "data", "AAE=", "path", "out/y.bin", "size", 2, "data",
+            "AAE=", "path", "out/z.bin", "size", 2, "data", "AAE=");
+        buf_free(&b64);
+        struct result_view lv = {.session = "s1", .max_chars = 600, .links = true};
         r = tools_result(&res, &lv);
         content = json_object_get(r, "content");
-        const char *types[] = {"text", "image", "resource_link", "resource_link"};
-        is_int((long long)json_array_size(content), 4,
-               "text, image, two links (not the one not fetched)");
-        for (size_t i = 0; i < ARRAY_SIZE(types); i++)
+        is_int((long long)json_array_size(content), 5, "text, four links");
+        for (size_t i = 1; i < 5; i++)
                 is_str(json_string_value(json_object_get(json_array_get(content, i), "type")),
-                       types[i], "item %zu is %s", i, types[i]);
-        json_t *link = json_array_get(content, 2);
+                       "resource_link", "item %zu is a link", i);
+        json_t *link = json_array_get(content, 1);
         is_str(json_string_value(json_object_get(link, "uri")), "corral://session/s1/out/d.csv",
                "a link names the session's file");
-        is_int(json_integer_value(json_object_get(link, "size")), 4, "...and its size");
+        is_int(json_integer_value(json_object_get(link, "size")), 1200, "...and its size");
         files = json_object_get(json_object_get(r, "structuredContent"), "files");
-        ok(json_is_false(json_object_get(json_array_get(files, 1), "returned")) &&
-               strcmp(json_string_value(json_object_get(json_array_get(files, 1), "uri")),
+        ok(json_is_false(json_object_get(json_array_get(files, 0), "returned")) &&
+               strcmp(json_string_value(json_object_get(json_array_get(files, 0), "uri")),
                       "corral://session/s1/out/d.csv") == 0,
            "structuredContent: not returned, with its uri");
-        like(json_string_value(json_object_get(json_array_get(content, 0), "text")),
-             "[file out/d.csv: 4 bytes, linked: resources/read corral://session/s1/out/d.csv]",
+        text = json_string_value(json_object_get(json_array_get(content, 0), "text"));
+        like(text,
+             "[file out/d.csv: 1200 bytes, linked: resources/read corral://session/s1/out/d.csv]",
              "the text says where it is");
+        like(text, "more files: structuredContent.files lists them]",
+             "past a quarter of max_chars, the lines stop with a count");
+        ok(strlen(text) <= 600, "the text stays within max_chars (%zu)", strlen(text));
         json_decref(r);
         json_decref(res.out_files);
         buf_free(&res.out.data);
@@ -1075,6 +1129,7 @@ int main(void)
         test_line_max();
         test_parse_files();
         test_out_files();
+        test_budget();
         test_status_names();
         test_parse_call();
         test_parse_image();
