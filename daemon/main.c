@@ -10,7 +10,9 @@ static void usage(FILE *f)
 {
         fprintf(
             f,
-            "usage: corral [serve] [OPTIONS]          stdio MCP server (what MCP hosts start)\n"
+            "usage: corral [serve] [OPTIONS]          stdio MCP server (what MCP hosts start);\n"
+            "                                          with no settings, relays to a running "
+            "service\n"
             "       corral serve --listen ADDR[,ADDR]  the service: unix[:PATH], tcp:HOST:PORT\n"
             "       corral connect [--socket PATH] [--as NAME]\n"
             "                                          stdio MCP server relaying to the service\n"

@@ -813,8 +813,10 @@ del _f
 
 
 def install_api(main, fd, max_frame, servers):
-    """Module `corral` and the globals of the user's __main__: the functions
-    and mcp_<alias> per server.  Cheap: no thread, no import."""
+    """Module `corral` and the globals of the user's __main__: `corral`
+    itself (so corral.progress() and `except corral.PolicyDenied` work
+    without an import), the functions and mcp_<alias> per server.  Cheap:
+    no thread, no import."""
     global api_channel
     import types
     if api_channel is not None and api_channel.fd == fd and api_channel.pid == os.getpid():
@@ -834,6 +836,7 @@ def install_api(main, fd, max_frame, servers):
         if main.get(key) is obj:
             del main[key]
     _api_globals.clear()
+    _api_globals['corral'] = main['corral'] = mod
     for f in API_FUNCTIONS:
         _api_globals[f.__name__] = main[f.__name__] = f
     for name, alias in servers:

@@ -17,6 +17,11 @@ int cli_doctor(int argc, char **argv);
 int cli_image(int argc, char **argv);
 int cli_status(int argc, char **argv);
 
+/* Relay the host on stdio to the corral service at the unix socket `path`
+ * (as `corral connect`), under `client_name` when not NULL (checked by the
+ * caller). Returns the exit status. */
+int cli_relay(const struct config *cfg, const char *path, const char *client_name);
+
 /* Settings from flags, environment and file, in that order of precedence.
  * Flags this function does not know are left in *rest (argv order kept) for
  * the command; returns 0 or prints the problem and returns negative. */

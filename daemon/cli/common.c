@@ -53,6 +53,7 @@ int cli_config(int argc, char **argv, struct config *cfg, char ***rest, int *n_r
                 else if (strncmp(argv[i], "--config=", 9) == 0)
                         file = argv[i] + 9;
         if (file) {
+                cfg->settings_given = true; /* a file named is a setting */
                 r = config_load_file(cfg, file, true, &e);
         } else {
                 _cleanup_free_ char *def = config_default_path();

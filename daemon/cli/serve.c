@@ -254,6 +254,20 @@ static int http_open(struct serve *s, const struct config *cfg, int n_fds)
         return 0;
 }
 
+/* A stdio corral with no settings of its own (no key but `service` in a
+ * config file, no CORRAL_* setting, no flag) serves its host through the
+ * user's service when that runs: its pool is warm and its engine up, where
+ * this corral would start both. Any setting keeps it standalone, since the
+ * service runs with settings of its own. A socket that is absent or
+ * refuses costs one connect(2). */
+static bool service_to_relay(const struct config *cfg, char *path, size_t size)
+{
+        struct err e = {0};
+        if (!cfg->service || cfg->settings_given || service_socket_path(path, size, &e) < 0)
+                return false;
+        return unix_socket_answers(path);
+}
+
 static void bridge_close(struct serve *s)
 {
         bridge_free(s->bridge);
@@ -279,6 +293,16 @@ int cli_serve(int argc, char **argv)
         int in_flags = fcntl(STDIN_FILENO, F_GETFL), out_flags = fcntl(STDOUT_FILENO, F_GETFL);
         int n_fds = systemd_listen_fds();
         bool service = n_fds > 0 || cfg.listen;
+        char relay_path[300];
+        if (!service && service_to_relay(&cfg, relay_path, sizeof(relay_path))) {
+                log_info("relaying to the corral service at %s: this corral has no settings of "
+                         "its own (the setting `service: false` keeps it standalone)",
+                         relay_path);
+                int rc = cli_relay(&cfg, relay_path, NULL);
+                fcntl(STDIN_FILENO, F_SETFL, in_flags);
+                fcntl(STDOUT_FILENO, F_SETFL, out_flags);
+                return rc;
+        }
         struct serve s = {.cfg = &cfg};
         struct cli_engine ce;
         int r = loop_new(&s.loop);
@@ -319,8 +343,11 @@ int cli_serve(int argc, char **argv)
         }
         if (r == 0) {
                 sandbox_mgr_set_bridge(s.mgr, s.bridge);
-                sandbox_mgr_sweep(s.mgr);
+                /* The pool's first creates go to the engine before the
+                 * sweep's list: the first call waits for them, for nothing
+                 * else. */
                 sandbox_mgr_start_pool(s.mgr);
+                sandbox_mgr_sweep(s.mgr);
                 status_start(&s);
         }
         if (r == 0)

@@ -72,6 +72,7 @@ static const struct config_key {
     {"http_header_timeout_s", K_DOUBLE, offsetof(struct config, http_header_timeout_s), 0.1, 3600},
     {"client_max_sandboxes", K_LONG, offsetof(struct config, client_max_sandboxes), 0, 4096},
     {"connect_fallback", K_BOOL, offsetof(struct config, connect_fallback), 0, 0},
+    {"service", K_BOOL, offsetof(struct config, service), 0, 0},
     {"tcp_token", K_BOOL, offsetof(struct config, tcp_token), 0, 0},
     {"drain_s", K_DOUBLE, offsetof(struct config, drain_s), 0, 3600},
     {"ask_timeout_s", K_DOUBLE, offsetof(struct config, ask_timeout_s), 1, 3600},
@@ -129,6 +130,8 @@ void config_defaults(struct config *c)
             .http_header_timeout_s = 10,
             .client_max_sandboxes = 0,
             .tcp_token = true,
+            /* A stdio corral without settings uses the user's service. */
+            .service = true,
             /* A service told to stop lets running calls end first. */
             .drain_s = 30,
             /* A person has two minutes to approve a call (policy "ask"). */
@@ -238,6 +241,10 @@ static int set_value(struct config *c, const char *name, const char *value, cons
         const struct config_key *k = key_find(name);
         if (!k)
                 return err_set(e, ERR_CONFIG, EINVAL, "%s: unknown setting \"%s\"", source, name);
+        /* Any setting but `service` makes a stdio corral its own: the
+         * service runs with settings of its own. */
+        if (strcmp(name, "service") != 0)
+                c->settings_given = true;
         void *field = (char *)c + k->offset;
         char *end = NULL;
         switch (k->type) {
@@ -379,6 +386,8 @@ int config_load_file(struct config *c, const char *path, bool required, struct e
                 char source[512], text_val[64];
                 const char *val;
                 snprintf(source, sizeof(source), "%s: %s", path, name);
+                if (strcmp(name, "service") != 0)
+                        c->settings_given = true;
                 if (strcmp(name, "servers") == 0) {
                         /* Upstream MCP servers: the registry checks each
                          * entry; here only the shape. */

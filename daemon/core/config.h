@@ -86,6 +86,10 @@ struct config {
         bool resources_workspace;  /* resources: all of /workspace, not only /workspace/out */
         long client_max_sandboxes; /* sandboxes one client may hold; 0: half of max_sandboxes */
         bool connect_fallback;     /* corral connect serves stdio itself when no service */
+        bool service;              /* a stdio corral with no settings of its own relays to
+                                    * the user's running service */
+        bool settings_given;       /* a setting other than `service` was given (file,
+                                    * variable, flag), or a config file was named */
         bool tcp_token;            /* TCP clients need the token; false: loopback only, no token */
         /* A TCP connection's time from accept to its headers with the token. */
         double http_header_timeout_s;

@@ -36,9 +36,10 @@ struct engine_req {
         struct buf resp;
         bool overflow;
         engine_done_cb cb;
-        engine_raw_cb raw_cb; /* set: the answer is handed over as bytes */
-        struct buf stat_hdr;  /* X-Docker-Container-Path-Stat, base64 */
-        bool probe;           /* GET /version: note the engine's kind */
+        engine_raw_cb raw_cb;        /* set: the answer is handed over as bytes */
+        struct buf stat_hdr;         /* X-Docker-Container-Path-Stat, base64 */
+        bool probe;                  /* GET /_ping: note the engine's kind */
+        enum engine_kind probe_kind; /* what its headers said so far */
         void *userdata;
 };
 
@@ -308,21 +309,14 @@ static void finish_raw(struct engine_req *r, long status, struct err *e)
         buf_free(&resp);
 }
 
-enum engine_kind engine_kind_of_version(json_t *version)
+enum engine_kind engine_kind_of_header(const char *line, size_t len)
 {
-        size_t i;
-        json_t *c;
-        if (!json_is_object(version))
-                return ENGINE_UNKNOWN;
-        json_array_foreach(json_object_get(version, "Components"), i, c)
-        {
-                const char *name = json_string_value(json_object_get(c, "Name"));
-                if (name && strstr(name, "Podman"))
-                        return ENGINE_PODMAN;
-        }
-        /* Anything else that speaks this API is taken for Docker: the
-         * conservative choice (a tmpfs volume works with both). */
-        return ENGINE_DOCKER;
+        static const char libpod[] = "libpod-api-version:", api[] = "api-version:";
+        if (len >= sizeof(libpod) - 1 && strncasecmp(line, libpod, sizeof(libpod) - 1) == 0)
+                return ENGINE_PODMAN;
+        if (len >= sizeof(api) - 1 && strncasecmp(line, api, sizeof(api) - 1) == 0)
+                return ENGINE_DOCKER;
+        return ENGINE_UNKNOWN;
 }
 
 static void finish(CURL *easy, CURLcode cc, void *userdata)
@@ -363,8 +357,11 @@ static void finish(CURL *easy, CURLcode cc, void *userdata)
                         body = json_loads(last, JSON_DISABLE_EOF_CHECK, NULL);
                 }
         }
+        /* Anything that answers the ping without Podman's header is taken
+         * for Docker: the conservative choice (a tmpfs volume works with
+         * both). */
         if (r->probe && status == 200)
-                r->eng->kind = engine_kind_of_version(body);
+                r->eng->kind = r->probe_kind == ENGINE_PODMAN ? ENGINE_PODMAN : ENGINE_DOCKER;
         engine_done_cb cb = r->cb;
         void *ud = r->userdata;
         req_free(r);
@@ -530,13 +527,29 @@ int engine_request_raw(struct engine *eng, const char *method, const char *path,
         return req_submit(r, ret);
 }
 
+static size_t probe_header_cb(char *p, size_t size, size_t n, void *userdata)
+{
+        struct engine_req *r = userdata;
+        size_t len = size * n;
+        enum engine_kind k = engine_kind_of_header(p, len);
+        if (k != ENGINE_UNKNOWN && r->probe_kind != ENGINE_PODMAN)
+                r->probe_kind = k;
+        return len;
+}
+
+/* The ping, not /version: both engines name themselves in its headers,
+ * and Podman takes most of a second to compose /version (it asks its
+ * runtime and conmon for their versions each time), which every new
+ * corral's first sandbox would wait for. */
 int engine_probe(struct engine *eng, engine_done_cb cb, void *userdata, struct engine_req **ret)
 {
         struct engine_req *r;
-        int k = req_start(eng, "GET", "/version", cb, userdata, &r);
+        int k = req_start(eng, "GET", "/_ping", cb, userdata, &r);
         if (k < 0)
                 return k;
         r->probe = true;
+        curl_easy_setopt(r->easy, CURLOPT_HEADERFUNCTION, probe_header_cb);
+        curl_easy_setopt(r->easy, CURLOPT_HEADERDATA, r);
         curl_easy_setopt(r->easy, CURLOPT_TIMEOUT_MS, 120000L);
         return req_submit(r, ret);
 }

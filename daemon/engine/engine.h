@@ -81,10 +81,12 @@ char *engine_escape(const char *s);
  * corral (Docker's archive endpoints do not see tmpfs mounts). */
 enum engine_kind { ENGINE_UNKNOWN, ENGINE_PODMAN, ENGINE_DOCKER };
 enum engine_kind engine_kind(const struct engine *eng);
-/* GET /version, which also records the engine's kind before `cb` runs. */
+/* GET /_ping, which also records the engine's kind before `cb` runs (its
+ * body is not JSON: `cb` gets NULL). */
 int engine_probe(struct engine *eng, engine_done_cb cb, void *userdata, struct engine_req **ret);
-/* The kind that a /version answer names (for tests). */
-enum engine_kind engine_kind_of_version(json_t *version);
+/* The kind one header line of the ping's answer names: Podman's
+ * Libpod-Api-Version, the Api-Version both send; else unknown (for tests). */
+enum engine_kind engine_kind_of_header(const char *line, size_t len);
 
 /* Run the loop until one request completes (for command-line tools; never
  * used while serving). Returns the HTTP status or a negative error; *ret_body

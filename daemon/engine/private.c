@@ -98,7 +98,9 @@ int private_engine_start(struct private_engine *pe, const char *runtime, struct 
         pe->pid = pid;
         log_info("started a private podman service (pid %d) at %s; its log: %s", (int)pid, pe->path,
                  log_path);
-        for (int i = 0; i < 300; i++) {
+        /* Polled often: every corral that starts its own engine waits
+         * here before its first sandbox (15 s at most). */
+        for (int i = 0; i < 1500; i++) {
                 if (socket_answers(pe->path)) {
                         /* Kept only while it runs: a failed start leaves it. */
                         pe->log = strdup(log_path);
@@ -113,7 +115,7 @@ int private_engine_start(struct private_engine *pe, const char *runtime, struct 
                                        "%d): see %s, or run `podman info`",
                                        WIFEXITED(status) ? WEXITSTATUS(status) : -1, log_path);
                 }
-                nanosleep(&(struct timespec){.tv_nsec = 50 * 1000000}, NULL);
+                nanosleep(&(struct timespec){.tv_nsec = 10 * 1000000}, NULL);
         }
         private_engine_stop(pe);
         return err_set(e, ERR_ENGINE, ETIMEDOUT,

@@ -287,6 +287,12 @@ bool resource_ops_in_flight(const struct mcp_server *s, const json_t *id);
 /* Withdraws them (no answers follow) and stops following the sessions. */
 void resources_free(struct mcp_server *s);
 
+/* ---- guide.c: the guide to the tools, resource GUIDE_URI */
+
+/* Its resources/list entry, and its resources/read result (new references). */
+json_t *guide_resource(void);
+json_t *guide_read(struct mcp_server *s);
+
 /* ---- errors.c: how a failed tool call is shown */
 
 /* Which call failed, for its reason: an errno means different things from

@@ -211,6 +211,8 @@ void job_finished(struct call *c, const struct sandbox_result *res)
                  now_ms() - c->t_start);
         struct result_view v = call_view(c);
         job_store(c, tools_result(res, &v));
+        /* The job's result outlives what the store keeps of its run. */
+        c->kept = NULL;
 }
 
 /* The job named by args.job_id, or an answer saying why not (then NULL). */
@@ -275,14 +277,15 @@ void tool_job_status(struct mcp_server *s, json_t *id, json_t *args, json_t *par
         json_t *st = job_summary(c);
         const struct sandbox_result *r = c->sb ? sandbox_partial(c->sb) : NULL;
         if (r) {
-                /* The newest output: stdout's kept text, its end. */
-                size_t n = r->out.data.len, from = n > JOB_TAIL ? n - JOB_TAIL : 0;
-                while (from < n && ((unsigned char)r->out.data.data[from] & 0xC0) == 0x80)
-                        from++;
+                /* The newest output: stdout's last bytes, past its head too. */
+                struct buf tail;
+                buf_init(&tail, JOB_TAIL + 1);
+                sandbox_tail(&r->out, JOB_TAIL, 0, &tail);
                 json_object_set_new(st, "stdout_bytes", json_integer((json_int_t)r->out.total));
                 json_object_set_new(st, "stderr_bytes", json_integer((json_int_t)r->err.total));
                 json_object_set_new(st, "stdout_tail",
-                                    json_stringn(n ? r->out.data.data + from : "", n - from));
+                                    json_stringn(tail.data ? tail.data : "", tail.len));
+                buf_free(&tail);
         } else {
                 json_t *sc = json_object_get(c->result, "structuredContent");
                 json_object_set(st, "exit_code", json_object_get(sc, "exit_code"));

@@ -6,12 +6,14 @@
  * completion/complete fills the template's two arguments; the session
  * manager's watch says when to send notifications/resources/list_changed.
  * Runs' kept output, corral://run/{id}/..., is read from the result store
- * (results.c), whole or a piece at a time. */
+ * (results.c), whole or a piece at a time. The guide (guide.c) is one more
+ * resource, first on the list. */
 #include "mcp/internal.h"
 
 #include "core/buf.h"
 #include "core/jsonrpc.h"
 #include "core/util.h"
+#include "mcp/tools.h"
 #include "runtime/protocol.h"
 #include "sandbox/files.h"
 #include "sandbox/session.h"
@@ -275,6 +277,9 @@ static void list_answer(struct res_op *op)
                 return;
         }
         json_t *page = json_array();
+        /* The guide heads the first page; the cursor counts files only. */
+        if (op->skip == 0)
+                json_array_append_new(page, guide_resource());
         size_t n = json_array_size(op->found);
         for (size_t i = op->skip; i < n; i++)
                 json_array_append(page, json_array_get(op->found, i));
@@ -426,7 +431,7 @@ static bool query_number(const char *query, const char *key, size_t *v)
  * file_max_bytes, or the piece a query names. */
 static void read_kept(struct mcp_server *s, json_t *id, const char *uri)
 {
-        char name[600], msg[1400];
+        char name[3 * FILES_PATH_MAX + 200], msg[1400];
         const char *q = strchr(uri, '?');
         size_t n = q ? (size_t)(q - uri) : strlen(uri);
         size_t offset = 0, limit = KEPT_PIECE_MAX;
@@ -491,6 +496,10 @@ void resources_read(struct mcp_server *s, json_t *id, json_t *params)
         }
         if (results_uri(uri)) {
                 read_kept(s, id, uri);
+                return;
+        }
+        if (strcmp(uri, GUIDE_URI) == 0) {
+                mcp_send_result(s, id, guide_read(s));
                 return;
         }
         struct res_op *op = op_new(s, id, OP_READ);

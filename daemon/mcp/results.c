@@ -6,7 +6,7 @@
  *
  * Each run's streams go to files of their own while it runs, under one
  * directory per client inside one per process ($XDG_CACHE_HOME/corral/
- * results/PID, on disk: a run may print gigabytes). A run is kept
+ * results/PID-XXXXXX, on disk: a run may print gigabytes). A run is kept
  * result_keep_s after it ended, and while its session is open; a client
  * keeps at most result_store_max bytes, and at most RUNS_MAX runs: the
  * oldest that ended go first. A client is its owner name (mcp/server.h):
@@ -14,7 +14,7 @@
  * session, as it finds its sessions (the Inspector CLI makes one MCP
  * session a command); any other client's store goes with its MCP
  * session. The process's directory goes at its exit, and one left by a
- * corral that was killed when the next one starts. */
+ * corral that was killed when the next one starts (a lock file tells). */
 #include "mcp/internal.h"
 
 #include "core/buf.h"
@@ -30,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -58,7 +59,7 @@ struct kept_run {
         json_t *out; /* [{path, mime_type, size}], the file out-N for entry N */
         unsigned long long out_bytes;
         bool running;
-        struct timer *expire;
+        long long expires; /* ms (now_ms), once it ended */
 };
 
 struct results {
@@ -73,16 +74,21 @@ struct results {
         struct list runs;
         size_t n;
         unsigned long long bytes;
+        struct timer *timer; /* the next run's expiry */
         bool warned;
 };
 
 /* Every client's store, by owner. */
 static struct list stores = LIST_HEAD_INIT(stores);
 
-/* ---- the process's directory */
+/* ---- the process's directory: BASE/PID-XXXXXX, holding a lock file
+ * locked while the process lives, so that another corral can tell a
+ * directory left by a dead one (its lock is free) whatever its PID means
+ * there (another host sharing the home, another PID namespace). */
 
-static char process_dir[PATH_MAX];
+static char process_dir[PATH_MAX - 128];
 static pid_t process_pid;
+static int process_lock = -1;
 
 static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
 {
@@ -105,7 +111,7 @@ static void process_dir_remove(void)
                 remove_tree(process_dir);
 }
 
-/* Directories of corrals that are gone, removed. */
+/* Directories of corrals that are gone (their lock is free), removed. */
 static void sweep(const char *base)
 {
         DIR *d = opendir(base);
@@ -113,41 +119,73 @@ static void sweep(const char *base)
                 return;
         struct dirent *de;
         while ((de = readdir(d))) {
-                char *end;
-                long pid = strtol(de->d_name, &end, 10);
-                if (*end || pid <= 0 || pid == (long)getpid() || kill((pid_t)pid, 0) == 0 ||
-                    errno != ESRCH)
-                        continue;
+                const char *p = de->d_name;
+                size_t digits = strspn(p, "0123456789");
                 char path[PATH_MAX];
-                if (snprintf(path, sizeof(path), "%s/%s", base, de->d_name) < (int)sizeof(path))
+                if (!digits || p[digits] != '-' ||
+                    snprintf(path, sizeof(path), "%s/%s/lock", base, p) >= (int)sizeof(path))
+                        continue;
+                int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+                if (fd < 0)
+                        continue; /* being made, or not one of ours */
+                bool gone = flock(fd, LOCK_EX | LOCK_NB) == 0;
+                close(fd);
+                if (gone && snprintf(path, sizeof(path), "%s/%s", base, p) < (int)sizeof(path))
                         remove_tree(path);
         }
         closedir(d);
+}
+
+/* A directory of this user's, 0700, made if missing: 0 or -errno. */
+static int private_dir(const char *path)
+{
+        if (mkdir_parents(path) < 0 || (mkdir(path, 0700) < 0 && errno != EEXIST))
+                return -errno;
+        struct stat st;
+        if (lstat(path, &st) < 0)
+                return -errno;
+        if (!S_ISDIR(st.st_mode) || st.st_uid != getuid() || (st.st_mode & 077))
+                return -EPERM;
+        return 0;
 }
 
 static int process_dir_make(struct err *e)
 {
         if (process_dir[0])
                 return 0;
-        _cleanup_free_ char *base = xdg_path("XDG_CACHE_HOME", ".cache", "corral/results");
-        char fallback[PATH_MAX];
-        if (!base) {
-                if (runtime_dir(fallback, sizeof(fallback) - 16, e) < 0)
-                        return -EIO;
-                strcat(fallback, "/results");
-                base = strdup(fallback);
-                if (!base)
-                        return -ENOMEM;
+        /* On disk (a run may print gigabytes); the runtime directory when
+         * the cache is not there to use. */
+        _cleanup_free_ char *cache = xdg_path("XDG_CACHE_HOME", ".cache", "corral/results");
+        char base[PATH_MAX - 192];
+        int r = -ENOENT;
+        if (cache && strlen(cache) < sizeof(base)) {
+                snprintf(base, sizeof(base), "%s", cache);
+                r = private_dir(base);
         }
-        if (mkdir_parents(base) < 0 || (mkdir(base, 0700) < 0 && errno != EEXIST))
-                return err_set(e, ERR_CONFIG, -errno, "cannot create %s: %s", base,
-                               strerror(errno));
+        if (r < 0) {
+                char run[PATH_MAX];
+                if (runtime_dir(run, sizeof(run), e) < 0)
+                        return -EIO;
+                if (snprintf(base, sizeof(base), "%s/results", run) >= (int)sizeof(base))
+                        return err_set(e, ERR_CONFIG, -ENAMETOOLONG, "%s: path too long", run);
+                r = private_dir(base);
+                if (r < 0)
+                        return err_set(e, ERR_CONFIG, r, "cannot use %s: %s", base, strerror(-r));
+        }
         sweep(base);
-        char dir[PATH_MAX];
-        if (snprintf(dir, sizeof(dir), "%s/%d", base, (int)getpid()) >= (int)sizeof(dir))
-                return err_set(e, ERR_CONFIG, -ENAMETOOLONG, "%s: path too long", base);
-        if (mkdir(dir, 0700) < 0 && errno != EEXIST)
-                return err_set(e, ERR_CONFIG, -errno, "cannot create %s: %s", dir, strerror(errno));
+        char dir[sizeof(process_dir)];
+        snprintf(dir, sizeof(dir), "%s/%d-XXXXXX", base, (int)getpid());
+        if (!mkdtemp(dir))
+                return err_set(e, ERR_CONFIG, -errno, "cannot create a directory in %s: %s", base,
+                               strerror(errno));
+        char lock[PATH_MAX];
+        snprintf(lock, sizeof(lock), "%s/lock", dir);
+        process_lock = open(lock, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+        if (process_lock < 0 || flock(process_lock, LOCK_EX | LOCK_NB) < 0) {
+                int err = errno;
+                remove_tree(dir);
+                return err_set(e, ERR_CONFIG, -err, "cannot lock %s: %s", lock, strerror(err));
+        }
         snprintf(process_dir, sizeof(process_dir), "%s", dir);
         process_pid = getpid();
         atexit(process_dir_remove);
@@ -157,6 +195,7 @@ static int process_dir_make(struct err *e)
 /* ---- one client's store */
 
 static void store_free(struct results *st);
+static void store_expired(struct timer *t, void *userdata);
 
 static struct results *store(struct mcp_server *s)
 {
@@ -188,7 +227,11 @@ static struct results *store(struct mcp_server *s)
             snprintf(st->dir, sizeof(st->dir), "%s/%u", process_dir, ++seq) >=
                 (int)sizeof(st->dir) ||
             (mkdir(st->dir, 0700) < 0 && errno != EEXIST)) {
-                log_warn("results: not kept: %s", e.msg[0] ? e.msg : strerror(errno));
+                static bool said;
+                if (!said)
+                        log_warn("results: runs' whole output is not kept: %s",
+                                 e.msg[0] ? e.msg : strerror(errno));
+                said = true;
                 free(st);
                 return NULL;
         }
@@ -222,7 +265,6 @@ static void run_free(struct kept_run *k)
         struct results *st = k->st;
         st->bytes -= k->s[0].len + k->s[1].len + k->out_bytes;
         st->n--;
-        timer_remove(k->expire);
         json_decref(k->out);
         free(k->session);
         list_del(&k->node);
@@ -230,24 +272,36 @@ static void run_free(struct kept_run *k)
 }
 
 /* A named client's store, left by its MCP sessions, goes with its last
- * run. */
-static void store_unused(struct results *st)
+ * run: whether it went. */
+static bool store_unused(struct results *st)
 {
-        if (!st->users && list_empty(&st->runs))
-                store_free(st);
+        if (st->users || !list_empty(&st->runs))
+                return false;
+        store_free(st);
+        return true;
 }
 
-/* Room for `n` more bytes, made by letting the oldest ended runs go:
- * whether it is there. */
-static bool make_room(struct results *st, unsigned long long n)
+/* Room for `n` more bytes for run `self`, made by letting the oldest
+ * ended runs go (never `self`, never a running one, and none when that
+ * would not make room): whether it is there. */
+static bool make_room(struct results *st, unsigned long long n, const struct kept_run *self)
 {
-        unsigned long long max = st->cfg->result_store_max;
+        unsigned long long max = st->cfg->result_store_max, pinned = 0;
         struct kept_run *k, *tmp;
+        if (st->bytes + n <= max)
+                return true;
+        list_for_each(k, &st->runs, node)
+        {
+                if (k->running || k == self)
+                        pinned += k->s[0].len + k->s[1].len + k->out_bytes;
+        }
+        if (pinned + n > max)
+                return false;
         list_for_each_safe(k, tmp, &st->runs, node)
         {
                 if (st->bytes + n <= max)
                         break;
-                if (!k->running)
+                if (!k->running && k != self)
                         run_free(k);
         }
         return st->bytes + n <= max;
@@ -337,7 +391,7 @@ void kept_output(struct kept_run *k, bool is_stderr, const char *p, size_t n)
         ks->total += n;
         if (ks->full)
                 return;
-        if (!make_room(k->st, n)) {
+        if (!make_room(k->st, n, k)) {
                 stop_stream(k, ks, "result_store_max is reached");
                 return;
         }
@@ -361,18 +415,49 @@ void kept_output(struct kept_run *k, bool is_stderr, const char *p, size_t n)
         k->st->bytes += n;
 }
 
-static void expired(struct timer *t, void *userdata)
+static long long keep_ms(const struct results *st)
 {
-        struct kept_run *k = userdata;
-        struct results *st = k->st;
-        (void)t;
-        /* A session's runs stay while it is open. */
-        if (k->session && session_exists(st->sessions, st->owner, k->session)) {
-                timer_arm(k->expire, (long long)(st->cfg->result_keep_s * 1000));
+        long long ms = (long long)(st->cfg->result_keep_s * 1000);
+        return ms > 0 ? ms : 1;
+}
+
+/* One timer a store, for the run that expires first. */
+static void store_arm(struct results *st)
+{
+        long long next = 0;
+        struct kept_run *k;
+        list_for_each(k, &st->runs, node)
+        {
+                if (!k->running && (!next || k->expires < next))
+                        next = k->expires;
+        }
+        if (!next) {
+                timer_stop(st->timer);
                 return;
         }
-        run_free(k);
-        store_unused(st);
+        long long ms = next - now_ms();
+        if (timer_set(st->loop, &st->timer, store_expired, st, ms > 0 ? ms : 1) < 0)
+                log_warn("results: no timer: kept output stays until it is crowded out");
+}
+
+static void store_expired(struct timer *t, void *userdata)
+{
+        struct results *st = userdata;
+        (void)t;
+        long long now = now_ms();
+        struct kept_run *k, *tmp;
+        list_for_each_safe(k, tmp, &st->runs, node)
+        {
+                if (k->running || k->expires > now)
+                        continue;
+                /* A session's runs stay while it is open. */
+                if (k->session && session_exists(st->sessions, st->owner, k->session))
+                        k->expires = now + keep_ms(st);
+                else
+                        run_free(k);
+        }
+        if (!store_unused(st))
+                store_arm(st);
 }
 
 /* A single-use run's /workspace/out files, as the result shows them. */
@@ -394,7 +479,7 @@ static void keep_out_files(struct kept_run *k, json_t *out_files)
                 file_path(k, what, file, sizeof(file));
                 int fd = -1;
                 if (base64_decode(&raw, json_string_value(data), json_string_length(data)) == 0 &&
-                    make_room(k->st, raw.len) &&
+                    make_room(k->st, raw.len, k) &&
                     (fd = open(file, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW,
                                0600)) >= 0 &&
                     write_all(fd, raw.data ? raw.data : "", raw.len) == 0) {
@@ -417,18 +502,18 @@ void kept_finish(struct kept_run *k, const struct sandbox_result *res)
 {
         if (!k || !k->running)
                 return;
-        struct results *st = k->st;
-        k->running = false;
         for (int i = 0; i < 2; i++) {
                 if (k->s[i].fd >= 0)
                         close(k->s[i].fd);
                 k->s[i].fd = -1;
         }
-        if (!k->session && json_array_size(res->out_files))
+        /* Still running while its files go in: making room for them never
+         * lets the run itself go. */
+        if (res && !k->session && json_array_size(res->out_files))
                 keep_out_files(k, res->out_files);
-        if (timer_set(st->loop, &k->expire, expired, k,
-                      (long long)(st->cfg->result_keep_s * 1000)) < 0)
-                run_free(k);
+        k->running = false;
+        k->expires = now_ms() + keep_ms(k->st);
+        store_arm(k->st);
 }
 
 bool kept_has_out(const struct kept_run *k, const char *path)
@@ -558,7 +643,7 @@ int results_read(struct mcp_server *s, const char *uri, size_t offset, size_t li
                 /* Back to the start of the character the offset falls in;
                  * the end on the last whole one before the limit (at least
                  * one), unless it is the file's end. */
-                while (from > 0 && ((unsigned char)raw[from] & 0xC0) == 0x80)
+                while (from > 0 && from < got && ((unsigned char)raw[from] & 0xC0) == 0x80)
                         from--;
                 bool at_end = offset - before + to == size;
                 if (!at_end) {
@@ -582,6 +667,7 @@ static void store_free(struct results *st)
 {
         struct kept_run *k, *tmp;
         list_for_each_safe(k, tmp, &st->runs, node) run_free(k);
+        timer_remove(st->timer);
         rmdir(st->dir);
         list_del(&st->node);
         free(st);
@@ -604,7 +690,8 @@ void results_free(struct mcp_server *s)
                         if (k->running)
                                 run_free(k);
                 }
-                store_unused(st);
+                if (!store_unused(st))
+                        store_arm(st);
                 return;
         }
         store_free(st);

@@ -36,6 +36,7 @@ static void call_progress(void *userdata, double done, double total, const char 
 
 void call_free(struct call *c)
 {
+        kept_finish(c->kept, NULL); /* a call that never ran, or ends with its client */
         progress_free(c->progress);
         job_waits_free(c);
         timer_remove(c->sync_timer);
@@ -54,7 +55,9 @@ struct result_view call_view(const struct call *c)
             .session = c->session,
             .max_chars = c->max_chars ? c->max_chars : (size_t)c->srv->cfg->result_max_chars,
             .kept = c->kept,
-            .keep_s = c->srv->cfg->result_keep_s};
+            .keep_s = c->srv->cfg->result_keep_s,
+            /* resource_link came with 2025-06-18 */
+            .links = strcmp(c->srv->protocol, "2025-06-18") >= 0};
 }
 
 /* sync_wait_s passed: answer "running", and let the sandbox go on. */
@@ -80,6 +83,8 @@ static void call_done(void *userdata, const struct sandbox_result *res)
         c->sync_timer = NULL;
         metrics_run(c->tool, sandbox_status_name(res->status),
                     (double)(now_ms() - c->t_start) / 1000);
+        /* Its output is whole: its time in the store starts. */
+        kept_finish(c->kept, res);
         if (s->closing) {
                 /* Its client went away: the last call's end frees the server. */
                 call_free(c);
@@ -91,7 +96,6 @@ static void call_done(void *userdata, const struct sandbox_result *res)
                 job_finished(c, res);
                 return;
         }
-        kept_finish(c->kept, res);
         /* A withdrawn call gets no response (MCP cancellation rules). */
         if (!c->cancelled) {
                 struct result_view v = call_view(c);
@@ -123,6 +127,8 @@ static struct call *call_new(struct mcp_server *s, json_t *id, json_t *task, con
 /* The call could not start: its answer (stolen), or for a task its result. */
 static void call_failed(struct call *c, json_t *result)
 {
+        kept_finish(c->kept, NULL);
+        c->kept = NULL;
         if (c->task) {
                 job_store(c, result);
                 return;

@@ -157,7 +157,8 @@ static json_t *initialize_result(const char *version)
             "new sandbox, unless it names a `session`: then variables, imports and "
             "/workspace files persist across the calls with that name (write_file, "
             "read_file and list_files reach its files; session_close ends it). Files the "
-            "code writes under /workspace/out/ come back with the result.");
+            "code writes under /workspace/out/ come back with the result. More, with "
+            "examples: resource " GUIDE_URI ".");
 }
 
 /* Whether `id` names a request not answered yet: a second one with it

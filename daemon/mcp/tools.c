@@ -11,24 +11,20 @@
 #include <stdio.h>
 #include <string.h>
 
-#define SANDBOX_RULES                                                                              \
-        "It runs in a fresh, single-use container: no network (only loopback), read-only root "    \
-        "filesystem, writable /tmp and /workspace (tmpfs, discarded afterwards), unprivileged "    \
-        "user (uid 65534), no capabilities, and bounded memory, processes, CPU and time. "         \
-        "Returns stdout, stderr, the exit code and, on failure, the error. Files the code "        \
-        "writes under /workspace/out/ come back with the result (images as pictures). With "       \
-        "`session`, the sandbox is kept for later calls with the same name: variables, imports "   \
-        "and /workspace files persist (session_list, session_close; write_file, read_file, "       \
-        "list_files reach its files)."
+/* tools/list is read in every conversation, so the descriptions say what
+ * a model needs to call right; the rest is in the guide (GUIDE_URI,
+ * daemon/mcp/guide.md), which they name. */
+#define GUIDE_NOTE " Guide: resource " GUIDE_URI "."
 
+/* The fields of a run's result; what the nested ones hold (error, files,
+ * session) is in the README, not in every tools/list. */
 static json_t *output_schema(void)
 {
         json_t *schema = json_pack(
             "{s:s, s:{"
             "s:{s:s, s:[s,s,s,s,s,s,s,s,s,s]},"
             "s:{s:[s,s]}, s:{s:s}, s:{s:s}, s:{s:s}, s:{s:s}, s:{s:s}, s:{s:s},"
-            "s:{s:s}, s:{s:[s,s]},"
-            "s:{s:[s,s], s:{s:{s:s}, s:{s:s}, s:{s:[s,s]}}}, s:{s:s}"
+            "s:{s:s}, s:{s:[s,s]}, s:{s:[s,s]}, s:{s:s}, s:{s:s}, s:{s:s}"
             "}, s:[s,s,s,s,s]}",
             "type", "object", "properties", "status", "type", "string", "enum", "ok", "error",
             "timeout", "oom", "cancelled", "engine_error", "busy", "invalid_arguments", "running",
@@ -36,95 +32,127 @@ static json_t *output_schema(void)
             "stderr", "type", "string", "stdout_bytes", "type", "integer", "stderr_bytes", "type",
             "integer", "stdout_truncated", "type", "boolean", "stderr_truncated", "type", "boolean",
             "duration_ms", "type", "integer", "container", "type", "string", "null", "error",
-            "type", "object", "null", "properties", "type", "type", "string", "message", "type",
-            "string", "traceback", "type", "string", "null", "job_id", "type", "string", "required",
-            "status", "exit_code", "stdout", "stderr", "duration_ms");
-        json_t *props = json_object_get(schema, "properties");
+            "type", "object", "null", "job_id", "type", "string", "files", "type", "array",
+            "session", "type", "object", "required", "status", "exit_code", "stdout", "stderr",
+            "duration_ms");
         /* Where a cut stream's whole text is kept (read_file, resources/read). */
+        json_t *props = json_object_get(schema, "properties");
         json_object_set_new(props, "stdout_uri", json_pack("{s:[s,s]}", "type", "string", "null"));
         json_object_set_new(props, "stderr_uri", json_pack("{s:[s,s]}", "type", "string", "null"));
-        /* Files the code wrote under /workspace/out, and the session. */
-        json_object_set_new(
-            props, "files",
-            json_pack("{s:s, s:{s:s, s:{s:{s:s}, s:{s:s}, s:{s:[s,s]}, s:{s:s}, s:{s:s}},"
-                      " s:[s,s,s]}}",
-                      "type", "array", "items", "type", "object", "properties", "path", "type",
-                      "string", "size", "type", "integer", "mime_type", "type", "string", "null",
-                      "returned", "type", "boolean", "note", "type", "string", "required", "path",
-                      "size", "returned"));
-        json_object_set_new(
-            props, "session",
-            json_pack("{s:s, s:{s:{s:s}, s:{s:s, s:[s,s,s,s]}, s:{s:[s,s]}}, s:[s,s]}", "type",
-                      "object", "properties", "name", "type", "string", "state", "type", "string",
-                      "enum", "kept", "reset", "restarted", "ended", "memory_bytes", "type",
-                      "integer", "null", "required", "name", "state"));
         return schema;
 }
 
-static json_t *tool(const char *name, const char *title, const char *desc, const char *arg,
-                    const char *arg_desc)
+/* A tool's annotations as MCP reads them, each hint only where it differs
+ * from MCP's default (readOnly false, destructive true, idempotent false,
+ * openWorld true); destructive and idempotent mean something only for a
+ * tool that is not read-only. */
+static json_t *annotations(bool readonly, bool destructive, bool idempotent, bool open_world)
 {
-        return json_pack(
-            "{s:s, s:s, s:s,"
-            " s:{s:s, s:{s:{s:s, s:s}, s:{s:s, s:f, s:s}}, s:[s], s:b},"
-            " s:o, s:{s:b, s:b, s:b, s:b}}",
-            "name", name, "title", title, "description", desc, "inputSchema", "type", "object",
-            "properties", arg, "type", "string", "description", arg_desc, "timeout_s", "type",
-            "number", "exclusiveMinimum", 0.0, "description",
-            "Time limit in seconds (default 30; capped by corral's configuration). The "
-            "sandbox is killed when it runs out.",
-            "required", arg, "additionalProperties", 0, "outputSchema", output_schema(),
-            "annotations", "readOnlyHint", 0, "destructiveHint", 0, "idempotentHint", 0,
-            "openWorldHint", 0);
+        json_t *a = json_object();
+        if (readonly)
+                json_object_set_new(a, "readOnlyHint", json_true());
+        if (!readonly && !destructive)
+                json_object_set_new(a, "destructiveHint", json_false());
+        if (!readonly && idempotent)
+                json_object_set_new(a, "idempotentHint", json_true());
+        if (!open_world)
+                json_object_set_new(a, "openWorldHint", json_false());
+        return a;
 }
 
-/* What a sandbox is made of, for the tools' descriptions: the default
- * image and its packages, the others a call may choose, host data. */
-static void environment_text(const struct sandbox_images *images, json_t *mounts, struct buf *b)
+/* A property's schema with its description, or without when `desc` is
+ * NULL (run_shell's arguments are described once, in run_python's). */
+static json_t *described(json_t *schema, const char *desc)
 {
-        const struct sandbox_image *def = NULL;
-        for (size_t i = 0; images && i < images->n; i++)
-                if (images->v[i].is_default)
-                        def = &images->v[i];
-        char line[1200];
-        if (def) {
-                snprintf(line, sizeof(line), " Image: %s%s%s%s.",
-                         def->short_name ? def->short_name : def->name,
-                         def->packages && *def->packages ? " (Python 3 with " : "",
-                         def->packages && *def->packages ? def->packages : "",
-                         def->packages && *def->packages ? ")" : "");
-                buf_append_some(b, line, strlen(line));
+        if (schema && desc)
+                json_object_set_new(schema, "description", json_string(desc));
+        return schema;
+}
+
+/* run_python or run_shell, with the code argument `arg` and timeout_s.
+ * Input schemas leave out what corral checks itself and says in its
+ * answer (unknown arguments, lengths and counts): tools/list is paid for
+ * in every conversation. */
+static json_t *tool(const char *name, const char *title, const char *desc, const char *arg,
+                    bool open_world, bool describe_args)
+{
+        json_t *props =
+            json_pack("{s:{s:s}, s:o}", arg, "type", "string", "timeout_s",
+                      described(json_pack("{s:s, s:f}", "type", "number", "exclusiveMinimum", 0.0),
+                                describe_args ? "Time limit, default 30." : NULL));
+        return json_pack("{s:s, s:s, s:s, s:{s:s, s:o, s:[s]}, s:o, s:o}", "name", name, "title",
+                         title, "description", desc, "inputSchema", "type", "object", "properties",
+                         props, "required", arg, "outputSchema", output_schema(), "annotations",
+                         annotations(false, false, false, open_world));
+}
+
+/* An image's packages, "numpy 1.24.2, pandas 1.5.3", with their versions
+ * or as names alone ("numpy, pandas"). */
+static void packages_text(const char *packages, bool versions, struct buf *b)
+{
+        if (versions) {
+                buf_append_some(b, packages, strlen(packages));
+                return;
         }
-        for (size_t i = 0; images && i < images->n; i++) {
-                const struct sandbox_image *x = &images->v[i];
-                if (x->is_default)
-                        continue;
-                snprintf(line, sizeof(line), " With image \"%s\": %s.",
-                         x->short_name ? x->short_name : x->name,
-                         x->packages && *x->packages ? x->packages : "Python 3 alone");
-                buf_append_some(b, line, strlen(line));
+        for (const char *p = packages; *p;) {
+                size_t item = strcspn(p, ","), name = strcspn(p, " ,");
+                buf_append_some(b, p, name < item ? name : item);
+                p += item;
+                if (*p == ',') {
+                        buf_append_some(b, ", ", 2);
+                        p += strspn(p, ", ");
+                }
         }
+}
+
+void tools_environment_text(const struct sandbox_images *images, json_t *mounts, bool versions,
+                            struct buf *b)
+{
+        /* The default first, as `image` lists them. */
+        size_t k = 0;
+        for (int pass = 0; pass < 2; pass++)
+                for (size_t i = 0; images && i < images->n; i++) {
+                        const struct sandbox_image *x = &images->v[i];
+                        if (x->is_default != (pass == 0))
+                                continue;
+                        const char *name = x->short_name ? x->short_name : x->name;
+                        const char *sep = k++ ? "; " : " Images: ";
+                        buf_append_some(b, sep, strlen(sep));
+                        buf_append_some(b, name, strlen(name));
+                        if (x->packages && *x->packages) {
+                                buf_append_some(b, " (", 2);
+                                packages_text(x->packages, versions, b);
+                                buf_append_some(b, ")", 1);
+                        }
+                }
+        if (k)
+                buf_append_some(b, ".", 1);
         size_t i;
         json_t *m;
         json_array_foreach(mounts, i, m)
         {
-                snprintf(line, sizeof(line), "%s%s", i ? ", " : " Host data, read-only: ",
-                         json_string_value(json_object_get(m, "Target")));
-                buf_append_some(b, line, strlen(line));
+                const char *target = json_string_value(json_object_get(m, "Target"));
+                const char *sep = i ? ", " : " Read-only host data: ";
+                buf_append_some(b, sep, strlen(sep));
+                buf_append_some(b, target, strlen(target));
                 if (i + 1 == json_array_size(mounts))
                         buf_append_some(b, ".", 1);
         }
 }
 
+static json_t *session_prop(void);
+
 /* run_python and run_shell: a call that outlives sync_wait_s becomes a job;
  * `session` keeps the sandbox for later calls; `files` go in first; `image`
  * picks one of those corral offers. */
-static json_t *with_sync_wait(json_t *t, const struct sandbox_images *images, json_t *mounts)
+static json_t *with_sync_wait(json_t *t, const struct sandbox_images *images, json_t *mounts,
+                              bool first)
 {
         json_t *props = json_object_get(json_object_get(t, "inputSchema"), "properties");
         struct buf env;
         buf_init(&env, 16 << 10);
-        environment_text(images, mounts, &env);
+        if (first)
+                tools_environment_text(images, mounts, false, &env);
         if (env.len) {
                 struct buf d;
                 buf_init(&d, 32 << 10);
@@ -137,110 +165,90 @@ static json_t *with_sync_wait(json_t *t, const struct sandbox_images *images, js
         buf_free(&env);
         json_t *choices = images ? sandbox_images_choices(images) : NULL;
         if (json_array_size(choices) > 1)
-                json_object_set_new(props, "image",
-                                    json_pack("{s:s, s:o, s:s}", "type", "string", "enum", choices,
-                                              "description",
-                                              "The sandbox image (default: the first). A session "
-                                              "keeps the image it opened with."));
+                json_object_set_new(
+                    props, "image",
+                    described(json_pack("{s:s, s:o}", "type", "string", "enum", choices),
+                              first ? "A session keeps its own." : NULL));
         else
                 json_decref(choices);
         json_object_set_new(
             props, "session",
-            json_pack("{s:s, s:s, s:i, s:s}", "type", "string", "pattern", "^[A-Za-z0-9_.-]+$",
-                      "maxLength", SESSION_NAME_MAX, "description",
-                      "Run in the named session: the first call with a name opens a sandbox "
-                      "that later calls with the same name reuse (Python variables, imports, "
-                      "/workspace files). Sessions close after session_idle_s without calls; "
-                      "session_close closes one. Omit for a fresh single-use sandbox."));
+            described(session_prop(),
+                      first ? "Keep the sandbox under this name for later calls." : NULL));
         json_object_set_new(
             props, "files",
-            json_pack("{s:s, s:i, s:{s:s, s:{s:{s:s, s:s}, s:{s:s, s:s}, s:{s:s, s:[s,s], s:s}},"
-                      " s:[s,s], s:b}, s:s}",
-                      "type", "array", "maxItems", FILES_PER_CALL, "items", "type", "object",
-                      "properties", "path", "type", "string", "description",
-                      "Where, under /workspace (relative, or absolute under /workspace).",
-                      "content", "type", "string", "description", "The file's content.", "encoding",
-                      "type", "string", "enum", "utf-8", "base64", "description",
-                      "How content is given (default utf-8).", "required", "path", "content",
-                      "additionalProperties", 0, "description",
-                      "Files to write under /workspace before the code runs."));
+            described(json_pack("{s:s, s:{s:s, s:{s:{s:s}, s:{s:s}, s:{s:s, s:[s,s]}}, s:[s,s]}}",
+                                "type", "array", "items", "type", "object", "properties", "path",
+                                "type", "string", "content", "type", "string", "encoding", "type",
+                                "string", "enum", "utf-8", "base64", "required", "path", "content"),
+                      first ? "Written under /workspace first." : NULL));
+        json_object_set_new(props, "sync_wait_s",
+                            described(json_pack("{s:s, s:f}", "type", "number", "minimum", 0.0),
+                                      first ? "Default 25; a longer run goes on as a job." : NULL));
         json_object_set_new(
-            props, "sync_wait_s",
-            json_pack("{s:s, s:f, s:s}", "type", "number", "minimum", 0.0, "description",
-                      "Seconds to wait for the result (default 25). A run still going then "
-                      "keeps running as a job: the call returns status \"running\" and a "
-                      "job_id for job_status, job_result and job_cancel. Give timeout_s too "
-                      "for runs longer than 30 s."));
+            props, "result_max_chars",
+            described(json_pack("{s:s}", "type", "integer"),
+                      first ? "Default 20000; longer output shows its ends." : NULL));
         return t;
 }
 
-static json_t *annotated_tool(const char *name, const char *title, const char *desc,
-                              json_t *properties, json_t *required, bool readonly, bool destructive,
-                              bool idempotent)
+/* A tool that runs no code. Its name reads as what it does, so it has no
+ * title; no outputSchema either: {"type": "object"} would tell a host
+ * nothing that structuredContent does not. */
+static json_t *annotated_tool(const char *name, const char *desc, json_t *properties,
+                              json_t *required, bool readonly, bool destructive, bool idempotent)
 {
-        return json_pack("{s:s, s:s, s:s, s:{s:s, s:o, s:o, s:b}, s:{s:s},"
-                         " s:{s:b, s:b, s:b, s:b}}",
-                         "name", name, "title", title, "description", desc, "inputSchema", "type",
-                         "object", "properties", properties, "required", required,
-                         "additionalProperties", 0, "outputSchema", "type", "object", "annotations",
-                         "readOnlyHint", readonly, "destructiveHint", destructive, "idempotentHint",
-                         idempotent, "openWorldHint", 0);
+        json_t *t = json_pack("{s:s, s:s, s:{s:s, s:o}, s:o}", "name", name, "description", desc,
+                              "inputSchema", "type", "object", "properties", properties,
+                              "annotations", annotations(readonly, destructive, idempotent, false));
+        /* An empty "required" says nothing: left out. */
+        if (t && json_array_size(required))
+                json_object_set(json_object_get(t, "inputSchema"), "required", required);
+        json_decref(required);
+        return t;
 }
 
 /* A job tool: job_id when `args`, and what it changes. */
-static json_t *job_tool(const char *name, const char *title, const char *desc, bool args,
-                        bool readonly)
+static json_t *job_tool(const char *name, const char *desc, bool args, bool readonly)
 {
-        json_t *props = args ? json_pack("{s:{s:s, s:s}}", "job_id", "type", "string",
-                                         "description", "The job_id a run returned.")
-                             : json_object();
-        return annotated_tool(name, title, desc, props,
-                              args ? json_pack("[s]", "job_id") : json_array(), readonly, !readonly,
-                              true);
+        json_t *props = args ? json_pack("{s:{s:s}}", "job_id", "type", "string") : json_object();
+        return annotated_tool(name, desc, props, args ? json_pack("[s]", "job_id") : json_array(),
+                              readonly, !readonly, true);
 }
 
-static json_t *session_prop(const char *desc)
+/* A session's name (its length corral checks). */
+static json_t *session_prop(void)
 {
-        return json_pack("{s:s, s:s, s:i, s:s}", "type", "string", "pattern", "^[A-Za-z0-9_.-]+$",
-                         "maxLength", SESSION_NAME_MAX, "description", desc);
+        return json_pack("{s:s, s:s}", "type", "string", "pattern", "^[A-Za-z0-9_.-]+$");
 }
 
 /* A list of MCP server names, as `servers` and `session_servers` take. */
 static json_t *server_names_schema(const char *description)
 {
-        return json_pack("{s:s, s:{s:s}, s:i, s:b, s:s}", "type", "array", "items", "type",
-                         "string", "maxItems", 32, "uniqueItems", 1, "description", description);
+        return json_pack("{s:s, s:{s:s}, s:s}", "type", "array", "items", "type", "string",
+                         "description", description);
 }
 
-static json_t *run_python_tool(const char *name, const char *servers)
+static json_t *run_python_tool(const char *name, const char *servers, bool open_world)
 {
         char desc[2048];
         snprintf(desc, sizeof(desc),
-                 "Run Python 3 code in an isolated sandbox. Top-level `await` works; print() to "
-                 "return output. " SANDBOX_RULES
-                 " With `servers`, the code can call those MCP servers' tools: "
-                 "mcp_<name>.<tool>(**arguments) returns a result with .text, .structured, "
-                 ".images (works with and without await; use asyncio.gather for parallel "
-                 "calls); list_tools(server), search_tools(query) and tool_docs(server, tool) "
-                 "describe them; failures raise corral.McpError subclasses (ToolError, "
-                 "PolicyDenied, ...). Servers: %s. Use list_servers and search_tools to see "
-                 "their tools before writing code.",
-                 servers && *servers ? servers : "none configured");
-        json_t *t = tool(name, "Run Python in a sandbox", desc, "code", "Python source to run.");
+                 "Run Python 3 in a fresh sandbox: no network, writable /tmp and /workspace "
+                 "only, time and memory limits. print() results; top-level await works; files "
+                 "written to /workspace/out/ are returned. With `servers`, "
+                 "mcp_<server>.<tool>(**args) calls an MCP tool (.text, .structured; errors "
+                 "raise corral.McpError subclasses). Servers: %s." GUIDE_NOTE,
+                 servers && *servers ? servers : "none");
+        json_t *t = tool(name, "Run Python in a sandbox", desc, "code", open_world, true);
         json_t *props = json_object_get(json_object_get(t, "inputSchema"), "properties");
         json_object_set_new(props, "servers",
-                            server_names_schema("Names of MCP servers the code may call (see "
-                                                "list_servers). Only these are reachable from "
-                                                "the sandbox, under corral's policy. A session "
-                                                "may name only those its first call named."));
+                            server_names_schema("MCP servers the code may call."));
         /* Code a session ran before can act in its later calls: a server
          * granted to it is granted to that code too, so adding one is said
          * in so many words (README, Sessions). */
         json_object_set_new(props, "session_servers",
-                            server_names_schema("With `session`: servers to add to those the "
-                                                "session may call, for this call and later ones. "
-                                                "Code the session ran before will be able to use "
-                                                "them too."));
+                            server_names_schema("With session: servers to add, for its earlier "
+                                                "code too."));
         return t;
 }
 
@@ -248,47 +256,34 @@ static json_t *run_python_tool(const char *name, const char *servers)
 
 static json_t *describe_run_python(const char *name, const struct tools_context *x)
 {
-        json_t *t = with_sync_wait(run_python_tool(name, x->servers), x->images, x->mounts);
         /* Code that may call the user's MCP servers reaches past the
          * sandbox: the hint says so when there are any. */
-        if (t && x->servers && x->servers[0])
-                json_object_set_new(json_object_get(t, "annotations"), "openWorldHint",
-                                    json_true());
-        return t;
+        return with_sync_wait(run_python_tool(name, x->servers, x->servers && x->servers[0]),
+                              x->images, x->mounts, true);
 }
 
 static json_t *describe_run_shell(const char *name, const struct tools_context *x)
 {
-        return with_sync_wait(tool(name, "Run a shell command in a sandbox",
-                                   "Run a command with /bin/sh -c in an isolated sandbox (Debian "
-                                   "userland with python3). " SANDBOX_RULES,
-                                   "command", "Shell command line, run with /bin/sh -c."),
-                              x->images, x->mounts);
+        /* The images are described once, in run_python's. */
+        return with_sync_wait(tool(name, "Run shell in a sandbox",
+                                   "Run a /bin/sh -c command in a sandbox as run_python does, with "
+                                   "the same arguments." GUIDE_NOTE,
+                                   "command", false, false),
+                              x->images, NULL, false);
 }
 
 static json_t *describe_sandbox_status(const char *name, const struct tools_context *x)
 {
         (void)x;
-        return json_pack("{s:s, s:s, s:s, s:{s:s, s:{}, s:b}, s:{s:s}, s:{s:b, s:b, s:b, s:b}}",
-                         "name", name, "title", "Sandbox pool status", "description",
-                         "Read-only figures of this corral: warm pool (ready, starting, busy, "
-                         "queued, hits, misses, refill latency p50/p95, failures and the last "
-                         "error), calls served, memory and CPU use. Runs no code.",
-                         "inputSchema", "type", "object", "properties", "additionalProperties", 0,
-                         "outputSchema", "type", "object", "annotations", "readOnlyHint", 1,
-                         "destructiveHint", 0, "idempotentHint", 1, "openWorldHint", 0);
+        return annotated_tool(name, "Warm pool, calls, memory and CPU figures of this corral.",
+                              json_object(), json_array(), true, false, true);
 }
 
 static json_t *describe_list_servers(const char *name, const struct tools_context *x)
 {
         (void)x;
-        return annotated_tool(name, "List MCP servers for sandboxed code",
-                              "The MCP servers that code in run_python may call (pass their names "
-                              "in `servers`): name, description, status (idle, starting, "
-                              "connected, error, disabled, or skipped: a project's server that "
-                              "was not approved, with the reason), tool count once connected, "
-                              "the last error, and the config file it came from. Starts "
-                              "nothing.",
+        return annotated_tool(name,
+                              "MCP servers run_python code may call (name them in `servers`).",
                               json_object(), json_array(), true, false, true);
 }
 
@@ -296,81 +291,59 @@ static json_t *describe_search_tools(const char *name, const struct tools_contex
 {
         (void)x;
         return annotated_tool(
-            name, "Search the tools of MCP servers",
-            "Search the tools of the configured MCP servers by words in their name or "
-            "description, and get each match's input schema, so that code for run_python can "
-            "call them correctly. Starts servers that are not running yet, except a project's "
-            "(from .mcp.json and the like): those start only when named in \"server\" or in "
-            "run_python's \"servers\". The answer says which servers were searched.",
-            json_pack("{s:{s:s, s:s}, s:{s:s, s:s}, s:{s:s, s:i, s:i, s:s}}", "query", "type",
-                      "string", "description",
-                      "Words to look for (all must match); empty lists every tool.", "server",
-                      "type", "string", "description", "Only this server's tools.", "limit", "type",
-                      "integer", "minimum", 1, "maximum", 200, "description",
-                      "At most this many matches (default 20)."),
+            name,
+            "Find MCP servers' tools by words, with their input schemas, for run_python code.",
+            json_pack("{s:{s:s, s:s}, s:{s:s, s:s}, s:{s:s, s:s}}", "query", "type", "string",
+                      "description", "Words that must all match; empty: all.", "server", "type",
+                      "string", "description", "Only this server.", "limit", "type", "integer",
+                      "description", "Default 20."),
             json_pack("[s]", "query"), true, false, true);
 }
 
 static json_t *describe_job_status(const char *name, const struct tools_context *x)
 {
         (void)x;
-        return job_tool(name, "Status of a sandbox job",
-                        "Whether a job still runs, for how long, and its newest output.", true,
-                        true);
+        return job_tool(name, "Whether a job runs, and its newest output.", true, true);
 }
 
 static json_t *describe_job_result(const char *name, const struct tools_context *x)
 {
         (void)x;
-        json_t *t = job_tool(name, "Result of a sandbox job",
-                             "The result of a run that outlived sync_wait_s, the same as "
-                             "run_python's once it has ended; with wait_s, waits up to that "
-                             "many seconds for the end (else status \"running\"). Finished "
-                             "jobs are kept for job_retention_s (600 s).",
+        json_t *t = job_tool(name,
+                             "A job's result, as run_python's, once ended (else status "
+                             "\"running\").",
                              true, true);
-        json_object_set_new(
-            json_object_get(json_object_get(t, "inputSchema"), "properties"), "wait_s",
-            json_pack("{s:s, s:f, s:f, s:s}", "type", "number", "minimum", 0.0, "maximum",
-                      JOB_WAIT_MAX_S, "description",
-                      "Seconds to wait for the job to end (default 0: answer at once)."));
+        json_object_set_new(json_object_get(json_object_get(t, "inputSchema"), "properties"),
+                            "wait_s",
+                            json_pack("{s:s, s:s}", "type", "number", "description",
+                                      "Seconds to wait for the end (default 0)."));
         return t;
 }
 
 static json_t *describe_job_cancel(const char *name, const struct tools_context *x)
 {
         (void)x;
-        return job_tool(name, "Cancel a sandbox job",
-                        "Kill a running job's sandbox; its result then has status \"cancelled\".",
-                        true, false);
+        return job_tool(name, "Kill a job's sandbox (status \"cancelled\").", true, false);
 }
 
 static json_t *describe_job_list(const char *name, const struct tools_context *x)
 {
         (void)x;
-        return job_tool(name, "List sandbox jobs",
-                        "Every job of this session: running ones and finished ones still kept.",
-                        false, true);
+        return job_tool(name, "Running and kept jobs.", false, true);
 }
 
 static json_t *describe_session_list(const char *name, const struct tools_context *x)
 {
         (void)x;
-        return annotated_tool(name, "List sandbox sessions",
-                              "The sessions open for this client: name, state (starting, idle, "
-                              "busy), the MCP servers it may call, age and idle time in seconds, "
-                              "calls, memory use of the "
-                              "sandbox after its last call, container; and the limits "
-                              "(max_sessions, session_idle_s, session_max_s).",
+        return annotated_tool(name, "Open sessions (state, servers, age, memory) and their limits.",
                               json_object(), json_array(), true, false, true);
 }
 
 static json_t *describe_session_close(const char *name, const struct tools_context *x)
 {
         (void)x;
-        return annotated_tool(name, "Close a sandbox session",
-                              "Close a session: its sandbox (variables, /workspace files) is "
-                              "removed; a call still running in it ends \"cancelled\".",
-                              json_pack("{s:o}", "session", session_prop("The session's name.")),
+        return annotated_tool(name, "Close a session, removing its sandbox.",
+                              json_pack("{s:o}", "session", session_prop()),
                               json_pack("[s]", "session"), false, true, true);
 }
 
@@ -378,17 +351,10 @@ static json_t *describe_write_file(const char *name, const struct tools_context 
 {
         (void)x;
         return annotated_tool(
-            name, "Write a file into a session's /workspace",
-            "Write a file under a session's /workspace (opening the session if needed), "
-            "making missing directories; an existing file is replaced. Paths stay inside "
-            "/workspace: no '..', no symbolic link out.",
-            json_pack("{s:o, s:{s:s, s:s}, s:{s:s, s:s}, s:{s:s, s:[s,s], s:s}}", "session",
-                      session_prop("The session (opened if it does not exist)."), "path", "type",
-                      "string", "description",
-                      "Relative to /workspace, or absolute under /workspace.", "content", "type",
-                      "string", "description", "The file's content.", "encoding", "type", "string",
-                      "enum", "utf-8", "base64", "description",
-                      "How content is given: utf-8 text (default) or base64 for bytes."),
+            name, "Write a file under a session's /workspace (opening the session if needed).",
+            json_pack("{s:o, s:{s:s}, s:{s:s}, s:{s:s, s:[s,s], s:s}}", "session", session_prop(),
+                      "path", "type", "string", "content", "type", "string", "encoding", "type",
+                      "string", "enum", "utf-8", "base64", "description", "Default utf-8."),
             json_pack("[s,s,s]", "session", "path", "content"), false, true, true);
 }
 
@@ -396,33 +362,23 @@ static json_t *describe_read_file(const char *name, const struct tools_context *
 {
         (void)x;
         return annotated_tool(
-            name, "Read a file from a session's /workspace",
-            "Read a file under a session's /workspace. Text comes back as text, bytes "
-            "[offset, offset+limit) of it for large files (next_offset says where to go "
-            "on); images as an image, other binary files as an embedded resource "
-            "(base64).",
-            json_pack("{s:o, s:{s:s, s:s}, s:{s:s, s:i, s:s}, s:{s:s, s:i, s:s}}", "session",
-                      session_prop("The session."), "path", "type", "string", "description",
-                      "Relative to /workspace, or absolute under /workspace.", "offset", "type",
-                      "integer", "minimum", 0, "description", "First byte to return (default 0).",
-                      "limit", "type", "integer", "minimum", 1, "description",
-                      "Bytes to return at most (default 1 MiB)."),
-            json_pack("[s,s]", "session", "path"), true, false, true);
+            name,
+            "Read a file under a session's /workspace: text, images as images; a long "
+            "one in pieces (offset, limit; the answer's next_offset). Without session: "
+            "a run's whole output, the corral://run/ path its result names.",
+            json_pack("{s:o, s:{s:s}, s:{s:s}, s:{s:s, s:s}}", "session", session_prop(), "path",
+                      "type", "string", "offset", "type", "integer", "limit", "type", "integer",
+                      "description", "Default 1 MiB; for run output, 20000."),
+            json_pack("[s]", "path"), true, false, true);
 }
 
 static json_t *describe_list_files(const char *name, const struct tools_context *x)
 {
         (void)x;
         return annotated_tool(
-            name, "List files in a session's /workspace",
-            "List a directory under a session's /workspace: path, type (file, dir, symlink, "
-            "other), size, mode, mtime; symbolic links are shown, not followed.",
-            json_pack("{s:o, s:{s:s, s:s}, s:{s:s, s:s}, s:{s:s, s:i, s:i, s:s}}", "session",
-                      session_prop("The session."), "path", "type", "string", "description",
-                      "A directory under /workspace (default: /workspace).", "recursive", "type",
-                      "boolean", "description", "Also list what is below (default false).", "limit",
-                      "type", "integer", "minimum", 1, "maximum", RT_LIST_MAX, "description",
-                      "Entries at most (default 1000)."),
+            name, "List a directory under a session's /workspace (default: /workspace).",
+            json_pack("{s:o, s:{s:s}, s:{s:s}, s:{s:s}}", "session", session_prop(), "path", "type",
+                      "string", "recursive", "type", "boolean", "limit", "type", "integer"),
             json_pack("[s]", "session"), true, false, true);
 }
 
@@ -902,27 +858,55 @@ static void text_content_append(json_t *result, const char *p, size_t n)
 /* Where a result's file can be read back (resources/read): a session's
  * as long as the session has it, a single-use run's as long as the run is
  * kept; else a file: URI that says where it was. */
-static void out_file_uri(const struct result_view *v, const char *path, char *out, size_t size)
+static bool out_file_uri(const struct result_view *v, const char *path, char *out, size_t size)
 {
         char prefix[SESSION_NAME_MAX + 64];
         if (v->session) {
                 snprintf(prefix, sizeof(prefix), "corral://session/%s/", v->session);
                 resource_uri(prefix, path, out, size);
-        } else if (v->kept && kept_has_out(v->kept, path)) {
+                return true;
+        }
+        if (v->kept && kept_has_out(v->kept, path)) {
                 snprintf(prefix, sizeof(prefix), "corral://run/%s/", kept_id(v->kept));
                 resource_uri(prefix, path, out, size); /* path is out/... */
-        } else {
-                snprintf(out, size, "file://" FILES_ROOT "/%s", path);
+                return true;
         }
+        snprintf(out, size, "file://" FILES_ROOT "/%s", path);
+        return false;
 }
 
+/* A file's text, when it is text that fits in *room (which it takes). */
+static json_t *embedded_text(json_t *data, const char *mime, const char *uri, size_t *room)
+{
+        if (!text_mime(mime))
+                return NULL;
+        struct buf raw;
+        buf_init(&raw, (size_t)-1 / 2);
+        json_t *resource = NULL;
+        if (base64_decode(&raw, json_string_value(data), json_string_length(data)) == 0 &&
+            raw.len <= *room && utf8_text(raw.data ? raw.data : "", raw.len)) {
+                resource = json_pack("{s:s, s:s, s:s%}", "uri", uri, "mimeType", mime, "text",
+                                     raw.data ? raw.data : "", raw.len);
+                *room -= raw.len;
+        }
+        buf_free(&raw);
+        return resource;
+}
+
+/* The files the code wrote: pictures as images; text as embedded
+ * resources while their text stays within max_chars; the rest that came
+ * back, when the client takes resource links (2025-06-18 on) and the file
+ * can be read back (a session's, or a kept run's), as links; else
+ * embedded. */
 static void add_out_files(json_t *result, json_t *out_files, const struct result_view *v)
 {
         json_t *content = json_object_get(result, "content");
         json_t *listing = json_array();
         struct buf lines;
         buf_init(&lines, 1 << 20);
-        size_t i;
+        /* Embedded text takes at most half the result's; the file lines a
+         * quarter, then one line says how many more there are. */
+        size_t room = v->max_chars / 2, lines_max = v->max_chars / 4, more = 0, i;
         json_t *f;
         json_array_foreach(out_files, i, f)
         {
@@ -933,46 +917,61 @@ static void add_out_files(json_t *result, json_t *out_files, const struct result
                 json_int_t size = json_integer_value(json_object_get(f, "size"));
                 if (!path)
                         continue;
-                char uri[3 * FILES_PATH_MAX + 160], line[FILES_PATH_MAX + 400];
-                out_file_uri(v, path, uri, sizeof(uri));
+                char uri[3 * FILES_PATH_MAX + 160], line[sizeof(uri) + 100];
+                bool readable = out_file_uri(v, path, uri, sizeof(uri));
                 const char *how = "not returned";
+                json_t *item = NULL;
                 if (json_is_string(data) && mime && strncmp(mime, "image/", 6) == 0) {
-                        json_array_append_new(content, json_pack("{s:s, s:O, s:s}", "type", "image",
-                                                                 "data", data, "mimeType", mime));
+                        item = json_pack("{s:s, s:O, s:s}", "type", "image", "data", data,
+                                         "mimeType", mime);
                         how = "returned as an image";
+                } else if (json_is_string(data) && (item = embedded_text(data, mime, uri, &room))) {
+                        item = json_pack("{s:s, s:o}", "type", "resource", "resource", item);
+                        how = "returned as an embedded resource";
+                } else if (json_is_string(data) && readable && v->links) {
+                        item = json_pack("{s:s, s:s, s:s, s:s, s:I}", "type", "resource_link",
+                                         "uri", uri, "name", path, "mimeType",
+                                         mime ? mime : "application/octet-stream", "size", size);
+                        how = "linked";
+                        note = "linked: resources/read of its uri reads it";
                 } else if (json_is_string(data)) {
-                        json_t *resource = NULL;
-                        if (text_mime(mime)) {
-                                struct buf raw;
-                                buf_init(&raw, (size_t)-1 / 2);
-                                if (base64_decode(&raw, json_string_value(data),
-                                                  json_string_length(data)) == 0)
-                                        resource = json_pack("{s:s, s:s, s:s%}", "uri", uri,
-                                                             "mimeType", mime, "text",
-                                                             raw.data ? raw.data : "", raw.len);
-                                buf_free(&raw);
-                        }
-                        if (!resource) /* bytes, or text that is not UTF-8 */
-                                resource = json_pack("{s:s, s:s, s:O}", "uri", uri, "mimeType",
-                                                     mime ? mime : "application/octet-stream",
-                                                     "blob", data);
-                        json_array_append_new(content, json_pack("{s:s, s:o}", "type", "resource",
-                                                                 "resource", resource));
+                        /* bytes, or text that is not UTF-8 */
+                        item = json_pack("{s:s, s:{s:s, s:s, s:O}}", "type", "resource", "resource",
+                                         "uri", uri, "mimeType",
+                                         mime ? mime : "application/octet-stream", "blob", data);
                         how = "returned as an embedded resource";
                 }
-                bool returned = strcmp(how, "not returned") != 0;
-                json_array_append_new(listing,
-                                      json_pack("{s:s, s:I, s:s?, s:b, s:s*}", "path", path, "size",
-                                                size, "mime_type", mime, "returned", returned,
-                                                "note", returned ? NULL : note));
+                if (item)
+                        json_array_append_new(content, item);
+                bool returned = item && strcmp(how, "linked") != 0;
+                json_array_append_new(
+                    listing, json_pack("{s:s, s:I, s:s?, s:b, s:s*, s:s*}", "path", path, "size",
+                                       size, "mime_type", mime, "returned", returned, "note",
+                                       returned ? NULL : note, "uri", readable ? uri : NULL));
+                if (lines.len > lines_max) {
+                        more++;
+                        continue;
+                }
                 /* The name is the code's: shown escaped (the listing keeps it exact). */
                 append_text(&lines, "\n[file ");
                 buf_append_shown(&lines, path, strlen(path));
+                if (strcmp(how, "linked") == 0) {
+                        snprintf(line, sizeof(line), ": %lld bytes, linked: resources/read %s]",
+                                 (long long)size, uri);
+                        append_text(&lines, line);
+                        continue;
+                }
                 /* A note may say "not returned: why" itself. */
                 if (!returned && note && strncmp(note, how, strlen(how)) == 0)
                         how = "";
                 snprintf(line, sizeof(line), ": %lld bytes, %s%s%s]", (long long)size, how,
                          returned || !note || !how[0] ? "" : ": ", returned || !note ? "" : note);
+                append_text(&lines, line);
+        }
+        if (more) {
+                char line[120];
+                snprintf(line, sizeof(line),
+                         "\n[... and %zu more files: structuredContent.files lists them]", more);
                 append_text(&lines, line);
         }
         json_object_set_new(json_object_get(result, "structuredContent"), "files", listing);
@@ -1012,15 +1011,19 @@ static void add_session(json_t *result, const struct sandbox_result *res, const 
                 text_content_append(result, note, strlen(note));
 }
 
-/* The text of every text item of a result. */
+/* The text a result carries: its text items' and the text of the files
+ * it embeds. */
 static size_t text_length(json_t *result)
 {
         size_t n = 0, i;
         json_t *item;
         json_array_foreach(json_object_get(result, "content"), i, item)
         {
-                if (json_is_string(json_object_get(item, "text")))
-                        n += json_string_length(json_object_get(item, "text"));
+                json_t *t = json_object_get(item, "text");
+                if (!t)
+                        t = json_object_get(json_object_get(item, "resource"), "text");
+                if (json_is_string(t))
+                        n += json_string_length(t);
         }
         return n;
 }
@@ -1036,22 +1039,49 @@ static json_t *result_whole(const struct sandbox_result *res, const char *status
         return result;
 }
 
+/* Past every other bound (a tiny max_chars against a traceback, notes
+ * and file lines), the first text item loses its middle. */
+static void hard_bound(json_t *result, size_t max)
+{
+        size_t n = text_length(result);
+        json_t *item = json_array_get(json_object_get(result, "content"), 0);
+        const char *text = json_string_value(json_object_get(item, "text"));
+        if (n <= max || !text)
+                return;
+        size_t len = strlen(text), cut = n - max + 80, keep_end = 200;
+        if (cut + keep_end > len)
+                return; /* nothing left to cut */
+        size_t head = utf8_cut(text, len - cut - keep_end);
+        const char *end = text + len - keep_end;
+        while (((unsigned char)*end & 0xC0) == 0x80)
+                end++;
+        struct buf b;
+        buf_init(&b, len + 1);
+        buf_append_some(&b, text, head);
+        append_text(&b, "\n[... cut to result_max_chars ...]\n");
+        append_text(&b, end);
+        json_object_set_new(item, "text", json_string(buf_str(&b)));
+        buf_free(&b);
+}
+
 /* The output's share is what the rest of the text leaves of max_chars:
- * tried with a guess, then with what the first try measured. */
+ * tried with all of it, then with what each try measured over. */
 static json_t *result_bounded(const struct sandbox_result *res, const char *status,
                               const struct result_view *v)
 {
-        size_t max = v->max_chars;
-        size_t room = max > 2 * MARKER_ROOM + 600 ? max - 2 * MARKER_ROOM - 600 : 0;
+        size_t max = v->max_chars, room = max;
         json_t *result = result_whole(res, status, v, room);
-        for (int tries = 0; result && tries < 3; tries++) {
+        for (int tries = 0; result && tries < 4; tries++) {
                 size_t n = text_length(result);
                 if (n <= max || room == 0)
                         break;
-                room = room > n - max + 64 ? room - (n - max + 64) : 0;
+                size_t over = n - max + 64;
+                room = room > over ? room - over : 0;
                 json_decref(result);
                 result = result_whole(res, status, v, room);
         }
+        if (result)
+                hard_bound(result, max);
         return result;
 }
 
@@ -1095,25 +1125,20 @@ static void marker(struct buf *t, const char *name, const struct sandbox_output 
         char line[MARKER_ROOM];
         unsigned long long kept = v->kept ? kept_bytes(v->kept, is_stderr) : 0;
         unsigned long long left = o->total - head - tail;
-        int n = snprintf(line, sizeof(line), "[... %llu bytes of %s%s left out (%llu in all", left,
-                         name, v->running ? " so far" : "", o->total);
-        if (kept) {
-                n += snprintf(line + n, sizeof(line) - (size_t)n,
-                              "). Whole text%s: read_file path \"corral://run/%s/%s\" with "
-                              "offset and limit, or resources/read of that URI; kept %.0f min",
-                              kept < o->total && !v->running ? " (its first " : "",
-                              kept_id(v->kept), name, v->keep_s / 60);
-                if (kept < o->total && !v->running) {
-                        /* The store's bound stopped it: say how much. */
-                        char first[64];
-                        snprintf(first, sizeof(first), " (first %llu bytes kept)", kept);
-                        snprintf(line + n, sizeof(line) - (size_t)n, "%s ...]\n", first);
-                } else {
-                        snprintf(line + n, sizeof(line) - (size_t)n, " ...]\n");
-                }
+        int n = snprintf(line, sizeof(line), "[... %llu bytes of %s%s left out (%llu in all). ",
+                         left, name, v->running ? " so far" : "", o->total);
+        if (!kept) {
+                snprintf(line + n, sizeof(line) - (size_t)n, "The rest is not kept ...]\n");
         } else {
+                /* The store's bound may have stopped it: then it says how
+                 * much it holds. */
+                char what[64] = "Whole text";
+                if (kept < o->total && !v->running)
+                        snprintf(what, sizeof(what), "Its first %llu bytes", kept);
                 snprintf(line + n, sizeof(line) - (size_t)n,
-                         "; not kept: result_store_max is 0 or full) ...]\n");
+                         "%s: read_file path \"corral://run/%s/%s\" with offset and limit, or "
+                         "resources/read of that URI; kept %.0f min ...]\n",
+                         what, kept_id(v->kept), name, v->keep_s / 60);
         }
         append_text(t, line);
 }
@@ -1227,8 +1252,8 @@ static json_t *result_json(const struct sandbox_result *res, const char *status,
                 snprintf(line, sizeof(line), "[status: %s, %lld ms]", status, res->duration_ms);
         append_text(&text, line);
 
-        char uri[2][64];
-        for (int i = 0; i < 2; i++)
+        char uri[2][64] = {"", ""};
+        for (int i = 0; v->kept && i < 2; i++)
                 snprintf(uri[i], sizeof(uri[i]), "corral://run/%s/%s", kept_id(v->kept),
                          i ? "stderr" : "stdout");
         bool out_uri = out_cut && kept_bytes(v->kept, false) > 0;

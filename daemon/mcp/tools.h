@@ -11,6 +11,11 @@
 
 /* job_result's wait_s may not exceed this. */
 #define JOB_WAIT_MAX_S 300.0
+/* The guide to the tools (daemon/mcp/guide.md), a resource: what their
+ * descriptions leave out. */
+#define GUIDE_URI "corral://guide"
+extern const char corral_guide[];
+
 /* `files` of one run_python or run_shell call, at most. */
 #define FILES_PER_CALL 64
 
@@ -55,6 +60,13 @@ void tools_unknown(const char *name, char *msg, size_t msg_size);
 json_t *tools_list(const char *servers, const struct sandbox_images *images, json_t *mounts,
                    bool tasks);
 
+/* What a sandbox is made of, appended to `b` as sentences, each starting
+ * with a space: the images a call may choose (the default first) with
+ * their packages, with versions or names alone, and the host directories
+ * mounted read-only (`mounts` may be NULL). */
+void tools_environment_text(const struct sandbox_images *images, json_t *mounts, bool versions,
+                            struct buf *b);
+
 /* Validate a tools/call of run_python or run_shell. Returns 0 and fills
  * *req (borrowing from args; `files` are decoded, and `servers` holds
  * session_servers too, in memory that tools_request_free releases), or
@@ -87,6 +99,7 @@ struct result_view {
         const struct kept_run *kept; /* the run's whole output (mcp/results.c), or NULL */
         double keep_s;               /* how long it is kept */
         bool running;                /* a job's output so far */
+        bool links;                  /* the client takes resource_link content (2025-06-18 on) */
 };
 
 /* A CallToolResult for a sandbox result (new reference). Files the code

@@ -175,8 +175,9 @@ struct sandbox_mgr {
         long queued;
         long active; /* sandboxes holding a slot (created..removed) */
         bool shutting_down;
-        bool runtime_checked; /* the engine offers the runtime the settings ask for */
-        bool info_checked;    /* its /info read once: what it can enforce */
+        bool runtime_checked;        /* the engine offers the runtime the settings ask for */
+        bool info_checked;           /* its /info read once: what it can enforce */
+        struct engine_req *info_req; /* that read, in the background */
         /* The engine's warnings on create, each said once (a hash each). */
         unsigned long warned[8];
         size_t n_warned;

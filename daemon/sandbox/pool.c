@@ -174,9 +174,9 @@ static void pool_spawn(struct sandbox_mgr *m)
 }
 
 /* Start sandboxes until the pool holds what the demand asks for
- * (update_target), no more than pool_max_starting at once, never while
- * calls wait for a slot or for their own sandbox to start: the engine's
- * time is theirs first. */
+ * (update_target), no more than pool_max_starting at once (one before the
+ * first is ready), never while calls wait for a slot or for their own
+ * sandbox to start: the engine's time is theirs first. */
 void pool_refill(struct sandbox_mgr *m)
 {
         if (!m->pool_on || m->shutting_down || m->queued > 0 || !m->eng)
@@ -187,6 +187,12 @@ void pool_refill(struct sandbox_mgr *m)
         if (waiting > 0)
                 return;
         long room = m->cfg->pool_max_starting - starting;
+        /* Until a pool sandbox was first ready, the engine is cold (its
+         * first create, attach and start take several times a later
+         * one's): one at a time, so that the first, which the first call
+         * most likely takes, has the engine and the CPU to itself. */
+        if (m->n_refill == 0 && room > 1 - starting)
+                room = 1 - starting;
         if (m->consecutive_failures > 0) {
                 /* Failing: one probe at a time, after a back-off. */
                 if (now_ms() < m->retry_at_ms || starting > 0)
@@ -232,6 +238,10 @@ void pool_ready(struct sandbox *s)
         m->n_ready++;
         log_debug("sandbox %s ready for the pool in %lld ms", s->short_id, ms);
         cost_measure(s);
+        /* The first one started alone (pool_refill): the rest need not
+         * wait for the next tick. */
+        if (m->n_refill == 1)
+                pool_refill_soon(m);
 }
 
 void pool_remove(struct sandbox *s)

@@ -484,7 +484,8 @@ static void tail_append(struct sandbox_output *o, const char *p, size_t n)
         }
         size_t fits = t->max - t->len;
         size_t grow = n < fits ? n : fits;
-        buf_append(t, p, grow);
+        if (buf_append(t, p, grow) < 0 || !t->len)
+                return; /* no memory: the tail keeps what it has */
         p += grow;
         n -= grow;
         while (n) { /* full: overwrite the oldest */

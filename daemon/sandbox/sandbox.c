@@ -641,6 +641,8 @@ static void engine_warnings(struct sandbox_mgr *m, json_t *body)
         }
 }
 
+static void limits_ask(struct sandbox_mgr *m);
+
 static void created(void *userdata, long status, json_t *body, const struct err *e)
 {
         struct sandbox *s = userdata;
@@ -668,6 +670,7 @@ static void created(void *userdata, long status, json_t *body, const struct err 
                 return;
         }
         engine_warnings(s->mgr, body);
+        limits_ask(s->mgr);
         s->id = strdup(id);
         snprintf(s->short_id, sizeof(s->short_id), "%.12s", id);
         if (!s->id) {
@@ -772,20 +775,37 @@ static void limits_check(struct sandbox_mgr *m, json_t *info)
                           engine_endpoint(m->eng)->display);
 }
 
-static void info_answered(void *userdata, long status, json_t *body, const struct err *e)
+/* Without gVisor, the create needs nothing of /info: it is read once, in
+ * the background, after the first container was created (Podman takes
+ * about half a second to compose it, which no first sandbox should wait
+ * for). */
+static void limits_answered(void *userdata, long status, json_t *body, const struct err *e)
 {
-        struct sandbox *s = userdata;
-        if (status != 200 && status != 0 && !s->killing && !config_runsc(s->mgr->cfg)) {
-                /* Only gVisor needs the answer: without it, the create goes
-                 * on and the limits go unchecked. */
-                s->req = NULL;
-                s->mgr->info_checked = true;
+        struct sandbox_mgr *m = userdata;
+        (void)e;
+        m->info_req = NULL;
+        m->info_checked = true;
+        if (status == 200)
+                limits_check(m, body);
+        else if (status != 0) /* 0: no answer; the sandboxes say why */
                 log_warn("the engine answered %ld to GET /info: cannot tell whether it applies "
                          "the sandboxes' memory and pids limits (`corral doctor` checks)",
                          status);
-                send_create(s);
+}
+
+static void limits_ask(struct sandbox_mgr *m)
+{
+        if (m->info_checked || m->info_req || config_runsc(m->cfg) || m->shutting_down)
                 return;
-        }
+        if (engine_request(m->eng, "GET", "/info", NULL, limits_answered, m, &m->info_req) < 0)
+                m->info_req = NULL;
+}
+
+/* Under gVisor, before each create until the engine is seen to offer the
+ * runtime (the user may fix the engine while corral runs). */
+static void info_answered(void *userdata, long status, json_t *body, const struct err *e)
+{
+        struct sandbox *s = userdata;
         if (!asked_ok(s, "asking the engine for its settings failed", status, body, e))
                 return;
         if (!s->mgr->info_checked) {
@@ -793,7 +813,7 @@ static void info_answered(void *userdata, long status, json_t *body, const struc
                 limits_check(s->mgr, body);
         }
         char msg[800];
-        if (config_runsc(s->mgr->cfg) && !runtime_offered(s->mgr, body, msg, sizeof(msg))) {
+        if (!runtime_offered(s->mgr, body, msg, sizeof(msg))) {
                 log_warn("%s", msg);
                 if (!s->image)
                         pool_note_failure(s->mgr, msg);
@@ -804,13 +824,12 @@ static void info_answered(void *userdata, long status, json_t *body, const struc
         send_create(s);
 }
 
-/* The create, once the engine's kind and settings are known and, under
- * gVisor, once the engine is known to offer it (checked until it does: the
- * user may fix the engine while corral runs). */
+/* The create, once the engine's kind is known and, under gVisor, once the
+ * engine is known to offer it. */
 static void create_when_known(struct sandbox *s)
 {
         struct sandbox_mgr *m = s->mgr;
-        if (!m->info_checked || (config_runsc(m->cfg) && !m->runtime_checked)) {
+        if (config_runsc(m->cfg) && !m->runtime_checked) {
                 if (engine_request(m->eng, "GET", "/info", NULL, info_answered, s, &s->req) < 0)
                         sandbox_fail(s, ST_ENGINE_ERROR, "EngineError",
                                      "cannot start an engine request");
@@ -891,6 +910,8 @@ void sandbox_mgr_shutdown(struct sandbox_mgr *m, void (*drained)(void *), void *
         timer_remove(m->refill_timer);
         m->refill_timer = NULL;
         pool_cost_cancel(m);
+        engine_request_cancel(m->info_req);
+        m->info_req = NULL;
         m->drained = drained;
         m->drained_ud = userdata;
         if (timer_add(m->loop, drain_deadline, m, &m->drain_timer) == 0)
@@ -925,6 +946,7 @@ void sandbox_mgr_free(struct sandbox_mgr *m)
         timer_remove(m->tick);
         timer_remove(m->refill_timer);
         pool_cost_cancel(m);
+        engine_request_cancel(m->info_req);
         sweep_free(m);
         if (m->owns_eng)
                 engine_free(m->eng);

@@ -16,7 +16,7 @@ bin=${1:-$here/../../build/corral}
 
 # Offered: the lifecycle, logging, ping, tools/list, the transport's event
 # streams, DNS-rebinding protection, resources/list (corral's resources are
-# its sessions' files: this service has none, a well-formed empty list).
+# its guide and its sessions' files: this service has the guide alone).
 offered=(server-initialize logging-set-level ping tools-list server-sse-multiple-streams
     dns-rebinding-protection resources-list)
 # Not offered: each needs a fixture tool, prompt or resource, a subscription,

@@ -1,5 +1,6 @@
 // The basics, through the SDK client and the shared daemon (t.main()):
-// initialize and tools/list, what run_python and run_shell return (output,
+// initialize and tools/list (and its size as sent, with a server
+// configured), what run_python and run_shell return (output,
 // exceptions with tracebacks, time limits, OOM, top-level await), ten
 // overlapping calls, a call aborted by the client, and progress.
 //
@@ -10,8 +11,9 @@
 import { CallToolResultSchema, LATEST_PROTOCOL_VERSION } from '@modelcontextprotocol/sdk/types.js';
 import assert from 'node:assert/strict';
 import {
-  brief, CORRAL_TOOLS, corralContainers, startCall, STATUSES, test, twoReady, waitFor, waitPool, withTimeout,
+  brief, CORRAL_TOOLS, corralContainers, out, sleep, startCall, STATUSES, test, twoReady, waitFor, waitPool, withTimeout,
 } from './lib/harness.mjs';
+import { bridgeSetup, everythingServer } from './lib/bridge.mjs';
 
 test('initialize: server corral, protocol version negotiated', async (t) => {
   const d = await t.main();
@@ -38,8 +40,7 @@ test('tools/list: run_python and run_shell with input and output schemas, sandbo
   assert.deepEqual(st.inputSchema.required ?? [], [], 'sandbox_status requires no argument');
   assert.deepEqual(Object.keys(st.inputSchema.properties ?? {}), [], 'sandbox_status takes no argument');
   assert.equal(st.annotations?.readOnlyHint, true, 'sandbox_status is annotated read-only');
-  assert.equal(st.annotations?.destructiveHint, false, 'sandbox_status is not destructive');
-  assert.equal(st.outputSchema?.type, 'object', 'sandbox_status declares an object outputSchema');
+  assert.equal(st.annotations?.openWorldHint, false, 'sandbox_status reaches nothing outside');
   for (const name of ['run_python', 'run_shell'])
     assert.notEqual(tools.find((x) => x.name === name).annotations?.readOnlyHint, true, `${name} is not read-only`);
   for (const [name, arg] of [['run_python', 'code'], ['run_shell', 'command']]) {
@@ -60,6 +61,49 @@ test('tools/list: run_python and run_shell with input and output schemas, sandbo
       assert.ok(f in (outp.properties ?? {}), `${name} outputSchema describes ${f}`);
   }
 });
+
+// A host pays for tools/list in every conversation: the whole result, as
+// corral writes it (schemas, annotations and all), stays within 8 KiB with
+// a server configured, and a host still lists and calls as before.
+test('tools/list: the whole result is at most 8 KiB as sent; a host lists and calls run_python and run_shell as before', async (t) => {
+  const b = bridgeSetup(t, { servers: (root) => ({ everything: everythingServer(root) }) });
+  const d = await t.daemon('lean', b.env);
+  // The bytes on corral's stdout, beside the SDK's own reading of them
+  // (the process is the transport's, as in Daemon.close).
+  const stdout = d.transport._process.stdout;
+  let raw = '';
+  const tap = (chunk) => { raw += chunk.toString('utf8'); };
+  stdout.on('data', tap);
+  const { tools } = await d.client.listTools();
+  stdout.off('data', tap);
+  const line = raw.split('\n').find((l) => l.includes('"tools"') && JSON.parse(l).result?.tools);
+  assert.ok(line, 'the tools/list answer was read off the wire');
+  // corral writes the result last in its answer: cut it out, and check
+  // that the cut is the result the SDK parsed.
+  const at = line.indexOf('"result":');
+  const result = line.slice(at + '"result":'.length, -1);
+  assert.deepEqual(JSON.parse(result), JSON.parse(line).result, 'the cut is the whole result');
+  const bytes = Buffer.byteLength(result, 'utf8');
+  out(`# tools/list result: ${bytes} bytes as sent (${Buffer.byteLength(line)} with its JSON-RPC envelope), ${tools.length} tools`);
+  t.note('tools_list_bytes', bytes);
+  assert.ok(bytes <= 8192, `tools/list result is ${bytes} bytes, over 8192`);
+  assert.deepEqual(tools.map((x) => x.name).sort(), CORRAL_TOOLS, 'every tool is still there');
+  const rp = tools.find((x) => x.name === 'run_python');
+  assert.match(rp.description, /Servers: everything\./, 'run_python names the configured server');
+  assert.match(rp.description, /corral:\/\/guide/, 'and where the guide is');
+  for (const arg of ['code', 'timeout_s', 'sync_wait_s', 'servers', 'session', 'session_servers', 'files'])
+    assert.ok(arg in rp.inputSchema.properties, `run_python still takes ${arg}`);
+  // As a host calls: arguments from the schema, the SDK checking each
+  // structuredContent against the outputSchema.
+  const py = await d.call(t, 'run_python', {
+    code: 'print(mcp_everything.echo(message="lean").text)\ncorral.progress(1, 1)', servers: ['everything'],
+  });
+  assert.equal(py.structuredContent.status, 'ok', JSON.stringify(py.structuredContent));
+  assert.match(py.structuredContent.stdout, /lean/);
+  const sh = await d.call(t, 'run_shell', { command: 'echo "$((6 * 7))"', timeout_s: 10 });
+  assert.equal(sh.structuredContent.status, 'ok', JSON.stringify(sh.structuredContent));
+  assert.equal(sh.structuredContent.stdout, '42\n');
+}, { timeoutMs: 90000 });
 
 test('run_python: print output comes back in stdout and the text content', async (t) => {
   const d = await t.main();

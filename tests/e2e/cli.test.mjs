@@ -1,5 +1,6 @@
-// The command line (`corral run -c`, `corral run --shell`, `corral doctor`)
-// and the MCP Inspector CLI as a second client (tools/list and tools/call).
+// The command line (`corral run -c`, `corral run --shell`, `corral doctor`),
+// the MCP Inspector CLI as a second client (tools/list and tools/call), and
+// a stdio corral with no settings relaying to the user's service.
 //
 // Advice said once, fit to how the image setting was given.
 //
@@ -9,7 +10,8 @@ import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
-import { BIN, clip, CONFIG_HOME, CORRAL_TOOLS, corralEnv, ENGINE, inspectorCli, run, test } from './lib/harness.mjs';
+import { BIN, clip, CONFIG_HOME, CORRAL_TOOLS, corralEnv, Daemon, ENGINE, inspectorCli, knownPids, run, sleep, test,
+  waitFor } from './lib/harness.mjs';
 
 test('cli: `corral run -c` prints output and returns the exit code', async (t) => {
   const env = corralEnv();
@@ -175,3 +177,110 @@ test('cli: doctor with no engine socket starts the private Podman service as run
     assert.match(doc.stdout, /^ok {3}sandbox: a hardened sandbox ran Python as uid 65534/m, 'and a sandbox ran on it');
   }
 }, { timeoutMs: 150000 });
+
+// A user of its own: HOME, config and runtime directories, and no corral
+// setting at all (no CORRAL_* variable, no flag, no config file). Only
+// DOCKER_HOST, which is not corral's, names the engine for a corral that
+// serves alone. The service gets the suite's settings (engine, image).
+test('cli: a stdio corral with no settings relays to the running service; `service: false`, any setting or a refused socket keeps it standalone', async (t) => {
+  const dir = mkdtempSync(path.join(CONFIG_HOME, 'user-'));
+  t.defer(() => rmSync(dir, { recursive: true, force: true }));
+  const user = { HOME: path.join(dir, 'home'), XDG_CONFIG_HOME: path.join(dir, 'config'), XDG_RUNTIME_DIR: path.join(dir, 'run') };
+  for (const d of Object.values(user)) mkdirSync(d, { mode: 0o700 });
+  const bare = { DOCKER_HOST: ENGINE, ...user };
+  for (const [k, v] of Object.entries(process.env))
+    if (!k.startsWith('CORRAL_') && !['CONTAINER_HOST', 'DOCKER_HOST', ...Object.keys(user)].includes(k)) bare[k] = v;
+  const hostOf = (name, env) => {
+    const d = new Daemon(name);
+    d.env = env;
+    t.daemons.push(d);
+    t.defer(() => d.close());
+    return d.start();
+  };
+
+  const sock = path.join(user.XDG_RUNTIME_DIR, 'corral', 'corral.sock');
+  const svc = spawn(BIN, ['serve', '--listen', 'unix'], { env: corralEnv({ ...user, CORRAL_HOST_SERVERS: 'false', CORRAL_AUDIT_LOG: 'off' }),
+    stdio: ['ignore', 'ignore', 'pipe'] });
+  knownPids.add(String(svc.pid));
+  let log = '';
+  svc.stderr.on('data', (b) => { log += b.toString('utf8'); });
+  const exited = new Promise((r) => svc.once('exit', (code, signal) => r({ code, signal })));
+  t.defer(async () => {
+    if (svc.exitCode !== null || svc.signalCode !== null) return;
+    svc.kill('SIGTERM');
+    if (!await Promise.race([exited, sleep(30000).then(() => null)])) svc.kill('SIGKILL');
+  });
+  await waitFor(() => ({ done: existsSync(sock) || svc.exitCode !== null }), { timeoutMs: 20000, intervalMs: 50 });
+  assert.ok(existsSync(sock), `the service listens at ${sock}: ${clip(log, 1500)}`);
+
+  // No settings: the host's corral relays, and its calls run in the
+  // service's pool (sandbox_status names the service's process).
+  const a = await hostOf('relayed', bare);
+  const r = await a.call(t, 'run_python', { code: 'print(6*7)' });
+  t.note('relayed_log', clip(a.log, 1500));
+  assert.equal(r.structuredContent.status, 'ok', JSON.stringify(r).slice(0, 500));
+  assert.equal(r.structuredContent.stdout, '42\n');
+  assert.equal((a.log.match(/relaying to the corral service at \S+corral\.sock/g) || []).length, 1,
+    'the log says once that it relays');
+  assert.doesNotMatch(a.log, /serving on stdio|private podman/, 'it starts no engine or pool of its own');
+  assert.equal((await a.status(t)).pid, svc.pid, "the calls run in the service's pool");
+  assert.deepEqual(await a.close().then(({ code, signal }) => ({ code, signal })), { code: 0, signal: null },
+    'the relay exits 0 when its host closes');
+  assert.doesNotMatch(a.log, /ERROR: (AddressSanitizer|LeakSanitizer)|runtime error: /);
+
+  // `service: false`, alone in the config file: standalone.
+  mkdirSync(path.join(user.XDG_CONFIG_HOME, 'corral'), { mode: 0o700 });
+  writeFileSync(path.join(user.XDG_CONFIG_HOME, 'corral', 'config.json'), '{"service": false}\n');
+  const b = await hostOf('service-false', bare);
+  assert.equal((await b.status(t)).pid, b.transport.pid, 'service: false serves this host alone');
+  t.note('standalone_log', clip(b.log, 1500));
+  assert.match(b.log, /serving on stdio/);
+  assert.doesNotMatch(b.log, /relaying/);
+  await b.close();
+  rmSync(path.join(user.XDG_CONFIG_HOME, 'corral', 'config.json'));
+
+  // Any setting of its own (here a variable) keeps it standalone too.
+  const c = await hostOf('own-setting', { ...bare, CORRAL_LOG_LEVEL: 'info' });
+  assert.equal((await c.status(t)).pid, c.transport.pid, 'a CORRAL_ variable keeps it standalone');
+  assert.doesNotMatch(c.log, /relaying/);
+  await c.close();
+
+  svc.kill('SIGTERM');
+  const how = await Promise.race([exited, sleep(40000).then(() => null)]);
+  t.note('service_log', clip(log, 3000));
+  assert.deepEqual(how, { code: 0, signal: null }, 'the service stops cleanly');
+  assert.match(log, /MCP session \w+\.\.\. opened/, 'the service saw the relayed host');
+
+  // A socket left behind, that nothing listens on: refused, so the host's
+  // corral serves alone at once.
+  rmSync(sock, { force: true });
+  const bound = await run('/usr/bin/python3', ['-c', 'import socket, sys; socket.socket(socket.AF_UNIX).bind(sys.argv[1])', sock]);
+  assert.equal(bound.code, 0, bound.stderr);
+  const d = await hostOf('refused', bare);
+  assert.equal((await d.status(t)).pid, d.transport.pid, 'a refused socket: standalone');
+  assert.doesNotMatch(d.log, /relaying/);
+  await d.close();
+}, { timeoutMs: 180000 });
+
+test('cli: `corral connect` with no service answers initialize with how to start one, and exits', async (t) => {
+  const xdg = mkdtempSync(path.join(CONFIG_HOME, 'xdg-run-'));
+  t.defer(() => rmSync(xdg, { recursive: true, force: true }));
+  const p = spawn(BIN, ['connect'], { env: corralEnv({ XDG_RUNTIME_DIR: xdg }), stdio: ['pipe', 'pipe', 'pipe'] });
+  knownPids.add(String(p.pid));
+  let stdout = '', stderr = '';
+  p.stdout.on('data', (d) => { stdout += d; });
+  p.stderr.on('data', (d) => { stderr += d; });
+  const exited = new Promise((r) => p.once('exit', (code) => r(code)));
+  const t0 = Date.now();
+  p.stdin.write(JSON.stringify({ jsonrpc: '2.0', id: 7, method: 'initialize',
+    params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'e2e', version: '1' } } }) + '\n');
+  const code = await Promise.race([exited, sleep(8000).then(() => 'running')]);
+  t.note('connect', { code, ms: Date.now() - t0, stdout: clip(stdout), stderr: clip(stderr) });
+  if (code === 'running') p.kill('SIGKILL');
+  assert.equal(code, 1, 'it exits 1 once it answered');
+  const answer = JSON.parse(stdout.trim().split('\n')[0]);
+  assert.equal(answer.id, 7, 'the answer is to the initialize');
+  assert.equal(answer.error?.code, -32603);
+  assert.match(answer.error.message, /no corral service at \S+corral\.sock: start it with `systemctl --user start corral\.socket`.*`corral serve --listen unix &`/);
+  assert.match(stderr, /no corral service at/, 'and says so in its log');
+});

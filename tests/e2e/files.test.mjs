@@ -43,13 +43,13 @@ test('files: write_file then run_python reads it; a PNG under /workspace/out com
   assert.equal(img.mimeType, 'image/png', 'with MIME type image/png');
   const bytes = Buffer.from(img.data, 'base64');
   assert.equal(sha256(bytes), digest, 'the very bytes the code wrote');
-  assert.deepEqual(r.structuredContent.files, [{ path: 'out/plot.png', size: bytes.length, mime_type: 'image/png', returned: true }]);
+  assert.deepEqual(r.structuredContent.files, [{ path: 'out/plot.png', size: bytes.length, mime_type: 'image/png', returned: true, uri: 'corral://session/f/out/plot.png' }]);
   assert.match(r.content[0].text, /\[file out\/plot\.png: \d+ bytes, returned as an image\]/);
   // The next call returns only what it writes itself.
   const r2 = await d.call(t, 'run_python', { session: 'f', code: 'open("out/data.json", "w").write("{\\"n\\": 1}")' });
   assert.deepEqual(r2.structuredContent.files.map((f) => f.path), ['out/data.json'], 'only the new file comes back');
   const res = r2.content.find((c) => c.type === 'resource');
-  assert.equal(res?.resource?.uri, 'file:///workspace/out/data.json', 'as an embedded resource');
+  assert.equal(res?.resource?.uri, 'corral://session/f/out/data.json', 'as an embedded resource the session\'s URI names');
   assert.equal(res?.resource?.text, '{"n": 1}', 'text files as text');
 
   // One-shot calls: files in through `files`, files out the same way.
@@ -159,7 +159,7 @@ test('mounts: host data read-only: files read, writes fail with EROFS, ro,nosuid
   const hostPasswd = readFileSync('/etc/passwd', 'utf8').split('\n')[0];
   const d = await t.daemon('mounts', { CORRAL_MOUNTS: `${host}:/data` });
   const rp = d.tools.find((x) => x.name === 'run_python');
-  assert.match(rp.description, /Host data, read-only: \/data\./, 'the tool says what is mounted where');
+  assert.match(rp.description, /Read-only host data: \/data\./, 'the tool says what is mounted where');
   const r = await d.call(t, 'run_python', { code: [
     'import errno, json, os',
     'out = {"list": sorted(os.listdir("/data")), "csv": open("/data/sub/values.csv").read()}',

@@ -34,7 +34,9 @@ test('images: the data image: pandas reads a CSV given in files, a matplotlib PN
   const d = await t.daemon('data', { CORRAL_IMAGE: 'corral-data:latest' });
   const rp = d.tools.find((x) => x.name === 'run_python');
   t.note('description', rp.description.slice(-600));
-  assert.match(rp.description, /Image: data \(Python 3 with numpy [\d.]+, pandas [\d.]+.*matplotlib [\d.]+/, 'the tool says what the image holds');
+  assert.match(rp.description, /Images: data \(numpy, pandas, .*matplotlib.*\); python\./, 'the tool says what the image holds');
+  const guide = (await d.client.readResource({ uri: 'corral://guide' })).contents[0].text;
+  assert.match(guide, /Images: data \(numpy [\d.]+, pandas [\d.]+.*matplotlib [\d.]+/, 'the guide gives the packages\' versions');
   assert.equal(rp.inputSchema.properties.image?.enum?.[0], 'data', 'and offers images, the default first');
   assert.ok(rp.inputSchema.properties.image.enum.includes('python'), '...python among them');
   const csv = 'city,temp\nOslo,3\nRome,17\nCairo,29\n';

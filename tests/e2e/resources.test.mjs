@@ -18,6 +18,9 @@ import {
 } from './lib/harness.mjs';
 
 const TEMPLATE = 'corral://session/{session}/{+path}';
+// The guide to the tools heads every first page; the rest are files.
+const GUIDE = 'corral://guide';
+const files = (resources) => resources.filter((r) => r.uri !== GUIDE);
 const BYTES = Buffer.from(Array.from({ length: 256 }, (_, i) => i));
 
 // A session whose out/ holds a text file, a binary file in a directory,
@@ -63,16 +66,23 @@ test('resources: a session\'s out/ files are listed, read and completed; links o
   const caps = d.client.getServerCapabilities();
   assert.deepEqual(caps.resources, { listChanged: true, subscribe: false }, 'resources offered, with list_changed');
   assert.deepEqual(caps.completions, {}, 'completions offered');
-  assert.deepEqual((await d.client.listResources()).resources, [], 'no session, no resources');
+  const first = (await d.client.listResources()).resources;
+  assert.deepEqual(first.map((r) => r.uri), [GUIDE], 'no session, no files: the guide alone');
+  assert.equal(first[0].mimeType, 'text/markdown');
+  const guide = (await d.client.readResource({ uri: GUIDE })).contents;
+  assert.equal(guide.length, 1);
+  assert.equal(guide[0].mimeType, 'text/markdown');
+  assert.match(guide[0].text, /^# corral/, 'the guide reads');
+  assert.match(guide[0].text, /## This corral\n\nImages: /, 'and ends with what this corral offers');
   const tpl = (await d.client.listResourceTemplates()).resourceTemplates;
-  assert.equal(tpl.length, 1);
-  assert.equal(tpl[0].uriTemplate, TEMPLATE);
+  assert.deepEqual(tpl.map((x) => x.uriTemplate), [TEMPLATE, 'corral://run/{id}/{+stream}{?offset,limit}'],
+    'a session\'s files, and a run\'s kept output');
 
   const made = await d.call(t, 'run_python', { session: 'rep', code: FILES });
   assert.equal(made.structuredContent.stdout, 'made\n', JSON.stringify(made.structuredContent));
   await until('list_changed when the session opened', () => changed.n >= 1);
 
-  const list = (await d.client.listResources()).resources;
+  const list = files((await d.client.listResources()).resources);
   t.note('list', list);
   assert.deepEqual(list.map((r) => r.name).sort(), ['out/report.csv', 'out/sub dir/data.bin'],
     'the regular files of out/, not its links, not the rest of /workspace');
@@ -130,7 +140,7 @@ test('resources: a session\'s out/ files are listed, read and completed; links o
   n = changed.n;
   await toolCall(t, d, 'write_file', { session: 'rep', path: 'out/new.txt', content: 'fresh' });
   await until('list_changed when write_file wrote into out/', () => changed.n > n);
-  assert.deepEqual((await d.client.listResources()).resources.map((r) => r.name).sort(),
+  assert.deepEqual(files((await d.client.listResources()).resources).map((r) => r.name).sort(),
     ['out/new.txt', 'out/sub dir/data.bin'], 'a removed file leaves the list, a written one joins it');
   n = changed.n;
   await toolCall(t, d, 'write_file', { session: 'rep', path: 'notes.txt', content: 'not shown' });
@@ -138,14 +148,14 @@ test('resources: a session\'s out/ files are listed, read and completed; links o
   assert.equal(changed.n, n, 'a file written outside out/ changes nothing shown');
   await toolCall(t, d, 'session_close', { session: 'rep' });
   await until('list_changed when the session closed', () => changed.n > n);
-  assert.deepEqual((await d.client.listResources()).resources, [], 'a closed session\'s files are gone');
+  assert.deepEqual(files((await d.client.listResources()).resources), [], 'a closed session\'s files are gone');
 }, { timeoutMs: 120000 });
 
 test('resources: resources_workspace shows all of /workspace, still not past it', async (t) => {
   const d = await t.daemon('resources-workspace', { CORRAL_RESOURCES_WORKSPACE: 'true' });
   const made = await d.call(t, 'run_python', { session: 'w', code: FILES });
   assert.equal(made.structuredContent.stdout, 'made\n');
-  const names = (await d.client.listResources()).resources.map((r) => r.name).sort();
+  const names = files((await d.client.listResources()).resources).map((r) => r.name).sort();
   assert.deepEqual(names, ['out/report.csv', 'out/sub dir/data.bin', 'secret.txt']);
   const secret = (await d.client.readResource({ uri: 'corral://session/w/secret.txt' })).contents[0];
   assert.equal(secret.text, 'not a resource');
@@ -186,7 +196,7 @@ test('resources: a named client keeps its sessions between MCP sessions; the Ins
   const listed = await inspectorCli([BIN, ...connect('alice'), '--method', 'resources/list'], env);
   t.note('inspector_list', { code: listed.code, stdout: clip(listed.stdout, 1500), stderr: clip(listed.stderr, 1500) });
   assert.equal(listed.code, 0, 'inspector resources/list exits 0');
-  const resources = JSON.parse(listed.stdout).resources;
+  const resources = files(JSON.parse(listed.stdout).resources);
   assert.deepEqual(resources.map((r) => r.uri).sort(), ['corral://session/work/out/report.csv',
     'corral://session/work/out/result.json', 'corral://session/work/out/sub%20dir/data.bin'],
   'the session outlived the MCP session that opened it');
@@ -206,7 +216,7 @@ test('resources: a named client keeps its sessions between MCP sessions; the Ins
   for (const other of ['bob', null]) {
     const r = await inspectorCli([BIN, ...connect(other), '--method', 'resources/list'], env);
     assert.equal(r.code, 0);
-    assert.deepEqual(JSON.parse(r.stdout).resources, [], `${other ?? 'an unnamed client'} sees none of alice's`);
+    assert.deepEqual(files(JSON.parse(r.stdout).resources), [], `${other ?? 'an unnamed client'} sees none of alice's`);
   }
   const bad = await run(BIN, connect('no spaces'), { env: corralEnv() });
   assert.equal(bad.code, 2);
@@ -217,7 +227,7 @@ test('resources: a named client keeps its sessions between MCP sessions; the Ins
   const again = await a2.call(t, 'run_python', { session: 'work', code: 'print(open("out/result.json").read(), "os" in globals())' });
   assert.equal(again.structuredContent.stdout, '{"answer": 42} True\n');
   await toolCall(t, a2, 'session_close', { session: 'work' });
-  assert.deepEqual((await a2.client.listResources()).resources, []);
+  assert.deepEqual(files((await a2.client.listResources()).resources), []);
   await a2.close();
   svc.kill('SIGTERM');
   const how = await Promise.race([exited, sleep(40000).then(() => null)]);

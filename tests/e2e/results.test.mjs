@@ -8,7 +8,7 @@
 
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
-import { existsSync } from 'node:fs';
+import { existsSync, readdirSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { spawn } from 'node:child_process';
@@ -151,7 +151,7 @@ test('results: a session\'s and a job\'s long output are kept the same way; a ca
   assert.match(bad.content[0].text, /result_max_chars/);
 });
 
-test('results: files a result embeds are named by URIs resources/read gives back; unknown runs are refused; the run template is listed', async (t) => {
+test('results: files a result embeds or links are named by URIs resources/read gives back; unknown runs are refused; the run template is listed', async (t) => {
   const d = await t.daemon('results-uris');
   const code = "import os\nos.makedirs('/workspace/out', exist_ok=True)\n" +
     "open('/workspace/out/notes v1.txt', 'w').write('hello from a run\\n')\nprint('ok')";
@@ -171,6 +171,18 @@ test('results: files a result embeds are named by URIs resources/read gives back
   const stdout = await d.client.readResource({ uri: one.content[0].text.includes('ok') ? item.resource.uri.replace(/out\/.*/, 'stdout') : '' });
   assert.equal(stdout.contents[0].text, 'ok\n', 'a short run\'s stdout is kept too');
 
+  // A text file longer than the result's room is a link, read back whole.
+  const big = await d.call(t, 'run_python', { code: "open('/workspace/out/big.csv', 'w').write('n\\n' + ''.join(f'{i}\\n' for i in range(30000)))" });
+  const link = big.content.find((c) => c.type === 'resource_link');
+  t.note('link', link);
+  assert.ok(link, 'a long text file comes back as a resource link');
+  assert.match(link.uri, /^corral:\/\/run\/[0-9a-f]{8}\/out\/big\.csv$/);
+  assert.ok(textOf(big).length <= LIMIT, 'the result stays within result_max_chars');
+  const file = big.structuredContent.files[0];
+  assert.deepEqual([file.returned, file.uri], [false, link.uri], 'files says where it is');
+  const bigBack = await d.client.readResource({ uri: link.uri });
+  assert.equal(bigBack.contents[0].text, 'n\n' + Array.from({ length: 30000 }, (_, i) => `${i}\n`).join(''));
+
   const gone = await d.client.readResource({ uri: 'corral://run/00000000/stdout' }).catch((e) => e);
   assert.equal(gone.code, -32002, 'an unknown run is "resource not found"');
   const rf = await toolCall(t, d, 'read_file', { path: 'corral://run/00000000/stdout' });
@@ -181,23 +193,25 @@ test('results: files a result embeds are named by URIs resources/read gives back
 
 test('results: the kept output lives in the process\'s own directory, gone when corral exits; one left by a killed corral goes when the next starts', async (t) => {
   const base = path.join(process.env.XDG_CACHE_HOME || path.join(os.homedir(), '.cache'), 'corral', 'results');
+  const dirOf = (pid) => readdirSync(base).filter((n) => n.startsWith(`${pid}-`)).map((n) => path.join(base, n));
   const a = await t.daemon('results-exit');
   await a.call(t, 'run_shell', { command: 'echo kept' });
-  const dirA = path.join(base, a.pid);
-  assert.ok(existsSync(dirA), `${dirA} holds the run's output`);
+  const [dirA] = dirOf(a.pid);
+  assert.ok(dirA && existsSync(path.join(dirA, 'lock')), `${dirA} holds the run's output, and a lock`);
   await a.close();
   assert.ok(!existsSync(dirA), 'gone at exit');
 
   const b = await t.daemon('results-killed');
   await b.call(t, 'run_shell', { command: 'echo kept' });
-  const dirB = path.join(base, b.pid);
-  assert.ok(existsSync(dirB));
+  const [dirB] = dirOf(b.pid);
+  assert.ok(dirB && existsSync(dirB));
   process.kill(Number(b.pid), 'SIGKILL');
   await b.close();
   assert.ok(existsSync(dirB), 'a killed corral leaves its directory');
   const c = await t.daemon('results-next');
   await c.call(t, 'run_shell', { command: 'echo next' });
-  assert.ok(!existsSync(dirB), 'the next corral removed it');
+  assert.ok(!existsSync(dirB), 'the next corral removed it (its lock was free)');
+  assert.equal(dirOf(c.pid).length, 1, 'and keeps its own');
 });
 
 test('results: the Inspector CLI, each command an MCP session of a named client, lists the tools (--strict), runs code and reads its whole stdout back', async (t) => {

@@ -219,8 +219,9 @@ test('sessions: progress of a session call, a child forked in a session, session
   const events = [];
   const p = await d.client.callTool({ name: 'run_python', arguments: { session: name, code:
     // (the sleep: the SDK runs notification handlers a tick late, so one
-    // that comes in the same read as the result finds its request gone)
-    'import time, corral\nfor i in range(3):\n    print("line", i, flush=True)\n    time.sleep(0.3)\ncorral.progress(2, 2, "all done")\ntime.sleep(0.4)' } },
+    // that comes in the same read as the result finds its request gone;
+    // `corral` is in the globals, no import)
+    'import time\nfor i in range(3):\n    print("line", i, flush=True)\n    time.sleep(0.3)\ncorral.progress(2, 2, "all done")\ntime.sleep(0.4)' } },
   CallToolResultSchema, { timeout: 30000, onprogress: (e) => events.push(e) });
   checkResult(p);
   t.note('progress', events);

@@ -415,9 +415,11 @@ def preload():
     out, res, rt, _ = run(probe, env={'CORRAL_PRELOAD': '1'})
     check(text(out, 'stdout') == 'True False\n' and res.get('status') == 'ok',
           'CORRAL_PRELOAD=1: asyncio already imported, and the variable is gone', (out, res))
-    out, res, rt, _ = run("import asyncio\nawait asyncio.sleep(0)\nprint(__name__, 'corral' in globals())",
+    out, res, rt, _ = run("import asyncio\nawait asyncio.sleep(0)\n"
+                          "print(__name__, sorted(k for k in globals() if not k.startswith('__')))",
                           env={'CORRAL_PRELOAD': '1'})
-    check(text(out, 'stdout') == '__main__ False\n' and res.get('status') == 'ok',
+    check(text(out, 'stdout') == "__main__ ['asyncio', 'call_tool', 'corral', 'list_servers', 'list_tools', "
+          "'search_tools', 'tool_docs']\n" and res.get('status') == 'ok',
           'preloaded worker: top-level await, a clean __main__ (the rehearsal left nothing)', (out, res))
 
 
@@ -837,9 +839,27 @@ def calls(requests, method='tools/call'):
 def bridge_idle():
     out, res, reqs, rt = bridge("import sys, threading\nprint('corral' in sys.modules, threading.active_count())\n"
                                 "print(sorted(k for k in globals() if not k.startswith('__')))")
-    check(text(out, 'stdout') == "True 1\n['call_tool', 'list_servers', 'list_tools', 'mcp_broken', 'mcp_fake', "
+    check(text(out, 'stdout') == "True 1\n['call_tool', 'corral', 'list_servers', 'list_tools', 'mcp_broken', 'mcp_fake', "
           "'mcp_my_tools', 'search_tools', 'sys', 'threading', 'tool_docs']\n" and not reqs and clean(rt),
           'bridge: API installed but idle (module, globals, no thread, no request)', (out, reqs, rt.err))
+
+
+# `corral` is a global: no import needed for progress or the exception classes
+@case
+def bridge_corral_global():
+    code = '''import sys
+print(corral is sys.modules['corral'])
+corral.progress(1, 1)
+try:
+    call_tool('fake', 'err_PolicyDenied')
+except corral.PolicyDenied as e:
+    print('denied', e.type)
+'''
+    out, res, reqs, rt = bridge(code)
+    prog = [r['params'] for r in reqs if r.get('method') == 'corral/progress']
+    check(text(out, 'stdout') == 'True\ndenied PolicyDenied\n' and prog == [{'progress': 1, 'total': 1}]
+          and res.get('status') == 'ok' and clean(rt),
+          'bridge: corral.progress() and corral.PolicyDenied without an import', (out, res, reqs))
 
 
 # a call without a running loop blocks and returns a ToolResult
@@ -1423,6 +1443,11 @@ def session_servers():
     o1, _, _, _ = ses.run("print('mcp_everything' in globals(), 'call_tool' in globals())", servers=S1)
     o2, _, _, _ = ses.run("print('mcp_everything' in globals(), 'call_tool' in globals())")
     check(o1 == 'True True\n' and o2 == 'False True\n', "session: an earlier run's mcp_* proxies are gone", (o1, o2))
+    o3, _, r3, _ = ses.run("import sys\nprint(corral is sys.modules['corral'], corral.PolicyDenied.__name__)")
+    o4, _, _, _ = ses.run("corral = 'mine'")
+    o5, _, _, _ = ses.run("print(corral)")
+    check(o3 == 'True PolicyDenied\n' and r3.get('status') == 'ok' and o5 == "<module 'corral'>\n",
+          "session: `corral` is each run's module (as call_tool, put back if a run rebound it)", (o3, r3, o5))
     end(ses)
 
 

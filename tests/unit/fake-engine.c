@@ -17,7 +17,7 @@
 #include <unistd.h>
 
 #define ROUTES 8
-static const char *const route_names[ROUTES] = {"version", "create", "start", "attach",
+static const char *const route_names[ROUTES] = {"ping",    "create", "start", "attach",
                                                 "inspect", "delete", "list",  "info"};
 
 struct fake_container {
@@ -403,12 +403,15 @@ static void handle_request(struct fake_conn *c, const char *method, const char *
         struct fake_engine *f = c->f;
         if (strncmp(path, "/v1.41", 6) == 0)
                 path += 6;
-        if (strcmp(path, "/version") == 0) {
-                if (!faulted(c, 0))
-                        respond(c, 200,
-                                json_pack("{s:s, s:s, s:[{s:s, s:s}]}", "Version", "fake",
-                                          "ApiVersion", "1.41", "Components", "Name", "Engine",
-                                          "Version", "fake"));
+        if (strcmp(path, "/_ping") == 0) {
+                /* Docker's headers, not Podman's: taken for Docker. */
+                if (!faulted(c, 0)) {
+                        static const char ping[] = "HTTP/1.1 200 OK\r\nApi-Version: 1.41\r\n"
+                                                   "Content-Type: text/plain\r\n"
+                                                   "Content-Length: 2\r\n\r\nOK";
+                        buf_append(&c->out, ping, sizeof(ping) - 1);
+                        conn_flush(c);
+                }
         } else if (strcmp(path, "/info") == 0) {
                 /* What corral reads of it: what the engine can enforce. */
                 if (!faulted(c, 7))

@@ -30,7 +30,7 @@ struct fake_engine *fake_engine_new(struct loop *l, const char *dir);
 void fake_engine_free(struct fake_engine *f);
 const char *fake_engine_url(const struct fake_engine *f);
 
-/* The next `times` requests of `route` ("version", "create", "start",
+/* The next `times` requests of `route` ("ping", "create", "start",
  * "attach", "inspect", "delete", "list", "info") answer HTTP `status`. */
 void fake_engine_fail(struct fake_engine *f, const char *route, int status, int times);
 /* Started containers never send sandbox/ready (a hung start). */

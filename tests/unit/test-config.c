@@ -36,6 +36,8 @@ static void test_defaults(void)
         is_int(c.file_max_bytes, 16 << 20, "default file_max_bytes 16 MiB");
         is_int(c.out_max_bytes, 8 << 20, "default out_max_bytes 8 MiB");
         ok(c.config_file == NULL, "no config file read yet");
+        ok(c.service, "default service: true (a stdio corral without settings relays)");
+        ok(!c.settings_given, "no setting given yet");
         struct err e = {0};
         is_int(config_check(&c, &e), 0, "the defaults pass config_check");
         config_free(&c);
@@ -47,7 +49,7 @@ static void test_defaults(void)
         size_t n = 0;
         while (names[n])
                 n++;
-        is_int(n, 59, "config_key_names lists 59 keys, NULL-terminated");
+        is_int(n, 60, "config_key_names lists 60 keys, NULL-terminated");
         is_str(names[0], "engine", "... starting with engine");
 }
 
@@ -501,6 +503,53 @@ static void test_file(void)
         config_free(&c);
 }
 
+/* What makes a stdio corral its own (cli/serve.c relays when nothing
+ * does): any setting but `service`, from any source. */
+static void test_settings_given(void)
+{
+        struct config c;
+        struct err e = {0};
+        config_defaults(&c);
+        is_int(config_set(&c, "service", "false", "--service", &e), 0, "service: false");
+        ok(!c.service && !c.settings_given, "service alone is no setting of its own");
+        is_int(config_set(&c, "log_level", "debug", "--log-level", &e), 0, "log_level: debug");
+        ok(c.settings_given, "any other flag is");
+        config_free(&c);
+
+        static const char only_service[] = "{\"service\": true}",
+                          a_list[] = "{\"service\": true, \"images\": [\"a:b\"]}",
+                          servers[] = "{\"servers\": {}}", empty[] = "{}";
+        static const struct {
+                const char *text, *name;
+                bool given;
+        } files[] = {
+            {only_service, "a file with service alone: none", false},
+            {empty, "an empty file: none", false},
+            {a_list, "a file with a list key: given", true},
+            {servers, "a file with servers: given", true},
+        };
+        for (size_t i = 0; i < ARRAY_SIZE(files); i++) {
+                char *path = write_file("given.json", files[i].text, strlen(files[i].text));
+                config_defaults(&c);
+                is_int(config_load_file(&c, path, true, &e), 0, "%s: loads", files[i].name);
+                is_int(c.settings_given, files[i].given, "%s", files[i].name);
+                config_free(&c);
+                unlink(path);
+                free(path);
+        }
+
+        config_defaults(&c);
+        setenv("CORRAL_SERVICE", "no", 1);
+        is_int(config_load_env(&c, &e), 0, "CORRAL_SERVICE=no loads");
+        ok(!c.service && !c.settings_given, "CORRAL_SERVICE alone: off, and no setting");
+        setenv("CORRAL_PIDS", "64", 1);
+        is_int(config_load_env(&c, &e), 0, "with CORRAL_PIDS");
+        ok(c.settings_given, "CORRAL_PIDS is a setting");
+        unsetenv("CORRAL_SERVICE");
+        unsetenv("CORRAL_PIDS");
+        config_free(&c);
+}
+
 static void test_check(void)
 {
         static const struct {
@@ -787,6 +836,7 @@ int main(void)
         test_set_strings();
         test_env();
         test_file();
+        test_settings_given();
         test_check();
         test_lists();
         test_default_path();

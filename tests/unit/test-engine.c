@@ -204,21 +204,17 @@ static void test_discover(void)
 
 static void test_kind(void)
 {
-        json_t *podman = json_loads("{\"Platform\":{\"Name\":\"linux/amd64/debian-12\"},"
-                                    "\"Components\":[{\"Name\":\"Podman Engine\"},"
-                                    "{\"Name\":\"Conmon\"}],\"Version\":\"4.3.1\"}",
-                                    0, NULL);
-        json_t *docker = json_loads("{\"Platform\":{\"Name\":\"\"},\"Components\":"
-                                    "[{\"Name\":\"Engine\"},{\"Name\":\"containerd\"}]}",
-                                    0, NULL);
-        json_t *bare = json_loads("{\"Version\":\"1.0\"}", 0, NULL);
-        is_int(engine_kind_of_version(podman), ENGINE_PODMAN, "a Podman Engine component: Podman");
-        is_int(engine_kind_of_version(docker), ENGINE_DOCKER, "Docker's components: Docker");
-        is_int(engine_kind_of_version(bare), ENGINE_DOCKER, "no components: taken for Docker");
-        is_int(engine_kind_of_version(NULL), ENGINE_UNKNOWN, "no answer: unknown");
-        json_decref(podman);
-        json_decref(docker);
-        json_decref(bare);
+        static const char podman[] = "Libpod-Api-Version: 4.3.1\r\n",
+                          api[] = "Api-Version: 1.41\r\n", server[] = "Server: Docker/20.10\r\n",
+                          lower[] = "libpod-api-version: 5.0\r\n";
+        is_int(engine_kind_of_header(podman, strlen(podman)), ENGINE_PODMAN,
+               "Libpod-Api-Version: Podman");
+        is_int(engine_kind_of_header(lower, strlen(lower)), ENGINE_PODMAN,
+               "header names in any case");
+        is_int(engine_kind_of_header(api, strlen(api)), ENGINE_DOCKER, "Api-Version: Docker");
+        is_int(engine_kind_of_header(server, strlen(server)), ENGINE_UNKNOWN,
+               "any other header: unknown");
+        is_int(engine_kind_of_header(podman, 10), ENGINE_UNKNOWN, "a cut line: unknown");
 }
 
 int main(void)

@@ -143,6 +143,32 @@ static void test_cold_run(void)
         config_free(&c);
 }
 
+static long sandboxes(const struct sandbox_mgr *m)
+{
+        long n = 0;
+        struct sandbox *s;
+        list_for_each(s, &m->all, all_node) n++;
+        return n;
+}
+
+/* On a cold engine the pool's first sandbox starts alone; once it is
+ * ready the rest start at once, pool_max_starting at a time, without
+ * waiting for the pool's tick. */
+static void test_first_alone(void)
+{
+        struct config c = cfg_new();
+        c.pool_min = c.pool_max = c.pool_max_starting = 3;
+        struct sandbox_mgr *m = mgr_new(&c);
+        sandbox_mgr_start_pool(m);
+        is_int(sandboxes(m), 1, "cold engine: the pool starts one sandbox first");
+        ok(WAIT_UNTIL(m->n_ready >= 1, 5000), "cold engine: it becomes ready");
+        ok(m->refill_armed || sandboxes(m) > 1, "then the rest are on their way, not after a tick");
+        ok(WAIT_UNTIL(m->n_ready == 3, 5000), "the pool fills to pool_min");
+        sandbox_mgr_shutdown(m, NULL, NULL);
+        mgr_done(m);
+        config_free(&c);
+}
+
 static void test_warm_run(void)
 {
         struct config c = cfg_new();
@@ -171,8 +197,8 @@ static void test_warm_run(void)
         config_free(&c);
 }
 
-/* The engine's /info is read once, before the first create; an engine
- * that does not answer it still gets its sandboxes. */
+/* The engine's /info is read once, in the background after the first
+ * create; an engine that does not answer it still gets its sandboxes. */
 static void test_info(void)
 {
         struct config c = cfg_new();
@@ -493,6 +519,7 @@ int main(void)
                 return 1;
 
         test_cold_run();
+        test_first_alone();
         test_warm_run();
         test_info();
         test_failures();

@@ -2,6 +2,7 @@
  * a CallToolResult for each kind of outcome. */
 #include "mcp/tools.h"
 
+#include "core/buf.h"
 #include "tap.h"
 #include "sandbox/images.h"
 
@@ -40,13 +41,27 @@ static void test_list_images(void)
                 ok(json_equal(json_object_get(im, "enum"), want),
                    "%s: data or python, the default first", name);
                 json_decref(want);
+                /* Said once, in run_python's; run_shell's refers to it. */
                 const char *d = json_string_value(json_object_get(t, "description"));
-                like(d, "Image: data (Python 3 with numpy 1.24.2, pandas 1.5.3).",
-                     "%s: names the default image's packages", name);
-                like(d, "With image \"python\": Python 3 alone.", "%s: and the other image", name);
-                like(d, "Host data, read-only: /data, /ref.", "%s: and the mounts", name);
+                if (i == 0) {
+                        like(d, "Images: data (numpy, pandas); python.",
+                             "%s: names the images, the default's packages (no versions)", name);
+                        like(d, "Read-only host data: /data, /ref.", "%s: and the mounts", name);
+                } else {
+                        ok(!strstr(d, "Images:") && strstr(d, "same arguments"),
+                           "%s: refers to run_python's", name);
+                }
         }
         json_decref(list);
+        /* The guide says it with the packages' versions. */
+        struct buf b;
+        buf_init(&b, 4096);
+        tools_environment_text(&images, mounts, true, &b);
+        is_str(buf_str(&b),
+               " Images: data (numpy 1.24.2, pandas 1.5.3); python. Read-only host "
+               "data: /data, /ref.",
+               "environment text with versions");
+        buf_free(&b);
         json_decref(mounts);
         image_v[0].packages = NULL;
         /* One image and no mounts: nothing to choose, nothing said. */
@@ -58,6 +73,16 @@ static void test_list_images(void)
         json_decref(list);
 }
 
+/* A tool's hint as MCP reads it: absent means MCP's default (readOnly
+ * false, destructive true, idempotent false, openWorld true). */
+static bool hint(json_t *tool, const char *name)
+{
+        json_t *v = json_object_get(json_object_get(tool, "annotations"), name);
+        if (v)
+                return json_is_true(v);
+        return strcmp(name, "destructiveHint") == 0 || strcmp(name, "openWorldHint") == 0;
+}
+
 /* run_python's openWorldHint tells whether its code may call the user's
  * servers; execution.taskSupport is offered only to a protocol with
  * tasks. */
@@ -67,12 +92,9 @@ static void test_list_hints(void)
         json_t *without = tools_list(NULL, NULL, NULL, false);
         json_t *rp = json_array_get(with, 0), *rp0 = json_array_get(without, 0);
         is_str(json_string_value(json_object_get(rp, "name")), "run_python", "run_python first");
-        ok(json_is_true(json_object_get(json_object_get(rp, "annotations"), "openWorldHint")),
-           "run_python with servers: openWorldHint true");
-        ok(json_is_false(json_object_get(json_object_get(rp0, "annotations"), "openWorldHint")),
-           "run_python with none: openWorldHint false");
-        ok(json_is_false(json_object_get(json_object_get(json_array_get(with, 1), "annotations"),
-                                         "openWorldHint")),
+        ok(hint(rp, "openWorldHint"), "run_python with servers: openWorldHint true");
+        ok(!hint(rp0, "openWorldHint"), "run_python with none: openWorldHint false");
+        ok(!hint(json_array_get(with, 1), "openWorldHint"),
            "run_shell: openWorldHint false (it has no bridge)");
         ok(json_object_get(rp, "execution") != NULL, "tasks: run_python says taskSupport");
         size_t i;
@@ -98,17 +120,18 @@ static void test_list(void)
         } sess[] = {{"session_list", true, false, 0, 0},
                     {"session_close", false, true, 1, 1},
                     {"write_file", false, true, 4, 3},
-                    {"read_file", true, false, 4, 2},
+                    {"read_file", true, false, 4, 1}, /* a run's output needs no session */
                     {"list_files", true, false, 4, 1}};
         for (size_t i = 0; i < ARRAY_SIZE(sess); i++) {
                 json_t *t = json_array_get(list, 9 + i);
-                json_t *an = json_object_get(t, "annotations");
                 is_str(json_string_value(json_object_get(t, "name")), sess[i].name, "tool %zu name",
                        9 + i);
-                ok(json_is_true(json_object_get(an, "readOnlyHint")) == sess[i].readonly &&
-                       json_is_true(json_object_get(an, "destructiveHint")) == sess[i].destructive,
-                   "%s: readOnlyHint %d, destructiveHint %d", sess[i].name, sess[i].readonly,
-                   sess[i].destructive);
+                /* destructiveHint means something only when not read-only. */
+                ok(hint(t, "readOnlyHint") == sess[i].readonly &&
+                       (sess[i].readonly || hint(t, "destructiveHint") == sess[i].destructive) &&
+                       !hint(t, "openWorldHint"),
+                   "%s: readOnlyHint %d, destructiveHint %d, openWorldHint false", sess[i].name,
+                   sess[i].readonly, sess[i].destructive);
                 json_t *in = json_object_get(t, "inputSchema");
                 json_t *props = json_object_get(in, "properties");
                 is_int(json_object_size(props), sess[i].args, "%s: %zu argument(s)", sess[i].name,
@@ -120,8 +143,6 @@ static void test_list(void)
                                    json_object_get(json_object_get(props, "session"), "pattern")),
                                "^[A-Za-z0-9_.-]+$", "%s: session names have a pattern",
                                sess[i].name);
-                ok(json_is_false(json_object_get(in, "additionalProperties")),
-                   "%s: additionalProperties false", sess[i].name);
         }
         /* The job tools: job_status, job_result, job_cancel, job_list. */
         static const struct {
@@ -136,11 +157,8 @@ static void test_list(void)
                 json_t *t = json_array_get(list, 5 + i);
                 is_str(json_string_value(json_object_get(t, "name")), jobs[i].name, "tool %zu name",
                        5 + i);
-                ok(json_is_boolean(
-                       json_object_get(json_object_get(t, "annotations"), "readOnlyHint")) &&
-                       json_is_true(json_object_get(json_object_get(t, "annotations"),
-                                                    "readOnlyHint")) == jobs[i].readonly,
-                   "%s: readOnlyHint %d", jobs[i].name, jobs[i].readonly);
+                ok(hint(t, "readOnlyHint") == jobs[i].readonly, "%s: readOnlyHint %d", jobs[i].name,
+                   jobs[i].readonly);
                 json_t *in = json_object_get(t, "inputSchema");
                 is_int(json_object_size(json_object_get(in, "properties")), jobs[i].args,
                        "%s: %zu argument(s)", jobs[i].name, jobs[i].args);
@@ -175,22 +193,19 @@ static void test_list(void)
             json_object_get(json_object_get(py, "inputSchema"), "properties"), "session_servers");
         is_str(json_string_value(json_object_get(ss, "type")), "array",
                "session_servers is an array");
-        like(json_string_value(json_object_get(ss, "description")),
-             "Code the session ran before will be able to use them too",
+        like(json_string_value(json_object_get(ss, "description")), "for its earlier code too",
              "session_servers: the description says earlier code gets them too");
         static const char *const readonly[] = {"list_servers", "search_tools"};
         for (size_t i = 0; i < ARRAY_SIZE(readonly); i++) {
                 json_t *t = json_array_get(list, 3 + i);
                 is_str(json_string_value(json_object_get(t, "name")), readonly[i], "tool %zu name",
                        3 + i);
-                ok(json_is_true(json_object_get(json_object_get(t, "annotations"), "readOnlyHint")),
-                   "%s: readOnlyHint", readonly[i]);
+                ok(hint(t, "readOnlyHint"), "%s: readOnlyHint", readonly[i]);
         }
         /* The third, sandbox_status, is read-only and takes no arguments. */
         json_t *st = json_array_get(list, 2);
         is_str(json_string_value(json_object_get(st, "name")), "sandbox_status", "tool 2 name");
-        ok(json_is_true(json_object_get(json_object_get(st, "annotations"), "readOnlyHint")),
-           "sandbox_status: readOnlyHint");
+        ok(hint(st, "readOnlyHint"), "sandbox_status: readOnlyHint");
         ok(json_object_size(json_object_get(json_object_get(st, "inputSchema"), "properties")) == 0,
            "sandbox_status: no arguments");
         static const struct {
@@ -202,16 +217,17 @@ static void test_list(void)
                        i);
                 const char *desc = json_string_value(json_object_get(t, "description"));
                 ok(desc && strlen(desc) > 50, "%s: has a description", want[i].name);
-                like(desc, "no network", "%s: the description states the sandbox rules",
-                     want[i].name);
+                like(desc, i == 0 ? "no network" : "as run_python does",
+                     "%s: the description states the sandbox rules", want[i].name);
+                like(desc, "Guide: resource " GUIDE_URI ".", "%s: names the guide", want[i].name);
                 ok(json_is_string(json_object_get(t, "title")), "%s: has a title", want[i].name);
 
                 json_t *in = json_object_get(t, "inputSchema");
                 is_str(json_string_value(json_object_get(in, "type")), "object",
                        "%s: inputSchema is an object", want[i].name);
                 json_t *props = json_object_get(in, "properties");
-                is_int(json_object_size(props), i == 0 ? 7 : 5, "%s: %d arguments", want[i].name,
-                       i == 0 ? 7 : 5);
+                is_int(json_object_size(props), i == 0 ? 8 : 6, "%s: %d arguments", want[i].name,
+                       i == 0 ? 8 : 6);
                 is_str(json_string_value(json_object_get(json_object_get(props, "files"), "type")),
                        "array", "%s: files is an array", want[i].name);
                 is_str(
@@ -234,8 +250,6 @@ static void test_list(void)
                 ok(json_is_array(req) && json_array_size(req) == 1 &&
                        strcmp(json_string_value(json_array_get(req, 0)), want[i].arg) == 0,
                    "%s: required is [%s]", want[i].name, want[i].arg);
-                ok(json_is_false(json_object_get(in, "additionalProperties")),
-                   "%s: additionalProperties false", want[i].name);
 
                 json_t *out = json_object_get(t, "outputSchema");
                 is_str(json_string_value(json_object_get(out, "type")), "object",
@@ -275,15 +289,35 @@ static void test_list(void)
                 json_t *ann = json_object_get(t, "annotations");
                 /* This list names servers: run_python's code may reach them. */
                 bool open = strcmp(want[i].name, "run_python") == 0;
-                ok(json_is_false(json_object_get(ann, "readOnlyHint")) &&
-                       json_is_boolean(json_object_get(ann, "openWorldHint")) &&
-                       json_is_true(json_object_get(ann, "openWorldHint")) == open,
+                ok(ann && !hint(t, "readOnlyHint") && !hint(t, "destructiveHint") &&
+                       hint(t, "openWorldHint") == open,
                    "%s: annotations (openWorldHint %s)", want[i].name, open ? "true" : "false");
         }
         char *s = json_dumps(list, JSON_COMPACT);
         ok(s != NULL, "tools_list encodes");
         free(s);
         json_decref(list);
+}
+
+/* The whole tools/list result stays within 8 KiB (a host sends it in every
+ * conversation), with two images, the data image's packages, two servers
+ * and tasks: tests/e2e measures it as sent. */
+static void test_list_size(void)
+{
+        image_v[0].packages = "numpy 1.24.2, pandas 1.5.3, numexpr 2.8.4, bottleneck 1.3.5, scipy "
+                              "1.10.1, statsmodels 0.13.5, sklearn 1.2.1, sympy 1.11.1, networkx "
+                              "2.8.8, matplotlib 3.6.3, seaborn 0.12.2, pil 9.4.0, openpyxl 3.0.9, "
+                              "xlsxwriter 3.0.2, xlrd 1.2.0, odf 1.4.2, lxml 4.9.2, bs4 4.11.2, "
+                              "yaml 6.0, tabulate 0.8.9";
+        json_t *result =
+            json_pack("{s:o}", "tools", tools_list("everything, fs", &images, NULL, true));
+        char *s = json_dumps(result, JSON_COMPACT);
+        size_t n = s ? strlen(s) : 0;
+        diag("tools/list result: %zu bytes", n);
+        ok(s && n <= 8192, "tools/list result within 8192 bytes (%zu)", n);
+        free(s);
+        json_decref(result);
+        image_v[0].packages = NULL;
 }
 
 /* A status name for every status value a result can hold. */
@@ -640,12 +674,12 @@ static const struct result_case {
      "was killed\",\"traceback\":null},\"stdout_uri\":null,\"stderr_uri\":null}"},
     {"truncated both: the runtime counted more than it relayed", ST_ERROR, true, 1, "ab", "e", 10,
      5, true, true, 3, NULL, NULL, NULL, NULL,
-     "ab\n[... 8 bytes of stdout left out (10 in all; not kept: result_store_max is 0 or full) "
-     "...]\n--- stderr ---\ne\n[... 4 bytes of stderr left out (5 in all; not kept: "
-     "result_store_max is 0 or full) ...]\n[status: error, exit code 1, 3 ms]",
+     "ab\n[... 8 bytes of stdout left out (10 in all). The rest is not kept "
+     "...]\n--- stderr ---\ne\n[... 4 bytes of stderr left out (5 in all). The rest is not kept "
+     "...]\n[status: error, exit code 1, 3 ms]",
      "{\"status\":\"error\",\"exit_code\":1,\"stdout\":\"ab\\n[... 8 bytes of stdout left out (10 "
-     "in all; not kept: result_store_max is 0 or full) ...]\\n\",\"stderr\":\"e\\n[... 4 bytes of "
-     "stderr left out (5 in all; not kept: result_store_max is 0 or full) ...]\\n\","
+     "in all). The rest is not kept ...]\\n\",\"stderr\":\"e\\n[... 4 bytes of "
+     "stderr left out (5 in all). The rest is not kept ...]\\n\","
      "\"stdout_bytes\":10,\"stderr_bytes\":5,\"stdout_truncated\":true,"
      "\"stderr_truncated\":true,\"duration_ms\":3,\"container\":null,\"error\":null,"
      "\"stdout_uri\":null,\"stderr_uri\":null}"},
@@ -680,10 +714,10 @@ static const struct result_case {
      "killed\",\"traceback\":null},\"stdout_uri\":null,\"stderr_uri\":null}"},
     {"UTF-8 output cut at a character boundary", ST_OK, true, 0, "caf\xc3\xa9 \xe2\x82\xac", NULL,
      12, 0, true, false, 1, NULL, NULL, NULL, NULL,
-     "caf\xc3\xa9 \xe2\x82\xac\n[... 3 bytes of stdout left out (12 in all; not kept: "
-     "result_store_max is 0 or full) ...]\n[status: ok, exit code 0, 1 ms]",
+     "caf\xc3\xa9 \xe2\x82\xac\n[... 3 bytes of stdout left out (12 in all). The rest is not kept "
+     "...]\n[status: ok, exit code 0, 1 ms]",
      "{\"status\":\"ok\",\"exit_code\":0,\"stdout\":\"caf\xc3\xa9 \xe2\x82\xac\\n[... 3 bytes of "
-     "stdout left out (12 in all; not kept: result_store_max is 0 or full) ...]\\n\",\"stderr\":"
+     "stdout left out (12 in all). The rest is not kept ...]\\n\",\"stderr\":"
      "\"\",\"stdout_bytes\":12,\"stderr_bytes\":0,\"stdout_truncated\":true,"
      "\"stderr_truncated\":false,\"duration_ms\":1,\"container\":null,\"error\":null,"
      "\"stdout_uri\":null,\"stderr_uri\":null}"},
@@ -883,6 +917,45 @@ static void test_parse_files(void)
         config_free(&cfg);
 }
 
+/* The result's text within max_chars whatever else it carries: short
+ * output whole, long output cut, a long traceback and session note
+ * counted too. */
+static void test_budget(void)
+{
+        static const size_t maxes[] = {1000, 1200, 1500, 3000, 20000};
+        char big[6000];
+        memset(big, 'o', sizeof(big) - 1);
+        big[sizeof(big) - 1] = '\0';
+        for (size_t i = 0; i < ARRAY_SIZE(maxes); i++) {
+                struct sandbox_result res = {.status = ST_OK, .has_exit_code = true};
+                set_output(&res.out, "hello\n", 6, false);
+                set_output(&res.err, NULL, 0, false);
+                struct result_view v = {.max_chars = maxes[i]};
+                json_t *r = tools_result(&res, &v);
+                like(text_of(r), "hello\n[status: ok", "max %zu: short output whole", maxes[i]);
+                json_decref(r);
+                free_result(&res);
+
+                res = (struct sandbox_result){.status = ST_ERROR,
+                                              .has_exit_code = true,
+                                              .exit_code = 1,
+                                              .error_type = "ValueError",
+                                              .error_message = "bad",
+                                              .error_traceback = big,
+                                              .kept = false};
+                set_output(&res.out, big, strlen(big), false);
+                set_output(&res.err, big + 2000, strlen(big) - 2000, false);
+                v.session = "s";
+                r = tools_result(&res, &v);
+                size_t n = strlen(text_of(r));
+                ok(n <= maxes[i], "max %zu: long output, traceback and note: %zu characters",
+                   maxes[i], n);
+                like(text_of(r), "[status: error, exit code 1", "...the status line stays");
+                json_decref(r);
+                free_result(&res);
+        }
+}
+
 /* Files from /workspace/out: images as image content, text as a text
  * resource, bytes as a blob, and the ones not returned say why. */
 static void test_out_files(void)
@@ -956,6 +1029,46 @@ static void test_out_files(void)
         ok(!json_object_get(json_object_get(r, "structuredContent"), "session"),
            "no session: no session field");
         json_decref(r);
+
+        /* A client that takes resource links: text past half of max_chars
+         * and bytes are links it reads back; the file lines stop at a
+         * quarter of it. */
+        json_decref(res.out_files);
+        struct buf b64;
+        char long_csv[1200];
+        memset(long_csv, 'a', sizeof(long_csv));
+        buf_init(&b64, 4096);
+        base64_encode(&b64, long_csv, sizeof(long_csv));
+        res.out_files = json_pack(
+            "[{s:s, s:i, s:s, s:s}, {s:s, s:i, s:s}, {s:s, s:i, s:s}, {s:s, s:i, s:s}]", "path",
+            "out/d.csv", "size", 1200, "mime_type", "text/csv", "data", buf_str(&b64), "path",
+            "out/x.bin", "size", 2, "data", "AAE=", "path", "out/y.bin", "size", 2, "data",
+            "AAE=", "path", "out/z.bin", "size", 2, "data", "AAE=");
+        buf_free(&b64);
+        struct result_view lv = {.session = "s1", .max_chars = 600, .links = true};
+        r = tools_result(&res, &lv);
+        content = json_object_get(r, "content");
+        is_int((long long)json_array_size(content), 5, "text, four links");
+        for (size_t i = 1; i < 5; i++)
+                is_str(json_string_value(json_object_get(json_array_get(content, i), "type")),
+                       "resource_link", "item %zu is a link", i);
+        json_t *link = json_array_get(content, 1);
+        is_str(json_string_value(json_object_get(link, "uri")), "corral://session/s1/out/d.csv",
+               "a link names the session's file");
+        is_int(json_integer_value(json_object_get(link, "size")), 1200, "...and its size");
+        files = json_object_get(json_object_get(r, "structuredContent"), "files");
+        ok(json_is_false(json_object_get(json_array_get(files, 0), "returned")) &&
+               strcmp(json_string_value(json_object_get(json_array_get(files, 0), "uri")),
+                      "corral://session/s1/out/d.csv") == 0,
+           "structuredContent: not returned, with its uri");
+        text = json_string_value(json_object_get(json_array_get(content, 0), "text"));
+        like(text,
+             "[file out/d.csv: 1200 bytes, linked: resources/read corral://session/s1/out/d.csv]",
+             "the text says where it is");
+        like(text, "more files: structuredContent.files lists them]",
+             "past a quarter of max_chars, the lines stop with a count");
+        ok(strlen(text) <= 600, "the text stays within max_chars (%zu)", strlen(text));
+        json_decref(r);
         json_decref(res.out_files);
         buf_free(&res.out.data);
         buf_free(&res.err.data);
@@ -1011,10 +1124,12 @@ static void test_line_max(void)
 int main(void)
 {
         test_list();
+        test_list_size();
         test_out_file_names();
         test_line_max();
         test_parse_files();
         test_out_files();
+        test_budget();
         test_status_names();
         test_parse_call();
         test_parse_image();
