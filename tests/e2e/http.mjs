@@ -296,8 +296,10 @@ class Corral {
 
   // run_python; returns the structuredContent, and the object the code
   // printed after @@ when it did.
+  // The record line is for the test to parse, whole: the result may carry
+  // up to output_limit (1 MiB), not the 20,000 characters a model gets.
   async python(code, servers, timeoutS = 60) {
-    const r = await this.tool('run_python', { code, servers, timeout_s: timeoutS });
+    const r = await this.tool('run_python', { code, servers, timeout_s: timeoutS, result_max_chars: 1 << 20 });
     const sc = r.structuredContent;
     const line = (sc?.stdout ?? '').split('\n').find((l) => l.startsWith('@@'));
     return { sc, out: line ? JSON.parse(line.slice(2)) : null };
