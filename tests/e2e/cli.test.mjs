@@ -10,8 +10,8 @@ import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
-import { BIN, clip, CONFIG_HOME, CORRAL_TOOLS, corralEnv, Daemon, ENGINE, inspectorCli, knownPids, run, sleep, test,
-  waitFor } from './lib/harness.mjs';
+import { BIN, clip, CONFIG_HOME, CORRAL_TOOLS, corralEnv, Daemon, ENGINE, inspectorCli, knownPids, run, sleep,
+  startService, test } from './lib/harness.mjs';
 
 test('cli: `corral run -c` prints output and returns the exit code', async (t) => {
   const env = corralEnv();
@@ -199,19 +199,8 @@ test('cli: a stdio corral with no settings relays to the running service; `servi
   };
 
   const sock = path.join(user.XDG_RUNTIME_DIR, 'corral', 'corral.sock');
-  const svc = spawn(BIN, ['serve', '--listen', 'unix'], { env: corralEnv({ ...user, CORRAL_HOST_SERVERS: 'false', CORRAL_AUDIT_LOG: 'off' }),
-    stdio: ['ignore', 'ignore', 'pipe'] });
-  knownPids.add(String(svc.pid));
-  let log = '';
-  svc.stderr.on('data', (b) => { log += b.toString('utf8'); });
-  const exited = new Promise((r) => svc.once('exit', (code, signal) => r({ code, signal })));
-  t.defer(async () => {
-    if (svc.exitCode !== null || svc.signalCode !== null) return;
-    svc.kill('SIGTERM');
-    if (!await Promise.race([exited, sleep(30000).then(() => null)])) svc.kill('SIGKILL');
-  });
-  await waitFor(() => ({ done: existsSync(sock) || svc.exitCode !== null }), { timeoutMs: 20000, intervalMs: 50 });
-  assert.ok(existsSync(sock), `the service listens at ${sock}: ${clip(log, 1500)}`);
+  const svc = await startService(t, ['--listen', 'unix'],
+    corralEnv({ ...user, CORRAL_HOST_SERVERS: 'false', CORRAL_AUDIT_LOG: 'off' }), sock);
 
   // No settings: the host's corral relays, and its calls run in the
   // service's pool (sandbox_status names the service's process).
@@ -245,11 +234,10 @@ test('cli: a stdio corral with no settings relays to the running service; `servi
   assert.doesNotMatch(c.log, /relaying/);
   await c.close();
 
-  svc.kill('SIGTERM');
-  const how = await Promise.race([exited, sleep(40000).then(() => null)]);
-  t.note('service_log', clip(log, 3000));
+  const how = await svc.stop();
+  t.note('service_log', clip(svc.log, 3000));
   assert.deepEqual(how, { code: 0, signal: null }, 'the service stops cleanly');
-  assert.match(log, /MCP session \w+\.\.\. opened/, 'the service saw the relayed host');
+  assert.match(svc.log, /MCP session \w+\.\.\. opened/, 'the service saw the relayed host');
 
   // A socket left behind, that nothing listens on: refused, so the host's
   // corral serves alone at once.

@@ -8,13 +8,12 @@
 //   node run.mjs resources        (resources:)
 
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
-import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { ResourceListChangedNotificationSchema } from '@modelcontextprotocol/sdk/types.js';
 import {
-  BIN, clip, CONFIG_HOME, corralEnv, inspectorCli, knownPids, run, sleep, test, toolCall, waitFor,
+  BIN, clip, CONFIG_HOME, corralEnv, inspectorCli, run, sleep, startService, test, toolCall, waitFor,
 } from './lib/harness.mjs';
 
 const TEMPLATE = 'corral://session/{session}/{+path}';
@@ -171,25 +170,14 @@ test('resources: a named client keeps its sessions between MCP sessions; the Ins
   const dir = mkdtempSync(path.join(tmpdir(), 'corral-res-'));
   t.defer(() => rmSync(dir, { recursive: true, force: true }));
   const sock = path.join(dir, 'corral.sock');
-  const svc = spawn(BIN, ['serve', '--listen', `unix:${sock}`], { env: corralEnv(), stdio: ['ignore', 'ignore', 'pipe'] });
-  knownPids.add(String(svc.pid));
-  let log = '';
-  svc.stderr.on('data', (b) => { log += b.toString('utf8'); });
-  const exited = new Promise((r) => svc.once('exit', (code, signal) => r({ code, signal })));
-  t.defer(async () => {
-    if (svc.exitCode !== null || svc.signalCode !== null) return;
-    svc.kill('SIGTERM');
-    const how = await Promise.race([exited, sleep(30000).then(() => null)]);
-    if (!how) svc.kill('SIGKILL');
-  });
-  await until('the service listens', () => existsSync(sock), 15000);
+  const svc = await startService(t, ['--listen', `unix:${sock}`], corralEnv(), sock);
   const connect = (name) => ['connect', '--socket', sock, ...(name ? ['--as', name] : [])];
 
   const a = await t.daemon('alice-1', {}, { args: connect('alice') });
   const made = await a.call(t, 'run_python', { session: 'work', code: `${FILES}\nopen('/workspace/out/result.json', 'w').write('{"answer": 42}')` });
   assert.equal(made.structuredContent.stdout, 'made\n');
   await a.close();
-  assert.match(log, /MCP session \w+\.\.\. opened for client n:alice/);
+  assert.match(svc.log, /MCP session \w+\.\.\. opened for client n:alice/);
 
   // Each Inspector call is an MCP session of its own, under the name.
   const env = { XDG_CONFIG_HOME: CONFIG_HOME };
@@ -229,9 +217,8 @@ test('resources: a named client keeps its sessions between MCP sessions; the Ins
   await toolCall(t, a2, 'session_close', { session: 'work' });
   assert.deepEqual(files((await a2.client.listResources()).resources), []);
   await a2.close();
-  svc.kill('SIGTERM');
-  const how = await Promise.race([exited, sleep(40000).then(() => null)]);
-  t.note('service_log', clip(log, 3000));
+  const how = await svc.stop();
+  t.note('service_log', clip(svc.log, 3000));
   assert.deepEqual(how, { code: 0, signal: null }, 'the service stops cleanly');
-  assert.doesNotMatch(log, /ERROR: (AddressSanitizer|LeakSanitizer)|runtime error: /);
+  assert.doesNotMatch(svc.log, /ERROR: (AddressSanitizer|LeakSanitizer)|runtime error: /);
 }, { timeoutMs: 180000 });

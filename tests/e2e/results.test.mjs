@@ -8,13 +8,11 @@
 
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
-import { existsSync, readdirSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { spawn } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
 import {
-  BIN, clip, CONFIG_HOME, corralEnv, inspectorCli, knownPids, sleep, test, toolCall, waitFor,
+  BIN, clip, CONFIG_HOME, corralEnv, inspectorCli, startService, test, toolCall,
 } from './lib/harness.mjs';
 
 const LIMIT = 20000; // result_max_chars's default
@@ -218,18 +216,7 @@ test('results: the Inspector CLI, each command an MCP session of a named client,
   const dir = mkdtempSync(path.join(os.tmpdir(), 'corral-results-'));
   t.defer(() => rmSync(dir, { recursive: true, force: true }));
   const sock = path.join(dir, 'corral.sock');
-  const svc = spawn(BIN, ['serve', '--listen', `unix:${sock}`], { env: corralEnv(), stdio: ['ignore', 'ignore', 'pipe'] });
-  knownPids.add(String(svc.pid));
-  let log = '';
-  svc.stderr.on('data', (b) => { log += b.toString('utf8'); });
-  const exited = new Promise((r) => svc.once('exit', (code, signal) => r({ code, signal })));
-  t.defer(async () => {
-    if (svc.exitCode !== null || svc.signalCode !== null) return;
-    svc.kill('SIGTERM');
-    if (!await Promise.race([exited, sleep(30000).then(() => null)])) svc.kill('SIGKILL');
-  });
-  const up = await waitFor(() => ({ done: existsSync(sock) }), { timeoutMs: 20000 });
-  assert.ok(up.done, 'the service listens');
+  const svc = await startService(t, ['--listen', `unix:${sock}`], corralEnv(), sock);
   const target = [BIN, 'connect', '--socket', sock, '--as', 'inspector'];
   const env = { XDG_CONFIG_HOME: CONFIG_HOME };
   // --strict: the Inspector's schema portability check, which it runs
@@ -254,7 +241,5 @@ test('results: the Inspector CLI, each command an MCP session of a named client,
   const want = Array.from({ length: 100000 }, (_, i) => `${i}\n`).join('');
   assert.equal(read.contents[0].text.length, want.length, 'the whole stdout, in the next MCP session');
   assert.equal(read.contents[0].text, want);
-  svc.kill('SIGTERM');
-  const how = await Promise.race([exited, sleep(40000).then(() => null)]);
-  assert.deepEqual(how, { code: 0, signal: null }, 'the service stops cleanly');
+  assert.deepEqual(await svc.stop(), { code: 0, signal: null }, 'the service stops cleanly');
 }, { timeoutMs: 240000 });

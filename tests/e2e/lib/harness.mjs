@@ -688,6 +688,29 @@ export async function inspectorCli(args, env, { catalogDir = CONFIG_HOME, timeou
   return { ...r, version: pkg.version, node };
 }
 
+// A `corral serve ARGS` for one test, with `env` its whole environment,
+// stopped when the test ends (SIGTERM, then SIGKILL after 30 s); returns
+// once `sock` exists. {proc, pid, log (its stderr so far), stop(ms): its
+// exit {code, signal}, or null if it ran on past `ms`}.
+export async function startService(t, args, env, sock, { timeoutMs = 20000 } = {}) {
+  const proc = spawn(BIN, ['serve', ...args], { env, stdio: ['ignore', 'ignore', 'pipe'] });
+  knownPids.add(String(proc.pid));
+  const svc = { proc, pid: proc.pid, log: '' };
+  proc.stderr.on('data', (b) => { svc.log += b.toString('utf8'); });
+  const exited = new Promise((r) => proc.once('exit', (code, signal) => r({ code, signal })));
+  svc.stop = (ms = 40000) => {
+    if (proc.exitCode === null && proc.signalCode === null) proc.kill('SIGTERM');
+    return Promise.race([exited, sleep(ms).then(() => null)]);
+  };
+  t.defer(async () => {
+    if (proc.exitCode !== null || proc.signalCode !== null) return;
+    if (!await svc.stop(30000)) proc.kill('SIGKILL');
+  });
+  await waitFor(() => ({ done: existsSync(sock) || proc.exitCode !== null }), { timeoutMs, intervalMs: 50 });
+  assert.ok(existsSync(sock), `the service listens at ${sock}: ${clip(svc.log, 1500)}`);
+  return svc;
+}
+
 // Containers that existed before the suite started are not ours to judge.
 export let preexisting = new Set();
 export const suiteStart = Math.floor(Date.now() / 1000) - 1;
