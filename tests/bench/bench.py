@@ -94,6 +94,22 @@ def proc_stats(pid):
             ticks * 1000 / os.sysconf('SC_CLK_TCK'))
 
 
+def stop_stdio(proc, timeout=30):
+    """A stdio corral stops the way hosts stop one: stdin closed, then a
+    kill if it is still there after `timeout` seconds."""
+    if proc.poll() is not None:
+        return
+    try:
+        proc.stdin.close()
+    except OSError:
+        pass
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 class Corral:
     """One `corral serve` over stdio; responses are matched to requests by id."""
 
@@ -202,16 +218,7 @@ class Corral:
         if self.closed:
             return []
         self.closed = True
-        if self.proc.poll() is None:
-            try:
-                self.proc.stdin.close()
-            except OSError:
-                pass
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_stdio(self.proc)
         self.cfgdir.cleanup()
         if keep_log:
             print('corral %d log: %s' % (self.pid, self.log.name), file=sys.stderr)

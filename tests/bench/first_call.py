@@ -20,7 +20,7 @@ import argparse, json, os, shutil, socket, subprocess, sys, tempfile, threading,
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from bench import Broken, engine_facts, leftovers, pct  # noqa: E402
+from bench import Broken, engine_facts, leftovers, pct, stop_stdio  # noqa: E402
 
 CODE = 'print(1)'
 IMAGE = os.environ.get('CORRAL_IMAGE', 'corral-python:latest')
@@ -133,16 +133,7 @@ class Stdio:
         return [l for l in self.log if text in l]
 
     def close(self):
-        if self.proc.poll() is None:
-            try:
-                self.proc.stdin.close()
-            except OSError:
-                pass
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_stdio(self.proc)
 
 
 def wait_socket(path, proc, timeout=30):
