@@ -26,7 +26,6 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <ftw.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
