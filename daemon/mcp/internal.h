@@ -32,15 +32,63 @@ struct search; /* search.c */
 struct session_mgr;
 struct transport;
 
-/* A run_python or run_shell call, from its start until it is answered, or
- * as a job or task until its result is dropped. */
-struct call {
+/* ---- request.c: the client's requests in flight, one table of them */
+
+struct request;
+
+/* What a kind of request does when it goes unanswered. Each is called
+ * with the request out of the table already (no answer can follow), and
+ * may free it with what holds it. */
+struct request_ops {
+        const char *what; /* for the log: "a file call" */
+        /* notifications/cancelled: its work is stopped and freed. */
+        void (*withdraw)(struct request *r);
+        /* The client goes: the same, without a word to anyone. */
+        void (*drop)(struct request *r);
+};
+
+/* Embedded in each kind's own struct (run.c's call, jobs.c's wait,
+ * session_tools.c's file call, search.c's search, resources.c's
+ * operation, run.c's ask and wait). */
+struct request {
         struct mcp_server *srv;
-        struct list node; /* in srv->calls */
-        json_t *id;
+        struct list node; /* in srv->requests while in flight */
+        json_t *id;       /* NULL once it has ended */
+        const struct request_ops *ops;
+};
+
+/* The kind's struct of `r`, whose member `req` it is. */
+#define request_of(r, type) ((type *)((char *)(r)-offsetof(type, req)))
+
+/* Into the table under `id` (taken with a reference of its own). */
+void request_begin(struct mcp_server *s, struct request *r, json_t *id,
+                   const struct request_ops *ops);
+/* Whether it is in the table (not answered, withdrawn or dropped). */
+bool request_live(const struct request *r);
+/* Its answer (a tool's result, stolen: NULL is an internal error) or a
+ * JSON-RPC error, and out of the table; nothing when it is not live. */
+void request_answer(struct request *r, json_t *result);
+void request_error(struct request *r, int code, const char *message);
+/* Out of the table, unanswered (idempotent). */
+void request_end(struct request *r);
+/* The live request with this id, or NULL: a new request may not reuse
+ * it, and notifications/cancelled names it. */
+struct request *request_find(const struct mcp_server *s, const json_t *id);
+/* notifications/cancelled: whether a request had this id. */
+bool request_withdraw(struct mcp_server *s, const json_t *id, const char *why);
+/* The client goes: every request is dropped. */
+void requests_drop_all(struct mcp_server *s);
+/* Whether any request is in flight. */
+bool requests_pending(const struct mcp_server *s);
+
+/* A run_python or run_shell call, from its start until it is answered, or
+ * as a job or task until its result is dropped. Its request is live until
+ * it is answered: with its result, as a job's "running", or as a task. */
+struct call {
+        struct request req;        /* req.srv: its client, for its whole life */
+        struct list node;          /* in srv->calls */
         struct sandbox *sb;        /* NULL once it has ended */
         struct progress *progress; /* NULL: the host asked for none */
-        bool cancelled;            /* the host withdrew it: no response is sent */
         bool stopping;             /* cancelled (any way): its code is being stopped */
         const char *tool;          /* run_python or run_shell */
         char *code_line;           /* the start of its code, for job_list */
@@ -74,8 +122,7 @@ struct mcp_server {
         char names[512];          /* the servers, for run_python's description */
         struct list calls;        /* struct call: run_python, run_shell, jobs, tasks */
         unsigned job_seq;         /* the last job-<n> given */
-        struct list fcalls;       /* struct file_call: file tools on their way */
-        struct list searches;     /* struct search: search_tools waiting for servers */
+        struct list requests;     /* struct request: every request in flight */
         bool initialized;         /* initialize answered */
         bool closing;             /* mcp_server_close: freed when its last call ends */
         char owner[40];           /* the client, for the session manager ("": stdio's) */
@@ -85,9 +132,6 @@ struct mcp_server {
         struct list asks;         /* struct ask (elicit.c), the first one out */
         unsigned ask_seq;
         struct bridge_asker asker;   /* the bridge asks this client's person */
-        struct list rops;            /* struct res_op (resources.c) on their way */
-        struct list run_asks;        /* struct run_ask (run.c): runs a person is asked about */
-        struct list run_waits;       /* struct run_wait (run.c): runs waiting for a stop */
         struct session_watch *watch; /* the client's sessions, for list_changed */
         struct results *results;     /* its runs' kept output (results.c); NULL until used */
         bool keep_sessions;          /* a named client: its sessions outlive it */
@@ -105,7 +149,7 @@ bool mcp_asks_response(struct mcp_server *s, const struct jrpc_msg *m);
 /* The client goes: every question ends unanswered. */
 void mcp_asks_close(struct mcp_server *s);
 
-/* ---- server.c: sending to the client */
+/* ---- request.c: sending to the client */
 
 /* A message (stolen) to the client, through the transport. */
 void mcp_send(struct mcp_server *s, json_t *msg);
@@ -150,23 +194,7 @@ struct result_view call_view(const struct call *c);
 void call_free(struct call *c);
 /* Whether a call of this client runs (a sandbox is working for it). */
 bool calls_running(const struct mcp_server *s);
-/* Whether a call with this id waits for its answer (not a job: that was
- * answered; not withdrawn: that never will be). */
-bool calls_in_flight(const struct mcp_server *s, const json_t *id);
-/* notifications/cancelled for such a call: it ends without an answer. */
-void calls_cancel(struct mcp_server *s, const json_t *id, const char *why);
 void calls_free(struct mcp_server *s);
-/* ask_run: whether a run with this id waits for the person's answer; the
- * host withdrew one (its question is taken back, no answer follows); every
- * one dropped (the client goes). */
-bool run_asks_in_flight(const struct mcp_server *s, const json_t *id);
-bool run_ask_withdraw(struct mcp_server *s, const json_t *id);
-void run_asks_free(struct mcp_server *s);
-/* A call in a session whose cancelled call was still stopping: whether
- * one with this id waits; the host withdrew one; every one dropped. */
-bool run_waits_in_flight(const struct mcp_server *s, const json_t *id);
-bool run_wait_withdraw(struct mcp_server *s, const json_t *id);
-void run_waits_free(struct mcp_server *s);
 /* The client went away: running calls are cancelled (their ends free
  * them), the rest freed. Whether any still runs. */
 bool calls_close(struct mcp_server *s);
@@ -195,11 +223,6 @@ void tasks_cancel(struct mcp_server *s, json_t *id, json_t *params);
 void tasks_list(struct mcp_server *s, json_t *id, json_t *params);
 /* Frees the job_result and tasks/result calls waiting for `c`. */
 void job_waits_free(struct call *c);
-/* Whether a job_result or tasks/result with this id waits. */
-bool job_waits_in_flight(const struct mcp_server *s, const json_t *id);
-/* notifications/cancelled for one: it ends without an answer. Whether
- * there was one. */
-bool job_wait_withdraw(struct mcp_server *s, const json_t *id);
 
 /* ---- search.c: list_servers and search_tools */
 
@@ -209,10 +232,6 @@ void servers_names(struct bridge *b, char *out, size_t size);
 void tool_list_servers(struct mcp_server *s, json_t *id, json_t *args, json_t *params);
 /* Answered once every server asked has listed its tools, or failed to. */
 void tool_search_tools(struct mcp_server *s, json_t *id, json_t *args, json_t *params);
-/* Whether a search_tools with this id waits for its answer. */
-bool searches_in_flight(const struct mcp_server *s, const json_t *id);
-/* Withdraws every search_tools still waiting: no answers follow. */
-void searches_free(struct mcp_server *s);
 
 /* ---- session_tools.c: session_list, session_close, write_file, read_file,
  * list_files */
@@ -223,10 +242,6 @@ void tool_session_close(struct mcp_server *s, json_t *id, json_t *args, json_t *
 void tool_write_file(struct mcp_server *s, json_t *id, json_t *args, json_t *params);
 void tool_read_file(struct mcp_server *s, json_t *id, json_t *args, json_t *params);
 void tool_list_files(struct mcp_server *s, json_t *id, json_t *args, json_t *params);
-/* Whether a file tool with this id is on its way. */
-bool file_calls_in_flight(const struct mcp_server *s, const json_t *id);
-/* Withdraws every file tool on its way: no answers follow. */
-void file_calls_free(struct mcp_server *s);
 
 /* ---- resources.c: the sessions' files as MCP resources */
 
@@ -282,9 +297,7 @@ int resource_path_decode(const char *enc, char *rel, size_t rel_size, struct err
 void completion_complete(struct mcp_server *s, json_t *id, json_t *params);
 /* write_file wrote `path` (full) in an open session. */
 void resources_files_written(struct mcp_server *s, const char *session, const char *path);
-/* Whether a resources or completion request with this id is on its way. */
-bool resource_ops_in_flight(const struct mcp_server *s, const json_t *id);
-/* Withdraws them (no answers follow) and stops following the sessions. */
+/* Stops following the sessions. */
 void resources_free(struct mcp_server *s);
 
 /* ---- guide.c: the guide to the tools, resource GUIDE_URI */

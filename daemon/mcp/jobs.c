@@ -25,9 +25,9 @@
 
 /* A job_result (or tasks/result) waiting for its job to end. */
 struct job_wait {
+        struct request req;
         struct list node; /* in job->waits */
         struct call *job;
-        json_t *id;
         struct timer *timer; /* NULL: tasks/result, which waits for the end */
 };
 
@@ -35,8 +35,31 @@ static void job_wait_free(struct job_wait *w)
 {
         list_del(&w->node);
         timer_remove(w->timer);
-        json_decref(w->id);
+        request_end(&w->req);
         free(w);
+}
+
+static void job_wait_gone(struct request *r)
+{
+        job_wait_free(request_of(r, struct job_wait));
+}
+
+static const struct request_ops job_wait_ops = {
+    .what = "a wait for a job's result",
+    .withdraw = job_wait_gone,
+    .drop = job_wait_gone,
+};
+
+/* A job_result or tasks/result that waits for `c`, in the table. */
+static struct job_wait *job_wait_new(struct mcp_server *s, json_t *id, struct call *c)
+{
+        struct job_wait *w = calloc(1, sizeof(*w));
+        if (!w)
+                return NULL;
+        w->job = c;
+        request_begin(s, &w->req, id, &job_wait_ops);
+        list_push(&c->waits, &w->node);
+        return w;
 }
 
 static json_t *job_running_result(struct call *c)
@@ -47,7 +70,7 @@ static json_t *job_running_result(struct call *c)
 
 static void job_name(struct call *c)
 {
-        snprintf(c->job_id, sizeof(c->job_id), "job-%u", ++c->srv->job_seq);
+        snprintf(c->job_id, sizeof(c->job_id), "job-%u", ++c->req.srv->job_seq);
 }
 
 void job_detach(struct call *c)
@@ -57,7 +80,7 @@ void job_detach(struct call *c)
         progress_free(c->progress);
         c->progress = NULL;
         log_info("%s goes on as %s", c->tool, c->job_id);
-        mcp_send_result(c->srv, c->id, job_running_result(c));
+        request_answer(&c->req, job_running_result(c));
 }
 
 static void job_expire(struct timer *t, void *userdata)
@@ -102,7 +125,7 @@ void task_start(struct call *c, json_t *task)
         c->created_wall = c->updated_wall = wall_ms();
         json_t *ttl = json_object_get(task, "ttl");
         long long want = ttl ? (long long)json_integer_value(ttl)
-                             : (long long)(c->srv->cfg->job_retention_s * 1000);
+                             : (long long)(c->req.srv->cfg->job_retention_s * 1000);
         c->ttl_ms = want < 1000 ? 1000 : want > TASK_TTL_MAX_MS ? TASK_TTL_MAX_MS : want;
         log_info("%s runs as task %s", c->tool, c->job_id);
 }
@@ -178,7 +201,7 @@ static json_t *task_payload(const struct call *c)
 
 void job_store(struct call *c, json_t *result)
 {
-        struct mcp_server *s = c->srv;
+        struct mcp_server *s = c->req.srv;
         c->t_end = now_ms();
         c->result = result;
         if (c->result)
@@ -190,7 +213,7 @@ void job_store(struct call *c, json_t *result)
         c->updated_wall = wall_ms();
         while (!list_empty(&c->waits)) {
                 struct job_wait *w = list_first(&c->waits, struct job_wait, node);
-                mcp_send_result(s, w->id, w->timer ? json_deep_copy(c->result) : task_payload(c));
+                request_answer(&w->req, w->timer ? json_deep_copy(c->result) : task_payload(c));
                 job_wait_free(w);
         }
         long long keep = (long long)(s->cfg->job_retention_s * 1000);
@@ -303,7 +326,7 @@ static void job_wait_tick(struct timer *t, void *userdata)
         struct job_wait *w = userdata;
         struct call *c = w->job;
         (void)t;
-        mcp_send_result(c->srv, w->id, job_running_result(c));
+        request_answer(&w->req, job_running_result(c));
         job_wait_free(w);
 }
 
@@ -329,15 +352,13 @@ void tool_job_result(struct mcp_server *s, json_t *id, json_t *args, json_t *par
                 mcp_send_result(s, id, job_running_result(c));
                 return;
         }
-        struct job_wait *jw = calloc(1, sizeof(*jw));
+        struct job_wait *jw = job_wait_new(s, id, c);
         if (!jw || timer_add(s->loop, job_wait_tick, jw, &jw->timer) < 0) {
-                free(jw);
+                if (jw)
+                        job_wait_free(jw);
                 mcp_send_error(s, id, JRPC_INTERNAL_ERROR, "out of memory");
                 return;
         }
-        jw->job = c;
-        jw->id = json_incref(id);
-        list_push(&c->waits, &jw->node);
         timer_arm(jw->timer, (long long)ceil(wait * 1000));
 }
 
@@ -436,14 +457,8 @@ void tasks_result(struct mcp_server *s, json_t *id, json_t *params)
                 return;
         }
         /* Blocks until the end (a notifications/cancelled ends the wait). */
-        struct job_wait *w = calloc(1, sizeof(*w));
-        if (!w) {
+        if (!job_wait_new(s, id, c))
                 mcp_send_error(s, id, JRPC_INTERNAL_ERROR, "out of memory");
-                return;
-        }
-        w->job = c;
-        w->id = json_incref(id);
-        list_push(&c->waits, &w->node);
 }
 
 void tasks_cancel(struct mcp_server *s, json_t *id, json_t *params)
@@ -475,36 +490,4 @@ void job_waits_free(struct call *c)
 {
         while (!list_empty(&c->waits))
                 job_wait_free(list_first(&c->waits, struct job_wait, node));
-}
-
-bool job_waits_in_flight(const struct mcp_server *s, const json_t *id)
-{
-        const struct call *c;
-        const struct job_wait *w;
-        list_for_each(c, &s->calls, node)
-        {
-                list_for_each(w, &c->waits, node)
-                {
-                        if (jrpc_id_equal(w->id, id))
-                                return true;
-                }
-        }
-        return false;
-}
-
-bool job_wait_withdraw(struct mcp_server *s, const json_t *id)
-{
-        struct call *c;
-        struct job_wait *w;
-        list_for_each(c, &s->calls, node)
-        {
-                list_for_each(w, &c->waits, node)
-                {
-                        if (jrpc_id_equal(w->id, id)) {
-                                job_wait_free(w);
-                                return true;
-                        }
-                }
-        }
-        return false;
 }

@@ -33,9 +33,7 @@
 
 /* A resources/list, resources/read or completion/complete on its way. */
 struct res_op {
-        struct mcp_server *srv;
-        struct list node; /* in srv->rops */
-        json_t *id;
+        struct request req;
         enum { OP_LIST, OP_READ, OP_COMPLETE } kind;
         json_t *names;     /* the sessions left to list (OP_LIST) */
         size_t next;       /* the next of them */
@@ -147,6 +145,20 @@ static int uri_parse(const char *uri, char *session, char *rel, size_t rel_size,
 
 /* ---- the operations */
 
+static void op_free(struct res_op *op);
+
+/* Withdrawn, or its client gone: its reads in the session stop. */
+static void op_gone(struct request *r)
+{
+        op_free(request_of(r, struct res_op));
+}
+
+static const struct request_ops op_ops = {
+    .what = "a resources request",
+    .withdraw = op_gone,
+    .drop = op_gone,
+};
+
 static struct res_op *op_new(struct mcp_server *s, json_t *id, int kind)
 {
         struct res_op *op = calloc(1, sizeof(*op));
@@ -154,19 +166,16 @@ static struct res_op *op_new(struct mcp_server *s, json_t *id, int kind)
                 mcp_send_error(s, id, JRPC_INTERNAL_ERROR, "out of memory");
                 return NULL;
         }
-        op->srv = s;
-        op->id = json_incref(id);
+        request_begin(s, &op->req, id, &op_ops);
         op->kind = kind;
-        list_push(&s->rops, &op->node);
         return op;
 }
 
 static void op_free(struct res_op *op)
 {
-        list_del(&op->node);
+        request_end(&op->req);
         sandbox_ask_cancel(op->ask);
         sandbox_fop_cancel(op->fop);
-        json_decref(op->id);
         json_decref(op->names);
         json_decref(op->found);
         free(op);
@@ -176,7 +185,7 @@ static void op_error(struct res_op *op, int code, const char *msg)
 {
         char text[700];
         snprintf(text, sizeof(text), "%.690s", msg);
-        mcp_send_error(op->srv, op->id, code, utf8_scrub(text));
+        request_error(&op->req, code, utf8_scrub(text));
         op_free(op);
 }
 
@@ -204,7 +213,7 @@ static void list_next(struct res_op *op);
 static void listed(void *userdata, json_t *result, const struct err *why)
 {
         struct res_op *op = userdata;
-        struct mcp_server *s = op->srv;
+        struct mcp_server *s = op->req.srv;
         op->ask = NULL;
         const char *root = scope_root(s);
         const char *real = json_string_value(json_object_get(result, "path"));
@@ -263,16 +272,14 @@ static void listed(void *userdata, json_t *result, const struct err *why)
 
 static void list_answer(struct res_op *op)
 {
-        struct mcp_server *s = op->srv;
         if (op->kind == OP_COMPLETE) {
                 size_t total = json_array_size(op->found);
                 json_t *values = json_array();
                 for (size_t i = 0; i < total && i < COMPLETE_MAX; i++)
                         json_array_append(values, json_array_get(op->found, i));
-                mcp_send_result(s, op->id,
-                                json_pack("{s:{s:o, s:I, s:b}}", "completion", "values", values,
-                                          "total", (json_int_t)total, "hasMore",
-                                          total > COMPLETE_MAX));
+                request_answer(&op->req, json_pack("{s:{s:o, s:I, s:b}}", "completion", "values",
+                                                   values, "total", (json_int_t)total, "hasMore",
+                                                   total > COMPLETE_MAX));
                 op_free(op);
                 return;
         }
@@ -289,14 +296,14 @@ static void list_answer(struct res_op *op)
                 snprintf(cursor, sizeof(cursor), "%zu", op->skip + op->want);
                 json_object_set_new(result, "nextCursor", json_string(cursor));
         }
-        mcp_send_result(s, op->id, result);
+        request_answer(&op->req, result);
         op_free(op);
 }
 
 /* Asks the next session for its files; answers after the last. */
 static void list_next(struct res_op *op)
 {
-        struct mcp_server *s = op->srv;
+        struct mcp_server *s = op->req.srv;
         while (!op->more && op->next < json_array_size(op->names)) {
                 const char *name = json_string_value(json_array_get(op->names, op->next++));
                 /* One that ended since, or has no container: nothing to list. */
@@ -367,7 +374,7 @@ void resources_templates_list(struct mcp_server *s, json_t *id, json_t *params)
 static void read_done(void *userdata, const struct files_result *r)
 {
         struct res_op *op = userdata;
-        struct mcp_server *s = op->srv;
+        struct mcp_server *s = op->req.srv;
         op->fop = NULL;
         char msg[700];
         if (r->error) {
@@ -404,7 +411,7 @@ static void read_done(void *userdata, const struct files_result *r)
                                          b64.data ? b64.data : "", b64.len);
                 buf_free(&b64);
         }
-        mcp_send_result(s, op->id, item ? json_pack("{s:[o]}", "contents", item) : NULL);
+        request_answer(&op->req, item ? json_pack("{s:[o]}", "contents", item) : NULL);
         op_free(op);
 }
 
@@ -598,7 +605,6 @@ static void on_change(void *userdata, const char *name, enum session_change what
 
 int resources_init(struct mcp_server *s)
 {
-        list_init(&s->rops);
         return session_watch(s->sessions, s->owner, on_change, s, &s->watch);
 }
 
@@ -608,17 +614,8 @@ void resources_files_written(struct mcp_server *s, const char *session, const ch
                 session_files_changed(s->sessions, s->owner, session);
 }
 
-bool resource_ops_in_flight(const struct mcp_server *s, const json_t *id)
-{
-        const struct res_op *op;
-        list_for_each(op, &s->rops, node) if (jrpc_id_equal(op->id, id)) return true;
-        return false;
-}
-
 void resources_free(struct mcp_server *s)
 {
-        while (!list_empty(&s->rops))
-                op_free(list_first(&s->rops, struct res_op, node));
         session_unwatch(s->watch);
         s->watch = NULL;
 }

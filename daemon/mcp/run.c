@@ -45,7 +45,7 @@ void call_free(struct call *c)
         free(c->code_line);
         free(c->session);
         list_del(&c->node);
-        json_decref(c->id);
+        request_end(&c->req);
         free(c);
 }
 
@@ -53,11 +53,11 @@ struct result_view call_view(const struct call *c)
 {
         return (struct result_view){
             .session = c->session,
-            .max_chars = c->max_chars ? c->max_chars : (size_t)c->srv->cfg->result_max_chars,
+            .max_chars = c->max_chars ? c->max_chars : (size_t)c->req.srv->cfg->result_max_chars,
             .kept = c->kept,
-            .keep_s = c->srv->cfg->result_keep_s,
+            .keep_s = c->req.srv->cfg->result_keep_s,
             /* resource_link came with 2025-06-18 */
-            .links = strcmp(c->srv->protocol, "2025-06-18") >= 0};
+            .links = strcmp(c->req.srv->protocol, "2025-06-18") >= 0};
 }
 
 /* sync_wait_s passed: answer "running", and let the sandbox go on. */
@@ -65,7 +65,7 @@ static void call_detach(struct timer *t, void *userdata)
 {
         struct call *c = userdata;
         (void)t;
-        if (c->cancelled || !c->sb || c->job_id[0])
+        if (!request_live(&c->req) || !c->sb)
                 return;
         job_detach(c);
 }
@@ -75,7 +75,7 @@ static void run_waits_wake(struct mcp_server *s, const char *session);
 static void call_done(void *userdata, const struct sandbox_result *res)
 {
         struct call *c = userdata;
-        struct mcp_server *s = c->srv;
+        struct mcp_server *s = c->req.srv;
         c->sb = NULL;
         if (c->stopping && c->session)
                 run_waits_wake(s, c->session);
@@ -97,12 +97,36 @@ static void call_done(void *userdata, const struct sandbox_result *res)
                 return;
         }
         /* A withdrawn call gets no response (MCP cancellation rules). */
-        if (!c->cancelled) {
+        if (request_live(&c->req)) {
                 struct result_view v = call_view(c);
-                mcp_send_result(c->srv, c->id, tools_result(res, &v));
+                request_answer(&c->req, tools_result(res, &v));
         }
         call_free(c);
 }
+
+/* notifications/cancelled: the call ends with no answer, its code is
+ * stopped, and call_done frees it. */
+static void call_withdraw(struct request *r)
+{
+        struct call *c = request_of(r, struct call);
+        c->stopping = true;
+        /* A withdrawn call says nothing more. */
+        progress_free(c->progress);
+        c->progress = NULL;
+        sandbox_cancel(c->sb); /* call_done follows */
+}
+
+/* The client goes: calls_close stops its calls, answered or not. */
+static void call_drop(struct request *r)
+{
+        (void)r;
+}
+
+static const struct request_ops call_ops = {
+    .what = "a call",
+    .withdraw = call_withdraw,
+    .drop = call_drop,
+};
 
 /* A call of run_python or run_shell, linked; with `task`, a task (a job
  * from the start) whose id is the job id. NULL after answering. */
@@ -113,8 +137,7 @@ static struct call *call_new(struct mcp_server *s, json_t *id, json_t *task, con
                 mcp_send_error(s, id, JRPC_INTERNAL_ERROR, "out of memory");
                 return NULL;
         }
-        c->srv = s;
-        c->id = json_incref(id);
+        request_begin(s, &c->req, id, &call_ops);
         list_init(&c->waits);
         list_push(&s->calls, &c->node);
         c->tool = strcmp(tool, "run_shell") == 0 ? "run_shell" : "run_python";
@@ -133,7 +156,7 @@ static void call_failed(struct call *c, json_t *result)
                 job_store(c, result);
                 return;
         }
-        mcp_send_result(c->srv, c->id, result);
+        request_answer(&c->req, result);
         call_free(c);
 }
 
@@ -170,7 +193,7 @@ static void refuse_with(struct mcp_server *s, json_t *id, json_t *task, const ch
                 json_decref(bad);
                 return;
         }
-        mcp_send(s, jrpc_result(id, json_pack("{s:o}", "task", task_json(c))));
+        request_answer(&c->req, json_pack("{s:o}", "task", task_json(c)));
         call_failed(c, bad);
 }
 
@@ -184,7 +207,7 @@ static void refuse(struct mcp_server *s, json_t *id, json_t *task, const char *n
 /* What the call keeps of its request, and its hooks in it. */
 static void call_follow(struct call *c, json_t *params, struct sandbox_request *req)
 {
-        c->progress = progress_new(c->srv, params, c->task ? c->job_id : NULL);
+        c->progress = progress_new(c->req.srv, params, c->task ? c->job_id : NULL);
         size_t line = strcspn(req->code, "\n");
         c->code_line = strndup(req->code, line < CODE_LINE_MAX ? line : CODE_LINE_MAX);
         if (c->code_line)
@@ -193,9 +216,9 @@ static void call_follow(struct call *c, json_t *params, struct sandbox_request *
         c->session = req->session ? strdup(req->session) : NULL;
         c->max_chars = req->result_max_chars;
         /* The whole output goes to the store: the runtime relays it all. */
-        c->kept = kept_start(c->srv, req->session);
+        c->kept = kept_start(c->req.srv, req->session);
         if (c->kept)
-                req->relay_max = c->srv->cfg->result_store_max;
+                req->relay_max = c->req.srv->cfg->result_store_max;
         req->on_output = call_output;
         req->hook_userdata = c; /* a session wraps the done callback, not these */
         req->on_progress = call_progress;
@@ -255,7 +278,7 @@ static void audit_widening(struct mcp_server *s, const struct sandbox_request *r
 
 static int call_start(struct call *c, const struct sandbox_request *in, json_t **failure)
 {
-        struct mcp_server *s = c->srv;
+        struct mcp_server *s = c->req.srv;
         char msg[512] = "";
         struct sandbox_request q = *in, *req = &q;
         q.owner = s->owner;
@@ -298,9 +321,8 @@ static int call_start(struct call *c, const struct sandbox_request *in, json_t *
 /* The call waits, as received, until the cancelled call ends or
  * STOP_WAIT_MS passed; then it is made. */
 struct run_wait {
-        struct mcp_server *srv;
-        struct list node; /* in srv->run_waits */
-        json_t *id, *args, *params;
+        struct request req;
+        json_t *args, *params;
         char *session;
         struct timer *timer;
         struct defer go;
@@ -312,19 +334,29 @@ static void run_wait_free(struct run_wait *w)
 {
         defer_cancel(&w->go);
         timer_remove(w->timer);
-        list_del(&w->node);
-        json_decref(w->id);
+        request_end(&w->req);
         json_decref(w->args);
         json_decref(w->params);
         free(w->session);
         free(w);
 }
 
+static void run_wait_gone(struct request *r)
+{
+        run_wait_free(request_of(r, struct run_wait));
+}
+
+static const struct request_ops run_wait_ops = {
+    .what = "a call that waited for its session",
+    .withdraw = run_wait_gone,
+    .drop = run_wait_gone,
+};
+
 static void run_wait_go(void *userdata)
 {
         struct run_wait *w = userdata;
-        struct mcp_server *s = w->srv;
-        json_t *id = json_incref(w->id), *args = json_incref(w->args),
+        struct mcp_server *s = w->req.srv;
+        json_t *id = json_incref(w->req.id), *args = json_incref(w->args),
                *params = json_incref(w->params);
         run_wait_free(w);
         run_call(s, id, args, params, false);
@@ -339,18 +371,21 @@ static void run_wait_expired(struct timer *t, void *userdata)
         (void)t;
         log_info("session %s: its cancelled call did not stop within %d ms", w->session,
                  STOP_WAIT_MS);
-        loop_defer(w->srv->loop, &w->go, run_wait_go, w);
+        loop_defer(w->req.srv->loop, &w->go, run_wait_go, w);
 }
 
 /* The cancelled call in `session` ended: what waited for it is made after
  * this round, once the session has taken the end. */
 static void run_waits_wake(struct mcp_server *s, const char *session)
 {
-        struct run_wait *w;
-        list_for_each(w, &s->run_waits, node) if (strcmp(w->session, session) == 0)
+        struct request *r;
+        list_for_each(r, &s->requests, node)
         {
-                timer_stop(w->timer);
-                loop_defer(s->loop, &w->go, run_wait_go, w);
+                struct run_wait *w = request_of(r, struct run_wait);
+                if (r->ops == &run_wait_ops && strcmp(w->session, session) == 0) {
+                        timer_stop(w->timer);
+                        loop_defer(s->loop, &w->go, run_wait_go, w);
+                }
         }
 }
 
@@ -378,39 +413,12 @@ static bool run_wait(struct mcp_server *s, json_t *id, json_t *args, json_t *par
                 free(w);
                 return false; /* it is made now, and is refused as busy */
         }
-        w->srv = s;
-        w->id = json_incref(id);
+        request_begin(s, &w->req, id, &run_wait_ops);
         w->args = json_incref(args);
         w->params = json_incref(params);
-        list_push(&s->run_waits, &w->node);
         timer_arm(w->timer, STOP_WAIT_MS);
         log_debug("session %s: a call waits for its cancelled call to stop", session);
         return true;
-}
-
-bool run_waits_in_flight(const struct mcp_server *s, const json_t *id)
-{
-        const struct run_wait *w;
-        list_for_each(w, &s->run_waits, node) if (jrpc_id_equal(w->id, id)) return true;
-        return false;
-}
-
-bool run_wait_withdraw(struct mcp_server *s, const json_t *id)
-{
-        struct run_wait *w;
-        list_for_each(w, &s->run_waits, node) if (jrpc_id_equal(w->id, id))
-        {
-                log_info("host cancelled a call that waited for its session");
-                run_wait_free(w);
-                return true;
-        }
-        return false;
-}
-
-void run_waits_free(struct mcp_server *s)
-{
-        while (!list_empty(&s->run_waits))
-                run_wait_free(list_first(&s->run_waits, struct run_wait, node));
 }
 
 static void run_now(struct mcp_server *s, json_t *id, json_t *args, json_t *params)
@@ -441,7 +449,7 @@ static void run_call(struct mcp_server *s, json_t *id, json_t *args, json_t *par
         call_follow(c, params, &req);
         if (task) {
                 /* A task answers at once; the run is followed with tasks/get. */
-                mcp_send(s, jrpc_result(id, json_pack("{s:o}", "task", task_json(c))));
+                request_answer(&c->req, json_pack("{s:o}", "task", task_json(c)));
         } else if (timer_add(s->loop, call_detach, c, &c->sync_timer) == 0) {
                 long long ms = (long long)ceil(req.sync_wait_s * 1000);
                 timer_arm(c->sync_timer, ms > 0 ? ms : 1);
@@ -460,9 +468,8 @@ static void run_call(struct mcp_server *s, json_t *id, json_t *args, json_t *par
 /* A run waiting for the person's answer; the call itself is made (as if
  * just received) once it is accepted. */
 struct run_ask {
-        struct mcp_server *srv;
-        struct list node; /* in srv->run_asks */
-        json_t *id, *args, *params;
+        struct request req;
+        json_t *args, *params;
         void *handle; /* the question, until answered */
         const char *tool;
         long long t0;
@@ -471,13 +478,34 @@ struct run_ask {
 static void run_ask_free(struct run_ask *ra)
 {
         if (ra->handle)
-                ra->srv->asker.withdraw(ra->handle);
-        list_del(&ra->node);
-        json_decref(ra->id);
+                ra->req.srv->asker.withdraw(ra->handle);
+        request_end(&ra->req);
         json_decref(ra->args);
         json_decref(ra->params);
         free(ra);
 }
+
+static void run_ask_audit(struct mcp_server *s, const char *tool, bool allowed, const char *answer,
+                          long long ms);
+
+/* The host withdrew the run: its question is taken back, no answer follows. */
+static void run_ask_withdraw(struct request *r)
+{
+        struct run_ask *ra = request_of(r, struct run_ask);
+        run_ask_audit(r->srv, ra->tool, false, "withdrawn", now_ms() - ra->t0);
+        run_ask_free(ra);
+}
+
+static void run_ask_drop(struct request *r)
+{
+        run_ask_free(request_of(r, struct run_ask));
+}
+
+static const struct request_ops run_ask_ops = {
+    .what = "a run the person was asked about",
+    .withdraw = run_ask_withdraw,
+    .drop = run_ask_drop,
+};
 
 static void run_ask_audit(struct mcp_server *s, const char *tool, bool allowed, const char *answer,
                           long long ms)
@@ -495,7 +523,7 @@ static void run_ask_audit(struct mcp_server *s, const char *tool, bool allowed, 
 static void run_answered(void *ud, enum bridge_answer answer, const char *why)
 {
         struct run_ask *ra = ud;
-        struct mcp_server *s = ra->srv;
+        struct mcp_server *s = ra->req.srv;
         ra->handle = NULL;
         long long ms = now_ms() - ra->t0;
         if (s->closing) {
@@ -503,8 +531,11 @@ static void run_answered(void *ud, enum bridge_answer answer, const char *why)
                 return;
         }
         run_ask_audit(s, ra->tool, answer == BRIDGE_ACCEPTED, bridge_answer_name(answer), ms);
+        /* The request goes on under the same id, as the run or its refusal. */
+        json_auto_t *id = json_incref(ra->req.id);
+        request_end(&ra->req);
         if (answer == BRIDGE_ACCEPTED) {
-                run_now(s, ra->id, ra->args, ra->params);
+                run_now(s, id, ra->args, ra->params);
                 run_ask_free(ra);
                 return;
         }
@@ -514,7 +545,7 @@ static void run_answered(void *ud, enum bridge_answer answer, const char *why)
                  : answer == BRIDGE_CANCELLED ? "the question was dismissed"
                  : answer == BRIDGE_TIMED_OUT ? "no answer within ask_timeout_s"
                                               : (why ? why : "no answer"));
-        refuse_with(s, ra->id, json_object_get(ra->params, "task"), ra->tool,
+        refuse_with(s, id, json_object_get(ra->params, "task"), ra->tool,
                     error_result(FAILED_RUN_ASK, -EACCES, utf8_scrub(msg)));
         run_ask_free(ra);
 }
@@ -634,44 +665,14 @@ void tool_run(struct mcp_server *s, json_t *id, json_t *args, json_t *params)
                 mcp_send_error(s, id, JRPC_INTERNAL_ERROR, "out of memory");
                 return;
         }
-        *ra = (struct run_ask){.srv = s,
-                               .id = json_incref(id),
-                               .args = json_incref(args),
-                               .params = json_incref(params),
-                               .tool = tool,
-                               .t0 = now_ms()};
-        list_push(&s->run_asks, &ra->node);
+        *ra = (struct run_ask){
+            .args = json_incref(args), .params = json_incref(params), .tool = tool, .t0 = now_ms()};
+        request_begin(s, &ra->req, id, &run_ask_ops);
         if (s->asker.ask(s->asker.ud, question, run_answered, ra, &ra->handle) < 0) {
                 ra->handle = NULL;
                 run_ask_free(ra);
                 mcp_send_error(s, id, JRPC_INTERNAL_ERROR, "cannot ask the person");
         }
-}
-
-bool run_asks_in_flight(const struct mcp_server *s, const json_t *id)
-{
-        const struct run_ask *ra;
-        list_for_each(ra, &s->run_asks, node) if (jrpc_id_equal(ra->id, id)) return true;
-        return false;
-}
-
-bool run_ask_withdraw(struct mcp_server *s, const json_t *id)
-{
-        struct run_ask *ra;
-        list_for_each(ra, &s->run_asks, node) if (jrpc_id_equal(ra->id, id))
-        {
-                log_info("host withdrew a run the person was asked about");
-                run_ask_audit(s, ra->tool, false, "withdrawn", now_ms() - ra->t0);
-                run_ask_free(ra);
-                return true;
-        }
-        return false;
-}
-
-void run_asks_free(struct mcp_server *s)
-{
-        while (!list_empty(&s->run_asks))
-                run_ask_free(list_first(&s->run_asks, struct run_ask, node));
 }
 
 bool calls_running(const struct mcp_server *s)
@@ -680,32 +681,6 @@ bool calls_running(const struct mcp_server *s)
         const struct call *c;
         list_for_each(c, &s->calls, node) if (c->sb) return true;
         return false;
-}
-
-bool calls_in_flight(const struct mcp_server *s, const json_t *id)
-{
-        /* A job or task was answered; a cancelled call never will be. */
-        const struct call *c;
-        list_for_each(c, &s->calls, node) if (!c->cancelled && !c->job_id[0] &&
-                                              jrpc_id_equal(c->id, id)) return true;
-        return false;
-}
-
-void calls_cancel(struct mcp_server *s, const json_t *id, const char *why)
-{
-        struct call *c;
-        list_for_each(c, &s->calls,
-                      node) if (jrpc_id_equal(c->id, id) && !c->cancelled && !c->job_id[0])
-        {
-                log_info("host cancelled a call%s%s", why ? ": " : "", why ? why : "");
-                c->cancelled = true;
-                c->stopping = true;
-                /* A withdrawn call says nothing more. */
-                progress_free(c->progress);
-                c->progress = NULL;
-                sandbox_cancel(c->sb); /* call_done follows */
-                return;
-        }
 }
 
 bool calls_close(struct mcp_server *s)

@@ -22,9 +22,7 @@ struct search_wait {
 };
 
 struct search {
-        struct mcp_server *srv;
-        struct list node; /* in srv->searches */
-        json_t *id;
+        struct request req;
         char *query;
         long limit;
         size_t n, pending;
@@ -141,17 +139,29 @@ void tool_list_servers(struct mcp_server *s, json_t *id, json_t *args, json_t *p
 
 static void search_free(struct search *q)
 {
-        list_del(&q->node);
+        request_end(&q->req);
         for (size_t i = 0; i < q->n; i++) {
                 upstream_call_cancel(q->waits[i].uc);
                 free(q->waits[i].error);
         }
         free(q->waits);
         json_decref(q->not_searched);
-        json_decref(q->id);
         free(q->query);
         free(q);
 }
+
+/* Withdrawn, or its client gone: the servers' listings it waits for are
+ * no longer wanted. */
+static void search_gone(struct request *r)
+{
+        search_free(request_of(r, struct search));
+}
+
+static const struct request_ops search_ops = {
+    .what = "a search_tools",
+    .withdraw = search_gone,
+    .drop = search_gone,
+};
 
 /* Every word of the query in the name or description; the name counts more. */
 static long match_score(const char *query, const char *name, const char *desc)
@@ -193,7 +203,7 @@ static int cmp_hit(const void *a, const void *b)
 
 static void search_answer(struct search *q)
 {
-        struct mcp_server *s = q->srv;
+        struct mcp_server *s = q->req.srv;
         size_t cap = 0, n = 0;
         struct hit *hits = NULL;
         json_t *errors = json_array();
@@ -285,7 +295,7 @@ static void search_answer(struct search *q)
                       "text", buf_str(&text), "structuredContent", "tools", tools, "errors", errors,
                       "searched", searched, "not_searched", q->not_searched, "isError", 0);
         buf_free(&text);
-        mcp_send(s, jrpc_result(q->id, result));
+        request_answer(&q->req, result);
         search_free(q);
 }
 
@@ -348,11 +358,9 @@ void tool_search_tools(struct mcp_server *s, json_t *id, json_t *args, json_t *p
                 mcp_send_error(s, id, JRPC_INTERNAL_ERROR, "out of memory");
                 return;
         }
-        q->srv = s;
-        q->id = json_incref(id);
+        request_begin(s, &q->req, id, &search_ops);
         q->limit = limit ? (long)json_integer_value(limit) : 20;
         q->not_searched = json_array();
-        list_push(&s->searches, &q->node);
         for (size_t i = 0; i < total; i++) {
                 struct upstream *u = upstream_at(ups, i);
                 const struct upstream_spec *spec = upstream_spec(u);
@@ -394,17 +402,4 @@ void tool_search_tools(struct mcp_server *s, json_t *id, json_t *args, json_t *p
         }
         if (q->pending == 0)
                 search_answer(q);
-}
-
-bool searches_in_flight(const struct mcp_server *s, const json_t *id)
-{
-        const struct search *q;
-        list_for_each(q, &s->searches, node) if (jrpc_id_equal(q->id, id)) return true;
-        return false;
-}
-
-void searches_free(struct mcp_server *s)
-{
-        while (!list_empty(&s->searches))
-                search_free(list_first(&s->searches, struct search, node));
 }

@@ -26,28 +26,6 @@ static const char *const protocol_versions[] = {
     "2024-11-05",
 };
 
-void mcp_send(struct mcp_server *s, json_t *msg)
-{
-        if (!s->transport || s->closing) {
-                json_decref(msg);
-                return;
-        }
-        transport_send(s->transport, msg);
-}
-
-void mcp_send_error(struct mcp_server *s, json_t *id, int code, const char *message)
-{
-        mcp_send(s, jrpc_error(id, code, message, NULL));
-}
-
-void mcp_send_result(struct mcp_server *s, json_t *id, json_t *result)
-{
-        if (result)
-                mcp_send(s, jrpc_result(id, result));
-        else
-                mcp_send_error(s, id, JRPC_INTERNAL_ERROR, "cannot encode the result");
-}
-
 /* ---- tools/call */
 
 bool tool_args_object(struct mcp_server *s, json_t *id, json_t *args)
@@ -113,11 +91,8 @@ static void tools_call(struct mcp_server *s, json_t *id, json_t *params)
 static void cancel_request(struct mcp_server *s, json_t *params)
 {
         json_t *rid = json_object_get(params, "requestId");
-        if (!rid)
-                return;
-        /* A job_result waiting: it ends without an answer. */
-        if (!job_wait_withdraw(s, rid) && !run_ask_withdraw(s, rid) && !run_wait_withdraw(s, rid))
-                calls_cancel(s, rid, json_string_value(json_object_get(params, "reason")));
+        if (rid)
+                request_withdraw(s, rid, json_string_value(json_object_get(params, "reason")));
 }
 
 /* ---- lifecycle */
@@ -159,16 +134,6 @@ static json_t *initialize_result(const char *version)
             "read_file and list_files reach its files; session_close ends it). Files the "
             "code writes under /workspace/out/ come back with the result. More, with "
             "examples: resource " GUIDE_URI ".");
-}
-
-/* Whether `id` names a request not answered yet: a second one with it
- * would make the answers, and a notifications/cancelled, ambiguous. */
-static bool id_in_flight(struct mcp_server *s, const json_t *id)
-{
-        return calls_in_flight(s, id) || job_waits_in_flight(s, id) ||
-               file_calls_in_flight(s, id) || searches_in_flight(s, id) ||
-               resource_ops_in_flight(s, id) || run_asks_in_flight(s, id) ||
-               run_waits_in_flight(s, id);
 }
 
 static void initialize(struct mcp_server *s, json_t *id, json_t *params)
@@ -251,7 +216,9 @@ static void handle_request(struct mcp_server *s, struct jrpc_msg *m)
          * host sees this error under the id of its running request, whose
          * own answer (or cancellation) still comes as if this one had not
          * been sent. */
-        if (id_in_flight(s, m->id)) {
+        /* A second request with the id of one not answered yet would make
+         * the answers, and a notifications/cancelled, ambiguous. */
+        if (request_find(s, m->id)) {
                 mcp_send_error(s, m->id, JRPC_INVALID_REQUEST,
                                "this id belongs to a request still running: a request needs an id "
                                "that no unanswered request of this session uses");
@@ -369,10 +336,7 @@ int mcp_server_new(struct loop *l, const struct config *cfg, struct sandbox_mgr 
         snprintf(s->owner, sizeof(s->owner), "%s", owner ? owner : "");
         s->log_level = LOG_WARN; /* until the client sets one */
         list_init(&s->calls);
-        list_init(&s->fcalls);
-        list_init(&s->searches);
-        list_init(&s->run_asks);
-        list_init(&s->run_waits);
+        list_init(&s->requests);
         mcp_asks_init(s);
         if (resources_init(s) < 0) {
                 free(s);
@@ -417,8 +381,7 @@ bool mcp_server_tasks(const struct mcp_server *s)
 
 bool mcp_server_busy(const struct mcp_server *s)
 {
-        return calls_running(s) || !list_empty(&s->fcalls) || !list_empty(&s->searches) ||
-               !list_empty(&s->rops) || !list_empty(&s->run_asks) || !list_empty(&s->run_waits);
+        return calls_running(s) || requests_pending(s);
 }
 
 void mcp_server_stop(struct mcp_server *s)
@@ -442,10 +405,7 @@ void mcp_server_close(struct mcp_server *s)
         s->transport = NULL;
         s->closing = true;
         mcp_asks_close(s);
-        run_asks_free(s);
-        run_waits_free(s);
-        file_calls_free(s);
-        searches_free(s);
+        requests_drop_all(s);
         resources_free(s);
         /* A named client's sessions wait for its next MCP session (or
          * their idle time). */
@@ -461,11 +421,8 @@ void mcp_server_free(struct mcp_server *s)
                 return;
         mcp_server_stop(s);
         mcp_asks_close(s);
-        run_asks_free(s);
-        run_waits_free(s);
+        requests_drop_all(s);
         calls_free(s);
-        file_calls_free(s);
-        searches_free(s);
         resources_free(s);
         results_free(s);
         transport_free(s->transport);

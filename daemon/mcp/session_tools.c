@@ -16,9 +16,8 @@
 
 /* A write_file, read_file or list_files on its way. */
 struct file_call {
-        struct mcp_server *srv;
-        struct list node; /* in srv->fcalls */
-        json_t *id;
+        struct request req;
+        bool opening; /* write_file's session is opening: write_opened frees it */
         char session[SESSION_NAME_MAX + 1];
         char path[FILES_PATH_MAX + 64]; /* normalised, under /workspace */
         struct sandbox_fop *fop;
@@ -163,12 +162,26 @@ void tool_session_close(struct mcp_server *s, json_t *id, json_t *args, json_t *
 
 static void fcall_free(struct file_call *fc)
 {
-        list_del(&fc->node);
+        request_end(&fc->req);
         sandbox_fop_cancel(fc->fop);
         sandbox_ask_cancel(fc->ask);
-        json_decref(fc->id);
         free(fc);
 }
+
+/* Withdrawn, or its client gone: its file operation stops. A session
+ * being opened for it cannot be stopped halfway: its end frees it. */
+static void fcall_gone(struct request *r)
+{
+        struct file_call *fc = request_of(r, struct file_call);
+        if (!fc->opening)
+                fcall_free(fc);
+}
+
+static const struct request_ops fcall_ops = {
+    .what = "a file call",
+    .withdraw = fcall_gone,
+    .drop = fcall_gone,
+};
 
 static struct file_call *fcall_new(struct mcp_server *s, json_t *id, const char *session,
                                    const char *path)
@@ -178,11 +191,9 @@ static struct file_call *fcall_new(struct mcp_server *s, json_t *id, const char 
                 mcp_send_error(s, id, JRPC_INTERNAL_ERROR, "out of memory");
                 return NULL;
         }
-        fc->srv = s;
-        fc->id = json_incref(id);
+        request_begin(s, &fc->req, id, &fcall_ops);
         snprintf(fc->session, sizeof(fc->session), "%s", session);
         snprintf(fc->path, sizeof(fc->path), "%s", path);
-        list_push(&s->fcalls, &fc->node);
         return fc;
 }
 
@@ -214,11 +225,10 @@ static void write_answer(struct file_call *fc)
         buf_append_shown(&text, fc->path, strlen(fc->path));
         buf_append_some(&text, tail, strlen(tail));
         utf8_scrub((char *)buf_str(&text));
-        mcp_send_result(
-            fc->srv, fc->id,
-            tools_text_result(json_pack("{s:s, s:s, s:I}", "session", fc->session, "path", fc->path,
-                                        "bytes", (json_int_t)fc->bytes),
-                              buf_str(&text)));
+        request_answer(
+            &fc->req, tools_text_result(json_pack("{s:s, s:s, s:I}", "session", fc->session, "path",
+                                                  fc->path, "bytes", (json_int_t)fc->bytes),
+                                        buf_str(&text)));
         buf_free(&text);
 }
 
@@ -227,24 +237,26 @@ static void write_done(void *userdata, const struct files_result *r)
         struct file_call *fc = userdata;
         fc->fop = NULL;
         if (r->error) {
-                mcp_send_result(fc->srv, fc->id, error_result(FAILED_FILE, r->error, r->message));
+                request_answer(&fc->req, error_result(FAILED_FILE, r->error, r->message));
         } else {
                 write_answer(fc);
-                resources_files_written(fc->srv, fc->session, r->path);
+                resources_files_written(fc->req.srv, fc->session, r->path);
         }
         fcall_free(fc);
 }
 
-/* write_file that opened its session: the session's first run wrote it. */
+/* write_file that opened its session: the session's first run wrote it.
+ * A withdrawn call, or one whose client went, gets no answer (and its
+ * server may be gone). */
 static void write_opened(void *userdata, const struct sandbox_result *res)
 {
         struct file_call *fc = userdata;
-        if (res->status == ST_OK)
+        if (request_live(&fc->req) && res->status == ST_OK) {
                 write_answer(fc);
-        else {
+        } else if (request_live(&fc->req)) {
                 struct result_view v = {.session = fc->session,
-                                        .max_chars = (size_t)fc->srv->cfg->result_max_chars};
-                mcp_send_result(fc->srv, fc->id, tools_result(res, &v));
+                                        .max_chars = (size_t)fc->req.srv->cfg->result_max_chars};
+                request_answer(&fc->req, tools_result(res, &v));
         }
         fcall_free(fc);
 }
@@ -296,6 +308,7 @@ void tool_write_file(struct mcp_server *s, json_t *id, json_t *args, json_t *par
             .n_files = 1,
         };
         struct sandbox *sb;
+        fc->opening = true;
         r = session_run(s->sessions, &req, write_opened, fc, &sb, &e);
         buf_free(&data);
         if (r < 0) {
@@ -307,10 +320,9 @@ void tool_write_file(struct mcp_server *s, json_t *id, json_t *args, json_t *par
 static void read_done(void *userdata, const struct files_result *r)
 {
         struct file_call *fc = userdata;
-        struct mcp_server *s = fc->srv;
         fc->fop = NULL;
         if (r->error) {
-                mcp_send_result(s, fc->id, error_result(FAILED_FILE, r->error, r->message));
+                request_answer(&fc->req, error_result(FAILED_FILE, r->error, r->message));
                 fcall_free(fc);
                 return;
         }
@@ -375,7 +387,7 @@ static void read_done(void *userdata, const struct files_result *r)
                         json_decref(st);
         }
         buf_free(&shown);
-        mcp_send_result(s, fc->id, result);
+        request_answer(&fc->req, result);
         fcall_free(fc);
 }
 
@@ -494,14 +506,13 @@ void tool_read_file(struct mcp_server *s, json_t *id, json_t *args, json_t *para
 static void list_done(void *userdata, json_t *result, const struct err *why)
 {
         struct file_call *fc = userdata;
-        struct mcp_server *s = fc->srv;
         fc->ask = NULL;
         if (!result) {
                 /* The runtime's words, bounded. */
                 char msg[700];
                 snprintf(msg, sizeof(msg), "%.600s", why->msg);
                 utf8_scrub(msg);
-                mcp_send_result(s, fc->id, error_result(FAILED_LIST, 0, msg));
+                request_answer(&fc->req, error_result(FAILED_LIST, 0, msg));
                 fcall_free(fc);
                 return;
         }
@@ -554,7 +565,7 @@ static void list_done(void *userdata, json_t *result, const struct err *why)
         utf8_scrub((char *)buf_str(&text));
         json_t *st = json_pack("{s:s, s:s, s:o, s:b}", "session", fc->session, "path", fc->path,
                                "entries", entries, "truncated", truncated);
-        mcp_send_result(s, fc->id, st ? tools_text_result(st, buf_str(&text)) : NULL);
+        request_answer(&fc->req, st ? tools_text_result(st, buf_str(&text)) : NULL);
         buf_free(&text);
         fcall_free(fc);
 }
@@ -592,17 +603,4 @@ void tool_list_files(struct mcp_server *s, json_t *id, json_t *args, json_t *par
                 mcp_send_result(s, id, error_result(FAILED_ASK, r, NULL));
                 fcall_free(fc);
         }
-}
-
-bool file_calls_in_flight(const struct mcp_server *s, const json_t *id)
-{
-        const struct file_call *fc;
-        list_for_each(fc, &s->fcalls, node) if (jrpc_id_equal(fc->id, id)) return true;
-        return false;
-}
-
-void file_calls_free(struct mcp_server *s)
-{
-        while (!list_empty(&s->fcalls))
-                fcall_free(list_first(&s->fcalls, struct file_call, node));
 }
