@@ -52,6 +52,8 @@ struct fake_engine {
         int counts[ROUTES];
         int fail_status[ROUTES], fail_times[ROUTES];
         bool silent;
+        char muted[32]; /* a runtime method left unanswered ("": none) */
+        unsigned long long muted_seen;
         unsigned long next_id;
         json_t *last_create;
         unsigned long long execs;
@@ -236,6 +238,8 @@ static void runtime_frame(struct fake_container *ct, const char *line, size_t n)
         json_t *params = json_object_get(msg, "params");
         if (!method) {
                 /* An answer to the code's own request: nothing to do. */
+        } else if (strcmp(method, ct->f->muted) == 0) {
+                ct->f->muted_seen++; /* never answered */
         } else if (strcmp(method, "sandbox/exec") == 0) {
                 ct->f->execs++;
                 run_exec(ct, id, params);
@@ -582,6 +586,16 @@ void fake_engine_fail(struct fake_engine *f, const char *route, int status, int 
 void fake_engine_set_silent(struct fake_engine *f, bool silent)
 {
         f->silent = silent;
+}
+
+void fake_engine_mute(struct fake_engine *f, const char *method)
+{
+        snprintf(f->muted, sizeof(f->muted), "%s", method ? method : "");
+}
+
+unsigned long long fake_engine_muted_seen(const struct fake_engine *f)
+{
+        return f->muted_seen;
 }
 
 int fake_engine_count(const struct fake_engine *f, const char *route)

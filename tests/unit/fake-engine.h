@@ -35,6 +35,10 @@ const char *fake_engine_url(const struct fake_engine *f);
 void fake_engine_fail(struct fake_engine *f, const char *route, int status, int times);
 /* Started containers never send sandbox/ready (a hung start). */
 void fake_engine_set_silent(struct fake_engine *f, bool silent);
+/* The runtimes leave requests of `method` ("sandbox/list") unanswered
+ * (NULL: none), and how many such they received. */
+void fake_engine_mute(struct fake_engine *f, const char *method);
+unsigned long long fake_engine_muted_seen(const struct fake_engine *f);
 
 /* Requests seen for `route`, and containers created and not removed. */
 int fake_engine_count(const struct fake_engine *f, const char *route);

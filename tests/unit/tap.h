@@ -16,6 +16,7 @@
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static unsigned tap_count;
@@ -167,6 +168,19 @@ static inline void todo_start(const char *why)
 static inline void todo_end(void)
 {
         tap_todo_reason = NULL;
+}
+
+/* The test cannot go on: TAP's bail-out line, and exit 1. */
+__attribute__((format(printf, 1, 2), noreturn)) static inline void bail_out(const char *fmt, ...)
+{
+        va_list ap;
+        va_start(ap, fmt);
+        printf("Bail out! ");
+        vprintf(fmt, ap);
+        printf("\n");
+        va_end(ap);
+        fflush(stdout);
+        exit(1);
 }
 
 static inline int done_testing(void)

@@ -28,20 +28,26 @@ static struct upstream_set *U;
 static struct policy *P;
 static struct bridge *B;
 extern const char corral_default_policy[];
-static struct mcp_server *srv;
-static int to_srv = -1, from_srv = -1;
-static struct watch *reader;
-static struct line_reader lines;
-static json_t *inbox; /* messages from the server, oldest first */
+/* A client of corral's: pipes to and from its server, and the messages
+ * the server sent it, oldest first. */
+struct client {
+        struct mcp_server *srv;
+        int to, from;        /* the client's ends */
+        int srv_in, srv_out; /* the server's (its transport does not close them) */
+        struct watch *reader;
+        struct line_reader lines;
+        json_t *inbox;
+};
+static struct client C0; /* the stdio client most tests use */
 static char dir[] = "/tmp/corral-mcp.XXXXXX";
 static int next_id;
 
 static int on_line(void *userdata, const char *line, size_t len)
 {
-        (void)userdata;
+        struct client *c = userdata;
         json_t *msg = line ? json_loadb(line, len, 0, NULL) : NULL;
         if (msg)
-                json_array_append_new(inbox, msg);
+                json_array_append_new(c->inbox, msg);
         else
                 diag("unparsable line from the server: %.*s", (int)len, line ? line : "");
         return 0;
@@ -49,49 +55,111 @@ static int on_line(void *userdata, const char *line, size_t len)
 
 static void on_output(struct watch *w, uint32_t events, void *userdata)
 {
+        struct client *c = userdata;
         char chunk[65536];
         (void)w;
         (void)events;
-        (void)userdata;
-        ssize_t k = read(from_srv, chunk, sizeof(chunk));
+        ssize_t k = read(c->from, chunk, sizeof(chunk));
         if (k > 0)
-                line_reader_feed(&lines, chunk, (size_t)k, on_line, NULL);
+                line_reader_feed(&c->lines, chunk, (size_t)k, on_line, c);
+}
+
+static void on_eof(void *userdata)
+{
+        (void)userdata;
+}
+
+/* A server for a new client (owner NULL: stdio's), on pipes: 0 or -1. */
+static int client_open(struct client *c, const char *owner)
+{
+        int in[2], out[2];
+        *c = (struct client){.inbox = json_array()};
+        line_reader_init(&c->lines, 64 << 20);
+        if (pipe2(in, O_CLOEXEC) < 0)
+                return -1;
+        if (pipe2(out, O_CLOEXEC) < 0) {
+                close(in[0]);
+                close(in[1]);
+                return -1;
+        }
+        c->srv_in = in[0];
+        c->to = in[1];
+        c->from = out[0];
+        c->srv_out = out[1];
+        if (mcp_server_new(L, &cfg, M, S, B, owner, on_eof, NULL, &c->srv) < 0 ||
+            mcp_server_serve_stdio(c->srv, c->srv_in, c->srv_out) < 0)
+                return -1;
+        return watch_add(L, c->from, EPOLLIN, on_output, c, &c->reader);
+}
+
+/* The client goes: mcp_server_close, as a service does when its client
+ * disconnects (a server with calls still running frees itself later). */
+static void client_close(struct client *c, bool free_server)
+{
+        if (free_server)
+                mcp_server_free(c->srv);
+        else
+                mcp_server_close(c->srv);
+        c->srv = NULL;
+        watch_remove(c->reader);
+        close(c->to);
+        close(c->from);
+        close(c->srv_in);
+        close(c->srv_out);
+        line_reader_free(&c->lines);
+        json_decref(c->inbox);
+}
+
+static void client_send(struct client *c, json_t *msg)
+{
+        char *text = json_dumps(msg, JSON_COMPACT);
+        json_decref(msg);
+        size_t n = strlen(text);
+        if (write(c->to, text, n) != (ssize_t)n || write(c->to, "\n", 1) != 1)
+                abort();
+        free(text);
 }
 
 static void send_line(const char *text)
 {
-        size_t n = strlen(text);
-        if (write(to_srv, text, n) != (ssize_t)n || write(to_srv, "\n", 1) != 1)
-                abort();
+        client_send(&C0, json_loads(text, 0, NULL));
 }
 
-/* Sends a request and waits (up to `ms`) for its answer: the response
- * object (new reference), or NULL. */
-static json_t *call(const char *method, json_t *params, int ms)
+/* The answer to request `id` that came within `ms` (new reference), taken
+ * from the inbox, or NULL. */
+static json_t *client_await(struct client *c, int id, int ms)
 {
-        int id = ++next_id;
-        json_t *msg = jrpc_request(id, method, params);
-        char *text = json_dumps(msg, JSON_COMPACT);
-        json_decref(msg);
-        send_line(text);
-        free(text);
         long long end = now_ms() + ms;
         while (now_ms() < end) {
                 size_t i;
                 json_t *x;
-                json_array_foreach(inbox, i, x)
+                json_array_foreach(c->inbox, i, x)
                 {
                         json_t *xid = json_object_get(x, "id");
                         if (json_is_integer(xid) && json_integer_value(xid) == id &&
                             !json_object_get(x, "method")) {
                                 json_incref(x);
-                                json_array_remove(inbox, i);
+                                json_array_remove(c->inbox, i);
                                 return x;
                         }
                 }
                 loop_iterate(L, 10);
         }
         return NULL;
+}
+
+/* Sends a request and waits (up to `ms`) for its answer: the response
+ * object (new reference), or NULL. */
+static json_t *client_call(struct client *c, const char *method, json_t *params, int ms)
+{
+        int id = ++next_id;
+        client_send(c, jrpc_request(id, method, params));
+        return client_await(c, id, ms);
+}
+
+static json_t *call(const char *method, json_t *params, int ms)
+{
+        return client_call(&C0, method, params, ms);
 }
 
 /* tools/call: the result object (new reference), or NULL with a JSON-RPC
@@ -312,25 +380,17 @@ static void test_call_after_cancel(void)
         for (size_t i = 0; i < ARRAY_SIZE(cases); i++) {
                 unsigned long long execs = fake_engine_execs(F);
                 int id = ++next_id;
-                json_t *msg =
-                    jrpc_request(id, "tools/call",
-                                 json_pack("{s:s, s:{s:s, s:s}}", "name", "run_python", "arguments",
-                                           "code", cases[i].code, "session", "w1"));
-                char *text = json_dumps(msg, JSON_COMPACT);
-                send_line(text);
-                free(text);
-                json_decref(msg);
+                client_send(&C0, jrpc_request(id, "tools/call",
+                                              json_pack("{s:s, s:{s:s, s:s}}", "name", "run_python",
+                                                        "arguments", "code", cases[i].code,
+                                                        "session", "w1")));
                 /* Its code runs once the runtime has the exec. */
                 long long end = now_ms() + 5000;
                 while (fake_engine_execs(F) == execs && now_ms() < end)
                         loop_iterate(L, 10);
                 ok(fake_engine_execs(F) > execs, "\"%s\" runs in w1", cases[i].code);
-                msg = jrpc_notification("notifications/cancelled",
-                                        json_pack("{s:i}", "requestId", id));
-                text = json_dumps(msg, JSON_COMPACT);
-                send_line(text);
-                free(text);
-                json_decref(msg);
+                client_send(&C0, jrpc_notification("notifications/cancelled",
+                                                   json_pack("{s:i}", "requestId", id)));
                 long long t0 = now_ms();
                 r = tool("run_python",
                          json_pack("{s:s, s:s}", "code", "print:next", "session", "w1"), &code);
@@ -481,11 +541,318 @@ static void test_session_servers(void)
         json_decref(r);
 }
 
+/* ---- requests in flight, kind by kind */
+
+/* What waits for the stall a kind's request is held by: a fake runtime's
+ * exec, or a request it leaves unanswered. */
+static unsigned long long base_execs, base_muted;
+
+static bool runtime_has_exec(void)
+{
+        return fake_engine_execs(F) > base_execs;
+}
+
+static bool runtime_muted(void)
+{
+        return fake_engine_muted_seen(F) > base_muted;
+}
+
+static bool client_asked(struct client *c)
+{
+        size_t i;
+        json_t *x;
+        json_array_foreach(c->inbox, i,
+                           x) if (strcmp(json_string_value(json_object_get(x, "method")) ?: "",
+                                         "elicitation/create") == 0) return true;
+        return false;
+}
+
+static struct client *K; /* the client of the kind under test */
+
+static bool kind_asked(void)
+{
+        return client_asked(K);
+}
+
+/* tools/call of `name` with `args`, answered within 10 s (new reference). */
+static json_t *k_tool(const char *name, json_t *args)
+{
+        json_t *r = client_call(K, "tools/call",
+                                json_pack("{s:s, s:o}", "name", name, "arguments", args), 10000);
+        json_t *result = json_incref(json_object_get(r, "result"));
+        json_decref(r);
+        return result;
+}
+
+/* A job of K's whose code hangs: its id in `out`. */
+static void k_job(char *out, size_t size)
+{
+        json_t *r =
+            k_tool("run_python", json_pack("{s:s, s:f}", "code", "hang", "sync_wait_s", 0.1));
+        snprintf(out, size, "%s", sc(r, "job_id") ?: "");
+        json_decref(r);
+}
+
+static char job_id[64];
+
+static void open_session(void)
+{
+        json_decref(
+            k_tool("run_python", json_pack("{s:s, s:s}", "code", "print:a", "session", "r")));
+}
+
+static void setup_job(void)
+{
+        k_job(job_id, sizeof(job_id));
+}
+
+static void setup_task(void)
+{
+        json_t *r = client_call(K, "tools/call",
+                                json_pack("{s:s, s:{s:s}, s:{}}", "name", "run_python", "arguments",
+                                          "code", "hang", "task"),
+                                10000);
+        json_t *task = json_object_get(json_object_get(r, "result"), "task");
+        snprintf(job_id, sizeof(job_id), "%s",
+                 json_string_value(json_object_get(task, "taskId")) ?: "");
+        json_decref(r);
+}
+
+/* The job ends: what waited for it would be answered now. */
+static void end_job(void)
+{
+        json_decref(k_tool("job_cancel", json_pack("{s:s}", "job_id", job_id)));
+}
+
+static void end_task(void)
+{
+        json_decref(client_call(K, "tasks/cancel", json_pack("{s:s}", "taskId", job_id), 2000));
+}
+
+static void setup_freeze_muted(void)
+{
+        open_session();
+        fake_engine_mute(F, "sandbox/freeze");
+}
+
+static void setup_list_muted(void)
+{
+        open_session();
+        fake_engine_mute(F, "sandbox/list");
+}
+
+static void setup_silent(void)
+{
+        fake_engine_set_silent(F, true);
+}
+
+static void setup_ask(void)
+{
+        cfg.ask_run = true;
+}
+
+/* A session whose call was cancelled and ignores it: the next call waits
+ * for it to stop (a second at most). */
+static void setup_stopping(void)
+{
+        open_session();
+        int id = ++next_id;
+        base_execs = fake_engine_execs(F);
+        client_send(K, jrpc_request(id, "tools/call",
+                                    json_pack("{s:s, s:{s:s, s:s}}", "name", "run_python",
+                                              "arguments", "code", "stubborn", "session", "r")));
+        for (long long end = now_ms() + 5000; !runtime_has_exec() && now_ms() < end;)
+                loop_iterate(L, 10);
+        client_send(
+            K, jrpc_notification("notifications/cancelled", json_pack("{s:i}", "requestId", id)));
+        json_decref(client_call(K, "ping", NULL, 2000));
+}
+
+static void undo_stalls(void)
+{
+        fake_engine_mute(F, NULL);
+        fake_engine_set_silent(F, false);
+        cfg.ask_run = false;
+}
+
+static const struct kind {
+        const char *name;
+        void (*setup)(void);
+        /* The request (its params: a JSON text, %s the job or task id). */
+        const char *method, *params;
+        bool (*stalled)(void); /* NULL: taken is enough */
+        /* Its withdrawal ends no run: the client is idle at once. */
+        bool idle_at_once;
+        /* What it waited for ends (after its withdrawal), or NULL. */
+        void (*end)(void);
+        /* How long after that an answer could still come. */
+        int answer_ms;
+} kinds[] = {
+    {"run_python", NULL, "tools/call",
+     "{\"name\":\"run_python\",\"arguments\":{\"code\":\"hang\",\"sync_wait_s\":60}}",
+     runtime_has_exec, false},
+    {"job_result", setup_job, "tools/call",
+     "{\"name\":\"job_result\",\"arguments\":{\"job_id\":\"%s\",\"wait_s\":60}}", NULL, false,
+     end_job},
+    {"tasks/result", setup_task, "tasks/result", "{\"taskId\":\"%s\"}", NULL, false, end_task},
+    {"read_file", setup_freeze_muted, "tools/call",
+     "{\"name\":\"read_file\",\"arguments\":{\"session\":\"r\",\"path\":\"x\"}}", runtime_muted,
+     true},
+    {"list_files", setup_list_muted, "tools/call",
+     "{\"name\":\"list_files\",\"arguments\":{\"session\":\"r\"}}", runtime_muted, true},
+    {"write_file opening its session", setup_silent, "tools/call",
+     "{\"name\":\"write_file\",\"arguments\":{\"session\":\"n\",\"path\":\"a\",\"content\":\"x\"}}",
+     NULL, false},
+    {"search_tools", NULL, "tools/call",
+     "{\"name\":\"search_tools\",\"arguments\":{\"query\":\"x\",\"server\":\"slow\"}}", NULL, true},
+    {"resources/read", setup_freeze_muted, "resources/read",
+     "{\"uri\":\"corral://session/r/out/x\"}", runtime_muted, true},
+    {"resources/list", setup_list_muted, "resources/list", "{}", runtime_muted, true},
+    {"completion/complete", setup_list_muted, "completion/complete",
+     "{\"ref\":{\"type\":\"ref/resource\",\"uri\":\"corral://session/{session}/{+path}\"},"
+     "\"argument\":{\"name\":\"path\",\"value\":\"\"},\"context\":{\"arguments\":{\"session\":"
+     "\"r\"}}}",
+     runtime_muted, true},
+    {"run_python under ask_run", setup_ask, "tools/call",
+     "{\"name\":\"run_python\",\"arguments\":{\"code\":\"print:x\"}}", kind_asked, true},
+    {"run_python waiting for its session", setup_stopping, "tools/call",
+     "{\"name\":\"run_python\",\"arguments\":{\"code\":\"print:x\",\"session\":\"r\"}}", NULL,
+     false, NULL, 1500},
+};
+
+/* A client of its own, initialized as an SDK client with elicitation. */
+static void kind_client(struct client *c, const char *owner)
+{
+        if (client_open(c, owner) < 0)
+                bail_out("cannot open a client");
+        K = c;
+        json_decref(client_call(c, "initialize",
+                                json_pack("{s:s, s:{s:{}}, s:{s:s, s:s}}", "protocolVersion",
+                                          "2025-11-25", "capabilities", "elicitation", "clientInfo",
+                                          "name", "k", "version", "1"),
+                                2000));
+        client_send(c, jrpc_notification("notifications/initialized", NULL));
+}
+
+/* Sends the kind's request under `id`, and waits until its stall holds it. */
+static void kind_start(const struct kind *k, int id)
+{
+        char text[1024];
+        const char *at = strstr(k->params, "%s");
+        if (at)
+                snprintf(text, sizeof(text), "%.*s%s%s", (int)(at - k->params), k->params, job_id,
+                         at + 2);
+        else
+                snprintf(text, sizeof(text), "%s", k->params);
+        json_t *params = json_loads(text, 0, NULL);
+        if (!params)
+                bail_out("%s: bad params in the test", k->name);
+        base_execs = fake_engine_execs(F);
+        base_muted = fake_engine_muted_seen(F);
+        client_send(K, jrpc_request(id, k->method, params));
+        /* Lines are taken in order: once the ping is answered, so is the
+         * request taken. */
+        json_decref(client_call(K, "ping", NULL, 2000));
+        for (long long end = now_ms() + 5000; k->stalled && !k->stalled() && now_ms() < end;)
+                loop_iterate(L, 10);
+        if (k->stalled && !k->stalled())
+                diag("%s: the request did not reach its stall", k->name);
+}
+
+/* Whether the client was sent anything under `id`. */
+static bool sent_under(struct client *c, int id)
+{
+        size_t i;
+        json_t *x;
+        json_array_foreach(c->inbox, i, x)
+        {
+                json_t *xid = json_object_get(x, "id");
+                if (json_is_integer(xid) && json_integer_value(xid) == id &&
+                    !json_object_get(x, "method"))
+                        return true;
+        }
+        return false;
+}
+
+static bool wait_idle(struct client *c, int ms)
+{
+        for (long long end = now_ms() + ms; mcp_server_busy(c->srv) && now_ms() < end;)
+                loop_iterate(L, 10);
+        return !mcp_server_busy(c->srv);
+}
+
+static bool wait_removed(int alive, int ms)
+{
+        for (long long end = now_ms() + ms; fake_engine_alive(F) > alive && now_ms() < end;)
+                loop_iterate(L, 10);
+        return fake_engine_alive(F) <= alive;
+}
+
+/* Each kind of request: a second one with its id is refused, a withdrawn
+ * one is never answered and frees its work, and a client that goes frees
+ * all it had on its way (ASan's leak check holds the rest). */
+static void test_requests(void)
+{
+        int alive = fake_engine_alive(F);
+        cfg.client_max_sandboxes = 3;
+        for (size_t i = 0; i < ARRAY_SIZE(kinds); i++) {
+                const struct kind *k = &kinds[i];
+                struct client c;
+                kind_client(&c, "withdrawer");
+                if (k->setup)
+                        k->setup();
+                int id = ++next_id;
+                kind_start(k, id);
+                ok(mcp_server_busy(c.srv), "%s: in flight, the client is busy", k->name);
+                client_send(&c, jrpc_request(id, "ping", NULL));
+                json_t *r = client_await(&c, id, 2000);
+                is_int(
+                    (int)json_integer_value(json_object_get(json_object_get(r, "error"), "code")),
+                    JRPC_INVALID_REQUEST, "%s: a second request with its id is refused", k->name);
+                json_decref(r);
+                client_send(&c, jrpc_notification(
+                                    "notifications/cancelled",
+                                    json_pack("{s:i, s:s}", "requestId", id, "reason", "test")));
+                json_decref(client_call(&c, "ping", NULL, 2000));
+                if (k->idle_at_once)
+                        ok(!mcp_server_busy(c.srv), "%s: withdrawn, it holds nothing", k->name);
+                if (k->end)
+                        k->end();
+                if (!k->idle_at_once)
+                        ok(wait_idle(&c, 5000), "%s: withdrawn, its run ends", k->name);
+                undo_stalls();
+                /* A wait for a session would have been answered after its second. */
+                for (long long end = now_ms() + k->answer_ms;
+                     now_ms() < end && !sent_under(&c, id);)
+                        loop_iterate(L, 10);
+                ok(!sent_under(&c, id), "%s: withdrawn, it is never answered", k->name);
+                client_close(&c, false);
+                ok(wait_removed(alive, 10000), "%s: its client's sandboxes are removed", k->name);
+
+                kind_client(&c, "leaver");
+                if (k->setup)
+                        k->setup();
+                kind_start(k, ++next_id);
+                ok(mcp_server_busy(c.srv), "%s: a client leaves with it in flight", k->name);
+                client_close(&c, false);
+                undo_stalls();
+                ok(wait_removed(alive, 10000), "%s: ... its sandboxes are removed", k->name);
+        }
+        cfg.client_max_sandboxes = 0;
+}
+
+static void set_true(void *userdata)
+{
+        *(bool *)userdata = true;
+}
+
 static int bridge_up(void)
 {
         struct err e = {0};
-        json_t *own = json_pack("{s:{s:s}, s:{s:s}}", "a", "command", "/bin/false", "b", "command",
-                                "/bin/false");
+        /* a and b fail at once; slow never answers initialize. */
+        json_t *own =
+            json_pack("{s:{s:s}, s:{s:s}, s:{s:s, s:[s]}}", "a", "command", "/bin/false", "b",
+                      "command", "/bin/false", "slow", "command", "/bin/sleep", "args", "30");
         struct registry_sources src = {.own = own, .only_own = true};
         struct registry reg = {0};
         int r = registry_load(&src, &reg, &e);
@@ -500,11 +867,6 @@ static int bridge_up(void)
         return 0;
 }
 
-static void on_eof(void *userdata)
-{
-        (void)userdata;
-}
-
 int main(void)
 {
         if (!mkdtemp(dir))
@@ -512,8 +874,6 @@ int main(void)
         int devnull = open("/dev/null", O_WRONLY | O_CLOEXEC);
         if (devnull < 0 || dup2(devnull, STDERR_FILENO) < 0) /* the daemon's log */
                 return 1;
-        inbox = json_array();
-        line_reader_init(&lines, 64 << 20);
         config_defaults(&cfg);
         cfg.pool_min = cfg.pool_max = 0;
         cfg.max_sandboxes = 3;
@@ -522,19 +882,12 @@ int main(void)
                 return 1;
         F = fake_engine_new(L, dir);
         struct err e = {0};
-        int in[2], out[2];
         if (engine_new(L, fake_engine_url(F), 4 << 20, &E, &e) < 0 ||
             sandbox_mgr_new(L, &cfg, E, &M) < 0 || sandbox_mgr_prepare(M, &e) < 0 ||
-            session_mgr_new(L, &cfg, M, &S) < 0 || bridge_up() < 0 || pipe2(in, O_CLOEXEC) < 0 ||
-            pipe2(out, O_CLOEXEC) < 0 ||
-            mcp_server_new(L, &cfg, M, S, B, NULL, on_eof, NULL, &srv) < 0 ||
-            mcp_server_serve_stdio(srv, in[0], out[1]) < 0) {
+            session_mgr_new(L, &cfg, M, &S) < 0 || bridge_up() < 0 || client_open(&C0, NULL) < 0) {
                 printf("Bail out! set-up failed: %s\n", e.msg);
                 return 1;
         }
-        to_srv = in[1];
-        from_srv = out[0];
-        watch_add(L, from_srv, EPOLLIN, on_output, NULL, &reader);
 
         test_lifecycle();
         test_list();
@@ -544,30 +897,26 @@ int main(void)
         test_call_after_cancel();
         test_session_servers();
         test_busy();
+        test_requests();
 
         /* serve's order: the sandboxes drain (their results reach the
          * calls still waiting), then the server and its calls go. */
-        sandbox_mgr_shutdown(M, NULL, NULL);
-        for (int i = 0; i < 200 && fake_engine_alive(F); i++)
+        bool drained = false;
+        sandbox_mgr_shutdown(M, set_true, &drained);
+        for (long long end = now_ms() + 10000; !drained && now_ms() < end;)
                 loop_iterate(L, 10);
+        ok(drained, "the sandboxes drain at shutdown");
         is_int(fake_engine_alive(F), 0, "every container is removed at shutdown");
-        mcp_server_free(srv);
+        client_close(&C0, true);
         session_mgr_free(S);
         sandbox_mgr_free(M);
         bridge_free(B);
         upstream_set_free(U);
         policy_free(P);
-        watch_remove(reader);
         engine_free(E);
         fake_engine_free(F);
         loop_free(L);
-        line_reader_free(&lines);
-        json_decref(inbox);
         config_free(&cfg);
-        close(in[0]);
-        close(in[1]);
-        close(out[0]);
-        close(out[1]);
         rmdir(dir);
         return done_testing();
 }
