@@ -342,7 +342,6 @@ int cli_serve(int argc, char **argv)
                 r = -EINVAL;
         }
         if (r == 0) {
-                sandbox_mgr_set_bridge(s.mgr, s.bridge);
                 /* The pool's first creates go to the engine before the
                  * sweep's list: the first call waits for them, for nothing
                  * else. */

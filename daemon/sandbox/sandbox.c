@@ -5,7 +5,6 @@
  * sandbox's state. */
 #include "sandbox/internal.h"
 
-#include "bridge/bridge.h"
 #include "core/jsonrpc.h"
 #include "core/log.h"
 
@@ -162,11 +161,6 @@ const struct sandbox_profile *sandbox_mgr_profile(const struct sandbox_mgr *m)
 struct engine *sandbox_mgr_engine(const struct sandbox_mgr *m)
 {
         return m->eng;
-}
-
-void sandbox_mgr_set_bridge(struct sandbox_mgr *m, struct bridge *b)
-{
-        m->bridge = b;
 }
 
 struct engine *mgr_engine(struct sandbox_mgr *m, struct err *e)

@@ -28,6 +28,7 @@ struct fake_container {
         bool started, ready_sent, exited, oom;
         int exit_code;
         json_int_t hanging; /* the exec waiting for an interrupt, or 0 */
+        json_int_t calling; /* the exec whose code waits for its tools/call's answer, or 0 */
         bool stubborn;
         struct fake_conn *stream;
         struct timer *ready_timer;
@@ -219,6 +220,11 @@ static void run_exec(struct fake_container *ct, json_t *id, json_t *params)
         } else if (strcmp(code, "hang") == 0 || strcmp(code, "stubborn") == 0) {
                 ct->hanging = json_integer_value(id);
                 ct->stubborn = strcmp(code, "stubborn") == 0;
+        } else if (strcmp(code, "call") == 0) {
+                ct->calling = json_integer_value(id);
+                send_frame(ct,
+                           json_pack("{s:s, s:s, s:s, s:{s:s}}", "jsonrpc", "2.0", "id",
+                                     FAKE_CALL_ID, "method", "tools/call", "params", "name", "t"));
         } else if (strcmp(code, "die") == 0) {
                 container_exit(ct, 3, false);
         } else if (strcmp(code, "oom") == 0) {
@@ -235,7 +241,20 @@ static void runtime_frame(struct fake_container *ct, const char *line, size_t n)
         json_t *id = json_object_get(msg, "id");
         json_t *params = json_object_get(msg, "params");
         if (!method) {
-                /* An answer to the code's own request: nothing to do. */
+                /* An answer to the code's own request: a "call" prints it. */
+                if (ct->calling && json_is_string(id) &&
+                    strcmp(json_string_value(id), FAKE_CALL_ID) == 0) {
+                        json_t *eid = json_integer(ct->calling);
+                        ct->calling = 0;
+                        char *answer = json_dumps(msg, JSON_COMPACT | JSON_SORT_KEYS);
+                        send_frame(ct, json_pack("{s:s, s:s, s:{s:s, s:s}}", "jsonrpc", "2.0",
+                                                 "method", "sandbox/output", "params", "stream",
+                                                 "stdout", "data", answer ? answer : "?"));
+                        free(answer);
+                        send_result(ct, eid,
+                                    json_pack("{s:s, s:i}", "status", "ok", "exit_code", 0));
+                        json_decref(eid);
+                }
         } else if (strcmp(method, "sandbox/exec") == 0) {
                 ct->f->execs++;
                 run_exec(ct, id, params);

@@ -13,6 +13,8 @@
  *   "hang"        no answer; an interrupt (notifications/cancelled) ends
  *                 it with KeyboardInterrupt and the state kept
  *   "stubborn"    no answer, interrupts ignored
+ *   "call"        sends its own tools/call request (id FAKE_CALL_ID), then
+ *                 prints the answer it gets as JSON (keys sorted), ok
  *   "die"         the container exits (code 3) without a result
  *   "oom"         the container is OOM-killed without a result
  * and answers sandbox/freeze, sandbox/thaw and sandbox/list. */
@@ -22,6 +24,8 @@
 
 #include <jansson.h>
 #include <stdbool.h>
+
+#define FAKE_CALL_ID "call-1"
 
 struct fake_engine;
 
