@@ -213,6 +213,12 @@ struct sandbox_mgr {
         long long cost_kb, cost_at_ms;
         int cost_procs;
         struct engine_req *cost_req;
+        /* The engine's health (health.c): the last answer, when it came,
+         * the request in flight and who waits for it. */
+        json_t *health;
+        long long health_ms;
+        struct engine_req *health_req;
+        struct list health_waits;     /* struct sandbox_health_wait */
         struct list leftovers;        /* being removed by the sweep */
         struct list done;             /* released sandboxes, freed from the loop */
         bool freeing;                 /* sandbox_mgr_free: the loop runs no more */
@@ -313,3 +319,6 @@ const struct identity *host_identity(void);
 
 /* sweep.c */
 void sweep_free(struct sandbox_mgr *m);
+
+/* health.c: waits dropped uncalled, the request cancelled. */
+void health_free(struct sandbox_mgr *m);

@@ -93,6 +93,7 @@ int sandbox_mgr_new(struct loop *l, const struct config *cfg, struct engine *eng
         list_init(&m->ready);
         list_init(&m->done);
         list_init(&m->leftovers);
+        list_init(&m->health_waits);
         struct err e = {0};
         int r = sandbox_profile_load(cfg, &m->profile, &e);
         if (r < 0) {
@@ -941,6 +942,7 @@ void sandbox_mgr_free(struct sandbox_mgr *m)
         timer_remove(m->refill_timer);
         pool_cost_cancel(m);
         engine_request_cancel(m->info_req);
+        health_free(m);
         sweep_free(m);
         if (m->owns_eng)
                 engine_free(m->eng);

@@ -200,6 +200,23 @@ const char *sandbox_container(const struct sandbox *s);
 /* The engine the manager uses now (NULL when none answered yet). */
 struct engine *sandbox_mgr_engine(const struct sandbox_mgr *m);
 
+/* The engine's health, as the service's /health shows it:
+ * {"engine": {"reachable", "error" (when not, or failing)}, "image":
+ * {"name", "present"}} for the default image, or {"engine": {"reachable":
+ * false, "error": "no engine configured"}} while the manager has none. An
+ * answer less than a second old serves, so that a prober cannot make
+ * corral ask the engine more than once a second, and the callers waiting
+ * meanwhile share one request. `cb` gets it (borrowed) once, from the
+ * loop, unless cancelled; the wait is gone then. 0, or a negative errno
+ * when the engine cannot be asked. */
+struct sandbox_health_wait;
+typedef void (*sandbox_health_cb)(void *userdata, json_t *health);
+int sandbox_mgr_health(struct sandbox_mgr *m, sandbox_health_cb cb, void *userdata,
+                       struct sandbox_health_wait **ret);
+/* `cb` will not be called (the engine's answer is not waited for when
+ * nobody else waits). Accepts NULL. */
+void sandbox_health_cancel(struct sandbox_health_wait *w);
+
 /* A file of a kept sandbox's /workspace, read or written through the
  * engine's archive endpoints (sandbox/files.h) while every other process of
  * the container is stopped (sandbox/freeze): the engine follows paths as

@@ -16,9 +16,9 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#define ROUTES 8
-static const char *const route_names[ROUTES] = {"ping",    "create", "start", "attach",
-                                                "inspect", "delete", "list",  "info"};
+#define ROUTES 9
+static const char *const route_names[ROUTES] = {"ping",   "create", "start", "attach", "inspect",
+                                                "delete", "list",   "info",  "image"};
 
 struct fake_container {
         struct fake_engine *f;
@@ -449,8 +449,10 @@ static void handle_request(struct fake_conn *c, const char *method, const char *
                 respond(c, 200, json_array()); /* none built by corral */
         } else if (strncmp(path, "/images/", 8) == 0) {
                 /* Any image is there, with no labels. */
-                respond(c, 200,
-                        json_pack("{s:s, s:{s:{}}}", "Id", "sha256:fake", "Config", "Labels"));
+                if (!faulted(c, 8))
+                        respond(
+                            c, 200,
+                            json_pack("{s:s, s:{s:{}}}", "Id", "sha256:fake", "Config", "Labels"));
         } else {
                 respond_error(c, 404, "fake engine: no such route");
         }

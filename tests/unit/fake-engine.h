@@ -35,7 +35,8 @@ void fake_engine_free(struct fake_engine *f);
 const char *fake_engine_url(const struct fake_engine *f);
 
 /* The next `times` requests of `route` ("ping", "create", "start",
- * "attach", "inspect", "delete", "list", "info") answer HTTP `status`. */
+ * "attach", "inspect", "delete", "list", "info", "image": an image's
+ * inspect) answer HTTP `status`. */
 void fake_engine_fail(struct fake_engine *f, const char *route, int status, int times);
 /* Started containers never send sandbox/ready (a hung start). */
 void fake_engine_set_silent(struct fake_engine *f, bool silent);

@@ -637,6 +637,96 @@ static void test_frame_hook(void)
         config_free(&c);
 }
 
+/* ---- the engine's health, for /health */
+
+struct health_seen {
+        int calls;
+        char text[256];
+};
+
+static void on_health(void *userdata, json_t *health)
+{
+        struct health_seen *h = userdata;
+        h->calls++;
+        char *t = json_dumps(health, JSON_COMPACT | JSON_SORT_KEYS);
+        snprintf(h->text, sizeof(h->text), "%s", t ? t : "");
+        free(t);
+}
+
+static void test_health(void)
+{
+        struct config c = cfg_new();
+        struct sandbox_mgr *m = mgr_new(&c);
+        struct health_seen a = {0}, b = {0}, x = {0};
+        struct sandbox_health_wait *wa, *wb, *wx;
+        char want[256];
+        snprintf(want, sizeof(want),
+                 "{\"engine\":{\"error\":null,\"reachable\":true},\"image\":{\"name\":"
+                 "\"%s\",\"present\":true}}",
+                 c.image);
+        int asked = fake_engine_count(F, "image");
+        is_int(sandbox_mgr_health(m, on_health, &a, &wa), 0, "health: asked");
+        is_int(sandbox_mgr_health(m, on_health, &b, &wb), 0, "health: asked again meanwhile");
+        is_int(a.calls + b.calls, 0, "health: no answer inside the call");
+        ok(WAIT_UNTIL(a.calls == 1 && b.calls == 1, 5000), "health: both answered from the loop");
+        is_int(fake_engine_count(F, "image") - asked, 1, "health: one request to the engine");
+        is_str(a.text, want, "health: reachable, and the image is there");
+
+        asked = fake_engine_count(F, "image");
+        memset(&a, 0, sizeof(a));
+        sandbox_mgr_health(m, on_health, &a, &wa);
+        is_int(a.calls, 0, "health: a fresh answer too comes from the loop");
+        ok(WAIT_UNTIL(a.calls == 1, 5000) && strcmp(a.text, want) == 0,
+           "health: an answer less than a second old serves");
+        is_int(fake_engine_count(F, "image") - asked, 0, "health: ... without asking the engine");
+
+        m->health_ms -= 1000; /* a second later */
+        fake_engine_fail(F, "image", 404, 1);
+        memset(&a, 0, sizeof(a));
+        sandbox_mgr_health(m, on_health, &a, &wa);
+        ok(WAIT_UNTIL(a.calls == 1, 5000) && strstr(a.text, "\"present\":false") &&
+               strstr(a.text, "\"reachable\":true"),
+           "health: an older one is asked again; 404: reachable, the image missing");
+        m->health_ms -= 1000;
+        fake_engine_fail(F, "image", 500, 1);
+        memset(&a, 0, sizeof(a));
+        sandbox_mgr_health(m, on_health, &a, &wa);
+        ok(WAIT_UNTIL(a.calls == 1, 5000) &&
+               strstr(a.text, "{\"engine\":{\"error\":\"the engine answered 500\","
+                              "\"reachable\":false}"),
+           "health: 500: not reachable, and why");
+
+        m->health_ms -= 1000;
+        memset(&a, 0, sizeof(a));
+        sandbox_mgr_health(m, on_health, &x, &wx);
+        sandbox_mgr_health(m, on_health, &a, &wa);
+        sandbox_health_cancel(wx);
+        ok(m->health_req != NULL, "health: a cancelled wait leaves the request to the others");
+        ok(WAIT_UNTIL(a.calls == 1, 5000) && x.calls == 0,
+           "health: the cancelled wait is not called");
+        m->health_ms -= 1000;
+        sandbox_mgr_health(m, on_health, &x, &wx);
+        sandbox_health_cancel(wx);
+        ok(m->health_req == NULL, "health: the last wait cancelled, the request is too");
+        loop_iterate(L, 50);
+        is_int(x.calls, 0, "health: ... and nobody is called");
+        sandbox_health_cancel(NULL);
+        sandbox_mgr_health(m, on_health, &x, &wx); /* freed with the manager, uncalled */
+        mgr_done(m);
+        is_int(x.calls, 0, "health: a wait left at the manager's end is not called");
+
+        struct sandbox_mgr *none = NULL;
+        if (sandbox_mgr_new(L, &c, NULL, &none) < 0)
+                abort();
+        memset(&a, 0, sizeof(a));
+        sandbox_mgr_health(none, on_health, &a, &wa);
+        ok(WAIT_UNTIL(a.calls == 1, 5000), "health: with no engine, answered");
+        is_str(a.text, "{\"engine\":{\"error\":\"no engine configured\",\"reachable\":false}}",
+               "health: ... that none is configured");
+        sandbox_mgr_free(none);
+        config_free(&c);
+}
+
 int main(void)
 {
         if (!mkdtemp(dir))
@@ -667,6 +757,7 @@ int main(void)
         test_session_gone();
         test_shutdown();
         test_frame_hook();
+        test_health();
         is_int(log_count("unexpected transition"), 0, "no transition the state table forbids");
 
         dup2(saved_stderr, STDERR_FILENO); /* a sanitizer's report, if any, shows */
