@@ -342,7 +342,6 @@ int cli_serve(int argc, char **argv)
                 r = -EINVAL;
         }
         if (r == 0) {
-                sandbox_mgr_set_bridge(s.mgr, s.bridge);
                 /* The pool's first creates go to the engine before the
                  * sweep's list: the first call waits for them, for nothing
                  * else. */
@@ -354,8 +353,7 @@ int cli_serve(int argc, char **argv)
                 r = session_mgr_new(s.loop, &cfg, s.mgr, &s.sessions);
         if (r == 0 && service) {
                 struct err he = {0};
-                mcp_http_set_status(s.http, service_status, &s, sandbox_mgr_engine(s.mgr),
-                                    cfg.image);
+                mcp_http_set_status(s.http, service_status, &s, s.mgr);
                 r = mcp_http_start(s.http, &he);
                 if (r < 0)
                         log_err("%s", he.msg);

@@ -17,11 +17,11 @@
 #include "core/list.h"
 #include "core/log.h"
 #include "core/metrics.h"
-#include "engine/engine.h"
 #include "mcp/host.h"
 #include "mcp/server.h"
 #include "mcp/tools.h"
 #include "mcp/transport.h"
+#include "sandbox/sandbox.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>
@@ -127,7 +127,7 @@ struct req {
         /* A stream: the answer to `id` (and, SSE, what comes before it) or
          * a GET stream. */
         bool stream, sse, get, done, suspended;
-        bool health; /* parked until the engine answers /health */
+        bool health; /* parked until the sandbox manager answers /health */
         bool parked; /* a JSON answer not there yet: suspended, no response */
         char new_session[SESSION_ID_LEN + 1]; /* initialize's: sent as Mcp-Session-Id */
         json_t *id, *ptoken;
@@ -180,12 +180,10 @@ struct mcp_http {
         /* /health and /metrics */
         json_t *(*status)(void *userdata);
         void *status_ud;
-        struct engine *eng;
-        const char *image;
-        struct engine_req *health_req; /* one engine question for every waiting /health */
-        struct list health_waits;      /* struct req, parked */
-        json_t *health;                /* the last answer, for those waiting */
-        long long health_ms;
+        struct sandbox_mgr *mgr;
+        struct sandbox_health_wait *health_wait; /* one question for every waiting /health */
+        struct list health_waits;                /* struct req, parked */
+        json_t *health;                          /* the last answer, for those waiting */
 };
 
 /* ---- driving libmicrohttpd from the loop */
@@ -1070,23 +1068,12 @@ static enum MHD_Result health_answer(struct mcp_http *h, struct req *q)
         return answer_text(q->conn, ready ? 200 : 503, "application/json", text ? text : "{}");
 }
 
-static void health_engine_answered(void *userdata, long status, json_t *body, const struct err *e)
+static void health_known(void *userdata, json_t *health)
 {
         struct mcp_http *h = userdata;
-        (void)body;
-        h->health_req = NULL;
+        h->health_wait = NULL;
         json_decref(h->health);
-        char why[300] = "";
-        if (status == 0)
-                snprintf(why, sizeof(why), "%.290s", e && e->msg[0] ? e->msg : "no answer");
-        else if (status >= 500)
-                snprintf(why, sizeof(why), "the engine answered %ld", status);
-        utf8_scrub(why);
-        bool reachable = status > 0 && status < 500;
-        h->health =
-            json_pack("{s:{s:b, s:s?}, s:{s:s, s:b}}", "engine", "reachable", reachable, "error",
-                      why[0] ? why : NULL, "image", "name", h->image, "present", status == 200);
-        h->health_ms = now_ms();
+        h->health = json_incref(health);
         struct req *q, *n;
         list_for_each_safe(q, n, &h->health_waits, node)
         {
@@ -1096,25 +1083,13 @@ static void health_engine_answered(void *userdata, long status, json_t *body, co
         }
 }
 
+/* The engine's part comes from the sandbox manager (at most a second
+ * old), from the loop: the request waits, suspended, until then. */
 static enum MHD_Result health_get(struct mcp_http *h, struct req *q)
 {
-        /* An answer less than a second old serves: a prober cannot make
-         * corral ask the engine more than once a second. */
-        if (h->health && now_ms() - h->health_ms < 1000)
-                return health_answer(h, q);
-        if (!h->eng || !h->image) {
-                json_decref(h->health);
-                h->health = json_pack("{s:{s:b, s:s}}", "engine", "reachable", 0, "error",
-                                      "no engine configured");
-                return health_answer(h, q);
-        }
-        if (!h->health_req) {
-                _cleanup_free_ char *name = engine_escape(h->image);
-                char path[600];
-                snprintf(path, sizeof(path), "/images/%s/json", name ? name : "");
-                if (!name || engine_request(h->eng, "GET", path, NULL, health_engine_answered, h,
-                                            &h->health_req) < 0)
-                        return answer_error(q->conn, 500, "cannot ask the engine");
+        if (!h->health_wait && sandbox_mgr_health(h->mgr, health_known, h, &h->health_wait) < 0) {
+                h->health_wait = NULL;
+                return answer_error(q->conn, 500, "cannot ask the engine");
         }
         q->health = q->parked = q->suspended = true;
         list_push(&h->health_waits, &q->node);
@@ -1610,12 +1585,11 @@ int mcp_http_adopt(struct mcp_http *h, int fd, struct err *e)
 }
 
 void mcp_http_set_status(struct mcp_http *h, json_t *(*status)(void *userdata), void *userdata,
-                         struct engine *eng, const char *image)
+                         struct sandbox_mgr *mgr)
 {
         h->status = status;
         h->status_ud = userdata;
-        h->eng = eng;
-        h->image = image;
+        h->mgr = mgr;
 }
 
 const char *mcp_http_token(const struct mcp_http *h)
@@ -1774,8 +1748,8 @@ void mcp_http_stop(struct mcp_http *h)
         h->stopping = true;
         timer_remove(h->drain_timer);
         h->drain_timer = NULL;
-        engine_request_cancel(h->health_req);
-        h->health_req = NULL;
+        sandbox_health_cancel(h->health_wait);
+        h->health_wait = NULL;
         struct req *q, *qn;
         list_for_each_safe(q, qn, &h->health_waits, node)
         {

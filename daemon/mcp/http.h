@@ -49,11 +49,11 @@ int mcp_http_adopt(struct mcp_http *h, int fd, struct err *e);
 int mcp_http_start(struct mcp_http *h, struct err *e);
 /* What /health and /metrics report beside the HTTP side's own figures:
  * `status` returns {pool (sandbox_mgr_status's), sessions, upstreams:
- * [{name, state}]} (a new reference); `eng` and `image` are asked on
- * /health whether the engine answers and has the image. */
-struct engine;
+ * [{name, state}]} (a new reference); `mgr` is asked on /health whether
+ * the engine answers and has the image (sandbox_mgr_health). */
+struct sandbox_mgr;
 void mcp_http_set_status(struct mcp_http *h, json_t *(*status)(void *userdata), void *userdata,
-                         struct engine *eng, const char *image);
+                         struct sandbox_mgr *mgr);
 /* The token TCP clients must send (empty when no TCP listener). */
 const char *mcp_http_token(const struct mcp_http *h);
 /* An event for the user, to every client (mcp_server_notify_log). */

@@ -160,6 +160,50 @@ static void call_failed(struct call *c, json_t *result)
         call_free(c);
 }
 
+/* ---- the run's frame hook: its code calls MCP servers through the bridge,
+ * which asks this client's person about the calls the policy says to ask
+ * about (sandbox/sandbox.h, struct sandbox_frame_ops). */
+
+static int frames_open(void *ud, json_t *servers, sandbox_send_fn send, void *to, void **ret)
+{
+        struct mcp_server *s = ud;
+        struct bridge_run *br;
+        int r = bridge_run_new(s->bridge, servers, send, to, &br);
+        if (r < 0)
+                return r;
+        bridge_run_set_asker(br, &s->asker); /* the server outlives its runs */
+        *ret = br;
+        return 0;
+}
+
+static void frames_set_sandbox(void *run, const char *id)
+{
+        bridge_run_set_sandbox(run, id);
+}
+
+static json_t *frames_exec_servers(void *run)
+{
+        return bridge_run_exec_servers(run);
+}
+
+static void frames_frame(void *run, const struct jrpc_msg *m)
+{
+        bridge_run_handle(run, m);
+}
+
+static void frames_close(void *run)
+{
+        bridge_run_free(run);
+}
+
+static const struct sandbox_frame_ops bridge_frames = {
+    .open = frames_open,
+    .set_sandbox = frames_set_sandbox,
+    .exec_servers = frames_exec_servers,
+    .frame = frames_frame,
+    .close = frames_close,
+};
+
 /* The arguments as a request, and the MCP servers it names checked
  * against the bridge: 0, or -EINVAL and *e. */
 static int parse_request(struct mcp_server *s, const char *name, json_t *args,
@@ -439,7 +483,8 @@ static void run_call(struct mcp_server *s, json_t *id, json_t *args, json_t *par
                 refuse(s, id, task, name, e.msg);
                 return;
         }
-        req.asker = &s->asker;
+        if (s->bridge)
+                req.frames = (struct sandbox_frame_hook){.ops = &bridge_frames, .ud = s};
         struct call *c =
             call_new(s, id, task, req.lang == LANG_PYTHON ? "run_python" : "run_shell");
         if (!c) {

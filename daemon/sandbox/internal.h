@@ -84,8 +84,11 @@ struct run {
         void *userdata;
         void (*on_output)(void *userdata, bool is_stderr, const char *data, size_t n);
         void (*on_progress)(void *userdata, double done, double total, const char *message);
-        void *hook_ud;             /* their userdata */
-        struct bridge_run *bridge; /* the MCP servers its code may call, if any */
+        void *hook_ud; /* their userdata */
+        /* The hook its code's calls of MCP servers go to, and its state
+         * for this run; NULL when it has none (sandbox_request.frames). */
+        const struct sandbox_frame_ops *frame_ops;
+        void *frames;
         long long t_start;
         long long t_us[RS_N];    /* enum run_step; 0: not reached */
         bool demand;             /* counted in mgr->demand until answered */
@@ -210,8 +213,13 @@ struct sandbox_mgr {
         long long cost_kb, cost_at_ms;
         int cost_procs;
         struct engine_req *cost_req;
+        /* The engine's health (health.c): the last answer, when it came,
+         * the request in flight and who waits for it. */
+        json_t *health;
+        long long health_ms;
+        struct engine_req *health_req;
+        struct list health_waits;     /* struct sandbox_health_wait */
         struct list leftovers;        /* being removed by the sweep */
-        struct bridge *bridge;        /* NULL: sandboxes call no MCP servers */
         struct list done;             /* released sandboxes, freed from the loop */
         bool freeing;                 /* sandbox_mgr_free: the loop runs no more */
         struct sandbox_images images; /* what a call may ask for (sandbox_mgr_prepare) */
@@ -311,3 +319,6 @@ const struct identity *host_identity(void);
 
 /* sweep.c */
 void sweep_free(struct sandbox_mgr *m);
+
+/* health.c: waits dropped uncalled, the request cancelled. */
+void health_free(struct sandbox_mgr *m);

@@ -4,7 +4,6 @@
  * went to the caller, from the loop (core/loop.h). */
 #include "sandbox/internal.h"
 
-#include "bridge/bridge.h"
 #include "core/jsonrpc.h"
 #include "core/log.h"
 
@@ -44,8 +43,13 @@ void run_settle(struct run *r, enum sandbox_status st, const char *type, const c
         r->final = true;
 }
 
-/* Frames the bridge sends to this sandbox's runtime. */
-static void bridge_send(void *userdata, json_t *msg)
+/* The frame protocol's error codes for the runtime's requests, as the
+ * bridge and runtime/api.py know them too (runtime/README.md). */
+#define FRAME_DENIED    -32001
+#define FRAME_TOO_LARGE -32004
+
+/* Frames the run's frame hook sends to this sandbox's runtime. */
+static void frame_send(void *userdata, json_t *msg)
 {
         struct sandbox *s = userdata;
         json_t *id = json_incref(json_object_get(msg, "id"));
@@ -55,7 +59,7 @@ static void bridge_send(void *userdata, json_t *msg)
                 /* The code does not read its answers: a short error still
                  * fits (the queue keeps room), so no call waits forever. */
                 free(line);
-                line = jrpc_encode(jrpc_error(id, BRIDGE_TOO_LARGE,
+                line = jrpc_encode(jrpc_error(id, FRAME_TOO_LARGE,
                                               "the answer does not fit in the sandbox's input "
                                               "queue; too many large answers are waiting",
                                               json_pack("{s:s}", "type", "TooLarge")),
@@ -87,6 +91,25 @@ static int copy_files(struct run *r, const struct sandbox_request *req)
         return r->n_files == req->n_files ? 0 : -ENOMEM;
 }
 
+/* The request's frame hook, for this run in s: what its code sends that is
+ * not the sandbox's own goes there, and the hook answers through s. */
+static int frames_open(struct run *r, const struct sandbox_request *req, struct sandbox *s)
+{
+        int rc = req->frames.ops->open(req->frames.ud, req->servers, frame_send, s, &r->frames);
+        if (rc == 0)
+                r->frame_ops = req->frames.ops;
+        return rc;
+}
+
+/* What the run's code asked through its hook is withdrawn. */
+static void frames_close(struct run *r)
+{
+        if (r->frame_ops)
+                r->frame_ops->close(r->frames);
+        r->frame_ops = NULL;
+        r->frames = NULL;
+}
+
 /* Give s its request; NULL without memory (s is unchanged then: a ready
  * sandbox stays in the pool for the next call). */
 struct run *run_new(struct sandbox *s, const struct sandbox_request *req, sandbox_done_cb cb,
@@ -100,15 +123,13 @@ struct run *run_new(struct sandbox *s, const struct sandbox_request *req, sandbo
         output_init(&r->res.out, m->cfg->output_limit);
         output_init(&r->res.err, m->cfg->output_limit);
         r->res.memory_bytes = -1;
-        if ((req->servers && json_array_size(req->servers) > 0 && m->bridge &&
-             bridge_run_new(m->bridge, req->servers, bridge_send, s, &r->bridge) < 0) ||
+        if ((req->servers && json_array_size(req->servers) > 0 && req->frames.ops &&
+             frames_open(r, req, s) < 0) ||
             !(r->code = strdup(req->code)) || copy_files(r, req) < 0 ||
             (s->id && !(r->res.container_id = strdup(s->short_id)))) {
                 run_free(r);
                 return NULL;
         }
-        if (r->bridge)
-                bridge_run_set_asker(r->bridge, req->asker);
         s->keep = s->keep || req->keep;
         r->want_out = req->want_out;
         r->relay_max = req->relay_max;
@@ -138,7 +159,7 @@ void run_free(struct run *r)
                 return;
         defer_cancel(&r->deliver_d);
         defer_cancel(&r->wait.d);
-        bridge_run_free(r->bridge);
+        frames_close(r);
         transfer_cancel(r);
         transfer_free(r);
         timer_remove(r->limit_timer);
@@ -170,8 +191,7 @@ void run_quiesce(struct sandbox *s)
         run_stop_timers(r);
         r->exec_pending = false;
         /* What its code asked of MCP servers is withdrawn. */
-        bridge_run_free(r->bridge);
-        r->bridge = NULL;
+        frames_close(r);
 }
 
 /* ---- delivery */
@@ -338,9 +358,9 @@ int run_send_exec(struct sandbox *s)
                         most = cfg->max_frame / 2;
                 json_object_set_new(params, "out_inline_max", json_integer((json_int_t)most));
         }
-        if (params && r->bridge) {
-                bridge_run_set_sandbox(r->bridge, s->short_id);
-                json_object_set_new(params, "servers", bridge_run_exec_servers(r->bridge));
+        if (params && r->frame_ops) {
+                r->frame_ops->set_sandbox(r->frames, s->short_id);
+                json_object_set_new(params, "servers", r->frame_ops->exec_servers(r->frames));
         }
         /* Each exec its own id: a late notifications/cancelled for an
          * earlier run of a session must not stop this one. */
@@ -602,7 +622,7 @@ static void exec_answered(struct sandbox *s, const struct jrpc_msg *m)
 static void deny_request(struct sandbox *s, const struct jrpc_msg *m)
 {
         size_t n;
-        char *out = jrpc_encode(jrpc_error(m->id, BRIDGE_DENIED,
+        char *out = jrpc_encode(jrpc_error(m->id, FRAME_DENIED,
                                            "this run may call no MCP servers (name them in "
                                            "run_python's \"servers\")",
                                            json_pack("{s:s}", "type", "PolicyDenied")),
@@ -639,9 +659,10 @@ static void on_message(struct sandbox *s, const struct jrpc_msg *m)
                 freeze_ask_answered(s, json_string_value(m->id),
                                     m->kind == JRPC_RESULT ? m->result : NULL,
                                     m->kind == JRPC_ERROR ? (err ? err : "error") : NULL);
-        } else if (busy && r->bridge && (m->kind == JRPC_REQUEST || m->kind == JRPC_NOTIFICATION)) {
+        } else if (busy && r->frame_ops &&
+                   (m->kind == JRPC_REQUEST || m->kind == JRPC_NOTIFICATION)) {
                 /* Its code calls MCP servers; answers may come now or later. */
-                bridge_run_handle(r->bridge, m);
+                r->frame_ops->frame(r->frames, m);
         } else if (m->kind == JRPC_REQUEST) {
                 deny_request(s, m);
         }

@@ -5,7 +5,6 @@
  * sandbox's state. */
 #include "sandbox/internal.h"
 
-#include "bridge/bridge.h"
 #include "core/jsonrpc.h"
 #include "core/log.h"
 
@@ -94,6 +93,7 @@ int sandbox_mgr_new(struct loop *l, const struct config *cfg, struct engine *eng
         list_init(&m->ready);
         list_init(&m->done);
         list_init(&m->leftovers);
+        list_init(&m->health_waits);
         struct err e = {0};
         int r = sandbox_profile_load(cfg, &m->profile, &e);
         if (r < 0) {
@@ -162,11 +162,6 @@ const struct sandbox_profile *sandbox_mgr_profile(const struct sandbox_mgr *m)
 struct engine *sandbox_mgr_engine(const struct sandbox_mgr *m)
 {
         return m->eng;
-}
-
-void sandbox_mgr_set_bridge(struct sandbox_mgr *m, struct bridge *b)
-{
-        m->bridge = b;
 }
 
 struct engine *mgr_engine(struct sandbox_mgr *m, struct err *e)
@@ -947,6 +942,7 @@ void sandbox_mgr_free(struct sandbox_mgr *m)
         timer_remove(m->refill_timer);
         pool_cost_cancel(m);
         engine_request_cancel(m->info_req);
+        health_free(m);
         sweep_free(m);
         if (m->owns_eng)
                 engine_free(m->eng);

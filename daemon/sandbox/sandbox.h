@@ -32,7 +32,42 @@ struct sandbox_file {
         size_t len;
 };
 
-struct bridge_asker;
+/* ---- a run's frames for the layer above
+ *
+ * The runtime's requests and notifications that the sandbox layer does not
+ * answer itself (servers/list, tools/list, tools/call: code calling MCP
+ * servers) go to a hook that the caller gives with the request; mcp/run.c
+ * wires it to the bridge, so this layer knows no MCP server. */
+struct jrpc_msg;
+
+/* Sends a frame to the run's runtime (msg is stolen); `to` is what the
+ * hook was opened with. When the runtime's input queue is full it sends a
+ * short TooLarge error for the same id instead. */
+typedef void (*sandbox_send_fn)(void *to, json_t *msg);
+
+struct sandbox_frame_ops {
+        /* A sandbox takes a run whose request names servers (called from
+         * inside sandbox_run or sandbox_exec): the hook's state for this
+         * run in *ret, which sends frames through send(to, ..) until
+         * close. 0, or a negative errno: the run is not made. */
+        int (*open)(void *ud, json_t *servers, sandbox_send_fn send, void *to, void **ret);
+        /* The container's short id (copied), before exec_servers. */
+        void (*set_sandbox)(void *run, const char *id);
+        /* `servers` of the sandbox/exec frame (a new reference). */
+        json_t *(*exec_servers)(void *run);
+        /* A request or notification from the runtime while the code runs;
+         * its answer goes through send, from the loop (core/loop.h). */
+        void (*frame)(void *run, const struct jrpc_msg *m);
+        /* The code no longer runs: what is in flight is withdrawn, and
+         * send is not called again. */
+        void (*close)(void *run);
+};
+
+/* ops NULL: no hook, and the runtime's requests are refused. */
+struct sandbox_frame_hook {
+        const struct sandbox_frame_ops *ops;
+        void *ud; /* open's (borrowed) */
+};
 
 struct sandbox_request {
         enum sandbox_lang lang;
@@ -42,9 +77,9 @@ struct sandbox_request {
         /* Borrowed, with `session` only: servers this call adds to what its
          * session may call (in `servers` too), or NULL (sandbox/session.h). */
         json_t *session_servers;
-        /* Who approves the calls the policy says to ask about (borrowed,
-         * outlives the run), or NULL: such calls are refused. */
-        const struct bridge_asker *asker;
+        /* Where the frames of code calling `servers` go (opened when a
+         * sandbox takes the run, only when `servers` is not empty). */
+        struct sandbox_frame_hook frames;
         double sync_wait_s; /* MCP layer only: when the call becomes a job (sandbox.c ignores it) */
         size_t result_max_chars; /* MCP layer only: its result's text at most */
         const char *session;     /* MCP layer only: the session's name, or NULL */
@@ -128,10 +163,6 @@ void sandbox_mgr_shutdown(struct sandbox_mgr *m, void (*drained)(void *), void *
 void sandbox_mgr_drain_within(struct sandbox_mgr *m, long long ms);
 void sandbox_mgr_free(struct sandbox_mgr *m);
 
-/* Let sandboxes call upstream MCP servers (the manager borrows it). */
-struct bridge;
-void sandbox_mgr_set_bridge(struct sandbox_mgr *m, struct bridge *b);
-
 /* Keep ready sandboxes (config pool_*) from now on; `serve` calls it,
  * one-shot commands do not. */
 void sandbox_mgr_start_pool(struct sandbox_mgr *m);
@@ -168,6 +199,23 @@ void sandbox_set_owner(struct sandbox *s, void (*gone)(void *owner, const char *
 const char *sandbox_container(const struct sandbox *s);
 /* The engine the manager uses now (NULL when none answered yet). */
 struct engine *sandbox_mgr_engine(const struct sandbox_mgr *m);
+
+/* The engine's health, as the service's /health shows it:
+ * {"engine": {"reachable", "error" (when not, or failing)}, "image":
+ * {"name", "present"}} for the default image, or {"engine": {"reachable":
+ * false, "error": "no engine configured"}} while the manager has none. An
+ * answer less than a second old serves, so that a prober cannot make
+ * corral ask the engine more than once a second, and the callers waiting
+ * meanwhile share one request. `cb` gets it (borrowed) once, from the
+ * loop, unless cancelled; the wait is gone then. 0, or a negative errno
+ * when the engine cannot be asked. */
+struct sandbox_health_wait;
+typedef void (*sandbox_health_cb)(void *userdata, json_t *health);
+int sandbox_mgr_health(struct sandbox_mgr *m, sandbox_health_cb cb, void *userdata,
+                       struct sandbox_health_wait **ret);
+/* `cb` will not be called (the engine's answer is not waited for when
+ * nobody else waits). Accepts NULL. */
+void sandbox_health_cancel(struct sandbox_health_wait *w);
 
 /* A file of a kept sandbox's /workspace, read or written through the
  * engine's archive endpoints (sandbox/files.h) while every other process of

@@ -16,9 +16,9 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#define ROUTES 8
-static const char *const route_names[ROUTES] = {"ping",    "create", "start", "attach",
-                                                "inspect", "delete", "list",  "info"};
+#define ROUTES 9
+static const char *const route_names[ROUTES] = {"ping",   "create", "start", "attach", "inspect",
+                                                "delete", "list",   "info",  "image"};
 
 struct fake_container {
         struct fake_engine *f;
@@ -28,6 +28,7 @@ struct fake_container {
         bool started, ready_sent, exited, oom;
         int exit_code;
         json_int_t hanging; /* the exec waiting for an interrupt, or 0 */
+        json_int_t calling; /* the exec whose code waits for its tools/call's answer, or 0 */
         bool stubborn;
         struct fake_conn *stream;
         struct timer *ready_timer;
@@ -221,6 +222,11 @@ static void run_exec(struct fake_container *ct, json_t *id, json_t *params)
         } else if (strcmp(code, "hang") == 0 || strcmp(code, "stubborn") == 0) {
                 ct->hanging = json_integer_value(id);
                 ct->stubborn = strcmp(code, "stubborn") == 0;
+        } else if (strcmp(code, "call") == 0) {
+                ct->calling = json_integer_value(id);
+                send_frame(ct,
+                           json_pack("{s:s, s:s, s:s, s:{s:s}}", "jsonrpc", "2.0", "id",
+                                     FAKE_CALL_ID, "method", "tools/call", "params", "name", "t"));
         } else if (strcmp(code, "die") == 0) {
                 container_exit(ct, 3, false);
         } else if (strcmp(code, "oom") == 0) {
@@ -237,7 +243,20 @@ static void runtime_frame(struct fake_container *ct, const char *line, size_t n)
         json_t *id = json_object_get(msg, "id");
         json_t *params = json_object_get(msg, "params");
         if (!method) {
-                /* An answer to the code's own request: nothing to do. */
+                /* An answer to the code's own request: a "call" prints it. */
+                if (ct->calling && json_is_string(id) &&
+                    strcmp(json_string_value(id), FAKE_CALL_ID) == 0) {
+                        json_t *eid = json_integer(ct->calling);
+                        ct->calling = 0;
+                        char *answer = json_dumps(msg, JSON_COMPACT | JSON_SORT_KEYS);
+                        send_frame(ct, json_pack("{s:s, s:s, s:{s:s, s:s}}", "jsonrpc", "2.0",
+                                                 "method", "sandbox/output", "params", "stream",
+                                                 "stdout", "data", answer ? answer : "?"));
+                        free(answer);
+                        send_result(ct, eid,
+                                    json_pack("{s:s, s:i}", "status", "ok", "exit_code", 0));
+                        json_decref(eid);
+                }
         } else if (strcmp(method, ct->f->muted) == 0) {
                 ct->f->muted_seen++; /* never answered */
         } else if (strcmp(method, "sandbox/exec") == 0) {
@@ -434,8 +453,10 @@ static void handle_request(struct fake_conn *c, const char *method, const char *
                 respond(c, 200, json_array()); /* none built by corral */
         } else if (strncmp(path, "/images/", 8) == 0) {
                 /* Any image is there, with no labels. */
-                respond(c, 200,
-                        json_pack("{s:s, s:{s:{}}}", "Id", "sha256:fake", "Config", "Labels"));
+                if (!faulted(c, 8))
+                        respond(
+                            c, 200,
+                            json_pack("{s:s, s:{s:{}}}", "Id", "sha256:fake", "Config", "Labels"));
         } else {
                 respond_error(c, 404, "fake engine: no such route");
         }

@@ -13,6 +13,8 @@
  *   "hang"        no answer; an interrupt (notifications/cancelled) ends
  *                 it with KeyboardInterrupt and the state kept
  *   "stubborn"    no answer, interrupts ignored
+ *   "call"        sends its own tools/call request (id FAKE_CALL_ID), then
+ *                 prints the answer it gets as JSON (keys sorted), ok
  *   "die"         the container exits (code 3) without a result
  *   "oom"         the container is OOM-killed without a result
  * and answers sandbox/freeze, sandbox/thaw and sandbox/list. */
@@ -23,6 +25,8 @@
 #include <jansson.h>
 #include <stdbool.h>
 
+#define FAKE_CALL_ID "call-1"
+
 struct fake_engine;
 
 /* Listens on DIR/fake.sock; the URL to give corral is fake_engine_url. */
@@ -31,7 +35,8 @@ void fake_engine_free(struct fake_engine *f);
 const char *fake_engine_url(const struct fake_engine *f);
 
 /* The next `times` requests of `route` ("ping", "create", "start",
- * "attach", "inspect", "delete", "list", "info") answer HTTP `status`. */
+ * "attach", "inspect", "delete", "list", "info", "image": an image's
+ * inspect) answer HTTP `status`. */
 void fake_engine_fail(struct fake_engine *f, const char *route, int status, int times);
 /* Started containers never send sandbox/ready (a hung start). */
 void fake_engine_set_silent(struct fake_engine *f, bool silent);

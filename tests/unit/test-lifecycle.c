@@ -9,6 +9,7 @@
 #include "sandbox/internal.h"
 #include "sandbox/session.h"
 
+#include "core/jsonrpc.h"
 #include "core/log.h"
 #include "tap.h"
 
@@ -500,6 +501,232 @@ static void test_shutdown(void)
         config_free(&c);
 }
 
+/* ---- the frame hook: a run's frames for the layer above, seen from the
+ * sandbox layer with a stand-in for the bridge */
+
+struct hook_seen {
+        int opened, closed, frames, answered;
+        char servers[64], sandbox[32], method[32];
+        sandbox_send_fn send;
+        void *to;
+        json_t *id;     /* of the request being answered */
+        struct defer d; /* the answer goes from the loop */
+        bool fail_open;
+};
+
+static int hook_open(void *ud, json_t *servers, sandbox_send_fn send, void *to, void **ret)
+{
+        struct hook_seen *h = ud;
+        if (h->fail_open)
+                return -ENOMEM;
+        h->opened++;
+        char *names = json_dumps(servers, JSON_COMPACT);
+        snprintf(h->servers, sizeof(h->servers), "%s", names ? names : "");
+        free(names);
+        h->send = send;
+        h->to = to;
+        *ret = h;
+        return 0;
+}
+
+static void hook_set_sandbox(void *run, const char *id)
+{
+        struct hook_seen *h = run;
+        snprintf(h->sandbox, sizeof(h->sandbox), "%s", id);
+}
+
+static json_t *hook_exec_servers(void *run)
+{
+        (void)run;
+        return json_pack("[{s:s, s:s}]", "name", "a", "alias", "a");
+}
+
+static void hook_answer(void *userdata)
+{
+        struct hook_seen *h = userdata;
+        h->answered++;
+        h->send(h->to, json_pack("{s:s, s:o, s:{s:s}}", "jsonrpc", "2.0", "id", h->id, "result",
+                                 "answered", h->method));
+        h->id = NULL;
+}
+
+static void hook_frame(void *run, const struct jrpc_msg *m)
+{
+        struct hook_seen *h = run;
+        h->frames++;
+        snprintf(h->method, sizeof(h->method), "%s", m->method ? m->method : "");
+        json_decref(h->id);
+        h->id = json_incref(m->id);
+        loop_defer(L, &h->d, hook_answer, h);
+}
+
+static void hook_close(void *run)
+{
+        struct hook_seen *h = run;
+        defer_cancel(&h->d);
+        json_decref(h->id);
+        h->id = NULL;
+        h->closed++;
+}
+
+static const struct sandbox_frame_ops hook_ops = {
+    .open = hook_open,
+    .set_sandbox = hook_set_sandbox,
+    .exec_servers = hook_exec_servers,
+    .frame = hook_frame,
+    .close = hook_close,
+};
+
+static void test_frame_hook(void)
+{
+        struct config c = cfg_new();
+        struct sandbox_mgr *m = mgr_new(&c);
+        struct hook_seen h = {0};
+        json_t *servers = json_pack("[s]", "a");
+        struct done d = {0};
+        struct sandbox *s = NULL;
+
+        struct sandbox_request r = req("servers", 5);
+        r.servers = servers;
+        r.frames = (struct sandbox_frame_hook){.ops = &hook_ops, .ud = &h};
+        is_int(sandbox_run(m, &r, on_done, &d, &s), 0, "hook: a run with servers starts");
+        ok(h.opened == 1 && strcmp(h.servers, "[\"a\"]") == 0,
+           "hook: opened when a sandbox takes the run, with the request's servers");
+        ok(WAIT_UNTIL(d.calls == 1, 5000) && d.st == ST_OK, "hook: the run ends ok");
+        is_str(d.out, "[\"a\"]\n", "hook: sandbox/exec carries the hook's servers");
+        is_int((int)strlen(h.sandbox), 12, "hook: told the container's short id");
+        is_int(h.closed, 1, "hook: closed once when the run ends");
+
+        memset(&d, 0, sizeof(d));
+        h = (struct hook_seen){0};
+        r.code = "call";
+        sandbox_run(m, &r, on_done, &d, &s);
+        ok(WAIT_UNTIL(d.calls == 1, 5000) && d.st == ST_OK, "hook: a run whose code calls ends ok");
+        ok(h.frames == 1 && strcmp(h.method, "tools/call") == 0,
+           "hook: the runtime's request goes to the hook");
+        is_str(d.out,
+               "{\"id\":\"" FAKE_CALL_ID "\",\"jsonrpc\":\"2.0\","
+               "\"result\":{\"answered\":\"tools/call\"}}",
+               "hook: what it sends reaches the runtime");
+        is_int(h.closed, 1, "hook: closed once");
+
+        memset(&d, 0, sizeof(d));
+        h = (struct hook_seen){0};
+        r.servers = NULL;
+        sandbox_run(m, &r, on_done, &d, &s);
+        ok(WAIT_UNTIL(d.calls == 1, 5000), "hook: a run with no servers ends");
+        is_int(h.opened, 0, "hook: not opened for a run with no servers");
+        like(d.out, "\"code\":-32001", "hook: the runtime's request is refused with PolicyDenied");
+        like(d.out, "this run may call no MCP servers", "hook: ... saying why");
+
+        memset(&d, 0, sizeof(d));
+        r.servers = servers;
+        r.frames.ops = NULL;
+        sandbox_run(m, &r, on_done, &d, &s);
+        ok(WAIT_UNTIL(d.calls == 1, 5000) && strstr(d.out, "\"code\":-32001"),
+           "hook: with servers but no hook, refused the same");
+
+        h = (struct hook_seen){.fail_open = true};
+        r.frames = (struct sandbox_frame_hook){.ops = &hook_ops, .ud = &h};
+        memset(&d, 0, sizeof(d));
+        is_int(sandbox_run(m, &r, on_done, &d, &s), -ENOMEM,
+               "hook: a hook that cannot open refuses the run");
+        is_int(d.calls, 0, "hook: ... with no callback");
+        json_decref(servers);
+        mgr_done(m);
+        config_free(&c);
+}
+
+/* ---- the engine's health, for /health */
+
+struct health_seen {
+        int calls;
+        char text[256];
+};
+
+static void on_health(void *userdata, json_t *health)
+{
+        struct health_seen *h = userdata;
+        h->calls++;
+        char *t = json_dumps(health, JSON_COMPACT | JSON_SORT_KEYS);
+        snprintf(h->text, sizeof(h->text), "%s", t ? t : "");
+        free(t);
+}
+
+static void test_health(void)
+{
+        struct config c = cfg_new();
+        struct sandbox_mgr *m = mgr_new(&c);
+        struct health_seen a = {0}, b = {0}, x = {0};
+        struct sandbox_health_wait *wa, *wb, *wx;
+        char want[256];
+        snprintf(want, sizeof(want),
+                 "{\"engine\":{\"error\":null,\"reachable\":true},\"image\":{\"name\":"
+                 "\"%s\",\"present\":true}}",
+                 c.image);
+        int asked = fake_engine_count(F, "image");
+        is_int(sandbox_mgr_health(m, on_health, &a, &wa), 0, "health: asked");
+        is_int(sandbox_mgr_health(m, on_health, &b, &wb), 0, "health: asked again meanwhile");
+        is_int(a.calls + b.calls, 0, "health: no answer inside the call");
+        ok(WAIT_UNTIL(a.calls == 1 && b.calls == 1, 5000), "health: both answered from the loop");
+        is_int(fake_engine_count(F, "image") - asked, 1, "health: one request to the engine");
+        is_str(a.text, want, "health: reachable, and the image is there");
+
+        asked = fake_engine_count(F, "image");
+        memset(&a, 0, sizeof(a));
+        sandbox_mgr_health(m, on_health, &a, &wa);
+        is_int(a.calls, 0, "health: a fresh answer too comes from the loop");
+        ok(WAIT_UNTIL(a.calls == 1, 5000) && strcmp(a.text, want) == 0,
+           "health: an answer less than a second old serves");
+        is_int(fake_engine_count(F, "image") - asked, 0, "health: ... without asking the engine");
+
+        m->health_ms -= 1000; /* a second later */
+        fake_engine_fail(F, "image", 404, 1);
+        memset(&a, 0, sizeof(a));
+        sandbox_mgr_health(m, on_health, &a, &wa);
+        ok(WAIT_UNTIL(a.calls == 1, 5000) && strstr(a.text, "\"present\":false") &&
+               strstr(a.text, "\"reachable\":true"),
+           "health: an older one is asked again; 404: reachable, the image missing");
+        m->health_ms -= 1000;
+        fake_engine_fail(F, "image", 500, 1);
+        memset(&a, 0, sizeof(a));
+        sandbox_mgr_health(m, on_health, &a, &wa);
+        ok(WAIT_UNTIL(a.calls == 1, 5000) &&
+               strstr(a.text, "{\"engine\":{\"error\":\"the engine answered 500\","
+                              "\"reachable\":false}"),
+           "health: 500: not reachable, and why");
+
+        m->health_ms -= 1000;
+        memset(&a, 0, sizeof(a));
+        sandbox_mgr_health(m, on_health, &x, &wx);
+        sandbox_mgr_health(m, on_health, &a, &wa);
+        sandbox_health_cancel(wx);
+        ok(m->health_req != NULL, "health: a cancelled wait leaves the request to the others");
+        ok(WAIT_UNTIL(a.calls == 1, 5000) && x.calls == 0,
+           "health: the cancelled wait is not called");
+        m->health_ms -= 1000;
+        sandbox_mgr_health(m, on_health, &x, &wx);
+        sandbox_health_cancel(wx);
+        ok(m->health_req == NULL, "health: the last wait cancelled, the request is too");
+        loop_iterate(L, 50);
+        is_int(x.calls, 0, "health: ... and nobody is called");
+        sandbox_health_cancel(NULL);
+        sandbox_mgr_health(m, on_health, &x, &wx); /* freed with the manager, uncalled */
+        mgr_done(m);
+        is_int(x.calls, 0, "health: a wait left at the manager's end is not called");
+
+        struct sandbox_mgr *none = NULL;
+        if (sandbox_mgr_new(L, &c, NULL, &none) < 0)
+                abort();
+        memset(&a, 0, sizeof(a));
+        sandbox_mgr_health(none, on_health, &a, &wa);
+        ok(WAIT_UNTIL(a.calls == 1, 5000), "health: with no engine, answered");
+        is_str(a.text, "{\"engine\":{\"error\":\"no engine configured\",\"reachable\":false}}",
+               "health: ... that none is configured");
+        sandbox_mgr_free(none);
+        config_free(&c);
+}
+
 int main(void)
 {
         if (!mkdtemp(dir))
@@ -529,6 +756,8 @@ int main(void)
         test_kept();
         test_session_gone();
         test_shutdown();
+        test_frame_hook();
+        test_health();
         is_int(log_count("unexpected transition"), 0, "no transition the state table forbids");
 
         dup2(saved_stderr, STDERR_FILENO); /* a sanitizer's report, if any, shows */

@@ -863,7 +863,6 @@ static int bridge_up(void)
                 registry_free(&reg);
                 return -1;
         }
-        sandbox_mgr_set_bridge(M, B);
         return 0;
 }
 
