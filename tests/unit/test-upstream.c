@@ -4,7 +4,8 @@
  * own request answered, a cancelled call never answered, shutdown), and
  * faults: a server that dies at start or mid-call (restarted on the next
  * call, after a back-off that grows), answers late, floods, or speaks
- * garbage. The transitions of each server are read back from the debug
+ * garbage. A fake streamable HTTP server in this file covers the HTTP
+ * transport: an event-stream answer, a lost session, DELETE at shutdown. The transitions of each server are read back from the debug
  * log, where set_state names every one; tests/unit/test-mutation.sh shows
  * this test failing when the transition table is broken.
  *
@@ -15,8 +16,12 @@
 #include "core/util.h"
 #include "tap.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -140,6 +145,154 @@ static const char *transitions(const char *name)
         if (f)
                 fclose(f);
         return out;
+}
+
+/* ---- a fake streamable HTTP server on loopback TCP, on the test's loop:
+ * one request per connection. initialize answers JSON with a session id,
+ * tools/list JSON, tools/call "echo" an event stream, tools/call "lose"
+ * 404 for the session (the session is gone); the GET stream is 405, and
+ * DELETE ends the session. */
+
+struct hconn {
+        int fd;
+        struct watch *w;
+        size_t len;
+        char buf[65536];
+};
+
+static struct {
+        int fd;
+        struct watch *w;
+        int port;
+        int initializes, deletes, sessions;
+        char last_session[64];
+} H;
+
+static void respond(int fd, int status, const char *type, const char *body)
+{
+        char head[512];
+        size_t n = body ? strlen(body) : 0;
+        int k =
+            snprintf(head, sizeof(head),
+                     "HTTP/1.1 %d X\r\n%s%s%sContent-Length: %zu\r\nConnection: close\r\n\r\n",
+                     status, type ? "Content-Type: " : "", type ? type : "", type ? "\r\n" : "", n);
+        fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+        if (write(fd, head, (size_t)k) != k || (n && write(fd, body, n) != (ssize_t)n))
+                diag("the fake HTTP server could not answer");
+}
+
+static void hconn_free(struct hconn *h)
+{
+        watch_remove(h->w);
+        close(h->fd);
+        free(h);
+}
+
+/* A whole request is in: answer it. */
+static void http_answer(struct hconn *h, const char *body)
+{
+        char *sid = strcasestr(h->buf, "mcp-session-id: ");
+        if (sid)
+                sscanf(sid + 16, "%63s", H.last_session);
+        if (strncmp(h->buf, "GET ", 4) == 0) {
+                respond(h->fd, 405, NULL, NULL);
+                return;
+        }
+        if (strncmp(h->buf, "DELETE ", 7) == 0) {
+                H.deletes++;
+                respond(h->fd, 200, NULL, NULL);
+                return;
+        }
+        json_t *m = json_loads(body, 0, NULL);
+        const char *method = json_string_value(json_object_get(m, "method"));
+        json_t *id = json_object_get(m, "id");
+        const char *tool = json_string_value(json_object_get(json_object_get(m, "params"), "name"));
+        char out[1024], ids[32];
+        snprintf(ids, sizeof(ids), "%lld", (long long)json_integer_value(id));
+        if (!method || !id) {
+                respond(h->fd, 202, NULL, NULL);
+        } else if (strcmp(method, "initialize") == 0) {
+                char head[512];
+                H.initializes++;
+                snprintf(out, sizeof(out),
+                         "{\"jsonrpc\":\"2.0\",\"id\":%s,\"result\":{\"protocolVersion\":"
+                         "\"2025-06-18\",\"capabilities\":{},\"serverInfo\":{\"name\":\"web\","
+                         "\"version\":\"1\"}}}",
+                         ids);
+                int k = snprintf(head, sizeof(head),
+                                 "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                                 "Mcp-Session-Id: session-%d\r\nContent-Length: %zu\r\n"
+                                 "Connection: close\r\n\r\n%s",
+                                 ++H.sessions, strlen(out), out);
+                if (write(h->fd, head, (size_t)k) != k)
+                        diag("the fake HTTP server could not answer");
+        } else if (strcmp(method, "tools/list") == 0) {
+                snprintf(out, sizeof(out),
+                         "{\"jsonrpc\":\"2.0\",\"id\":%s,\"result\":{\"tools\":[{\"name\":"
+                         "\"echo\",\"inputSchema\":{\"type\":\"object\"}}]}}",
+                         ids);
+                respond(h->fd, 200, "application/json", out);
+        } else if (tool && strcmp(tool, "lose") == 0) {
+                respond(h->fd, 404, "text/plain", "session not found");
+        } else {
+                snprintf(out, sizeof(out),
+                         ": a comment\n\ndata: {\"jsonrpc\":\"2.0\",\"id\":%s,\"result\":"
+                         "{\"content\":[{\"type\":\"text\",\"text\":\"over http\"}]}}\n\n",
+                         ids);
+                respond(h->fd, 200, "text/event-stream", out);
+        }
+        json_decref(m);
+}
+
+static void hconn_ready(struct watch *w, uint32_t events, void *userdata)
+{
+        struct hconn *h = userdata;
+        (void)w;
+        (void)events;
+        ssize_t k = read(h->fd, h->buf + h->len, sizeof(h->buf) - 1 - h->len);
+        if (k < 0 && errno == EAGAIN)
+                return;
+        if (k <= 0) {
+                hconn_free(h);
+                return;
+        }
+        h->len += (size_t)k;
+        h->buf[h->len] = '\0';
+        char *end = strstr(h->buf, "\r\n\r\n");
+        if (!end)
+                return;
+        char *cl = strcasestr(h->buf, "content-length: ");
+        size_t want = cl && cl < end ? strtoul(cl + 16, NULL, 10) : 0;
+        if (h->len < (size_t)(end + 4 - h->buf) + want)
+                return;
+        http_answer(h, end + 4);
+        hconn_free(h);
+}
+
+static void http_accept(struct watch *w, uint32_t events, void *userdata)
+{
+        (void)w;
+        (void)events;
+        (void)userdata;
+        int fd = accept4(H.fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0)
+                return;
+        struct hconn *h = calloc(1, sizeof(*h));
+        h->fd = fd;
+        if (watch_add(L, fd, EPOLLIN, hconn_ready, h, &h->w) < 0)
+                hconn_free(h);
+}
+
+static int http_fake_start(void)
+{
+        struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        socklen_t len = sizeof(a);
+        H.fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (H.fd < 0 || bind(H.fd, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(H.fd, 16) < 0 ||
+            getsockname(H.fd, (struct sockaddr *)&a, &len) < 0)
+                return -1;
+        H.port = ntohs(a.sin_port);
+        return watch_add(L, H.fd, EPOLLIN, http_accept, NULL, &H.w);
 }
 
 /* ---- the tests */
@@ -332,6 +485,37 @@ static void test_start_faults(void)
                "no program: starting, then dead");
 }
 
+static void test_http(void)
+{
+        struct got r = {0};
+        ok(ready("web", &r) && !r.failed, "http: ready once connected");
+        is_int(r.tools, 1, "http: its tools listed");
+        is_str(upstream_state(server("web")), "connected", "http: connected");
+        struct got g = {0};
+        call("web", "echo", json_object(), 5, 0, &g);
+        is_int(g.calls, 0, "http: no callback inside upstream_request");
+        ok(WAIT_UNTIL(g.calls == 1, 5000) && !g.failed, "http: a call answered on an event stream");
+        is_str(g.text, "over http", "http: ...with its answer");
+        is_str(H.last_session, "session-1", "http: the session id goes with every request");
+
+        /* The session is gone: the call fails, the connection is freed
+         * from inside its own callback, and the next call starts over. */
+        struct got l = {0};
+        call("web", "lose", json_object(), 5, 0, &l);
+        ok(WAIT_UNTIL(l.calls == 1, 5000) && l.failed, "http: a lost session fails the call");
+        like(l.msg, "no longer knows the session (HTTP 404: session not found)",
+             "http: ...saying so");
+        is_str(upstream_state(server("web")), "error", "http: its state is error");
+        struct got a = {0};
+        call("web", "echo", json_object(), 10, 0, &a);
+        ok(WAIT_UNTIL(a.calls == 1, 10000) && !a.failed, "http: the next call connects again");
+        is_int(H.initializes, 2, "http: ...with a new initialize");
+        is_str(H.last_session, "session-2", "http: ...and the new session");
+        is_str(transitions("web"),
+               "idle>starting starting>ready ready>dead dead>starting starting>ready",
+               "http: the log shows each transition by name");
+}
+
 static int shutdown_calls;
 static void on_shutdown(void *userdata)
 {
@@ -365,6 +549,7 @@ static void test_shutdown(void)
         is_int(log_count("upstream fake: stopping"), 1, "shutdown: the log says it stops");
         is_int(log_count("upstream fake: stopped"), 1, "shutdown: ...and that it stopped");
         ok(kill(pid, 0) < 0 && errno == ESRCH, "shutdown: no process is left");
+        is_int(H.deletes, 1, "shutdown: the HTTP session is ended with DELETE");
         struct got a = {0};
         call("fake", "echo", json_pack("{s:s}", "text", "late"), 5, 0, &a);
         ok(WAIT_UNTIL(a.calls == 1, 1000) && a.failed, "shutdown: a new call fails");
@@ -387,15 +572,20 @@ int main(int argc, char **argv)
         signal(SIGPIPE, SIG_IGN); /* as corral does: a dead server's pipe is EPIPE */
         if (loop_new(&L) < 0)
                 return 1;
+        if (http_fake_start() < 0)
+                return 1;
+        char url[64];
+        snprintf(url, sizeof(url), "http://127.0.0.1:%d/mcp", H.port);
         config_defaults(&C);
         C.max_frame = 64 * 1024; /* a line bound of 128 KiB */
         json_t *own = json_pack(
             "{s:{s:s, s:[s], s:{s:s}}, s:{s:s, s:[s], s:{s:s}}, s:{s:s, s:[s]}, s:{s:s, s:[s]},"
-            " s:{s:s}}",
+            " s:{s:s}, s:{s:s, s:s}}",
             "fake", "command", fake, "args", "ok", "env", "FAKE_UPSTREAM_LOG", trace_path,
             "phoenix", "command", fake, "args", "ok", "env", "FAKE_UPSTREAM_LOG", trace_path,
             "crash", "command", fake, "args", "die-at-start", "refuses", "command", fake, "args",
-            "init-error", "missing", "command", "/nonexistent/corral-fake");
+            "init-error", "missing", "command", "/nonexistent/corral-fake", "web", "type", "http",
+            "url", url);
         struct registry_sources src = {.own = own, .only_own = true};
         struct registry reg = {0};
         struct err e = {0};
@@ -414,12 +604,15 @@ int main(int argc, char **argv)
                 test_list_changed();
                 test_die();
                 test_start_faults();
+                test_http();
                 test_shutdown();
         }
         is_int(log_count("forbidden transition"), 0, "no transition the state table forbids");
 
         dup2(saved_stderr, STDERR_FILENO); /* a sanitizer's report, if any, shows */
         upstream_set_free(S);
+        watch_remove(H.w);
+        close(H.fd);
         loop_free(L);
         config_free(&C);
         if (tap_failures) {
