@@ -171,6 +171,8 @@ static void on_exited(void *userdata, const char *how)
 static void deliver(void *userdata)
 {
         struct stdio_transport *st = userdata;
+        if (list_empty(&st->inbox))
+                return;
         struct inmsg *m = list_first(&st->inbox, struct inmsg, node);
         list_del(&m->node);
         st->inbox_bytes -= m->len;
