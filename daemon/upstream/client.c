@@ -388,12 +388,14 @@ static void initialized(struct upstream *u, json_t *result, json_t *error)
         const char *v = json_string_value(json_object_get(result, "protocolVersion"));
         _cleanup_free_ char *shown = upstream_mask(u->set, v ? v : "?", 100);
         log_debug("upstream %s: protocol %s", u->spec->name, shown ? shown : "?");
+        if (u->t->ops->agreed)
+                u->t->ops->agreed(u->t, v);
         if (send_json(u, jrpc_notification("notifications/initialized", NULL)) < 0) {
                 u_died(u, "cannot send notifications/initialized");
                 return;
         }
         if (u->t->ops->opened)
-                u->t->ops->opened(u->t, v);
+                u->t->ops->opened(u->t);
         request_tools(u, NULL);
 }
 

@@ -43,8 +43,12 @@ struct transport_ops {
                     bool initialize);
         /* The answer to `id` is no longer wanted. May be NULL. */
         void (*forget)(struct transport *t, json_int_t id);
-        /* The handshake agreed on protocol `version`. May be NULL. */
-        void (*opened)(struct transport *t, const char *version);
+        /* The handshake agreed on protocol `version` (HTTP: named on every
+         * later request). May be NULL. */
+        void (*agreed)(struct transport *t, const char *version);
+        /* notifications/initialized is sent: the server may send messages
+         * of its own (HTTP: on a stream of their own). May be NULL. */
+        void (*opened)(struct transport *t);
         /* Whether the link is visibly over though no event said so yet (a
          * closed stdout). May be NULL. */
         bool (*gone)(struct transport *t);

@@ -47,12 +47,17 @@ static void http_forget(struct transport *t, json_int_t id)
         http_conn_forget(ht->conn, id);
 }
 
-static void http_opened(struct transport *t, const char *version)
+static void http_agreed(struct transport *t, const char *version)
 {
         struct http_transport *ht = (struct http_transport *)t;
         /* Every later request names the version agreed on. */
         if (http_conn_set_protocol_version(ht->conn, version) < 0)
                 http_conn_set_protocol_version(ht->conn, UPSTREAM_PROTOCOL_VERSION);
+}
+
+static void http_opened(struct transport *t)
+{
+        struct http_transport *ht = (struct http_transport *)t;
         /* What the server sends unasked (list changes, logs) comes on a
          * stream of its own. */
         if (http_conn_listen(ht->conn) < 0)
@@ -85,6 +90,7 @@ static void http_close(struct transport *t)
 static const struct transport_ops http_ops = {
     .send = http_send,
     .forget = http_forget,
+    .agreed = http_agreed,
     .opened = http_opened,
     .stop = http_stop,
     .close = http_close,
