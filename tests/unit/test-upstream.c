@@ -5,9 +5,9 @@
  * faults: a server that dies at start or mid-call (restarted on the next
  * call, after a back-off that grows), answers late, floods, or speaks
  * garbage. A fake streamable HTTP server in this file covers the HTTP
- * transport: an event-stream answer, a lost session, DELETE at shutdown. The transitions of each server are read back from the debug
- * log, where set_state names every one; tests/unit/test-mutation.sh shows
- * this test failing when the transition table is broken.
+ * transport: an event-stream answer, a lost session, DELETE at shutdown. The transitions of each
+ * server are read back from the debug log, where set_state names every one;
+ * tests/unit/test-mutation.sh shows this test failing when the transition table is broken.
  *
  *   test-upstream PATH-OF-FAKE-UPSTREAM */
 #include "upstream/client.h"
@@ -165,6 +165,7 @@ static struct {
         struct watch *w;
         int port;
         int initializes, deletes, sessions;
+        bool initialized_versioned; /* notifications/initialized named the version */
         char last_session[64];
 } H;
 
@@ -210,6 +211,9 @@ static void http_answer(struct hconn *h, const char *body)
         char out[1024], ids[32];
         snprintf(ids, sizeof(ids), "%lld", (long long)json_integer_value(id));
         if (!method || !id) {
+                if (method && strcmp(method, "notifications/initialized") == 0)
+                        H.initialized_versioned =
+                            strcasestr(h->buf, "mcp-protocol-version: 2025-06-18\r\n") != NULL;
                 respond(h->fd, 202, NULL, NULL);
         } else if (strcmp(method, "initialize") == 0) {
                 char head[512];
@@ -491,6 +495,7 @@ static void test_http(void)
         ok(ready("web", &r) && !r.failed, "http: ready once connected");
         is_int(r.tools, 1, "http: its tools listed");
         is_str(upstream_state(server("web")), "connected", "http: connected");
+        ok(H.initialized_versioned, "http: notifications/initialized names the protocol version");
         struct got g = {0};
         call("web", "echo", json_object(), 5, 0, &g);
         is_int(g.calls, 0, "http: no callback inside upstream_request");
