@@ -1,56 +1,39 @@
-#include "upstream/client.h"
+/* The MCP client of one upstream server, over a transport (transport.h):
+ * the state (one setter, set_state, checked against a table and logged by
+ * name), start and restart with back-off, the initialize handshake, the
+ * tool list read page by page and cached, requests with a deadline each,
+ * the server's own requests answered, and the set of every server with
+ * its shutdown. Each timer has one purpose: a start's deadline, the
+ * restart after a back-off, and one per call. */
+#include "upstream/internal.h"
 
 #include "core/buf.h"
 #include "core/curl_loop.h"
 #include "core/jsonrpc.h"
-#include "core/confine.h"
-#include "core/list.h"
-#include "core/log.h"
-#include "upstream/http.h"
 #include "upstream/mask.h"
+#include "upstream/transport.h"
 
-#include <fcntl.h>
 #include <math.h>
-#include <poll.h>
-#include <signal.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/epoll.h>
-#include <sys/prctl.h>
-#include <sys/syscall.h>
-#include <sys/wait.h>
 
 #ifndef CORRAL_VERSION
 #define CORRAL_VERSION "0"
 #endif
 
-#define PROTOCOL_VERSION "2025-06-18"
 #define START_TIMEOUT_MS 60000 /* spawn..tools listed (npx may download first) */
-#define STOP_GRACE_MS    2000  /* SIGTERM..SIGKILL at shutdown */
 #define SHORT_LIFE_MS    10000 /* dying sooner than this backs the restart off */
 #define BACKOFF_MAX_MS   30000
 #define MAX_TOOL_PAGES   100
 #define MAX_TOOLS        10000
-#define STDERR_LINE_MAX  4096
-#define STDERR_LOG_MAX   (256 * 1024) /* stderr bytes logged per process */
 /* Bytes of what a server says that go on, each masked before it is cut
  * (upstream/mask.h): the code in a sandbox controls the length of what it
  * sends, and so where a cut of an echo of it would land. */
 #define LAST_ERROR_MAX  1000 /* last_error, which list_servers shows */
-#define STDERR_SHOWN    1000 /* a stderr line in the log */
 #define STDERR_IN_ERROR 400  /* the last stderr line in last_error */
 #define MESSAGE_SHOWN   300  /* a server's own error message in last_error */
 #define LOG_SHOWN       1000 /* a server's log message, or why a listing failed */
 #define LINE_SHOWN      200  /* a line that is not JSON-RPC */
-
-extern char **environ;
-
-enum ustate {
-        U_IDLE,     /* never started */
-        U_STARTING, /* spawned; initialize and tools/list under way */
-        U_READY,
-        U_DEAD, /* exited or failed to start; the next call restarts it */
-};
 
 struct upstream_call {
         struct upstream *u;
@@ -60,7 +43,7 @@ struct upstream_call {
         json_t *params;
         bool ready_wait; /* upstream_when_ready: no request of its own */
         size_t max_result;
-        struct timer *timer;
+        struct timer *timer; /* its deadline */
         upstream_cb cb;
         void *userdata;
         /* Ended: its outcome, handed to the caller from the loop. */
@@ -71,63 +54,50 @@ struct upstream_call {
         struct defer d;
 };
 
-struct upstream {
-        struct upstream_set *set;
-        const struct upstream_spec *spec;
-        enum ustate state;
-        pid_t pid; /* > 0 while a process exists (until reaped) */
-        int pidfd, in_fd, out_fd, err_fd;
-        struct watch *w_in, *w_out, *w_err, *w_pid;
-        struct buf wbuf;
-        struct line_reader lines, errlines;
-        unsigned long long err_logged;
-        json_int_t next_id, init_id, list_id;
-        json_t *tools;   /* cached listing */
-        json_t *listing; /* pages so far */
-        int pages;
-        unsigned long long listing_bytes; /* of the pages so far */
-        bool relist;                      /* the list changed while it was being read */
-        struct list calls;                /* newest first */
-        struct timer *timer;              /* start deadline, restart back-off, kill grace */
-        char *last_error;
-        char *last_stderr;
-        long long started_ms, retry_at_ms;
-        long long backoff_ms;
-        bool stopping;
-        bool out_eof; /* its stdout closed; its exit is awaited briefly */
-        /* A streamable HTTP server: the connection instead of a process. */
-        struct http_conn *http;
-        bool http_stopping; /* its session's DELETE is under way */
-        /* Its own secrets of MASK_ANSWER_MIN bytes or more, masked in its
-         * successful answers and tool list (upstream/mask.h). */
-        struct mask *answer_mask;
-};
-
-struct upstream_set {
-        struct loop *loop;
-        struct curl_loop *curl; /* for HTTP servers; made on first use */
-        const struct config *cfg;
-        struct registry reg;
-        struct upstream *v;
-        size_t n;
-        bool shutting_down;
-        struct timer *grace;
-        void (*done)(void *);
-        void *done_ud;
-};
-
-static void u_kill(struct upstream *u, int sig);
 static void u_died(struct upstream *u, const char *why);
 static void u_start(struct upstream *u);
-static void flush_in(struct upstream *u);
-static void check_stopped(struct upstream_set *set);
+
+/* ---- the state */
+
+#define TO(x) (1u << (x))
+
+static const struct {
+        const char *name;
+        unsigned next; /* the states it may go to */
+} states[] = {
+    [U_IDLE] = {"idle", TO(U_STARTING)},
+    [U_STARTING] = {"starting", TO(U_READY) | TO(U_DEAD)},
+    [U_READY] = {"ready", TO(U_DEAD)},
+    [U_DEAD] = {"dead", TO(U_STARTING)},
+};
+
+static const char *state_name(enum ustate st)
+{
+        return st < ARRAY_SIZE(states) && states[st].name ? states[st].name : "?";
+}
+
+/* Every change of state goes through here, and shows in the debug log as
+ * "upstream NAME: from -> to". One the table above does not allow is a
+ * bug: it is logged as one and refused (false). */
+static bool set_state(struct upstream *u, enum ustate to)
+{
+        enum ustate from = u->state;
+        if (from == to)
+                return true;
+        if (!(states[from].next & TO(to))) {
+                log_err("upstream %s: bug: forbidden transition %s -> %s", u->spec->name,
+                        state_name(from), state_name(to));
+                return false;
+        }
+        log_debug("upstream %s: %s -> %s", u->spec->name, state_name(from), state_name(to));
+        u->state = to;
+        return true;
+}
 
 /* ---- small helpers */
 
-/* text[0..len) masked, cut to `max` (0: not cut) and made valid UTF-8
- * (caller frees; NULL when out of memory). */
-static char *masked_n(const struct upstream_set *set, const char *text, size_t len, size_t max,
-                      unsigned flags)
+char *upstream_masked_n(const struct upstream_set *set, const char *text, size_t len, size_t max,
+                        unsigned flags)
 {
         return utf8_scrub(mask_text(set->reg.mask, text, len, max, flags));
 }
@@ -149,10 +119,8 @@ static void masked_message(const struct upstream_set *set, char *out, size_t siz
         free(msg);
 }
 
-static int err_masked(const struct upstream_set *set, struct err *e, enum err_kind kind, int code,
-                      const char *fmt, ...) _printf_(5, 6);
-static int err_masked(const struct upstream_set *set, struct err *e, enum err_kind kind, int code,
-                      const char *fmt, ...)
+int upstream_err_masked(const struct upstream_set *set, struct err *e, enum err_kind kind, int code,
+                        const char *fmt, ...)
 {
         err_set(e, kind, code, "out of memory");
         va_list ap;
@@ -176,14 +144,11 @@ static void set_last_error(struct upstream *u, const char *fmt, ...)
         free(msg);
 }
 
-static int pidfd_open_(pid_t pid)
+/* The answer to `id` is no longer wanted: over HTTP its transfer stops. */
+static void forget(struct upstream *u, json_int_t id)
 {
-#ifdef SYS_pidfd_open
-        return (int)syscall(SYS_pidfd_open, pid, 0);
-#else
-        errno = ENOSYS;
-        return -1;
-#endif
+        if (id && u->t && u->t->ops->forget)
+                u->t->ops->forget(u->t, id);
 }
 
 static void call_unlink(struct upstream_call *c)
@@ -193,9 +158,7 @@ static void call_unlink(struct upstream_call *c)
 
 static void call_free(struct upstream_call *c)
 {
-        /* Over HTTP the request has a transfer of its own: stop it. */
-        if (c->id && c->u->http)
-                http_conn_forget(c->u->http, c->id);
+        forget(c->u, c->id);
         timer_remove(c->timer);
         json_decref(c->params);
         free(c->method);
@@ -222,8 +185,7 @@ static void call_finish(struct upstream_call *c, json_t *result, const struct er
 {
         struct loop *l = c->u->set->loop;
         call_unlink(c);
-        if (c->id && c->u->http)
-                http_conn_forget(c->u->http, c->id);
+        forget(c->u, c->id);
         timer_remove(c->timer);
         c->timer = NULL;
         json_decref(c->params);
@@ -254,8 +216,9 @@ static int send_json(struct upstream *u, json_t *msg)
 {
         json_int_t id = 0;
         bool initialize = false;
-        if (u->spec->transport == UP_HTTP && msg) {
-                /* The POST of a request of ours carries its answer. */
+        if (msg) {
+                /* Over HTTP the message of a request of ours carries its
+                 * answer. */
                 const char *method = json_string_value(json_object_get(msg, "method"));
                 json_t *jid = json_object_get(msg, "id");
                 if (method && json_is_integer(jid)) {
@@ -267,52 +230,9 @@ static int send_json(struct upstream *u, json_t *msg)
         char *line = jrpc_encode(msg, &len);
         if (!line)
                 return -ENOMEM;
-        if (u->spec->transport == UP_HTTP) {
-                int k = u->http ? http_conn_post(u->http, line, len, id, initialize) : -ENOTCONN;
-                free(line);
-                return k;
-        }
-        int r = buf_append(&u->wbuf, line, len);
+        int r = u->t ? u->t->ops->send(u->t, line, len, id, initialize) : -ENOTCONN;
         free(line);
-        if (r < 0)
-                return r;
-        flush_in(u);
-        return 0;
-}
-
-/* ---- writing to the server's stdin */
-
-static void in_ready(struct watch *w, uint32_t events, void *userdata)
-{
-        (void)w;
-        (void)events;
-        flush_in(userdata);
-}
-
-static void flush_in(struct upstream *u)
-{
-        while (u->in_fd >= 0 && u->wbuf.len > 0) {
-                ssize_t k = write(u->in_fd, u->wbuf.data, u->wbuf.len);
-                if (k < 0) {
-                        if (errno == EINTR)
-                                continue;
-                        if (errno != EAGAIN) {
-                                /* EPIPE: it is dying; its exit is noticed. */
-                                u->wbuf.len = 0;
-                        }
-                        break;
-                }
-                buf_consume(&u->wbuf, (size_t)k);
-        }
-        if (u->in_fd < 0)
-                return;
-        if (u->wbuf.len > 0 && !u->w_in) {
-                if (watch_add(u->set->loop, u->in_fd, EPOLLOUT, in_ready, u, &u->w_in) < 0)
-                        log_err("upstream %s: cannot wait for its stdin", u->spec->name);
-        } else if (u->wbuf.len == 0 && u->w_in) {
-                watch_remove(u->w_in);
-                u->w_in = NULL;
-        }
+        return r;
 }
 
 /* ---- requests */
@@ -348,9 +268,10 @@ static struct upstream_call *first_unsent(struct upstream *u)
 
 static void became_ready(struct upstream *u)
 {
-        u->state = U_READY;
+        if (!set_state(u, U_READY))
+                return;
         u->backoff_ms = 0;
-        timer_arm(u->timer, 0);
+        timer_stop(u->start_timer);
         free(u->last_error);
         u->last_error = NULL;
         log_info("upstream %s: connected, %zu tools", u->spec->name, json_array_size(u->tools));
@@ -375,8 +296,7 @@ static void request_tools(struct upstream *u, const char *cursor)
 
 static void tools_page(struct upstream *u, json_t *result, json_t *error, size_t len)
 {
-        if (u->http && u->list_id)
-                http_conn_forget(u->http, u->list_id);
+        forget(u, u->list_id);
         u->list_id = 0;
         u->listing_bytes += len;
         if (error) {
@@ -455,32 +375,27 @@ static void list_again(struct upstream *u)
 static void initialized(struct upstream *u, json_t *result, json_t *error)
 {
         /* Over HTTP its POST may stay open (an event stream): end it. */
-        if (u->http && u->init_id)
-                http_conn_forget(u->http, u->init_id);
+        forget(u, u->init_id);
         u->init_id = 0;
         if (error || !json_is_object(result)) {
                 const char *m = json_string_value(json_object_get(error, "message"));
                 _cleanup_free_ char *shown =
                     upstream_mask(u->set, m ? m : "not an object", MESSAGE_SHOWN);
                 set_last_error(u, "initialize failed: %s", shown ? shown : "?");
-                u_kill(u, SIGKILL);
                 u_died(u, NULL);
                 return;
         }
         const char *v = json_string_value(json_object_get(result, "protocolVersion"));
         _cleanup_free_ char *shown = upstream_mask(u->set, v ? v : "?", 100);
         log_debug("upstream %s: protocol %s", u->spec->name, shown ? shown : "?");
-        /* Over HTTP every later request names the version agreed on. */
-        if (u->http && http_conn_set_protocol_version(u->http, v) < 0)
-                http_conn_set_protocol_version(u->http, PROTOCOL_VERSION);
+        if (u->t->ops->agreed)
+                u->t->ops->agreed(u->t, v);
         if (send_json(u, jrpc_notification("notifications/initialized", NULL)) < 0) {
                 u_died(u, "cannot send notifications/initialized");
                 return;
         }
-        /* What the server sends unasked (list changes, logs) comes on a
-         * stream of its own. */
-        if (u->http && http_conn_listen(u->http) < 0)
-                log_warn("upstream %s: cannot open the stream for its own messages", u->spec->name);
+        if (u->t->ops->opened)
+                u->t->ops->opened(u->t);
         request_tools(u, NULL);
 }
 
@@ -521,12 +436,14 @@ static struct upstream_call *call_by_id(struct upstream *u, json_t *id)
         return json_is_integer(id) ? call_with_id(u, json_integer_value(id)) : NULL;
 }
 
-static int on_line(void *userdata, const char *line, size_t len)
+/* A message from the server (transport.h); `line` NULL: one over `len`
+ * bytes was dropped. */
+static void on_message(void *userdata, const char *line, size_t len)
 {
         struct upstream *u = userdata;
         if (!line) {
                 log_warn("upstream %s: dropped a message over %llu bytes", u->spec->name,
-                         (unsigned long long)u->lines.max);
+                         (unsigned long long)len);
                 /* Its id is unknown. A tool list being read is the likely
                  * one (its pages are the largest answers nobody bounds);
                  * else a single call waiting must be this one. */
@@ -538,13 +455,13 @@ static int on_line(void *userdata, const char *line, size_t len)
                            list_first(&u->calls, struct upstream_call, node)->id)
                         call_fail(list_first(&u->calls, struct upstream_call, node), UPE_TOO_LARGE,
                                   "server '%s' answered with a message over %llu bytes",
-                                  u->spec->name, (unsigned long long)u->lines.max);
-                return 0;
+                                  u->spec->name, (unsigned long long)len);
+                return;
         }
         if (len && line[len - 1] == '\r')
                 len--;
         if (len == 0)
-                return 0;
+                return;
         struct jrpc_msg m;
         json_t *id = NULL;
         struct err e = {0};
@@ -556,7 +473,7 @@ static int on_line(void *userdata, const char *line, size_t len)
                 } else if (r == JRPC_PARSE_ERROR) {
                         /* Not jansson's words: they quote the line cut at
                          * 160 bytes, before anything could mask it. */
-                        char *masked = masked_n(u->set, line, len, LINE_SHOWN, 0);
+                        char *masked = upstream_masked_n(u->set, line, len, LINE_SHOWN, 0);
                         log_warn("upstream %s: a message that is not JSON: %s", u->spec->name,
                                  masked ? masked : "?");
                         free(masked);
@@ -564,7 +481,7 @@ static int on_line(void *userdata, const char *line, size_t len)
                         log_warn("upstream %s: bad message: %s", u->spec->name, e.msg);
                 }
                 json_decref(id);
-                return 0;
+                return;
         }
         json_decref(id);
         if (m.kind == JRPC_REQUEST) {
@@ -630,160 +547,23 @@ static int on_line(void *userdata, const char *line, size_t len)
                 }
         }
         jrpc_msg_done(&m);
-        /* It may have died in a callback: its reader was reset under us. */
-        return u->http || u->out_fd >= 0 ? 0 : -1;
 }
 
-static void out_ready(struct watch *w, uint32_t events, void *userdata)
-{
-        struct upstream *u = userdata;
-        (void)w;
-        (void)events;
-        char chunk[65536];
-        for (int i = 0; i < 64; i++) {
-                ssize_t k = read(u->out_fd, chunk, sizeof(chunk));
-                if (k < 0 && errno == EINTR)
-                        continue;
-                if (k < 0 && errno == EAGAIN)
-                        return;
-                if (k <= 0) {
-                        /* Closed its output: it is as good as gone. Its exit
-                         * status tells more, so wait a moment for it. */
-                        watch_remove(u->w_out);
-                        u->w_out = NULL;
-                        if (u->state == U_STARTING || u->state == U_READY) {
-                                if (u->pidfd >= 0) {
-                                        u->out_eof = true;
-                                        timer_arm(u->timer, 1000);
-                                } else {
-                                        u_kill(u, SIGKILL);
-                                        u_died(u, "closed its output");
-                                }
-                        }
-                        return;
-                }
-                line_reader_feed(&u->lines, chunk, (size_t)k, on_line, u);
-                if (u->out_fd < 0)
-                        return; /* it died while we read */
-        }
-}
-
-static int on_err_line(void *userdata, const char *line, size_t len)
-{
-        struct upstream *u = userdata;
-        if (!line)
-                return 0;
-        /* The whole line is masked, then cut. */
-        char *masked = masked_n(u->set, line, len, STDERR_SHOWN, 0);
-        if (!masked)
-                return 0;
-        if (u->err_logged < STDERR_LOG_MAX)
-                log_info("upstream %s stderr: %s", u->spec->name, masked);
-        u->err_logged += len;
-        if (*masked) {
-                free(u->last_stderr);
-                u->last_stderr = masked;
-        } else {
-                free(masked);
-        }
-        return 0;
-}
-
-static void err_ready(struct watch *w, uint32_t events, void *userdata)
-{
-        struct upstream *u = userdata;
-        (void)w;
-        (void)events;
-        char chunk[8192];
-        ssize_t k = read(u->err_fd, chunk, sizeof(chunk));
-        if (k < 0 && (errno == EINTR || errno == EAGAIN))
-                return;
-        if (k <= 0) {
-                watch_remove(u->w_err);
-                u->w_err = NULL;
-                close(u->err_fd);
-                u->err_fd = -1;
-                return;
-        }
-        line_reader_feed(&u->errlines, chunk, (size_t)k, on_err_line, u);
-}
-
-/* ---- process life */
-
-static void close_pipes(struct upstream *u)
-{
-        watch_remove(u->w_in);
-        watch_remove(u->w_out);
-        u->w_in = u->w_out = NULL;
-        if (u->in_fd >= 0)
-                close(u->in_fd);
-        if (u->out_fd >= 0)
-                close(u->out_fd);
-        u->in_fd = u->out_fd = -1;
-        u->wbuf.len = 0;
-        line_reader_free(&u->lines);
-        line_reader_init(&u->lines, 2 * u->set->cfg->max_frame);
-}
-
-static void u_kill(struct upstream *u, int sig)
-{
-        /* The whole process group: npx and sh wrappers leave children. */
-        if (u->pid > 0 && kill(-u->pid, sig) < 0)
-                kill(u->pid, sig);
-}
-
-static void reap(struct upstream *u)
-{
-        int st;
-        if (u->pid <= 0)
-                return; /* waitpid(0) would take another child's status */
-        pid_t r = waitpid(u->pid, &st, WNOHANG);
-        if (r == 0)
-                return;
-        char how[96] = "exited";
-        if (r == u->pid && WIFEXITED(st))
-                snprintf(how, sizeof(how), "exited with status %d", WEXITSTATUS(st));
-        else if (r == u->pid && WIFSIGNALED(st))
-                snprintf(how, sizeof(how), "was killed by signal %d (%s)", WTERMSIG(st),
-                         strsignal(WTERMSIG(st)));
-        /* Whatever it left in its group goes too. */
-        kill(-u->pid, SIGKILL);
-        watch_remove(u->w_pid);
-        u->w_pid = NULL;
-        if (u->pidfd >= 0)
-                close(u->pidfd);
-        u->pidfd = -1;
-        pid_t pid = u->pid;
-        u->pid = 0;
-        if (u->stopping) {
-                log_info("upstream %s: stopped", u->spec->name);
-                check_stopped(u->set);
-                return;
-        }
-        log_info("upstream %s: process %d %s", u->spec->name, (int)pid, how);
-        if (u->state == U_STARTING || u->state == U_READY)
-                u_died(u, how);
-}
-
-static void pid_ready(struct watch *w, uint32_t events, void *userdata)
-{
-        (void)w;
-        (void)events;
-        reap(userdata);
-}
-
-/* It is gone, or as good as gone: fail what waits for it, and decide when
- * a restart may happen. `why` NULL: last_error is already set. */
+/* It is gone, or as good as gone: its transport closed (what runs is
+ * killed), what waits for it failed, and when a restart may happen
+ * decided. `why` NULL: last_error is already set. */
 static void u_died(struct upstream *u, const char *why)
 {
         if (u->state == U_DEAD)
                 return;
         bool was_starting = u->state == U_STARTING;
-        u->state = U_DEAD;
-        u->out_eof = false;
+        if (!set_state(u, U_DEAD))
+                return;
         if (why) {
+                const char *words =
+                    u->t && u->t->ops->last_words ? u->t->ops->last_words(u->t) : NULL;
                 _cleanup_free_ char *line =
-                    u->last_stderr ? upstream_mask(u->set, u->last_stderr, STDERR_IN_ERROR) : NULL;
+                    words ? upstream_mask(u->set, words, STDERR_IN_ERROR) : NULL;
                 if (line)
                         set_last_error(u, "server '%s' %s%s; its last stderr line: %s",
                                        u->spec->name, why, was_starting ? " while starting" : "",
@@ -792,9 +572,9 @@ static void u_died(struct upstream *u, const char *why)
                         set_last_error(u, "server '%s' %s%s", u->spec->name, why,
                                        was_starting ? " while starting" : "");
         }
-        close_pipes(u);
-        http_conn_free(u->http);
-        u->http = NULL;
+        if (u->t)
+                u->t->ops->close(u->t);
+        u->t = NULL;
         u->init_id = u->list_id = 0;
         u->relist = false;
         json_array_clear(u->listing);
@@ -808,12 +588,12 @@ static void u_died(struct upstream *u, const char *why)
         if (u->backoff_ms > BACKOFF_MAX_MS)
                 u->backoff_ms = BACKOFF_MAX_MS;
         u->retry_at_ms = now_ms() + u->backoff_ms;
-        timer_arm(u->timer, 0);
+        timer_stop(u->start_timer);
         log_event(LOG_ERR, "upstream", "%s", u->last_error ? u->last_error : "upstream died");
         /* What the server had fails: calls in flight, and calls queued for
          * a start that failed. A call not yet sent to a server that was
-         * ready waits for the next one (the timer starts it). Each failed
-         * call leaves the list, and the walk starts over. */
+         * ready waits for the next one (the restart timer starts it). Each
+         * failed call leaves the list, and the walk starts over. */
         for (;;) {
                 struct upstream_call *c, *found = NULL;
                 list_for_each(c, &u->calls, node)
@@ -830,257 +610,48 @@ static void u_died(struct upstream *u, const char *why)
         }
         /* Calls wait to be sent: the next server starts for them, after
          * the back-off (-1: at once). */
-        if (u->state == U_DEAD && !list_empty(&u->calls))
-                timer_arm(u->timer, u->backoff_ms ? u->backoff_ms : -1);
+        if (!list_empty(&u->calls))
+                timer_arm(u->restart_timer, u->backoff_ms ? u->backoff_ms : -1);
 }
 
-/* What a server inherits of corral's environment: enough to run a program
- * as this user, and none of the credentials that may sit beside it. A
- * server that needs more names it in its "env" (with ${VAR} to take it
- * from here). */
-static const char *const inherited[] = {
-    "HOME", "LOGNAME", "PATH",     "SHELL",  "TERM", "USER",
-    "LANG", "LC_ALL",  "LC_CTYPE", "TMPDIR", "TZ",
-};
-
-static bool inherits(const char *entry)
-{
-        const char *eq = strchr(entry, '=');
-        size_t kl = eq ? (size_t)(eq - entry) : strlen(entry);
-        for (size_t i = 0; i < ARRAY_SIZE(inherited); i++)
-                if (strlen(inherited[i]) == kl && strncmp(inherited[i], entry, kl) == 0)
-                        return true;
-        return false;
-}
-
-static char **build_env(const struct upstream_spec *spec)
-{
-        size_t n = 0, m = 0;
-        while (environ[n])
-                n++;
-        while (spec->env && spec->env[m])
-                m++;
-        char **env = calloc(n + m + 1, sizeof(char *));
-        if (!env)
-                return NULL;
-        size_t k = 0;
-        for (size_t i = 0; i < n; i++) {
-                if (!inherits(environ[i]))
-                        continue;
-                size_t kl = (size_t)(strchr(environ[i], '=') - environ[i]);
-                bool overridden = false;
-                for (size_t j = 0; j < m && !overridden; j++)
-                        overridden =
-                            strncmp(spec->env[j], environ[i], kl) == 0 && spec->env[j][kl] == '=';
-                if (!overridden)
-                        env[k++] = environ[i];
-        }
-        for (size_t j = 0; j < m; j++)
-                env[k++] = spec->env[j];
-        return env;
-}
-
-static void close_all(int *fds, size_t n)
-{
-        for (size_t i = 0; i < n; i++)
-                if (fds[i] >= 0) {
-                        close(fds[i]);
-                        fds[i] = -1;
-                }
-}
-
-/* The guardian's answer to corral's death: the whole group, itself too. */
-static void parent_died(int sig)
-{
-        (void)sig;
-        kill(0, SIGKILL);
-}
-
-/* In the child, between fork and exec: only async-signal-safe calls.
- *
- * The child leads a new process group and stays as its guardian: it forks
- * the server, holds none of its pipes, and waits for it. If corral dies,
- * even by SIGKILL, the kernel signals the guardian (PR_SET_PDEATHSIG), which
- * kills the whole group: grandchildren that npx or sh started as well,
- * which a parent-death signal to the server alone would leave behind. The
- * guardian ignores the group's SIGTERM (that one is for the server) and
- * exits as the server did, so corral sees the server's exit status. */
-_Noreturn static void child(const struct upstream_spec *spec, char **env, int fds[8], pid_t parent)
-{
-        int in_r = fds[0], out_w = fds[3], err_w = fds[5], rep_w = fds[7];
-        int saved, st;
-        sigset_t none;
-        pid_t server;
-        setsid(); /* its own process group, killed as a whole */
-        signal(SIGUSR2, parent_died);
-        prctl(PR_SET_PDEATHSIG, SIGUSR2);
-        if (getppid() != parent)
-                _exit(127); /* corral died before the line above */
-        /* A third party's program: no capabilities and no way to gain any,
-         * whatever corral itself kept. */
-        if (confine_child() < 0)
-                goto fail;
-        sigemptyset(&none);
-        sigprocmask(SIG_SETMASK, &none, NULL); /* the loop blocks signals for signalfd */
-        signal(SIGPIPE, SIG_DFL);
-        if (dup2(in_r, 0) < 0 || dup2(out_w, 1) < 0 || dup2(err_w, 2) < 0)
-                goto fail;
-        /* Nothing else of corral's reaches the server (or stays open in the
-         * guardian, which never execs): the report pipe moves to 3 first. */
-        if (rep_w != 3) {
-                if (dup3(rep_w, 3, O_CLOEXEC) < 0)
-                        goto fail;
-                rep_w = 3;
-        }
-#ifdef SYS_close_range
-        if (syscall(SYS_close_range, 4U, ~0U, 0U) < 0)
-#endif
-                for (int fd = 4; fd < 65536; fd++)
-                        close(fd);
-        server = fork();
-        if (server < 0)
-                goto fail;
-        if (server == 0) {
-                signal(SIGUSR2, SIG_DFL);
-                prctl(PR_SET_PDEATHSIG, 0);
-                if (spec->cwd && chdir(spec->cwd) < 0)
-                        goto fail;
-                execvpe(spec->argv[0], spec->argv, env);
-                goto fail;
-        }
-        /* The guardian: the server's pipes and the report pipe are its. */
-        close(0);
-        close(1);
-        close(2);
-        close(rep_w);
-        signal(SIGTERM, SIG_IGN);
-        signal(SIGINT, SIG_IGN);
-        signal(SIGHUP, SIG_IGN);
-        while (waitpid(server, &st, 0) < 0)
-                if (errno != EINTR)
-                        _exit(127);
-        if (WIFSIGNALED(st)) {
-                signal(WTERMSIG(st), SIG_DFL);
-                kill(getpid(), WTERMSIG(st));
-        }
-        _exit(WIFEXITED(st) ? WEXITSTATUS(st) : 127);
-fail:
-        saved = errno;
-        if (write(rep_w, &saved, sizeof(saved)) < 0) {
-                /* nothing more to do */
-        }
-        _exit(127);
-}
-
-static int spawn(struct upstream *u, struct err *e)
-{
-        const struct upstream_spec *spec = u->spec;
-        /* in_r in_w out_r out_w err_r err_w rep_r rep_w */
-        int fds[8] = {-1, -1, -1, -1, -1, -1, -1, -1};
-        _cleanup_free_ char **env = build_env(spec);
-        if (!env)
-                return err_set(e, ERR_INTERNAL, ENOMEM, "out of memory");
-        for (int i = 0; i < 8; i += 2)
-                if (pipe2(fds + i, O_CLOEXEC) < 0) {
-                        int r = -errno;
-                        close_all(fds, 8);
-                        return err_set(e, ERR_INTERNAL, -r, "cannot make pipes: %s", strerror(-r));
-                }
-        pid_t parent = getpid();
-        pid_t pid = fork();
-        if (pid < 0) {
-                int r = -errno;
-                close_all(fds, 8);
-                return err_set(e, ERR_INTERNAL, -r, "cannot fork: %s", strerror(-r));
-        }
-        if (pid == 0)
-                child(spec, env, fds, parent);
-        close(fds[0]);
-        close(fds[3]);
-        close(fds[5]);
-        close(fds[7]);
-        /* exec closes the report pipe: EOF means it ran. This waits only
-         * for the child to reach exec, not for the server to start. */
-        int child_errno = 0;
-        ssize_t k;
-        do
-                k = read(fds[6], &child_errno, sizeof(child_errno));
-        while (k < 0 && errno == EINTR);
-        close(fds[6]);
-        if (k == (ssize_t)sizeof(child_errno)) {
-                waitpid(pid, NULL, 0);
-                close(fds[1]);
-                close(fds[2]);
-                close(fds[4]);
-                return err_masked(u->set, e, ERR_INTERNAL, child_errno, "cannot run `%s`%s%s: %s",
-                                  spec->argv[0], spec->cwd ? " in " : "",
-                                  spec->cwd ? spec->cwd : "", strerror(child_errno));
-        }
-        u->pid = pid;
-        u->in_fd = fds[1];
-        u->out_fd = fds[2];
-        u->err_fd = fds[4];
-        for (int i = 0; i < 3; i++) {
-                int fd = i == 0 ? u->in_fd : i == 1 ? u->out_fd : u->err_fd;
-                fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
-        }
-        u->pidfd = pidfd_open_(pid);
-        struct loop *l = u->set->loop;
-        int r = watch_add(l, u->out_fd, EPOLLIN, out_ready, u, &u->w_out);
-        if (r == 0)
-                r = watch_add(l, u->err_fd, EPOLLIN, err_ready, u, &u->w_err);
-        if (r == 0 && u->pidfd >= 0)
-                r = watch_add(l, u->pidfd, EPOLLIN, pid_ready, u, &u->w_pid);
-        if (r < 0)
-                return err_set(e, ERR_INTERNAL, -r, "cannot watch the server's pipes: %s",
-                               strerror(-r));
-        return 0;
-}
-
-static void u_timer(struct timer *t, void *userdata)
+static void start_timeout(struct timer *t, void *userdata)
 {
         struct upstream *u = userdata;
         (void)t;
-        if (u->stopping) {
-                u_kill(u, SIGKILL);
-                if (u->pidfd < 0)
-                        reap(u);
-                if (u->pid > 0 && u->pidfd < 0)
-                        timer_arm(u->timer, 50); /* not dead yet: look again */
+        if (u->state != U_STARTING)
                 return;
-        }
-        if (u->out_eof && (u->state == U_STARTING || u->state == U_READY)) {
-                u_kill(u, SIGKILL);
-                u_died(u, "closed its output");
-        } else if (u->state == U_STARTING) {
-                set_last_error(u, "server '%s' did not finish starting within %d s", u->spec->name,
-                               START_TIMEOUT_MS / 1000);
-                u_kill(u, SIGKILL);
-                u_died(u, NULL);
-        } else if (u->state == U_DEAD && !list_empty(&u->calls)) {
-                u_start(u); /* the back-off is over and calls wait */
-        }
+        set_last_error(u, "server '%s' did not finish starting within %d s", u->spec->name,
+                       START_TIMEOUT_MS / 1000);
+        u_died(u, NULL);
+}
+
+/* The back-off is over: start again if calls wait. */
+static void restart_due(struct timer *t, void *userdata)
+{
+        struct upstream *u = userdata;
+        (void)t;
+        if (u->state == U_DEAD && !list_empty(&u->calls))
+                u_start(u);
 }
 
 /* Spawned or connected: the handshake, within the start deadline. */
 static void send_initialize(struct upstream *u)
 {
-        timer_arm(u->timer, START_TIMEOUT_MS);
+        timer_arm(u->start_timer, START_TIMEOUT_MS);
         json_t *params =
-            json_pack("{s:s, s:{}, s:{s:s, s:s}}", "protocolVersion", PROTOCOL_VERSION,
+            json_pack("{s:s, s:{}, s:{s:s, s:s}}", "protocolVersion", UPSTREAM_PROTOCOL_VERSION,
                       "capabilities", "clientInfo", "name", "corral", "version", CORRAL_VERSION);
         u->init_id = ++u->next_id;
-        if (send_json(u, jrpc_request(u->init_id, "initialize", params)) < 0) {
-                u_kill(u, SIGKILL);
+        if (send_json(u, jrpc_request(u->init_id, "initialize", params)) < 0)
                 u_died(u, "could not be sent initialize");
-        }
 }
 
-/* ---- streamable HTTP servers: a connection stands for the process */
+/* ---- what the transport tells */
 
-/* A POST is over (see http.h): fail what it carried if it failed or came
- * back without the answer, and start over when the connection is lost. */
-static void http_post_done(void *userdata, json_int_t id, const struct err *e, bool lost)
+/* The message that carried a request failed (over HTTP, a POST; see
+ * transport.h): fail what it carried, and start over when the link is
+ * lost. */
+static void on_failed(void *userdata, json_int_t id, const struct err *e, bool lost)
 {
         struct upstream *u = userdata;
         const char *name = u->spec->name;
@@ -1118,48 +689,31 @@ static void http_post_done(void *userdata, json_int_t id, const struct err *e, b
                 log_warn("upstream %s: %s", name, masked ? masked : "a message was not delivered");
                 free(masked);
         }
-        if (lost && e && u->http) {
+        if (lost && e && u->t) {
                 set_last_error(u, "server '%s': %s", name, e->msg);
                 u_died(u, NULL);
         }
 }
 
-static const struct http_conn_ops http_ops = {
-    .message = on_line,
-    .post_done = http_post_done,
-};
-
-static void http_start(struct upstream *u, long long now)
+static void on_ended(void *userdata, const char *how)
 {
-        struct upstream_set *set = u->set;
-        struct err e = {0};
-        u->state = U_STARTING;
-        u->started_ms = now;
-        log_info("upstream %s: connecting", u->spec->name);
-        int r = set->curl ? 0 : curl_loop_new(set->loop, &set->curl);
-        if (r < 0)
-                err_set(&e, ERR_INTERNAL, -r, "cannot set up libcurl: %s", strerror(-r));
-        else
-                /* Room for a result of a whole frame plus the envelope, as
-                 * on stdio. */
-                r = http_conn_new(set->curl, u->spec->url, u->spec->headers, set->reg.mask,
-                                  2 * set->cfg->max_frame, &http_ops, u, &u->http, &e);
-        if (r < 0) {
-                set_last_error(u, "server '%s': %s", u->spec->name,
-                               e.msg[0] ? e.msg : strerror(-r));
-                u_died(u, NULL);
-                return;
-        }
-        send_initialize(u);
+        u_died(userdata, how);
 }
 
-static void http_stopped(void *userdata)
+static void on_stopped(void *userdata)
 {
         struct upstream *u = userdata;
-        u->http_stopping = false;
+        u->stop_pending = false;
         log_info("upstream %s: session ended", u->spec->name);
-        check_stopped(u->set);
+        upstream_check_stopped(u->set);
 }
+
+static const struct transport_events events = {
+    .message = on_message,
+    .failed = on_failed,
+    .ended = on_ended,
+    .stopped = on_stopped,
+};
 
 static void u_start(struct upstream *u)
 {
@@ -1167,48 +721,24 @@ static void u_start(struct upstream *u)
                 return;
         long long now = now_ms();
         if (u->state == U_DEAD && now < u->retry_at_ms) {
-                timer_arm(u->timer, u->retry_at_ms - now);
+                timer_arm(u->restart_timer, u->retry_at_ms - now);
                 return;
         }
+        if (!set_state(u, U_STARTING))
+                return;
+        u->started_ms = now;
         if (u->spec->error) {
                 set_last_error(u, "%s", u->spec->error);
-                u->state = U_STARTING; /* so that u_died fails the calls */
-                u->started_ms = now;
-                u_died(u, NULL);
+                u_died(u, NULL); /* fails the calls */
                 return;
         }
-        if (u->spec->transport == UP_HTTP) {
-                http_start(u, now);
-                return;
-        }
-        if (u->pid > 0) {
-                /* The old process has not been reaped yet. */
-                u_kill(u, SIGKILL);
-                reap(u);
-                if (u->pid > 0) {
-                        timer_arm(u->timer, 50);
-                        return;
-                }
-        }
-        if (u->err_fd >= 0) {
-                /* The old process's stderr, if it never reached EOF. */
-                watch_remove(u->w_err);
-                u->w_err = NULL;
-                close(u->err_fd);
-                u->err_fd = -1;
-        }
-        line_reader_free(&u->errlines);
-        line_reader_init(&u->errlines, STDERR_LINE_MAX);
+        bool http = u->spec->transport == UP_HTTP;
+        log_info("upstream %s: %s", u->spec->name, http ? "connecting" : "starting");
         struct err e = {0};
-        u->state = U_STARTING;
-        u->started_ms = now;
-        u->err_logged = 0;
-        free(u->last_stderr);
-        u->last_stderr = NULL;
-        log_info("upstream %s: starting", u->spec->name);
-        if (spawn(u, &e) < 0) {
+        int r = http ? http_transport_open(u, &events, u, &u->t, &e)
+                     : stdio_transport_open(u, &events, u, &u->t, &e);
+        if (r < 0) {
                 set_last_error(u, "server '%s': %s", u->spec->name, e.msg);
-                close_pipes(u);
                 u_died(u, NULL);
                 return;
         }
@@ -1233,20 +763,11 @@ static void call_timeout(struct timer *t, void *userdata)
                   u->state == U_STARTING ? " (the server is still starting)" : "");
 }
 
-/* Whether a stdio server that still counts as ready is visibly gone: its
- * stdout ended (it is awaited briefly for its exit status), or the loop has
- * yet to read that or its exit. Every writer of that pipe is the server's
- * (the guardian keeps none), so neither sign can be wrong. */
+/* Whether a server that still counts as ready is visibly gone though the
+ * loop has yet to hear it (a stdio server's stdout closed, or its exit). */
 static bool looks_gone(struct upstream *u)
 {
-        if (u->state != U_READY || u->http)
-                return false;
-        if (u->out_eof)
-                return true;
-        struct pollfd p[2] = {{.fd = u->out_fd, .events = POLLIN},
-                              {.fd = u->pidfd, .events = POLLIN}};
-        return poll(p, 2, 0) > 0 &&
-               ((p[0].revents & (POLLHUP | POLLERR)) || (p[1].revents & POLLIN));
+        return u->state == U_READY && u->t && u->t->ops->gone && u->t->ops->gone(u->t);
 }
 
 static int add_call(struct upstream *u, const char *method, json_t *params, double timeout_s,
@@ -1340,6 +861,7 @@ int upstream_set_new(struct loop *l, const struct config *cfg, struct registry *
         set->reg = *reg;
         *reg = (struct registry){0};
         set->n = set->reg.n;
+        list_init(&set->procs);
         set->v = calloc(set->n ? set->n : 1, sizeof(*set->v));
         if (!set->v) {
                 registry_free(&set->reg);
@@ -1350,18 +872,13 @@ int upstream_set_new(struct loop *l, const struct config *cfg, struct registry *
                 struct upstream *u = &set->v[i];
                 u->set = set;
                 u->spec = &set->reg.v[i];
-                u->pidfd = u->in_fd = u->out_fd = u->err_fd = -1;
                 list_init(&u->calls);
-                /* What may queue for its stdin: a few calls of a frame each. */
-                buf_init(&u->wbuf, 4 * cfg->max_frame);
-                /* Room for a result of a whole frame plus the envelope. */
-                line_reader_init(&u->lines, 2 * cfg->max_frame);
-                line_reader_init(&u->errlines, STDERR_LINE_MAX);
                 u->listing = json_array();
                 u->answer_mask = mask_new();
                 if (!u->listing || !u->answer_mask ||
                     mask_add_strv_min(u->answer_mask, u->spec->secrets, MASK_ANSWER_MIN) < 0 ||
-                    timer_add(l, u_timer, u, &u->timer) < 0) {
+                    timer_add(l, start_timeout, u, &u->start_timer) < 0 ||
+                    timer_add(l, restart_due, u, &u->restart_timer) < 0) {
                         set->n = i + 1;
                         upstream_set_free(set);
                         return -ENOMEM;
@@ -1371,12 +888,12 @@ int upstream_set_new(struct loop *l, const struct config *cfg, struct registry *
         return 0;
 }
 
-static void check_stopped(struct upstream_set *set)
+void upstream_check_stopped(struct upstream_set *set)
 {
-        if (!set->shutting_down || !set->done)
+        if (!set->shutting_down || !set->done || !list_empty(&set->procs))
                 return;
         for (size_t i = 0; i < set->n; i++)
-                if (set->v[i].pid > 0 || set->v[i].http_stopping)
+                if (set->v[i].stop_pending)
                         return;
         void (*done)(void *) = set->done;
         set->done = NULL;
@@ -1393,25 +910,18 @@ void upstream_set_shutdown(struct upstream_set *set, void (*done)(void *), void 
                 while (!list_empty(&u->calls))
                         call_fail(list_first(&u->calls, struct upstream_call, node),
                                   UPE_UNAVAILABLE, "corral is shutting down");
-                if (u->http) {
-                        /* End the session (best effort, briefly). */
-                        u->stopping = true;
-                        timer_arm(u->timer, 0);
-                        u->http_stopping = http_conn_shutdown(u->http, http_stopped, u);
-                        continue;
-                }
-                if (u->pid <= 0)
-                        continue;
                 u->stopping = true;
-                log_info("upstream %s: stopping", u->spec->name);
-                flush_in(u);
-                close_pipes(u); /* EOF on its stdin: the polite way */
-                u_kill(u, SIGTERM);
-                timer_arm(u->timer, STOP_GRACE_MS);
-                if (u->pidfd < 0)
-                        reap(u);
+                timer_stop(u->start_timer);
+                timer_stop(u->restart_timer);
+                if (!u->t)
+                        continue;
+                if (u->spec->transport == UP_STDIO)
+                        log_info("upstream %s: stopping", u->spec->name);
+                /* No event but `stopped` follows; the set waits for that
+                 * and for every process (process.c). */
+                u->stop_pending = u->t->ops->stop(u->t);
         }
-        check_stopped(set);
+        upstream_check_stopped(set);
 }
 
 void upstream_set_free(struct upstream_set *set)
@@ -1425,31 +935,18 @@ void upstream_set_free(struct upstream_set *set)
                         call_unlink(c);
                         call_free(c);
                 }
-                if (u->pid > 0) {
-                        u_kill(u, SIGKILL);
-                        waitpid(u->pid, NULL, 0);
-                        u->pid = 0;
-                }
                 u->stopping = true;
-                close_pipes(u);
-                http_conn_free(u->http);
-                u->http = NULL;
+                if (u->t)
+                        u->t->ops->close(u->t);
+                u->t = NULL;
                 u->answer_mask = mask_free(u->answer_mask);
-                watch_remove(u->w_err);
-                watch_remove(u->w_pid);
-                if (u->err_fd >= 0)
-                        close(u->err_fd);
-                if (u->pidfd >= 0)
-                        close(u->pidfd);
-                timer_remove(u->timer);
-                buf_free(&u->wbuf);
-                line_reader_free(&u->lines);
-                line_reader_free(&u->errlines);
+                timer_remove(u->start_timer);
+                timer_remove(u->restart_timer);
                 json_decref(u->tools);
                 json_decref(u->listing);
                 free(u->last_error);
-                free(u->last_stderr);
         }
+        uproc_kill_all(set);
         free(set->v);
         curl_loop_free(set->curl);
         registry_free(&set->reg);
@@ -1482,7 +979,7 @@ const struct upstream_spec *upstream_spec(const struct upstream *u)
 char *upstream_mask(const struct upstream_set *set, const char *text, size_t max)
 {
         text = text ? text : "";
-        return masked_n(set, text, strlen(text), max, 0);
+        return upstream_masked_n(set, text, strlen(text), max, 0);
 }
 
 const char *upstream_state(const struct upstream *u)

@@ -222,10 +222,9 @@ struct http_conn {
         const struct http_conn_ops *ops;
         void *userdata;
         struct list posts;
-        struct list queue; /* struct event, oldest first */
-        size_t queued;     /* message bytes waiting in the queue */
-        struct timer *kick;
-        bool dispatching, doomed;
+        struct list queue;   /* struct event, oldest first */
+        size_t queued;       /* message bytes waiting in the queue */
+        struct defer kick;   /* hands on the queue's first event */
         bool closed;         /* shut down: no more requests */
         struct post *listen; /* the GET stream, when open */
         struct timer *relisten;
@@ -313,10 +312,11 @@ static bool token_ok(const char *s, size_t max)
         return true;
 }
 
+static void dispatch(void *userdata);
+
 static void kick(struct http_conn *c)
 {
-        if (!c->dispatching)
-                timer_arm(c->kick, -1);
+        loop_defer(curl_loop_loop(c->cl), &c->kick, dispatch, c);
 }
 
 static void enqueue(struct http_conn *c, struct event *ev)
@@ -376,7 +376,7 @@ static void conn_destroy(struct http_conn *c)
         }
         curl_slist_free_all(c->del_headers);
         queue_clear(c);
-        timer_remove(c->kick);
+        defer_cancel(&c->kick);
         timer_remove(c->relisten);
         for (char **h = c->headers; h && *h; h++)
                 free(*h);
@@ -391,41 +391,23 @@ static void conn_destroy(struct http_conn *c)
 
 void http_conn_free(struct http_conn *c)
 {
-        if (!c)
-                return;
-        if (c->dispatching) {
-                /* From inside a callback: stop every transfer now, free the
-                 * rest once the callback is back in dispatch(). */
-                c->doomed = true;
-                while (!list_empty(&c->posts))
-                        post_free(list_first(&c->posts, struct post, node));
-                return;
-        }
-        conn_destroy(c);
+        if (c)
+                conn_destroy(c);
 }
 
-/* Hand on what the transfers produced, in order, outside libcurl. */
-static void dispatch(struct timer *t, void *userdata)
+/* Hand on what the transfers produced, in order, outside libcurl: one
+ * event per deferred call, each as the last use of the connection (the
+ * callback may free it). */
+static void dispatch(void *userdata)
 {
         struct http_conn *c = userdata;
-        (void)t;
-        c->dispatching = true;
-        while (!list_empty(&c->queue) && !c->doomed) {
-                struct event *ev = list_first(&c->queue, struct event, node);
-                list_del(&ev->node);
-                c->queued -= ev->len;
-                if (ev->done)
-                        c->ops->post_done(c->userdata, ev->id, ev->failed ? &ev->e : NULL,
-                                          ev->lost);
-                else
-                        c->ops->message(c->userdata, ev->data, ev->len);
-                free(ev);
-        }
-        c->dispatching = false;
-        if (c->doomed) {
-                conn_destroy(c);
+        if (list_empty(&c->queue))
                 return;
-        }
+        struct event *ev = list_first(&c->queue, struct event, node);
+        list_del(&ev->node);
+        c->queued -= ev->len;
+        if (!list_empty(&c->queue))
+                kick(c);
         /* Transfers held back while the queue was full may go on. Resuming
          * may feed the queue again at once. */
         struct post *po;
@@ -438,6 +420,13 @@ static void dispatch(struct timer *t, void *userdata)
                         curl_easy_pause(po->easy, CURLPAUSE_CONT);
                 }
         }
+        const struct http_conn_ops *ops = c->ops;
+        void *ud = c->userdata;
+        if (ev->done)
+                ops->post_done(ud, ev->id, ev->failed ? &ev->e : NULL, ev->lost);
+        else
+                ops->message(ud, ev->data, ev->len);
+        free(ev);
 }
 
 /* Header lines of every answer (a redirect's and a 1xx's too: each status
@@ -892,7 +881,6 @@ int http_conn_new(struct curl_loop *cl, const char *url, char *const *headers, s
         c->url = strdup(url);
         c->display = display_url(url, mask);
         if (nomem || !c->url || !c->display ||
-            timer_add(curl_loop_loop(cl), dispatch, c, &c->kick) < 0 ||
             timer_add(curl_loop_loop(cl), relisten, c, &c->relisten) < 0) {
                 conn_destroy(c);
                 return -ENOMEM;
@@ -904,7 +892,7 @@ int http_conn_new(struct curl_loop *cl, const char *url, char *const *headers, s
 int http_conn_post(struct http_conn *c, const char *body, size_t len, json_int_t id,
                    bool initialize)
 {
-        if (c->doomed || c->closed)
+        if (c->closed)
                 return -ESHUTDOWN;
         struct post *po = calloc(1, sizeof(*po));
         if (!po)
@@ -928,7 +916,7 @@ int http_conn_post(struct http_conn *c, const char *body, size_t len, json_int_t
 
 int http_conn_listen(struct http_conn *c)
 {
-        if (c->listen || c->doomed || c->closed)
+        if (c->listen || c->closed)
                 return 0;
         struct post *po = calloc(1, sizeof(*po));
         if (!po)
@@ -999,7 +987,7 @@ bool http_conn_shutdown(struct http_conn *c, void (*done)(void *), void *userdat
         while (!list_empty(&c->posts))
                 post_free(list_first(&c->posts, struct post, node));
         queue_clear(c);
-        if (!c->session || c->del || c->doomed)
+        if (!c->session || c->del)
                 return false;
         c->del_headers = request_headers(c, NULL, false, NULL);
         c->del = c->del_headers ? curl_easy_init() : NULL;

@@ -79,8 +79,9 @@ struct http_conn_ops {
 int http_conn_new(struct curl_loop *cl, const char *url, char *const *headers, struct mask *mask,
                   size_t max_message, const struct http_conn_ops *ops, void *userdata,
                   struct http_conn **ret, struct err *e);
-/* Frees at once, or (from inside one of its own callbacks) once that
- * returns; no callback follows either way. Ends no session. Accepts NULL. */
+/* Frees at once, from inside one of its own callbacks too (each callback
+ * is made from the loop as the last use of the connection); no callback
+ * follows. Ends no session. Accepts NULL. */
 void http_conn_free(struct http_conn *c);
 
 /* POST one encoded message (copied). `id`: the request id it carries, 0 for
