@@ -2,7 +2,8 @@
 # The engine-free state-machine tests can fail: in a copy of the source,
 # each mutation below breaks one transition (of a sandbox, daemon/sandbox/,
 # seen by test-lifecycle; of an upstream server, daemon/upstream/, seen by
-# test-upstream), and the test built from it must report a failure at the
+# test-upstream) or the table of requests in flight (daemon/mcp/request.c,
+# seen by test-mcp), and the test built from it must report a failure at the
 # assertion named; the copy unmutated must pass (so the failures are the
 # mutations', not the copy's).
 #   test-mutation.sh SOURCE_ROOT        (TAP on stdout)
@@ -80,8 +81,16 @@ mutate sandbox/run.c test-lifecycle "busy -> idle dropped" \
 mutate upstream/client.c test-upstream "upstream starting -> ready forbidden" \
     '/\[U_STARTING\] = /s/TO(U_READY) | //' \
     "normal: ready once started"
+# notifications/cancelled no longer reaches the request's kind.
+mutate mcp/request.c test-mcp "a withdrawal not handed to its kind" \
+    's/^        r->ops->withdraw(r);/        (void)0;/' \
+    "run_python: withdrawn, its run ends"
+# The table no longer finds a request by its id.
+mutate mcp/request.c test-mcp "no request found by its id" \
+    's/if (jrpc_id_equal(r->id, id)) return r;/if (0) return r;/' \
+    "a second request with its id is refused"
 
-for t in test-lifecycle test-upstream; do
+for t in test-lifecycle test-upstream test-mcp; do
     ninja -C "$tmp/build" "tests/$t" >"$tmp/build.log" 2>&1
     check $? "the copy unmutated builds $t"
     "$tmp/build/tests/$t" $(test_args "$t") >"$tmp/run.log" 2>&1
