@@ -221,6 +221,16 @@ int freeze_get(struct sandbox *s, struct freeze_wait *w)
         return 0;
 }
 
+size_t sandbox_pending(const struct sandbox *s)
+{
+        /* The freeze's own request to the runtime is the sandbox's: a
+         * caller's part in it is its hold. */
+        size_t n = list_length(&s->fops) + (size_t)s->freezes;
+        const struct sandbox_ask *a;
+        list_for_each(a, &s->asks, node) n += a->cb != freeze_answer;
+        return n;
+}
+
 void freeze_put(struct sandbox *s)
 {
         if (--s->freezes == 0 && s->fz == FZ_FROZEN)

@@ -239,6 +239,10 @@ int sandbox_ask(struct sandbox *s, const char *method, json_t *params, sandbox_a
                 void *userdata, struct sandbox_ask **ret);
 /* The callback will not be called. Accepts NULL. */
 void sandbox_ask_cancel(struct sandbox_ask *a);
+/* What callers have on their way in it: requests to its runtime, file
+ * operations and holds on its freeze. A caller that withdrew its own
+ * leaves none. */
+size_t sandbox_pending(const struct sandbox *s);
 /* What a running sandbox has so far: its output (status and timing not
  * final). Valid until its done callback. */
 const struct sandbox_result *sandbox_partial(const struct sandbox *s);

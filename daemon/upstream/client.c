@@ -997,6 +997,11 @@ const char *upstream_state(const struct upstream *u)
         return "error";
 }
 
+size_t upstream_pending(const struct upstream *u)
+{
+        return list_length(&u->calls);
+}
+
 const char *upstream_last_error(const struct upstream *u)
 {
         return u->last_error ? u->last_error : u->spec->error;

@@ -54,6 +54,8 @@ char *upstream_mask(const struct upstream_set *set, const char *text, size_t max
  * or the process failed; see last_error). */
 const char *upstream_state(const struct upstream *u);
 const char *upstream_last_error(const struct upstream *u); /* or NULL */
+/* Calls waiting for its start or its answer, not cancelled. */
+size_t upstream_pending(const struct upstream *u);
 /* The cached tools array (borrowed), NULL before the first listing. */
 json_t *upstream_tools(const struct upstream *u);
 /* Name, description, transport, status, tools (count or null), error and

@@ -32,6 +32,7 @@ struct fake_container {
         bool stubborn;
         struct fake_conn *stream;
         struct timer *ready_timer;
+        json_t *held; /* muted requests (their lines), answered once unmuted */
 };
 
 struct fake_conn {
@@ -258,7 +259,11 @@ static void runtime_frame(struct fake_container *ct, const char *line, size_t n)
                         json_decref(eid);
                 }
         } else if (strcmp(method, ct->f->muted) == 0) {
-                ct->f->muted_seen++; /* never answered */
+                /* Answered late: once it is unmuted. */
+                ct->f->muted_seen++;
+                if (!ct->held)
+                        ct->held = json_array();
+                json_array_append_new(ct->held, json_stringn(line, n));
         } else if (strcmp(method, "sandbox/exec") == 0) {
                 ct->f->execs++;
                 run_exec(ct, id, params);
@@ -323,6 +328,7 @@ static void container_free(struct fake_container *ct)
         list_del(&ct->node);
         timer_remove(ct->ready_timer);
         json_decref(ct->create);
+        json_decref(ct->held);
         free(ct);
 }
 
@@ -491,8 +497,17 @@ static bool take_request(struct fake_conn *c)
 }
 
 /* Stdin of an attached container: newline-ended frames. */
+static bool conn_alive(struct fake_engine *f, struct fake_conn *c, int fd)
+{
+        struct fake_conn *x;
+        list_for_each(x, &f->conns, node) if (x == c && x->fd == fd) return true;
+        return false;
+}
+
 static void take_stdin(struct fake_conn *c)
 {
+        struct fake_engine *f = c->f;
+        int fd = c->fd;
         char *nl;
         while (c->c && (nl = memchr(c->in.data, '\n', c->in.len))) {
                 size_t n = (size_t)(nl - c->in.data);
@@ -502,6 +517,9 @@ static void take_stdin(struct fake_conn *c)
                 buf_consume(&c->in, n + 1);
                 runtime_frame(c->c, line, n);
                 free(line);
+                /* An answer written to a stream corral closed frees it. */
+                if (!conn_alive(f, c, fd))
+                        return;
         }
 }
 
@@ -607,11 +625,25 @@ void fake_engine_fail(struct fake_engine *f, const char *route, int status, int 
 void fake_engine_set_silent(struct fake_engine *f, bool silent)
 {
         f->silent = silent;
+        /* Those started while it was silent get ready now. */
+        struct fake_container *ct;
+        list_for_each(ct, &f->containers, node) maybe_ready(ct);
 }
 
 void fake_engine_mute(struct fake_engine *f, const char *method)
 {
         snprintf(f->muted, sizeof(f->muted), "%s", method ? method : "");
+        struct fake_container *ct;
+        list_for_each(ct, &f->containers, node)
+        {
+                json_t *held = ct->held;
+                ct->held = NULL;
+                size_t i;
+                json_t *line;
+                json_array_foreach(held, i, line)
+                    runtime_frame(ct, json_string_value(line), json_string_length(line));
+                json_decref(held);
+        }
 }
 
 unsigned long long fake_engine_muted_seen(const struct fake_engine *f)

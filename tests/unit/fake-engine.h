@@ -38,10 +38,12 @@ const char *fake_engine_url(const struct fake_engine *f);
  * "attach", "inspect", "delete", "list", "info", "image": an image's
  * inspect) answer HTTP `status`. */
 void fake_engine_fail(struct fake_engine *f, const char *route, int status, int times);
-/* Started containers never send sandbox/ready (a hung start). */
+/* Started containers never send sandbox/ready (a hung start) until it is
+ * set false again. */
 void fake_engine_set_silent(struct fake_engine *f, bool silent);
-/* The runtimes leave requests of `method` ("sandbox/list") unanswered
- * (NULL: none), and how many such they received. */
+/* The runtimes hold requests of `method` ("sandbox/list") unanswered
+ * until it is changed (NULL: none muted), then answer them; and how many
+ * such they received. */
 void fake_engine_mute(struct fake_engine *f, const char *method);
 unsigned long long fake_engine_muted_seen(const struct fake_engine *f);
 

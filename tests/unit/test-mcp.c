@@ -7,6 +7,7 @@
 #include "bridge/bridge.h"
 #include "mcp/server.h"
 #include "sandbox/session.h"
+#include "upstream/client.h"
 #include "upstream/registry.h"
 
 #include "core/jsonrpc.h"
@@ -675,6 +676,78 @@ static void undo_stalls(void)
         cfg.ask_run = false;
 }
 
+/* What the session "r" has on its way for its caller (sandbox_pending),
+ * or -1 when there is no such session. */
+static long session_r_pending(void)
+{
+        struct sandbox *sb = NULL;
+        struct err e = {0};
+        return session_sandbox(S, "withdrawer", "r", &sb, &e) == 0 ? (long)sandbox_pending(sb) : -1;
+}
+
+/* After a withdrawal, once the runtime answered what it held (a freeze, a
+ * listing): the session's next run goes on (a hold left on its freeze
+ * would keep it waiting). */
+static void check_session(void)
+{
+        json_t *res =
+            k_tool("run_python", json_pack("{s:s, s:s}", "code", "print:b", "session", "r"));
+        is_str(sc(res, "status"), "ok", "... and its next run goes on");
+        json_decref(res);
+}
+
+/* After a withdrawal: the server it waited for has no call of it left. */
+static void check_upstream(void)
+{
+        is_int((int)upstream_pending(upstream_get(U, "slow")), 0,
+               "... the server it waited for has nothing of it left");
+}
+
+/* After a withdrawal: the session it opened opens all the same (its file
+ * written), and the withdrawn call is still not answered. */
+static void check_opened(void)
+{
+        bool open = false;
+        for (long long end = now_ms() + 5000; !open && now_ms() < end;) {
+                json_t *r = k_tool("session_list", json_object());
+                char *text = json_dumps(r, JSON_COMPACT);
+                open = text && strstr(text, "\"name\":\"n\"") && strstr(text, "\"state\":\"idle\"");
+                free(text);
+                json_decref(r);
+                if (!open)
+                        loop_iterate(L, 50);
+        }
+        ok(open, "... its session opens all the same");
+}
+
+/* The message of `method` the client was sent last (borrowed), or NULL. */
+static json_t *last_sent(struct client *c, const char *method)
+{
+        json_t *found = NULL, *x;
+        size_t i;
+        json_array_foreach(c->inbox, i,
+                           x) if (strcmp(json_string_value(json_object_get(x, "method")) ?: "",
+                                         method) == 0) found = x;
+        return found;
+}
+
+/* After a withdrawal: the question is taken back from the person, and an
+ * answer to it that comes anyway runs nothing. */
+static void check_question(void)
+{
+        json_t *q = last_sent(K, "elicitation/create");
+        json_t *back = last_sent(K, "notifications/cancelled");
+        json_t *qid = json_object_get(q, "id");
+        ok(qid && json_equal(json_object_get(json_object_get(back, "params"), "requestId"), qid),
+           "... its question is taken back");
+        unsigned long long execs = fake_engine_execs(F);
+        json_t *answer = json_pack("{s:s, s:O, s:{s:s, s:{}}}", "jsonrpc", "2.0", "id",
+                                   qid ?: json_null(), "result", "action", "accept", "content");
+        client_send(K, answer);
+        json_decref(client_call(K, "ping", NULL, 2000));
+        is_int((int)(fake_engine_execs(F) - execs), 0, "... and an answer to it runs nothing");
+}
+
 static const struct kind {
         const char *name;
         void (*setup)(void);
@@ -687,37 +760,90 @@ static const struct kind {
         void (*end)(void);
         /* How long after that an answer could still come. */
         int answer_ms;
+        /* Code runs after its withdrawal (what it started goes on). */
+        bool runs_after;
+        /* What else shows that it is gone, or NULL. */
+        void (*check)(void);
 } kinds[] = {
-    {"run_python", NULL, "tools/call",
-     "{\"name\":\"run_python\",\"arguments\":{\"code\":\"hang\",\"sync_wait_s\":60}}",
-     runtime_has_exec, false},
-    {"job_result", setup_job, "tools/call",
-     "{\"name\":\"job_result\",\"arguments\":{\"job_id\":\"%s\",\"wait_s\":60}}", NULL, false,
-     end_job},
-    {"tasks/result", setup_task, "tasks/result", "{\"taskId\":\"%s\"}", NULL, false, end_task},
-    {"read_file", setup_freeze_muted, "tools/call",
-     "{\"name\":\"read_file\",\"arguments\":{\"session\":\"r\",\"path\":\"x\"}}", runtime_muted,
-     true},
-    {"list_files", setup_list_muted, "tools/call",
-     "{\"name\":\"list_files\",\"arguments\":{\"session\":\"r\"}}", runtime_muted, true},
-    {"write_file opening its session", setup_silent, "tools/call",
-     "{\"name\":\"write_file\",\"arguments\":{\"session\":\"n\",\"path\":\"a\",\"content\":\"x\"}}",
-     NULL, false},
-    {"search_tools", NULL, "tools/call",
-     "{\"name\":\"search_tools\",\"arguments\":{\"query\":\"x\",\"server\":\"slow\"}}", NULL, true},
-    {"resources/read", setup_freeze_muted, "resources/read",
-     "{\"uri\":\"corral://session/r/out/x\"}", runtime_muted, true},
-    {"resources/list", setup_list_muted, "resources/list", "{}", runtime_muted, true},
-    {"completion/complete", setup_list_muted, "completion/complete",
-     "{\"ref\":{\"type\":\"ref/resource\",\"uri\":\"corral://session/{session}/{+path}\"},"
-     "\"argument\":{\"name\":\"path\",\"value\":\"\"},\"context\":{\"arguments\":{\"session\":"
-     "\"r\"}}}",
-     runtime_muted, true},
-    {"run_python under ask_run", setup_ask, "tools/call",
-     "{\"name\":\"run_python\",\"arguments\":{\"code\":\"print:x\"}}", kind_asked, true},
-    {"run_python waiting for its session", setup_stopping, "tools/call",
-     "{\"name\":\"run_python\",\"arguments\":{\"code\":\"print:x\",\"session\":\"r\"}}", NULL,
-     false, NULL, 1500},
+    {.name = "run_python",
+     .method = "tools/call",
+     .params = "{\"name\":\"run_python\",\"arguments\":{\"code\":\"hang\",\"sync_wait_s\":60}}",
+     .stalled = runtime_has_exec},
+    {.name = "job_result",
+     .setup = setup_job,
+     .method = "tools/call",
+     .params = "{\"name\":\"job_result\",\"arguments\":{\"job_id\":\"%s\",\"wait_s\":60}}",
+     .end = end_job},
+    {.name = "tasks/result",
+     .setup = setup_task,
+     .method = "tasks/result",
+     .params = "{\"taskId\":\"%s\"}",
+     .end = end_task},
+    {.name = "read_file",
+     .setup = setup_freeze_muted,
+     .method = "tools/call",
+     .params = "{\"name\":\"read_file\",\"arguments\":{\"session\":\"r\",\"path\":\"x\"}}",
+     .stalled = runtime_muted,
+     .idle_at_once = true,
+     .check = check_session},
+    {.name = "list_files",
+     .setup = setup_list_muted,
+     .method = "tools/call",
+     .params = "{\"name\":\"list_files\",\"arguments\":{\"session\":\"r\"}}",
+     .stalled = runtime_muted,
+     .idle_at_once = true,
+     .check = check_session},
+    /* The session opening cannot be stopped halfway: it opens, unanswered. */
+    {.name = "write_file opening its session",
+     .setup = setup_silent,
+     .method = "tools/call",
+     .params = "{\"name\":\"write_file\",\"arguments\":{\"session\":\"n\",\"path\":\"a\","
+               "\"content\":\"x\"}}",
+     .idle_at_once = true,
+     .runs_after = true,
+     .check = check_opened},
+    {.name = "search_tools",
+     .method = "tools/call",
+     .params = "{\"name\":\"search_tools\",\"arguments\":{\"query\":\"x\",\"server\":\"slow\"}}",
+     .idle_at_once = true,
+     .check = check_upstream},
+    {.name = "resources/read",
+     .setup = setup_freeze_muted,
+     .method = "resources/read",
+     .params = "{\"uri\":\"corral://session/r/out/x\"}",
+     .stalled = runtime_muted,
+     .idle_at_once = true,
+     .check = check_session},
+    {.name = "resources/list",
+     .setup = setup_list_muted,
+     .method = "resources/list",
+     .params = "{}",
+     .stalled = runtime_muted,
+     .idle_at_once = true,
+     .check = check_session},
+    {.name = "completion/complete",
+     .setup = setup_list_muted,
+     .method = "completion/complete",
+     .params =
+         "{\"ref\":{\"type\":\"ref/resource\",\"uri\":\"corral://session/{session}/{+path}\"},"
+         "\"argument\":{\"name\":\"path\",\"value\":\"\"},\"context\":{\"arguments\":{"
+         "\"session\":\"r\"}}}",
+     .stalled = runtime_muted,
+     .idle_at_once = true,
+     .check = check_session},
+    {.name = "run_python under ask_run",
+     .setup = setup_ask,
+     .method = "tools/call",
+     .params = "{\"name\":\"run_python\",\"arguments\":{\"code\":\"print:x\"}}",
+     .stalled = kind_asked,
+     .idle_at_once = true,
+     .check = check_question},
+    /* Had it not been withdrawn, it would run (or be refused) after a second. */
+    {.name = "run_python waiting for its session",
+     .setup = setup_stopping,
+     .method = "tools/call",
+     .params = "{\"name\":\"run_python\",\"arguments\":{\"code\":\"print:x\",\"session\":\"r\"}}",
+     .answer_ms = 1500},
 };
 
 /* A client of its own, initialized as an SDK client with elicitation. */
@@ -774,6 +900,36 @@ static bool sent_under(struct client *c, int id)
         return false;
 }
 
+/* Whether the client was sent an answer under id null. */
+static bool sent_under_null(struct client *c)
+{
+        size_t i;
+        json_t *x;
+        json_array_foreach(c->inbox, i, x)
+        {
+                if (json_is_null(json_object_get(x, "id")) && !json_object_get(x, "method"))
+                        return true;
+        }
+        return false;
+}
+
+/* Whether every session of `owner` is idle (or gone) within `ms`. */
+static bool sessions_settle(const char *owner, int ms)
+{
+        for (long long end = now_ms() + ms;; loop_iterate(L, 10)) {
+                json_t *list = session_list(S, owner);
+                size_t i, busy = 0;
+                json_t *x;
+                json_array_foreach(list, i, x) busy +=
+                    strcmp(json_string_value(json_object_get(x, "state")) ?: "", "idle") != 0;
+                json_decref(list);
+                if (busy == 0)
+                        return true;
+                if (now_ms() >= end)
+                        return false;
+        }
+}
+
 static bool wait_idle(struct client *c, int ms)
 {
         for (long long end = now_ms() + ms; mcp_server_busy(c->srv) && now_ms() < end;)
@@ -814,29 +970,55 @@ static void test_requests(void)
                                     "notifications/cancelled",
                                     json_pack("{s:i, s:s}", "requestId", id, "reason", "test")));
                 json_decref(client_call(&c, "ping", NULL, 2000));
+                unsigned long long execs = fake_engine_execs(F);
                 if (k->idle_at_once)
                         ok(!mcp_server_busy(c.srv), "%s: withdrawn, it holds nothing", k->name);
+                if (k->check == check_session)
+                        is_int((int)session_r_pending(), 0,
+                               "%s: ... nor anything in its session (its file operation, its "
+                               "request to the runtime, its hold on the freeze)",
+                               k->name);
                 if (k->end)
                         k->end();
                 if (!k->idle_at_once)
                         ok(wait_idle(&c, 5000), "%s: withdrawn, its run ends", k->name);
                 undo_stalls();
-                /* A wait for a session would have been answered after its second. */
                 for (long long end = now_ms() + k->answer_ms;
                      now_ms() < end && !sent_under(&c, id);)
                         loop_iterate(L, 10);
-                ok(!sent_under(&c, id), "%s: withdrawn, it is never answered", k->name);
+                if (!k->runs_after)
+                        is_int((int)(fake_engine_execs(F) - execs), 0,
+                               "%s: withdrawn, nothing of it runs", k->name);
+                if (k->check)
+                        k->check();
+                ok(!sent_under(&c, id) && !sent_under_null(&c),
+                   "%s: withdrawn, it is never answered", k->name);
                 client_close(&c, false);
                 ok(wait_removed(alive, 10000), "%s: its client's sandboxes are removed", k->name);
 
-                kind_client(&c, "leaver");
-                if (k->setup)
-                        k->setup();
-                kind_start(k, ++next_id);
-                ok(mcp_server_busy(c.srv), "%s: a client leaves with it in flight", k->name);
-                client_close(&c, false);
-                undo_stalls();
-                ok(wait_removed(alive, 10000), "%s: ... its sandboxes are removed", k->name);
+                /* A client that leaves, and one that leaves its sessions
+                 * for its next MCP session (their runs end after it). */
+                static const char *const leavers[] = {"leaver", "keeper"};
+                for (size_t j = 0; j < ARRAY_SIZE(leavers); j++) {
+                        kind_client(&c, leavers[j]);
+                        if (j == 1)
+                                mcp_server_keep_sessions(c.srv);
+                        if (k->setup)
+                                k->setup();
+                        kind_start(k, ++next_id);
+                        ok(mcp_server_busy(c.srv), "%s: a %s goes with it in flight", k->name,
+                           leavers[j]);
+                        client_close(&c, false);
+                        undo_stalls();
+                        if (j == 1) {
+                                /* Its sessions' runs end without it; then they go. */
+                                ok(sessions_settle("keeper", 10000),
+                                   "%s: ... the sessions it left settle", k->name);
+                                session_close_owner(S, "keeper");
+                        }
+                        ok(wait_removed(alive, 10000), "%s: ... its sandboxes are removed",
+                           k->name);
+                }
         }
         cfg.client_max_sandboxes = 0;
 }
