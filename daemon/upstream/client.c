@@ -94,41 +94,9 @@ static bool set_state(struct upstream *u, enum ustate to)
         return true;
 }
 
+static void check_stopped(struct upstream_set *set);
+
 /* ---- small helpers */
-
-char *upstream_masked_n(const struct upstream_set *set, const char *text, size_t len, size_t max,
-                        unsigned flags)
-{
-        return utf8_scrub(mask_text(set->reg.mask, text, len, max, flags));
-}
-
-/* A message made whole, then masked and cut to fit in out[0..size): what
- * it quotes (a command, a path, a server's words) may hold a secret. */
-static void masked_message(const struct upstream_set *set, char *out, size_t size, const char *fmt,
-                           va_list ap) _printf_(4, 0);
-static void masked_message(const struct upstream_set *set, char *out, size_t size, const char *fmt,
-                           va_list ap)
-{
-        char *msg = NULL;
-        if (vasprintf(&msg, fmt, ap) < 0) {
-                snprintf(out, size, "out of memory");
-                return;
-        }
-        mask_into(set->reg.mask, msg, strlen(msg), 0, out, size);
-        utf8_scrub(out);
-        free(msg);
-}
-
-int upstream_err_masked(const struct upstream_set *set, struct err *e, enum err_kind kind, int code,
-                        const char *fmt, ...)
-{
-        err_set(e, kind, code, "out of memory");
-        va_list ap;
-        va_start(ap, fmt);
-        masked_message(set, e->msg, sizeof(e->msg), fmt, ap);
-        va_end(ap);
-        return e->code;
-}
 
 static void set_last_error(struct upstream *u, const char *fmt, ...) _printf_(2, 3);
 static void set_last_error(struct upstream *u, const char *fmt, ...)
@@ -156,7 +124,7 @@ static void call_unlink(struct upstream_call *c)
         list_del(&c->node);
 }
 
-static void call_free(struct upstream_call *c)
+static void call_destroy(struct upstream_call *c)
 {
         forget(c->u, c->id);
         timer_remove(c->timer);
@@ -207,7 +175,7 @@ static void call_fail(struct upstream_call *c, int code, const char *fmt, ...)
         struct err e = {.kind = ERR_INTERNAL, .code = code};
         va_list ap;
         va_start(ap, fmt);
-        masked_message(c->u->set, e.msg, sizeof(e.msg), fmt, ap);
+        mask_vformat(c->u->set->reg.mask, e.msg, sizeof(e.msg), fmt, ap);
         va_end(ap);
         call_finish(c, NULL, &e);
 }
@@ -473,7 +441,7 @@ static void on_message(void *userdata, const char *line, size_t len)
                 } else if (r == JRPC_PARSE_ERROR) {
                         /* Not jansson's words: they quote the line cut at
                          * 160 bytes, before anything could mask it. */
-                        char *masked = upstream_masked_n(u->set, line, len, LINE_SHOWN, 0);
+                        char *masked = mask_shown(u->set->reg.mask, line, len, LINE_SHOWN, 0);
                         log_warn("upstream %s: a message that is not JSON: %s", u->spec->name,
                                  masked ? masked : "?");
                         free(masked);
@@ -705,7 +673,7 @@ static void on_stopped(void *userdata)
         struct upstream *u = userdata;
         u->stop_pending = false;
         log_info("upstream %s: session ended", u->spec->name);
-        upstream_check_stopped(u->set);
+        check_stopped(u->set);
 }
 
 static const struct transport_events events = {
@@ -793,7 +761,7 @@ static int add_call(struct upstream *u, const char *method, json_t *params, doub
                 r = timer_arm(c->timer, ms > 0 ? ms : 1);
         }
         if (r < 0 || (method && !c->method)) {
-                call_free(c);
+                call_destroy(c);
                 return r < 0 ? r : -ENOMEM;
         }
         list_push(&u->calls, &c->node);
@@ -845,7 +813,7 @@ void upstream_call_cancel(struct upstream_call *c)
                 send_json(u, jrpc_notification("notifications/cancelled", p));
         }
         call_unlink(c);
-        call_free(c);
+        call_destroy(c);
 }
 
 /* ---- the set */
@@ -862,6 +830,7 @@ int upstream_set_new(struct loop *l, const struct config *cfg, struct registry *
         *reg = (struct registry){0};
         set->n = set->reg.n;
         list_init(&set->procs);
+        set->reaped = check_stopped;
         set->v = calloc(set->n ? set->n : 1, sizeof(*set->v));
         if (!set->v) {
                 registry_free(&set->reg);
@@ -888,7 +857,9 @@ int upstream_set_new(struct loop *l, const struct config *cfg, struct registry *
         return 0;
 }
 
-void upstream_check_stopped(struct upstream_set *set)
+/* At shutdown: the set's `done` once nothing runs any more (also after
+ * each process is reaped: process.c calls it through set->reaped). */
+static void check_stopped(struct upstream_set *set)
 {
         if (!set->shutting_down || !set->done || !list_empty(&set->procs))
                 return;
@@ -921,7 +892,7 @@ void upstream_set_shutdown(struct upstream_set *set, void (*done)(void *), void 
                  * and for every process (process.c). */
                 u->stop_pending = u->t->ops->stop(u->t);
         }
-        upstream_check_stopped(set);
+        check_stopped(set);
 }
 
 void upstream_set_free(struct upstream_set *set)
@@ -933,7 +904,7 @@ void upstream_set_free(struct upstream_set *set)
                 while (!list_empty(&u->calls)) {
                         struct upstream_call *c = list_first(&u->calls, struct upstream_call, node);
                         call_unlink(c);
-                        call_free(c);
+                        call_destroy(c);
                 }
                 u->stopping = true;
                 if (u->t)
@@ -979,7 +950,7 @@ const struct upstream_spec *upstream_spec(const struct upstream *u)
 char *upstream_mask(const struct upstream_set *set, const char *text, size_t max)
 {
         text = text ? text : "";
-        return upstream_masked_n(set, text, strlen(text), max, 0);
+        return mask_shown(set->reg.mask, text, strlen(text), max, 0);
 }
 
 const char *upstream_state(const struct upstream *u)

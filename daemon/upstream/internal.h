@@ -55,20 +55,12 @@ struct upstream_set {
         struct upstream *v;
         size_t n;
         struct list procs; /* struct uproc: every process not reaped yet */
+        /* A process was reaped (process.c): the shutdown may be over. */
+        void (*reaped)(struct upstream_set *set);
         bool shutting_down;
         void (*done)(void *);
         void *done_ud;
 };
-
-/* text[0..len) masked with every server's secrets, cut to `max` (0: not
- * cut) and made valid UTF-8 (caller frees; NULL when out of memory). */
-char *upstream_masked_n(const struct upstream_set *set, const char *text, size_t len, size_t max,
-                        unsigned flags);
-/* err_set with the message masked (what it quotes may hold a secret). */
-int upstream_err_masked(const struct upstream_set *set, struct err *e, enum err_kind kind, int code,
-                        const char *fmt, ...) _printf_(5, 6);
-/* At shutdown: call the set's `done` once nothing runs any more. */
-void upstream_check_stopped(struct upstream_set *set);
 
 /* ---- process.c: a stdio server's process */
 

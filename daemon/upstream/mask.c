@@ -512,3 +512,30 @@ json_t *mask_json(struct mask *m, json_t *v)
                 return json_incref(v);
         }
 }
+
+char *mask_shown(struct mask *m, const char *text, size_t len, size_t max, unsigned flags)
+{
+        return utf8_scrub(mask_text(m, text, len, max, flags));
+}
+
+void mask_vformat(struct mask *m, char *out, size_t size, const char *fmt, va_list ap)
+{
+        char *msg = NULL;
+        if (vasprintf(&msg, fmt, ap) < 0) {
+                snprintf(out, size, "out of memory");
+                return;
+        }
+        mask_into(m, msg, strlen(msg), 0, out, size);
+        utf8_scrub(out);
+        free(msg);
+}
+
+int mask_err(struct mask *m, struct err *e, enum err_kind kind, int code, const char *fmt, ...)
+{
+        err_set(e, kind, code, "out of memory");
+        va_list ap;
+        va_start(ap, fmt);
+        mask_vformat(m, e->msg, sizeof(e->msg), fmt, ap);
+        va_end(ap);
+        return e->code;
+}

@@ -29,6 +29,10 @@
  * sender that cut the secret itself can put one there. */
 #pragma once
 
+#include "core/util.h"
+
+#include <stdarg.h>
+
 #include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -69,6 +73,15 @@ char *mask_text(struct mask *m, const char *text, size_t len, size_t max, unsign
  * of memory the whole text is withheld as MASK_MARK. Returns the length. */
 size_t mask_into(struct mask *m, const char *text, size_t len, unsigned flags, char *out,
                  size_t size);
+/* mask_text made valid UTF-8: what is shown in a log line or an error. */
+char *mask_shown(struct mask *m, const char *text, size_t len, size_t max, unsigned flags);
+/* err_set with its message made whole, then masked and cut to fit: what
+ * it quotes (a command, a path, a server's words) may hold a secret. */
+_printf_(5, 6) int mask_err(struct mask *m, struct err *e, enum err_kind kind, int code,
+                            const char *fmt, ...);
+/* The same into out[0..size). */
+_printf_(4, 0) void mask_vformat(struct mask *m, char *out, size_t size, const char *fmt,
+                                 va_list ap);
 /* A copy of `v` with every string value in it masked as mask_text does
  * (uncut) and made valid UTF-8: what an upstream server answers may echo a
  * secret it was given, and its answer goes to sandboxed code. Object keys

@@ -4,6 +4,7 @@
  * set's list until reaped, whether or not its transport still wants it, so
  * that shutdown waits for every one and nothing is left behind. */
 #include "upstream/internal.h"
+#include "upstream/mask.h"
 
 #include "core/buf.h"
 #include "core/confine.h"
@@ -61,7 +62,7 @@ static int on_err_line(void *userdata, const char *line, size_t len)
         if (!line)
                 return 0;
         /* The whole line is masked, then cut. */
-        char *masked = upstream_masked_n(p->u->set, line, len, STDERR_SHOWN, 0);
+        char *masked = mask_shown(p->u->set->reg.mask, line, len, STDERR_SHOWN, 0);
         if (!masked)
                 return 0;
         if (p->err_logged < STDERR_LOG_MAX)
@@ -165,7 +166,7 @@ static void reap(struct uproc *p)
         if (p->exited)
                 p->exited(p->userdata, how);
         proc_free(p);
-        upstream_check_stopped(u->set);
+        u->set->reaped(u->set);
 }
 
 static void pid_ready(struct watch *w, uint32_t events, void *userdata)
@@ -434,9 +435,9 @@ int uproc_spawn(struct upstream *u, void (*exited)(void *userdata, const char *h
                 close(fds[2]);
                 close(fds[4]);
                 proc_free(p);
-                return upstream_err_masked(
-                    u->set, e, ERR_INTERNAL, child_errno, "cannot run `%s`%s%s: %s", spec->argv[0],
-                    spec->cwd ? " in " : "", spec->cwd ? spec->cwd : "", strerror(child_errno));
+                return mask_err(u->set->reg.mask, e, ERR_INTERNAL, child_errno,
+                                "cannot run `%s`%s%s: %s", spec->argv[0], spec->cwd ? " in " : "",
+                                spec->cwd ? spec->cwd : "", strerror(child_errno));
         }
         p->pid = pid;
         p->err_fd = fds[4];
