@@ -189,6 +189,15 @@ void watch_remove(struct watch *w)
         w->loop->dead = w;
 }
 
+void watch_close(struct watch **w, int *fd)
+{
+        watch_remove(*w);
+        *w = NULL;
+        if (*fd >= 0)
+                close(*fd);
+        *fd = -1;
+}
+
 static void timer_fired(struct watch *w, uint32_t events, void *userdata)
 {
         struct timer *t = userdata;

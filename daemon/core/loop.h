@@ -48,6 +48,8 @@ int watch_add(struct loop *l, int fd, uint32_t events, watch_cb cb, void *userda
 int watch_modify(struct watch *w, uint32_t events);
 /* Safe to call from inside the watch's own callback. Accepts NULL. */
 void watch_remove(struct watch *w);
+/* Removes *w (if any) and closes *fd (if >= 0), leaving them NULL and -1. */
+void watch_close(struct watch **w, int *fd);
 
 /* One-shot timer firing after `ms` milliseconds (0 disarms). */
 int timer_add(struct loop *l, timer_cb cb, void *userdata, struct timer **ret);

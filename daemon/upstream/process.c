@@ -79,11 +79,7 @@ static int on_err_line(void *userdata, const char *line, size_t len)
 
 static void err_close(struct uproc *p)
 {
-        watch_remove(p->w_err);
-        p->w_err = NULL;
-        if (p->err_fd >= 0)
-                close(p->err_fd);
-        p->err_fd = -1;
+        watch_close(&p->w_err, &p->err_fd);
 }
 
 /* What is there to read now (all of it when `drain`). */

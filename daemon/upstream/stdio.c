@@ -79,20 +79,12 @@ static int on_line(void *userdata, const char *line, size_t len)
 
 static void close_out(struct stdio_transport *st)
 {
-        watch_remove(st->w_out);
-        st->w_out = NULL;
-        if (st->out_fd >= 0)
-                close(st->out_fd);
-        st->out_fd = -1;
+        watch_close(&st->w_out, &st->out_fd);
 }
 
 static void close_in(struct stdio_transport *st)
 {
-        watch_remove(st->w_in);
-        st->w_in = NULL;
-        if (st->in_fd >= 0)
-                close(st->in_fd);
-        st->in_fd = -1;
+        watch_close(&st->w_in, &st->in_fd);
         st->wbuf.len = 0;
 }
 

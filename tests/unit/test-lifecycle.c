@@ -12,6 +12,7 @@
 #include "core/jsonrpc.h"
 #include "core/log.h"
 #include "tap.h"
+#include "wait.h"
 
 #include <fcntl.h>
 #include <stdlib.h>
@@ -24,13 +25,7 @@ static struct engine *E;
 static char dir[] = "/tmp/corral-lifecycle.XXXXXX";
 static char log_path[128];
 
-#define WAIT_UNTIL(cond, ms)                                                                       \
-        ({                                                                                         \
-                long long end_ = now_ms() + (ms);                                                  \
-                while (!(cond) && now_ms() < end_)                                                 \
-                        loop_iterate(L, 10);                                                       \
-                (bool)(cond);                                                                      \
-        })
+#define WAIT_UNTIL(cond, ms) LOOP_WAIT(L, cond, ms)
 
 struct done {
         int calls;

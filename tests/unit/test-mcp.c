@@ -12,6 +12,7 @@
 
 #include "core/jsonrpc.h"
 #include "tap.h"
+#include "wait.h"
 
 #include <fcntl.h>
 #include <stdlib.h>
@@ -386,9 +387,7 @@ static void test_call_after_cancel(void)
                                                         "arguments", "code", cases[i].code,
                                                         "session", "w1")));
                 /* Its code runs once the runtime has the exec. */
-                long long end = now_ms() + 5000;
-                while (fake_engine_execs(F) == execs && now_ms() < end)
-                        loop_iterate(L, 10);
+                LOOP_WAIT(L, fake_engine_execs(F) != execs, 5000);
                 ok(fake_engine_execs(F) > execs, "\"%s\" runs in w1", cases[i].code);
                 client_send(&C0, jrpc_notification("notifications/cancelled",
                                                    json_pack("{s:i}", "requestId", id)));
@@ -662,8 +661,7 @@ static void setup_stopping(void)
         client_send(K, jrpc_request(id, "tools/call",
                                     json_pack("{s:s, s:{s:s, s:s}}", "name", "run_python",
                                               "arguments", "code", "stubborn", "session", "r")));
-        for (long long end = now_ms() + 5000; !runtime_has_exec() && now_ms() < end;)
-                loop_iterate(L, 10);
+        LOOP_WAIT(L, runtime_has_exec(), 5000);
         client_send(
             K, jrpc_notification("notifications/cancelled", json_pack("{s:i}", "requestId", id)));
         json_decref(client_call(K, "ping", NULL, 2000));
@@ -879,8 +877,8 @@ static void kind_start(const struct kind *k, int id)
         /* Lines are taken in order: once the ping is answered, so is the
          * request taken. */
         json_decref(client_call(K, "ping", NULL, 2000));
-        for (long long end = now_ms() + 5000; k->stalled && !k->stalled() && now_ms() < end;)
-                loop_iterate(L, 10);
+        if (k->stalled)
+                LOOP_WAIT(L, k->stalled(), 5000);
         if (k->stalled && !k->stalled())
                 diag("%s: the request did not reach its stall", k->name);
 }
@@ -932,16 +930,12 @@ static bool sessions_settle(const char *owner, int ms)
 
 static bool wait_idle(struct client *c, int ms)
 {
-        for (long long end = now_ms() + ms; mcp_server_busy(c->srv) && now_ms() < end;)
-                loop_iterate(L, 10);
-        return !mcp_server_busy(c->srv);
+        return LOOP_WAIT(L, !mcp_server_busy(c->srv), ms);
 }
 
 static bool wait_removed(int alive, int ms)
 {
-        for (long long end = now_ms() + ms; fake_engine_alive(F) > alive && now_ms() < end;)
-                loop_iterate(L, 10);
-        return fake_engine_alive(F) <= alive;
+        return LOOP_WAIT(L, fake_engine_alive(F) <= alive, ms);
 }
 
 /* Each kind of request: a second one with its id is refused, a withdrawn
@@ -983,9 +977,7 @@ static void test_requests(void)
                 if (!k->idle_at_once)
                         ok(wait_idle(&c, 5000), "%s: withdrawn, its run ends", k->name);
                 undo_stalls();
-                for (long long end = now_ms() + k->answer_ms;
-                     now_ms() < end && !sent_under(&c, id);)
-                        loop_iterate(L, 10);
+                LOOP_WAIT(L, sent_under(&c, id), k->answer_ms);
                 if (!k->runs_after)
                         is_int((int)(fake_engine_execs(F) - execs), 0,
                                "%s: withdrawn, nothing of it runs", k->name);
@@ -1084,8 +1076,7 @@ int main(void)
          * calls still waiting), then the server and its calls go. */
         bool drained = false;
         sandbox_mgr_shutdown(M, set_true, &drained);
-        for (long long end = now_ms() + 10000; !drained && now_ms() < end;)
-                loop_iterate(L, 10);
+        LOOP_WAIT(L, drained, 10000);
         ok(drained, "the sandboxes drain at shutdown");
         is_int(fake_engine_alive(F), 0, "every container is removed at shutdown");
         client_close(&C0, true);

@@ -15,6 +15,7 @@
 #include "core/log.h"
 #include "core/util.h"
 #include "tap.h"
+#include "wait.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -34,13 +35,7 @@ static struct config C;
 static char dir[] = "/tmp/corral-upstream.XXXXXX";
 static char log_path[128], trace_path[128];
 
-#define WAIT_UNTIL(cond, ms)                                                                       \
-        ({                                                                                         \
-                long long end_ = now_ms() + (ms);                                                  \
-                while (!(cond) && now_ms() < end_)                                                 \
-                        loop_iterate(L, 10);                                                       \
-                (bool)(cond);                                                                      \
-        })
+#define WAIT_UNTIL(cond, ms) LOOP_WAIT(L, cond, ms)
 
 /* What a call's callback was told. */
 struct got {
