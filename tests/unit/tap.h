@@ -170,6 +170,19 @@ static inline void todo_end(void)
         tap_todo_reason = NULL;
 }
 
+/* Each line of a file (a log) as a diagnostic, when the test failed. */
+static inline void diag_file_on_failure(const char *path)
+{
+        if (!tap_failures)
+                return;
+        char line[2048];
+        FILE *f = fopen(path, "re");
+        while (f && fgets(line, sizeof(line), f))
+                diag("%s", line);
+        if (f)
+                fclose(f);
+}
+
 /* The test cannot go on: TAP's bail-out line, and exit 1. */
 __attribute__((format(printf, 1, 2), noreturn)) static inline void bail_out(const char *fmt, ...)
 {

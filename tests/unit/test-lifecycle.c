@@ -759,15 +759,7 @@ int main(void)
         engine_free(E);
         fake_engine_free(F);
         loop_free(L);
-        if (tap_failures) {
-                /* The log explains a failure: show it. */
-                char line[2048];
-                FILE *f = fopen(log_path, "re");
-                while (f && fgets(line, sizeof(line), f))
-                        diag("%s", line);
-                if (f)
-                        fclose(f);
-        }
+        diag_file_on_failure(log_path); /* the log explains a failure */
         unlink(log_path);
         rmdir(dir);
         return done_testing();

@@ -615,15 +615,7 @@ int main(int argc, char **argv)
         close(H.fd);
         loop_free(L);
         config_free(&C);
-        if (tap_failures) {
-                /* The log explains a failure: show it. */
-                char line[2048];
-                FILE *f = fopen(log_path, "re");
-                while (f && fgets(line, sizeof(line), f))
-                        diag("%s", line);
-                if (f)
-                        fclose(f);
-        }
+        diag_file_on_failure(log_path); /* the log explains a failure */
         unlink(log_path);
         unlink(trace_path);
         rmdir(dir);
