@@ -95,6 +95,7 @@ static bool set_state(struct upstream *u, enum ustate to)
 }
 
 static void check_stopped(struct upstream_set *set);
+static void reaped(struct upstream_set *set);
 
 /* ---- small helpers */
 
@@ -692,6 +693,12 @@ static void u_start(struct upstream *u)
                 timer_arm(u->restart_timer, u->retry_at_ms - now);
                 return;
         }
+        /* Its last process first goes (killed, not reaped yet): a port or a
+         * lock it held is free for the next one. */
+        if (u->spec->transport == UP_STDIO && uproc_running_for(u)) {
+                u->wait_reap = true;
+                return;
+        }
         if (!set_state(u, U_STARTING))
                 return;
         u->started_ms = now;
@@ -830,7 +837,7 @@ int upstream_set_new(struct loop *l, const struct config *cfg, struct registry *
         *reg = (struct registry){0};
         set->n = set->reg.n;
         list_init(&set->procs);
-        set->reaped = check_stopped;
+        set->reaped = reaped;
         set->v = calloc(set->n ? set->n : 1, sizeof(*set->v));
         if (!set->v) {
                 registry_free(&set->reg);
@@ -871,6 +878,20 @@ static void check_stopped(struct upstream_set *set)
         done(set->done_ud);
 }
 
+/* A process was reaped (process.c): a start that waited for it goes on
+ * (from its timer), and the shutdown may be over. */
+static void reaped(struct upstream_set *set)
+{
+        for (size_t i = 0; i < set->n; i++) {
+                struct upstream *u = &set->v[i];
+                if (u->wait_reap && !u->stopping && !uproc_running_for(u)) {
+                        u->wait_reap = false;
+                        timer_arm(u->restart_timer, 1);
+                }
+        }
+        check_stopped(set);
+}
+
 void upstream_set_shutdown(struct upstream_set *set, void (*done)(void *), void *userdata)
 {
         set->shutting_down = true;
@@ -899,6 +920,7 @@ void upstream_set_free(struct upstream_set *set)
 {
         if (!set)
                 return;
+        set->done = NULL; /* freed: a shutdown still waiting is told nothing */
         for (size_t i = 0; i < set->n; i++) {
                 struct upstream *u = &set->v[i];
                 while (!list_empty(&u->calls)) {

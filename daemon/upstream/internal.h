@@ -42,6 +42,7 @@ struct upstream {
         long long backoff_ms;
         bool stopping;     /* shut down: never started again */
         bool stop_pending; /* its transport's stop is under way */
+        bool wait_reap;    /* a start waits for its last process to be reaped */
         /* Its own secrets of MASK_ANSWER_MIN bytes or more, masked in its
          * successful answers and tool list (upstream/mask.h). */
         struct mask *answer_mask;
@@ -86,3 +87,5 @@ bool uproc_watched(const struct uproc *p);
 const char *uproc_last_words(const struct uproc *p);
 /* Kill and reap (waiting) every process of the set; frees them. */
 void uproc_kill_all(struct upstream_set *set);
+/* Whether a process of u's is still there (not reaped yet). */
+bool uproc_running_for(const struct upstream *u);

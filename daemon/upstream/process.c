@@ -224,6 +224,13 @@ const char *uproc_last_words(const struct uproc *p)
         return p->last_stderr;
 }
 
+bool uproc_running_for(const struct upstream *u)
+{
+        const struct uproc *p;
+        list_for_each(p, &u->set->procs, node) if (p->u == u) return true;
+        return false;
+}
+
 void uproc_kill_all(struct upstream_set *set)
 {
         while (!list_empty(&set->procs)) {

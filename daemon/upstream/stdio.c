@@ -13,6 +13,7 @@
 
 #include <poll.h>
 #include <signal.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <unistd.h>
@@ -20,14 +21,14 @@
 #define EXIT_WAIT_MS 1000 /* stdout closed: how long its exit status is awaited */
 #define READS_MAX    64   /* chunks read per wake-up */
 
-enum inmsg_kind { IN_MESSAGE, IN_DROPPED, IN_END };
+enum inmsg_kind { IN_MESSAGE, IN_DROPPED };
 
 /* What is handed up, in order. */
 struct inmsg {
         struct list node; /* st->inbox */
         enum inmsg_kind kind;
         size_t len;
-        char data[]; /* the message, or (IN_END) how it ended, NUL-terminated */
+        char data[]; /* the message, NUL-terminated */
 };
 
 struct stdio_transport {
@@ -43,7 +44,9 @@ struct stdio_transport {
         bool reading_paused; /* the inbox holds a bound's worth */
         struct defer deliver;
         bool out_eof; /* its stdout closed */
-        bool ending;  /* the end is in the inbox: nothing more is read */
+        bool ending;  /* it ended: nothing more is read; `ended` follows the inbox */
+        bool ended_sent;
+        char end_how[128]; /* how it ended: kept here, so that telling needs no memory */
         struct timer *exit_wait;
         char *last_words; /* its last stderr line, kept when it was reaped */
 };
@@ -96,7 +99,8 @@ static void end(struct stdio_transport *st, const char *how)
         st->ending = true;
         timer_stop(st->exit_wait);
         close_out(st);
-        push(st, IN_END, how, strlen(how));
+        snprintf(st->end_how, sizeof(st->end_how), "%s", how);
+        loop_defer(st->u->set->loop, &st->deliver, deliver, st);
 }
 
 /* Read what there is; `all`: until it would block (the writer is gone). */
@@ -163,14 +167,24 @@ static void on_exited(void *userdata, const char *how)
 static void deliver(void *userdata)
 {
         struct stdio_transport *st = userdata;
-        if (list_empty(&st->inbox))
+        const struct transport_events *ev = st->t.ev;
+        void *ud = st->t.userdata;
+        if (list_empty(&st->inbox)) {
+                /* The end, after every message read before it. */
+                if (!st->ending || st->ended_sent)
+                        return;
+                st->ended_sent = true;
+                char how[sizeof(st->end_how)];
+                memcpy(how, st->end_how, sizeof(how));
+                ev->ended(ud, how); /* the last use of st: the handler may close it */
                 return;
+        }
         struct inmsg *m = list_first(&st->inbox, struct inmsg, node);
         list_del(&m->node);
         st->inbox_bytes -= m->len;
-        if (!list_empty(&st->inbox))
+        if (!list_empty(&st->inbox) || (st->ending && !st->ended_sent))
                 loop_defer(st->u->set->loop, &st->deliver, deliver, st);
-        else if (st->reading_paused && st->out_fd >= 0) {
+        if (list_empty(&st->inbox) && st->reading_paused && st->out_fd >= 0) {
                 st->reading_paused = false;
                 if (watch_add(st->u->set->loop, st->out_fd, EPOLLIN, out_ready, st, &st->w_out) <
                     0) {
@@ -179,15 +193,11 @@ static void deliver(void *userdata)
                 }
         }
         /* The last use of st: the handler may close it. */
-        const struct transport_events *ev = st->t.ev;
-        void *ud = st->t.userdata;
         size_t max = st->lines.max;
         if (m->kind == IN_MESSAGE)
                 ev->message(ud, m->data, m->len);
-        else if (m->kind == IN_DROPPED)
-                ev->message(ud, NULL, max);
         else
-                ev->ended(ud, m->data);
+                ev->message(ud, NULL, max);
         free(m);
 }
 

@@ -51,6 +51,11 @@ ok $((1 - $?)) "a planted include of bridge/ under sandbox/ is found, with its f
     "found: $found"
 
 printf '%s\n' "$rules" | grep . | while IFS=: read -r dir forbidden why; do
+    if [ ! -d "$src/daemon/$dir" ]; then
+        # A folder renamed or gone: the rule checks nothing until it is mended.
+        ok 0 "daemon/$dir/ includes nothing of $forbidden" "daemon/$dir/ does not exist"
+        continue
+    fi
     found=$(breaks "$src" "$dir" $forbidden)
     if [ -z "$found" ]; then
         ok 1 "daemon/$dir/ includes nothing of $forbidden"

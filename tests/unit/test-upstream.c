@@ -554,6 +554,9 @@ static void test_shutdown(void)
         call("fake", "echo", json_pack("{s:s}", "text", "late"), 5, 0, &a);
         ok(WAIT_UNTIL(a.calls == 1, 1000) && a.failed, "shutdown: a new call fails");
         like(a.msg, "corral is shutting down", "shutdown: ...saying so");
+        /* The loop turns on: done is not told again. */
+        WAIT_UNTIL(shutdown_calls > 1, 300);
+        is_int(shutdown_calls, 1, "shutdown: done is told once");
 }
 
 int main(int argc, char **argv)
