@@ -128,3 +128,16 @@ void audit_write(struct audit *a, const struct audit_entry *en)
                 json_object_set_new(line, "policy", json_string(a->policy));
         write_line(a, line);
 }
+
+void audit_write_event(struct audit *a, json_t *line)
+{
+        if (!a || !line) {
+                json_decref(line);
+                return;
+        }
+        char when[40];
+        now_text(when, sizeof(when));
+        json_object_set_new(line, "time", json_string(when));
+        json_object_set_new(line, "policy", json_string(a->policy));
+        write_line(a, line);
+}

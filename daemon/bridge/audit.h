@@ -4,6 +4,8 @@
 
 #include "core/util.h"
 
+#include <jansson.h>
+
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -38,3 +40,6 @@ void audit_close(struct audit *a);
 char *audit_default_path(void);
 /* One line, written whole. A failure is logged (once), never fatal. */
 void audit_write(struct audit *a, const struct audit_entry *entry);
+/* A line of another kind (`line` has its "event"; stolen): the time and
+ * the policy are added. */
+void audit_write_event(struct audit *a, json_t *line);

@@ -1,5 +1,7 @@
 #include "bridge/bridge.h"
 
+#include "bridge/egress.h"
+
 #include "core/buf.h"
 #include "core/list.h"
 #include "core/log.h"
@@ -20,6 +22,7 @@ struct bridge {
         struct upstream_set *ups;
         struct policy *pol;
         struct audit *audit;
+        struct egress *egress; /* the way out of sandboxes */
 };
 
 const char *bridge_answer_name(enum bridge_answer answer)
@@ -71,24 +74,32 @@ struct bridge_run {
         long in_flight;     /* all requests being served */
         struct list bcalls; /* in flight */
         const struct bridge_asker *asker; /* NULL: nobody to ask */
+        struct egress_run *net;           /* its connections through the proxy */
         /* Answers go out from the loop (core/loop.h), in order. */
         json_t *outbox;
         struct defer flush_d;
 };
 
 int bridge_new(struct loop *l, const struct config *cfg, struct upstream_set *ups,
-               struct policy *pol, struct audit *audit, struct bridge **ret)
+               struct policy *pol, struct audit *audit, struct bridge **ret, struct err *e)
 {
         struct bridge *b = calloc(1, sizeof(*b));
         if (!b)
-                return -ENOMEM;
+                return err_set(e, ERR_INTERNAL, ENOMEM, "out of memory");
         *b = (struct bridge){.loop = l, .cfg = cfg, .ups = ups, .pol = pol, .audit = audit};
+        int r = egress_new(l, cfg, pol, audit, &b->egress, e);
+        if (r < 0) {
+                free(b);
+                return r;
+        }
         *ret = b;
         return 0;
 }
 
 void bridge_free(struct bridge *b)
 {
+        if (b)
+                egress_free(b->egress);
         free(b);
 }
 
@@ -186,8 +197,8 @@ int bridge_check_servers(struct bridge *b, json_t *names, struct err *e)
         return 0;
 }
 
-int bridge_run_new(struct bridge *b, json_t *names, bridge_send_fn send, void *userdata,
-                   struct bridge_run **ret)
+int bridge_run_new(struct bridge *b, json_t *names, json_t *network, bridge_send_fn send,
+                   void *userdata, struct bridge_run **ret)
 {
         struct bridge_run *r = calloc(1, sizeof(*r));
         if (!r)
@@ -213,13 +224,33 @@ int bridge_run_new(struct bridge *b, json_t *names, bridge_send_fn send, void *u
                 }
                 r->n_servers++;
         }
+        if (egress_run_new(b->egress, network, send, userdata, &r->net) < 0) {
+                bridge_run_free(r);
+                return -ENOMEM;
+        }
         *ret = r;
         return 0;
+}
+
+int bridge_check_network(json_t *network, struct err *e)
+{
+        return egress_check_grant(network, e);
 }
 
 void bridge_run_set_sandbox(struct bridge_run *r, const char *id)
 {
         snprintf(r->sandbox, sizeof(r->sandbox), "%s", id ? id : "");
+        egress_run_set_names(r->net, r->sandbox, NULL);
+}
+
+void bridge_run_set_client(struct bridge_run *r, const char *client)
+{
+        egress_run_set_names(r->net, NULL, client);
+}
+
+json_t *bridge_run_exec_network(const struct bridge_run *r)
+{
+        return egress_run_exec_params(r->net);
 }
 
 json_t *bridge_run_exec_servers(const struct bridge_run *r)
@@ -369,6 +400,7 @@ static void bcall_free(struct bcall *c)
 void bridge_run_set_asker(struct bridge_run *r, const struct bridge_asker *asker)
 {
         r->asker = asker;
+        egress_run_set_asker(r->net, asker);
 }
 
 void bridge_run_free(struct bridge_run *r)
@@ -393,6 +425,7 @@ void bridge_run_free(struct bridge_run *r)
                 r->denials = 0; /* this summary itself is written */
                 audit(r, "*", "*", 0, 0, 0, false, msg);
         }
+        egress_run_free(r->net);
         defer_cancel(&r->flush_d); /* answers not sent yet go with it */
         json_decref(r->outbox);
         for (size_t i = 0; i < r->n_servers; i++)
@@ -875,6 +908,8 @@ void bridge_run_handle(struct bridge_run *r, const struct jrpc_msg *m)
         if (m->kind == JRPC_NOTIFICATION) {
                 if (strcmp(m->method, "notifications/cancelled") == 0)
                         handle_cancel(r, m->params);
+                else if (strncmp(m->method, "net/", 4) == 0 && json_is_object(m->params))
+                        egress_run_frame(r->net, m->method, m->params);
                 return;
         }
         if (m->kind != JRPC_REQUEST)

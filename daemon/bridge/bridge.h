@@ -26,8 +26,10 @@ struct bridge_run;
 
 /* Borrows all four (audit may be NULL: no audit log). */
 struct loop;
+/* Sets up the way out of sandboxes too (bridge/egress.h): a bad
+ * network_routes or network_resolve entry is an error in *e. */
 int bridge_new(struct loop *l, const struct config *cfg, struct upstream_set *ups,
-               struct policy *pol, struct audit *audit, struct bridge **ret);
+               struct policy *pol, struct audit *audit, struct bridge **ret, struct err *e);
 void bridge_free(struct bridge *b);
 struct upstream_set *bridge_upstreams(struct bridge *b);
 const struct policy *bridge_policy(const struct bridge *b);
@@ -35,6 +37,10 @@ const struct policy *bridge_policy(const struct bridge *b);
 /* Check a call's `servers` argument (array of names). 0, or -EINVAL and
  * *e for the caller. */
 int bridge_check_servers(struct bridge *b, json_t *names, struct err *e);
+
+/* Check a call's `network` argument (host patterns). 0, or -EINVAL and
+ * *e. */
+int bridge_check_network(json_t *network, struct err *e);
 
 /* Frames to the sandbox go through `send` (the message is stolen). */
 typedef void (*bridge_send_fn)(void *userdata, json_t *msg);
@@ -65,10 +71,11 @@ struct bridge_asker {
  * (ask_run: a run itself). Accepts NULL (no bridge, or no audit log). */
 void bridge_audit(struct bridge *b, const struct audit_entry *e);
 
-/* One sandbox run's view: the servers it may call. `names` is checked
- * already (bridge_check_servers) and copied. */
-int bridge_run_new(struct bridge *b, json_t *names, bridge_send_fn send, void *userdata,
-                   struct bridge_run **ret);
+/* One sandbox run's view: the servers it may call and the hosts it may
+ * reach. `names` and `network` (may be NULL) are checked already
+ * (bridge_check_servers, bridge_check_network) and copied. */
+int bridge_run_new(struct bridge *b, json_t *names, json_t *network, bridge_send_fn send,
+                   void *userdata, struct bridge_run **ret);
 /* Withdraws what is still in flight (audited as such). Accepts NULL. */
 void bridge_run_free(struct bridge_run *r);
 /* Who to ask when the policy says `ask` (borrowed; it outlives the run).
@@ -76,6 +83,11 @@ void bridge_run_free(struct bridge_run *r);
 void bridge_run_set_asker(struct bridge_run *r, const struct bridge_asker *asker);
 /* The container, for the audit log (copied). */
 void bridge_run_set_sandbox(struct bridge_run *r, const char *id);
+/* The client the run is for, for the audit log (copied). */
+void bridge_run_set_client(struct bridge_run *r, const char *client);
+/* `network` for sandbox/exec ({"env": ...}, a new reference), or NULL when
+ * the run may reach no host. */
+json_t *bridge_run_exec_network(const struct bridge_run *r);
 /* `servers` for sandbox/exec: [{name, alias}] (new reference). */
 json_t *bridge_run_exec_servers(const struct bridge_run *r);
 /* A request or notification the runtime sent. Its answer goes to `send`

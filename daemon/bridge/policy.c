@@ -1,5 +1,7 @@
 #include "bridge/policy.h"
 
+#include "bridge/netrules.h"
+
 #include "core/buf.h"
 #include "upstream/registry.h"
 
@@ -44,6 +46,12 @@ struct policy {
         struct rules *v;
         size_t n;
         char *source; /* the user's file that was read, or NULL: the default alone */
+        /* "network": host globs (host or host:port) and the special
+         * addresses that may be reached all the same. */
+        char **net_allow, **net_ask, **net_deny;
+        struct net_range *net_addresses;
+        size_t n_net_addresses;
+        bool have_network;
 };
 
 static void rules_free(struct rules *r)
@@ -64,6 +72,10 @@ void policy_free(struct policy *p)
                 rules_free(&p->v[i]);
         free(p->v);
         free(p->source);
+        strv_free(p->net_allow);
+        strv_free(p->net_ask);
+        strv_free(p->net_deny);
+        free(p->net_addresses);
         free(p);
 }
 
@@ -208,6 +220,77 @@ static int parse_server(struct policy *p, const char *name, json_t *obj, const c
         return 0;
 }
 
+/* "network": {allow, ask, deny, addresses}; each key it names replaces
+ * what earlier files said. */
+static int parse_network(struct policy *p, json_t *obj, const char *label, struct err *e)
+{
+        if (!json_is_object(obj))
+                return err_set(e, ERR_CONFIG, EINVAL,
+                               "%s: network: must be an object (allow, ask, deny, addresses)",
+                               label);
+        const char *key;
+        json_t *v;
+        json_object_foreach(obj, key, v)
+        {
+                char shown[80], path[120];
+                int r;
+                str_printable(key, shown, sizeof(shown));
+                snprintf(path, sizeof(path), "network.%s", shown);
+                if (strcmp(key, "allow") == 0 || strcmp(key, "ask") == 0 ||
+                    strcmp(key, "deny") == 0) {
+                        char **globs = NULL;
+                        if ((r = get_globs(v, &globs, label, path, e)) < 0)
+                                return r;
+                        for (size_t i = 0; globs[i]; i++) {
+                                char host[NET_HOST_MAX + 4];
+                                int port;
+                                const char *why;
+                                if (net_pattern_parse(globs[i], true, host, sizeof(host), &port,
+                                                      &why) < 0) {
+                                        char g[80];
+                                        str_printable(globs[i], g, sizeof(g));
+                                        strv_free(globs);
+                                        return err_set(e, ERR_CONFIG, EINVAL,
+                                                       "%s: %s[%zu]: \"%s\": %s", label, path, i, g,
+                                                       why);
+                                }
+                        }
+                        char ***field = strcmp(key, "allow") == 0 ? &p->net_allow
+                                        : strcmp(key, "ask") == 0 ? &p->net_ask
+                                                                  : &p->net_deny;
+                        strv_free(*field);
+                        *field = globs;
+                } else if (strcmp(key, "addresses") == 0) {
+                        size_t n = json_array_size(v);
+                        if (!json_is_array(v) || n > MAX_GLOBS)
+                                return err_set(e, ERR_CONFIG, EINVAL,
+                                               "%s: %s: must be an array of at most %d addresses "
+                                               "or ranges (\"127.0.0.1\", \"10.0.0.0/8\")",
+                                               label, path, MAX_GLOBS);
+                        struct net_range *ranges = calloc(n + 1, sizeof(*ranges));
+                        if (!ranges)
+                                return err_set(e, ERR_INTERNAL, ENOMEM, "out of memory");
+                        for (size_t i = 0; i < n; i++) {
+                                const char *a = json_string_value(json_array_get(v, i));
+                                if (!a || net_range_parse(a, &ranges[i]) < 0) {
+                                        free(ranges);
+                                        return err_set(e, ERR_CONFIG, EINVAL,
+                                                       "%s: %s[%zu]: not an IP address or "
+                                                       "address/bits",
+                                                       label, path, i);
+                                }
+                        }
+                        free(p->net_addresses);
+                        p->net_addresses = ranges;
+                        p->n_net_addresses = n;
+                } else {
+                        return err_set(e, ERR_CONFIG, EINVAL, "%s: %s: unknown key", label, path);
+                }
+        }
+        p->have_network = true;
+        return 0;
+}
+
 static int parse_layer(struct policy *p, json_t *root, const char *label, struct err *e)
 {
         if (!json_is_object(root))
@@ -234,6 +317,9 @@ static int parse_layer(struct policy *p, json_t *root, const char *label, struct
                                 return r;
                         p->max_concurrent = (long)n;
                         p->have_max_concurrent = true;
+                } else if (strcmp(key, "network") == 0) {
+                        if ((r = parse_network(p, v, label, e)) < 0)
+                                return r;
                 } else if (strcmp(key, "servers") == 0) {
                         if (!json_is_object(v))
                                 return err_set(e, ERR_CONFIG, EINVAL,
@@ -331,6 +417,9 @@ int policy_load(const char *default_text, const char *user_path, bool required, 
                 if (!(p->star.set & (1u << i)))
                         r = err_set(e, ERR_CONFIG, EINVAL, "%s: servers.*.%s: missing",
                                     default_label, field_names[i]);
+        if (r == 0 && (!p->have_network || !p->net_allow || !p->net_ask || !p->net_deny))
+                r = err_set(e, ERR_CONFIG, EINVAL, "%s: network: allow, ask and deny: missing",
+                            default_label);
         if (r == 0 && user_path) {
                 struct buf b = {0};
                 r = read_policy_file(user_path, &b, e);
@@ -405,4 +494,26 @@ long policy_max_calls(const struct policy *p)
 long policy_max_concurrent(const struct policy *p)
 {
         return p->max_concurrent;
+}
+
+enum policy_decision policy_network_decision(const struct policy *p, const char *host, int port)
+{
+        for (char **g = p->net_deny; g && *g; g++)
+                if (net_pattern_match(*g, host, port, NULL, 0))
+                        return POLICY_DENY;
+        for (char **g = p->net_ask; g && *g; g++)
+                if (net_pattern_match(*g, host, port, NULL, 0))
+                        return POLICY_ASK;
+        for (char **g = p->net_allow; g && *g; g++)
+                if (net_pattern_match(*g, host, port, NULL, 0))
+                        return POLICY_ALLOW;
+        return POLICY_DENY;
+}
+
+bool policy_network_address_ok(const struct policy *p, const struct sockaddr *sa)
+{
+        for (size_t i = 0; i < p->n_net_addresses; i++)
+                if (net_range_contains(&p->net_addresses[i], sa))
+                        return true;
+        return false;
 }

@@ -45,5 +45,12 @@ enum policy_decision policy_tool_decision(const struct policy *p, const char *se
 /* Whether `tool` of `server` may be called at all (allowed or asked): what
  * sandboxed code is shown. */
 bool policy_tool_allowed(const struct policy *p, const char *server, const char *tool);
+/* A connection of sandboxed code to host:port through corral's proxy:
+ * the "network" section's deny globs, then ask, then allow; none: deny. */
+enum policy_decision policy_network_decision(const struct policy *p, const char *host, int port);
+/* Whether the policy names this special address (loopback, private, ...)
+ * in network.addresses: such addresses are refused otherwise. */
+struct sockaddr;
+bool policy_network_address_ok(const struct policy *p, const struct sockaddr *sa);
 long policy_max_calls(const struct policy *p);      /* per run */
 long policy_max_concurrent(const struct policy *p); /* in flight per sandbox */

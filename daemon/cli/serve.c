@@ -168,10 +168,14 @@ static int bridge_open(struct serve *s, const struct config *cfg)
                 }
         }
         size_t n = reg.n;
-        if (upstream_set_new(s->loop, cfg, &reg, &s->ups) < 0 ||
-            bridge_new(s->loop, cfg, s->ups, s->pol, s->audit, &s->bridge) < 0) {
+        if (upstream_set_new(s->loop, cfg, &reg, &s->ups) < 0) {
                 registry_free(&reg);
                 log_err("out of memory");
+                return -1;
+        }
+        if (bridge_new(s->loop, cfg, s->ups, s->pol, s->audit, &s->bridge, &e) < 0) {
+                registry_free(&reg);
+                log_err("%s", e.msg);
                 return -1;
         }
         char names[600] = "";

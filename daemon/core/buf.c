@@ -4,6 +4,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <stdarg.h>
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -53,6 +54,28 @@ int buf_append(struct buf *b, const void *p, size_t n)
         b->len += n;
         b->data[b->len] = '\0';
         return 0;
+}
+
+int buf_printf(struct buf *b, const char *fmt, ...)
+{
+        char small[512];
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(small, sizeof(small), fmt, ap);
+        va_end(ap);
+        if (n < 0)
+                return -EINVAL;
+        if ((size_t)n < sizeof(small))
+                return buf_append(b, small, (size_t)n);
+        char *big = malloc((size_t)n + 1);
+        if (!big)
+                return -ENOMEM;
+        va_start(ap, fmt);
+        vsnprintf(big, (size_t)n + 1, fmt, ap);
+        va_end(ap);
+        int r = buf_append(b, big, (size_t)n);
+        free(big);
+        return r;
 }
 
 size_t buf_append_some(struct buf *b, const void *p, size_t n)

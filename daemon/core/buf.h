@@ -16,6 +16,8 @@ void buf_init(struct buf *b, size_t max);
 void buf_free(struct buf *b);
 /* Append; -ENOBUFS when the result would exceed b->max (nothing appended). */
 int buf_append(struct buf *b, const void *p, size_t n);
+/* Append formatted text (as buf_append: -ENOBUFS past the maximum). */
+int buf_printf(struct buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Append at most what still fits; returns how many bytes were taken. */
 size_t buf_append_some(struct buf *b, const void *p, size_t n);
 /* The length of the longest prefix of p[0..n) that does not end inside a

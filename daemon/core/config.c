@@ -80,6 +80,12 @@ static const struct config_key {
     {"ask_run", K_BOOL, offsetof(struct config, ask_run), 0, 0},
     {"client_name", K_STRING, offsetof(struct config, client_name), 0, 0},
     {"resources_workspace", K_BOOL, offsetof(struct config, resources_workspace), 0, 0},
+    {"network_max_connections", K_LONG, offsetof(struct config, network_max_connections), 1, 4096},
+    {"network_max_bytes", K_SIZE, offsetof(struct config, network_max_bytes), 1024, 1e15},
+    {"network_idle_s", K_DOUBLE, offsetof(struct config, network_idle_s), 1, 86400},
+    {"network_connect_timeout_s", K_DOUBLE, offsetof(struct config, network_connect_timeout_s), 0.1,
+     600},
+    {"pip_index", K_STRING, offsetof(struct config, pip_index), 0, 0},
 };
 
 void config_defaults(struct config *c)
@@ -136,6 +142,11 @@ void config_defaults(struct config *c)
             .drain_s = 30,
             /* A person has two minutes to approve a call (policy "ask"). */
             .ask_timeout_s = 120,
+            /* The way out: a few connections at once, a gigabyte each way. */
+            .network_max_connections = 32,
+            .network_max_bytes = 1ULL << 30,
+            .network_idle_s = 60,
+            .network_connect_timeout_s = 10,
         };
 }
 
@@ -151,6 +162,11 @@ void config_free(struct config *c)
         free(c->token);
         free(c->client_name);
         c->client_name = NULL;
+        free(c->pip_index);
+        c->pip_index = NULL;
+        json_decref(c->network_routes);
+        json_decref(c->network_resolve);
+        c->network_routes = c->network_resolve = NULL;
         json_decref(c->servers);
         json_decref(c->sources);
         c->sources = NULL;
@@ -398,6 +414,20 @@ int config_load_file(struct config *c, const char *path, bool required, struct e
                         }
                         json_decref(c->servers);
                         c->servers = json_incref(v);
+                        continue;
+                }
+                if (strcmp(name, "network_routes") == 0 || strcmp(name, "network_resolve") == 0) {
+                        /* Objects: their entries are checked where they are
+                         * used (bridge/egress.c), before corral serves. */
+                        if (!json_is_object(v) || json_object_size(v) > 256) {
+                                r = err_set(e, ERR_CONFIG, EINVAL,
+                                            "%s: must be an object of at most 256 entries", source);
+                                break;
+                        }
+                        json_t **field = strcmp(name, "network_routes") == 0 ? &c->network_routes
+                                                                             : &c->network_resolve;
+                        json_decref(*field);
+                        *field = json_incref(v);
                         continue;
                 }
                 const struct config_key *k = key_find(name);

@@ -93,6 +93,14 @@ struct config {
         bool tcp_token;            /* TCP clients need the token; false: loopback only, no token */
         /* A TCP connection's time from accept to its headers with the token. */
         double http_header_timeout_s;
+        /* The way out of a sandbox (bridge/egress.h). */
+        json_t *network_routes;               /* {"https://origin": {headers, ca_file}}, or NULL */
+        json_t *network_resolve;              /* {"name": "address"} (tests), or NULL */
+        long network_max_connections;         /* per run, at once */
+        unsigned long long network_max_bytes; /* per run, each way */
+        double network_idle_s;                /* a connection with no byte either way ends */
+        double network_connect_timeout_s;     /* resolving and connecting */
+        char *pip_index;                      /* PIP_INDEX_URL in sandboxes, or NULL */
         /* Where each key given was set, for advice that names it:
          * {"image": "--image"}, "CORRAL_IMAGE" or "FILE: image". */
         json_t *sources;

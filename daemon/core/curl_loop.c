@@ -15,6 +15,7 @@ struct xfer {
         CURL *easy;
         curl_done_cb cb;
         void *userdata;
+        bool kept; /* curl_loop_add_kept */
 };
 
 struct curl_loop {
@@ -44,6 +45,15 @@ static void check_done(struct curl_loop *cl)
                 CURLcode result = m->data.result;
                 struct xfer *x = NULL;
                 curl_easy_getinfo(easy, CURLINFO_PRIVATE, (char **)&x);
+                if (x && x->kept) {
+                        /* A connection made for its owner: it stays in the
+                         * multi handle, which holds it, until removed. */
+                        curl_done_cb cb = x->cb;
+                        x->cb = NULL;
+                        if (cb)
+                                cb(easy, result, x->userdata);
+                        continue;
+                }
                 curl_multi_remove_handle(cl->multi, easy);
                 curl_easy_setopt(easy, CURLOPT_PRIVATE, NULL);
                 if (!x)
@@ -166,6 +176,17 @@ void curl_loop_free(struct curl_loop *cl)
 struct loop *curl_loop_loop(const struct curl_loop *cl)
 {
         return cl->loop;
+}
+
+int curl_loop_add_kept(struct curl_loop *cl, CURL *easy, curl_done_cb cb, void *userdata)
+{
+        int r = curl_loop_add(cl, easy, cb, userdata);
+        if (r == 0) {
+                struct xfer *x = NULL;
+                curl_easy_getinfo(easy, CURLINFO_PRIVATE, (char **)&x);
+                x->kept = true;
+        }
+        return r;
 }
 
 int curl_loop_add(struct curl_loop *cl, CURL *easy, curl_done_cb cb, void *userdata)

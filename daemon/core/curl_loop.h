@@ -28,6 +28,11 @@ struct loop *curl_loop_loop(const struct curl_loop *cl);
  * it is added; do not set or read it. Must not be called from inside a
  * libcurl callback (libcurl refuses recursive calls). */
 int curl_loop_add(struct curl_loop *cl, CURL *easy, curl_done_cb cb, void *userdata);
+/* The same for a CURLOPT_CONNECT_ONLY handle whose connection the caller
+ * then uses (curl_easy_send, curl_easy_recv): when it is made (or fails)
+ * the callback runs with the handle still added, and it stays added,
+ * holding the connection, until curl_loop_remove. */
+int curl_loop_add_kept(struct curl_loop *cl, CURL *easy, curl_done_cb cb, void *userdata);
 /* Abort a transfer: no callback follows. Harmless for a handle that is not
  * added (or already finished). Same restriction as curl_loop_add. */
 void curl_loop_remove(struct curl_loop *cl, CURL *easy);

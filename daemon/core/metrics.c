@@ -49,6 +49,21 @@ static struct family bridge = {"corral_bridge_calls_total",
                                NULL,
                                0};
 
+static struct family net_conns = {"corral_network_connections_total",
+                                  "connections of sandboxed code through corral's proxy, by "
+                                  "decision",
+                                  {"decision", NULL},
+                                  false,
+                                  NULL,
+                                  0};
+static struct family net_bytes = {"corral_network_bytes_total",
+                                  "bytes carried for sandboxed code through corral's proxy "
+                                  "(out: to the host, in: to the sandbox)",
+                                  {"direction", NULL},
+                                  false,
+                                  NULL,
+                                  0};
+
 static struct series *series_get(struct family *f, const char *a, const char *b)
 {
         const char *want[LABELS] = {a, b ? b : ""};
@@ -99,6 +114,18 @@ void metrics_bridge(const char *server, const char *decision)
         struct series *s = series_get(&bridge, server, decision);
         if (s)
                 s->count++;
+}
+
+void metrics_network(const char *decision, unsigned long long bytes_out,
+                     unsigned long long bytes_in)
+{
+        struct series *s = series_get(&net_conns, decision, NULL);
+        if (s)
+                s->count++;
+        if ((s = series_get(&net_bytes, "out", NULL)))
+                s->count += bytes_out;
+        if ((s = series_get(&net_bytes, "in", NULL)))
+                s->count += bytes_in;
 }
 
 static void escaped(struct buf *b, const char *v)
@@ -200,4 +227,6 @@ void metrics_render(struct buf *b)
         render(b, &runs);
         render(b, &run_seconds);
         render(b, &bridge);
+        render(b, &net_conns);
+        render(b, &net_bytes);
 }

@@ -18,6 +18,10 @@ void metrics_run(const char *tool, const char *status, double seconds);
  * allowed and failed) or "denied" (the policy refused it). */
 void metrics_bridge(const char *server, const char *decision);
 /* The counter families, appended to `b`. */
+/* A connection of sandboxed code through the proxy, when it ends:
+ * "allowed", "accepted" (a person said yes) or "denied", and its bytes. */
+void metrics_network(const char *decision, unsigned long long bytes_out,
+                     unsigned long long bytes_in);
 void metrics_render(struct buf *b);
 /* A line "name{k="v",...} value" appended to `b`, the values escaped as
  * the format asks; the labels are "k", "v" pairs ended by NULL. */

@@ -164,14 +164,16 @@ static void call_failed(struct call *c, json_t *result)
  * which asks this client's person about the calls the policy says to ask
  * about (sandbox/sandbox.h, struct sandbox_frame_ops). */
 
-static int frames_open(void *ud, json_t *servers, sandbox_send_fn send, void *to, void **ret)
+static int frames_open(void *ud, json_t *servers, json_t *network, sandbox_send_fn send, void *to,
+                       void **ret)
 {
         struct mcp_server *s = ud;
         struct bridge_run *br;
-        int r = bridge_run_new(s->bridge, servers, send, to, &br);
+        int r = bridge_run_new(s->bridge, servers, network, send, to, &br);
         if (r < 0)
                 return r;
         bridge_run_set_asker(br, &s->asker); /* the server outlives its runs */
+        bridge_run_set_client(br, s->owner[0] ? s->owner : "stdio");
         *ret = br;
         return 0;
 }
@@ -181,9 +183,12 @@ static void frames_set_sandbox(void *run, const char *id)
         bridge_run_set_sandbox(run, id);
 }
 
-static json_t *frames_exec_servers(void *run)
+static void frames_exec_params(void *run, json_t *params)
 {
-        return bridge_run_exec_servers(run);
+        json_object_set_new(params, "servers", bridge_run_exec_servers(run));
+        json_t *network = bridge_run_exec_network(run);
+        if (network)
+                json_object_set_new(params, "network", network);
 }
 
 static void frames_frame(void *run, const struct jrpc_msg *m)
@@ -199,7 +204,7 @@ static void frames_close(void *run)
 static const struct sandbox_frame_ops bridge_frames = {
     .open = frames_open,
     .set_sandbox = frames_set_sandbox,
-    .exec_servers = frames_exec_servers,
+    .exec_params = frames_exec_params,
     .frame = frames_frame,
     .close = frames_close,
 };
@@ -210,7 +215,14 @@ static int parse_request(struct mcp_server *s, const char *name, json_t *args,
                          struct sandbox_request *req, struct err *e)
 {
         int r = tools_parse_call(name, args, s->cfg, sandbox_mgr_images(s->mgr), req, e);
-        if (r < 0 || !req->servers || json_array_size(req->servers) == 0)
+        if (r == 0 && req->network && !s->bridge)
+                r = err_set(e, ERR_INVALID, -EINVAL, "this corral has no way out for sandboxes");
+        if (r < 0) {
+                if (req->network)
+                        tools_request_free(req);
+                return r;
+        }
+        if (!req->servers || json_array_size(req->servers) == 0)
                 return r;
         if (!s->bridge) {
                 r = err_set(e, ERR_INVALID, -EINVAL, "no MCP servers are configured for sandboxes");

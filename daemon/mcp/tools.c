@@ -1,5 +1,6 @@
 #include "mcp/tools.h"
 
+#include "bridge/bridge.h"
 #include "core/buf.h"
 #include "core/util.h"
 #include "mcp/internal.h"
@@ -182,6 +183,12 @@ static json_t *with_sync_wait(json_t *t, const struct sandbox_images *images, js
                                 "type", "string", "content", "type", "string", "encoding", "type",
                                 "string", "enum", "utf-8", "base64", "required", "path", "content"),
                       first ? "Written under /workspace first." : NULL));
+        json_object_set_new(
+            props, "network",
+            described(json_pack("{s:s, s:{s:s}}", "type", "array", "items", "type", "string"),
+                      first ? "Hosts to reach via corral's proxy (pypi.org, *.x.org:8443); the "
+                              "policy decides. pip works."
+                            : NULL));
         json_object_set_new(props, "sync_wait_s",
                             described(json_pack("{s:s, s:f}", "type", "number", "minimum", 0.0),
                                       first ? "Default 25; a longer run goes on as a job." : NULL));
@@ -232,13 +239,14 @@ static json_t *server_names_schema(const char *description)
 static json_t *run_python_tool(const char *name, const char *servers, bool open_world)
 {
         char desc[2048];
-        snprintf(desc, sizeof(desc),
-                 "Run Python 3 in a fresh sandbox: no network, writable /tmp and /workspace "
-                 "only, time and memory limits. print() results; top-level await works; files "
-                 "written to /workspace/out/ are returned. With `servers`, "
-                 "mcp_<server>.<tool>(**args) calls an MCP tool (.text, .structured; errors "
-                 "raise corral.McpError subclasses). Servers: %s." GUIDE_NOTE,
-                 servers && *servers ? servers : "none");
+        snprintf(
+            desc, sizeof(desc),
+            "Run Python 3 in a fresh sandbox: no network but `network`, writable /tmp, /workspace "
+            "only, time and memory limits. print() results; top-level await works; files "
+            "written to /workspace/out/ are returned. With `servers`, "
+            "mcp_<server>.<tool>(**args) calls an MCP tool (.text, .structured; errors "
+            "raise corral.McpError subclasses). Servers: %s." GUIDE_NOTE,
+            servers && *servers ? servers : "none");
         json_t *t = tool(name, "Run Python in a sandbox", desc, "code", open_world, true);
         json_t *props = json_object_get(json_object_get(t, "inputSchema"), "properties");
         json_object_set_new(props, "servers",
@@ -502,6 +510,7 @@ int tools_parse_call(const char *name, json_t *args, const struct config *cfg,
         req->n_files = 0;
         req->servers = NULL;
         req->session_servers = NULL;
+        req->network = NULL;
         int r = parse_call(name, args, cfg, images, req, e);
         /* Messages quote names from the host cut at a byte limit. */
         if (r < 0) {
@@ -516,6 +525,7 @@ void tools_request_free(struct sandbox_request *req)
         json_decref(req->servers);
         req->servers = NULL;
         req->session_servers = NULL;
+        req->network = NULL;
         for (size_t i = 0; i < req->n_files; i++) {
                 free((char *)req->files[i].path);
                 free((char *)req->files[i].data);
@@ -699,12 +709,13 @@ static int parse_call(const char *name, json_t *args, const struct config *cfg,
                 if (strcmp(key, code_key) != 0 && strcmp(key, "timeout_s") != 0 &&
                     strcmp(key, "sync_wait_s") != 0 && strcmp(key, "session") != 0 &&
                     strcmp(key, "files") != 0 && strcmp(key, "image") != 0 &&
-                    strcmp(key, "result_max_chars") != 0 &&
+                    strcmp(key, "result_max_chars") != 0 && strcmp(key, "network") != 0 &&
                     ((strcmp(key, "servers") != 0 && strcmp(key, "session_servers") != 0) ||
                      req->lang != LANG_PYTHON)) {
                         return err_set(e, ERR_INVALID, -EINVAL,
                                        "unknown argument \"%.100s\" (%s takes %s, timeout_s, "
-                                       "sync_wait_s, session, files, image, result_max_chars%s)",
+                                       "sync_wait_s, session, files, image, result_max_chars, "
+                                       "network%s)",
                                        key, name, code_key,
                                        req->lang == LANG_PYTHON ? ", servers, session_servers"
                                                                 : "");
@@ -765,6 +776,12 @@ static int parse_call(const char *name, json_t *args, const struct config *cfg,
                 req->session_servers = widen;
         } else if (servers) {
                 req->servers = json_incref(servers);
+        }
+        req->network = json_object_get(args, "network");
+        if (req->network) {
+                int r = bridge_check_network(req->network, e);
+                if (r < 0)
+                        return r;
         }
         json_t *t = json_object_get(args, "timeout_s");
         if (t) {

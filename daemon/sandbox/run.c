@@ -95,7 +95,8 @@ static int copy_files(struct run *r, const struct sandbox_request *req)
  * not the sandbox's own goes there, and the hook answers through s. */
 static int frames_open(struct run *r, const struct sandbox_request *req, struct sandbox *s)
 {
-        int rc = req->frames.ops->open(req->frames.ud, req->servers, frame_send, s, &r->frames);
+        int rc = req->frames.ops->open(req->frames.ud, req->servers, req->network, frame_send, s,
+                                       &r->frames);
         if (rc == 0)
                 r->frame_ops = req->frames.ops;
         return rc;
@@ -123,8 +124,8 @@ struct run *run_new(struct sandbox *s, const struct sandbox_request *req, sandbo
         output_init(&r->res.out, m->cfg->output_limit);
         output_init(&r->res.err, m->cfg->output_limit);
         r->res.memory_bytes = -1;
-        if ((req->servers && json_array_size(req->servers) > 0 && req->frames.ops &&
-             frames_open(r, req, s) < 0) ||
+        if (((json_array_size(req->servers) > 0 || json_array_size(req->network) > 0) &&
+             req->frames.ops && frames_open(r, req, s) < 0) ||
             !(r->code = strdup(req->code)) || copy_files(r, req) < 0 ||
             (s->id && !(r->res.container_id = strdup(s->short_id)))) {
                 run_free(r);
@@ -360,7 +361,7 @@ int run_send_exec(struct sandbox *s)
         }
         if (params && r->frame_ops) {
                 r->frame_ops->set_sandbox(r->frames, s->short_id);
-                json_object_set_new(params, "servers", r->frame_ops->exec_servers(r->frames));
+                r->frame_ops->exec_params(r->frames, params);
         }
         /* Each exec its own id: a late notifications/cancelled for an
          * earlier run of a session must not stop this one. */

@@ -50,11 +50,13 @@ struct sandbox_frame_ops {
          * inside sandbox_run or sandbox_exec): the hook's state for this
          * run in *ret, which sends frames through send(to, ..) until
          * close. 0, or a negative errno: the run is not made. */
-        int (*open)(void *ud, json_t *servers, sandbox_send_fn send, void *to, void **ret);
-        /* The container's short id (copied), before exec_servers. */
+        int (*open)(void *ud, json_t *servers, json_t *network, sandbox_send_fn send, void *to,
+                    void **ret);
+        /* The container's short id (copied), before exec_params. */
         void (*set_sandbox)(void *run, const char *id);
-        /* `servers` of the sandbox/exec frame (a new reference). */
-        json_t *(*exec_servers)(void *run);
+        /* Its part of the sandbox/exec frame's params: `servers`, and
+         * `network` when the run may reach hosts. */
+        void (*exec_params)(void *run, json_t *params);
         /* A request or notification from the runtime while the code runs;
          * its answer goes through send, from the loop (core/loop.h). */
         void (*frame)(void *run, const struct jrpc_msg *m);
@@ -77,8 +79,13 @@ struct sandbox_request {
         /* Borrowed, with `session` only: servers this call adds to what its
          * session may call (in `servers` too), or NULL (sandbox/session.h). */
         json_t *session_servers;
-        /* Where the frames of code calling `servers` go (opened when a
-         * sandbox takes the run, only when `servers` is not empty). */
+        /* Borrowed: host patterns the code may connect to through the
+         * proxy (checked), or NULL (sandbox/session.h: a session's first
+         * call sets them for all its calls). */
+        json_t *network;
+        /* Where the frames of code calling `servers` or reaching `network`
+         * go (opened when a sandbox takes the run, only when either is not
+         * empty). */
         struct sandbox_frame_hook frames;
         double sync_wait_s; /* MCP layer only: when the call becomes a job (sandbox.c ignores it) */
         size_t result_max_chars; /* MCP layer only: its result's text at most */

@@ -18,6 +18,9 @@ struct session {
          * ran code, widened only by session_servers (see session_run). */
         json_t *grant;
         bool granted; /* a call with code fixed `grant` (write_file's opening runs none) */
+        /* The hosts its code may reach (a `network` array, or NULL: none),
+         * fixed with `grant` by the first call with code. */
+        json_t *network;
         struct sandbox *sb;
         bool open;     /* its first run ended with the sandbox kept */
         bool busy;     /* a call runs in it */
@@ -176,6 +179,7 @@ static void session_free(struct session *x)
         if (x->open)
                 notify(x->mgr, x->owner, x->name, SESSION_ENDED);
         json_decref(x->grant);
+        json_decref(x->network);
         free(x);
 }
 
@@ -328,8 +332,27 @@ static void list_names(json_t *names, char *out, size_t size)
  * grant is fixed when it first runs code; only session_servers, said so
  * in as many words, adds to it. This runs in the daemon, before anything
  * reaches the sandbox: the runtime is the session's code's to change. */
+/* A later call may repeat the session's `network` or leave it out; the
+ * way out is the first call's for all of them. */
+static int network_check(const struct session *x, const struct sandbox_request *req, struct err *e)
+{
+        if (!x->granted || !req->network || json_equal(req->network, x->network) ||
+            (json_array_size(req->network) == 0 && json_array_size(x->network) == 0))
+                return 0;
+        char *held = json_array_size(x->network) ? json_dumps(x->network, JSON_COMPACT) : NULL;
+        int r = err_set(e, ERR_REFUSED, -EACCES,
+                        "session \"%s\" keeps the network its first call gave it (%.300s): call "
+                        "without \"network\", or open another session for other hosts",
+                        x->name, held ? held : "none");
+        free(held);
+        return r;
+}
+
 static int grant_check(const struct session *x, const struct sandbox_request *req, struct err *e)
 {
+        int nr = network_check(x, req, e);
+        if (nr < 0)
+                return nr;
         if (!x->granted || !req->servers)
                 return 0;
         char extra[600], held[600];
@@ -358,6 +381,12 @@ static void grant_take(struct session *x, const struct sandbox_request *req)
 {
         if (!x->granted && !(req->code && req->code[0]))
                 return; /* nothing ran that could outlive the call */
+        if (!x->granted && json_array_size(req->network)) {
+                x->network = json_copy(req->network);
+                char *text = json_dumps(req->network, JSON_COMPACT);
+                log_info("session %s: may reach %s through the proxy", x->name, text ? text : "?");
+                free(text);
+        }
         json_t *add = x->granted ? req->session_servers : req->servers;
         char names[600] = "";
         if (add)
@@ -406,6 +435,8 @@ int session_run(struct session_mgr *m, const struct sandbox_request *req, sandbo
                         return r;
                 struct sandbox_request q = *req;
                 q.keep = true;
+                if (x->granted)
+                        q.network = x->network;
                 x->cb = cb;
                 x->userdata = userdata;
                 x->busy = true;

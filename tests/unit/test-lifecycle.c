@@ -509,8 +509,10 @@ struct hook_seen {
         bool fail_open;
 };
 
-static int hook_open(void *ud, json_t *servers, sandbox_send_fn send, void *to, void **ret)
+static int hook_open(void *ud, json_t *servers, json_t *network, sandbox_send_fn send, void *to,
+                     void **ret)
 {
+        (void)network;
         struct hook_seen *h = ud;
         if (h->fail_open)
                 return -ENOMEM;
@@ -530,10 +532,11 @@ static void hook_set_sandbox(void *run, const char *id)
         snprintf(h->sandbox, sizeof(h->sandbox), "%s", id);
 }
 
-static json_t *hook_exec_servers(void *run)
+static void hook_exec_params(void *run, json_t *params)
 {
         (void)run;
-        return json_pack("[{s:s, s:s}]", "name", "a", "alias", "a");
+        json_object_set_new(params, "servers",
+                            json_pack("[{s:s, s:s}]", "name", "a", "alias", "a"));
 }
 
 static void hook_answer(void *userdata)
@@ -567,7 +570,7 @@ static void hook_close(void *run)
 static const struct sandbox_frame_ops hook_ops = {
     .open = hook_open,
     .set_sandbox = hook_set_sandbox,
-    .exec_servers = hook_exec_servers,
+    .exec_params = hook_exec_params,
     .frame = hook_frame,
     .close = hook_close,
 };

@@ -1033,7 +1033,8 @@ static int bridge_up(void)
         json_decref(own);
         if (r < 0 || policy_load(corral_default_policy, NULL, false, &P, &e) < 0)
                 return -1;
-        if (upstream_set_new(L, &cfg, &reg, &U) < 0 || bridge_new(L, &cfg, U, P, NULL, &B) < 0) {
+        if (upstream_set_new(L, &cfg, &reg, &U) < 0 ||
+            bridge_new(L, &cfg, U, P, NULL, &B, &e) < 0) {
                 registry_free(&reg);
                 return -1;
         }

@@ -226,8 +226,11 @@ static void test_list(void)
                 is_str(json_string_value(json_object_get(in, "type")), "object",
                        "%s: inputSchema is an object", want[i].name);
                 json_t *props = json_object_get(in, "properties");
-                is_int(json_object_size(props), i == 0 ? 8 : 6, "%s: %d arguments", want[i].name,
-                       i == 0 ? 8 : 6);
+                is_int(json_object_size(props), i == 0 ? 9 : 7, "%s: %d arguments", want[i].name,
+                       i == 0 ? 9 : 7);
+                is_str(
+                    json_string_value(json_object_get(json_object_get(props, "network"), "type")),
+                    "array", "%s: network is an array", want[i].name);
                 is_str(json_string_value(json_object_get(json_object_get(props, "files"), "type")),
                        "array", "%s: files is an array", want[i].name);
                 is_str(

@@ -1,0 +1,1085 @@
+#include "bridge/egress.h"
+
+#include "bridge/audit.h"
+#include "bridge/bridge.h"
+#include "bridge/netrules.h"
+#include "bridge/policy.h"
+#include "bridge/proxy_head.h"
+#include "core/buf.h"
+#include "core/curl_loop.h"
+#include "core/list.h"
+#include "core/log.h"
+#include "core/loop.h"
+#include "core/metrics.h"
+#include "upstream/registry.h"
+
+#include <arpa/inet.h>
+#include <ctype.h>
+#include <curl/curl.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+
+#define ROUTE_HEADERS_MAX 16
+#define HEADER_VALUE_MAX  8192
+#define ASKED_MAX         64 /* hosts a run remembers the person's answer for */
+#define TO_REMOTE_MAX     (EGRESS_WINDOW + EGRESS_CHUNK)
+
+static const int default_ports[] = {80, 443};
+
+struct route {
+        char *origin; /* "https://host:port", as configured */
+        bool tls;
+        char host[NET_HOST_MAX + 4];
+        int port;
+        char *ca_file;
+        char *names[ROUTE_HEADERS_MAX], *values[ROUTE_HEADERS_MAX];
+        size_t n_headers;
+        char **secrets; /* what the answer must never show (NULL-terminated) */
+        size_t longest;
+};
+
+struct egress {
+        struct loop *loop;
+        const struct config *cfg;
+        const struct policy *pol;
+        struct audit *audit;
+        struct curl_loop *cl;
+        struct route *routes;
+        size_t n_routes;
+        struct curl_slist *resolve; /* network_resolve as "host:port:address", per port */
+};
+
+struct asked {
+        char host[NET_HOST_MAX + 4];
+        int port;
+        int answer; /* -1: the question is out; else 0 no, 1 yes */
+        void *handle;
+        struct egress_run *run;
+        struct list node;
+};
+
+enum conn_state { C_ASKING, C_CONNECTING, C_OPEN };
+
+struct conn {
+        struct egress_run *run;
+        struct list node;
+        long long id;
+        enum conn_state state;
+        struct proxy_head head;
+        const struct route *route;
+        const char *decision; /* "allowed", "accepted" */
+        CURL *easy;
+        int fd; /* a duplicate of curl's socket, for the loop to watch */
+        struct watch *w;
+        uint32_t events;
+        char errbuf[CURL_ERROR_SIZE];
+        char address[64];
+        char refused[400];    /* why an address was not connected to */
+        struct buf head_out;  /* the head for the origin, sent first */
+        struct buf to_remote; /* from the sandbox, not yet sent on */
+        struct buf held;      /* a route's answer held back while a secret may straddle */
+        long long to_ack;     /* bytes of the sandbox's sent on and not yet acked */
+        long long in_flight;  /* bytes sent to the sandbox and not yet acked */
+        bool sandbox_eof, remote_eof, shut;
+        unsigned long long bytes_out, bytes_in;
+        long long t0, last;
+        struct timer *idle;
+        struct defer read_d;
+};
+
+struct egress_run {
+        struct egress *g;
+        char **grant; /* NULL-terminated */
+        char sandbox[64], client[64];
+        egress_send_fn send;
+        void *userdata;
+        const struct bridge_asker *asker;
+        struct list conns, asked;
+        size_t n_asked;
+        unsigned long long bytes_out, bytes_in;
+        json_t *outbox;
+        struct defer flush_d;
+};
+
+/* ---- configuration */
+
+static void route_free(struct route *rt)
+{
+        free(rt->origin);
+        free(rt->ca_file);
+        for (size_t i = 0; i < rt->n_headers; i++) {
+                free(rt->names[i]);
+                free(rt->values[i]);
+        }
+        strv_free(rt->secrets);
+}
+
+static bool token_ok(const char *s)
+{
+        if (!*s || strlen(s) > 100)
+                return false;
+        for (; *s; s++)
+                if (!(isalnum((unsigned char)*s) || strchr("!#$%&'*+-.^_`|~", *s)))
+                        return false;
+        return true;
+}
+
+static int route_parse(const char *origin, json_t *v, struct route *rt, struct err *e)
+{
+        *rt = (struct route){0};
+        const char *rest;
+        if (strncmp(origin, "https://", 8) == 0) {
+                rt->tls = true;
+                rest = origin + 8;
+        } else if (strncmp(origin, "http://", 7) == 0) {
+                rest = origin + 7;
+        } else {
+                return err_set(e, ERR_CONFIG, EINVAL,
+                               "network_routes: \"%.100s\": an origin is https://host[:port] or "
+                               "http://host[:port]",
+                               origin);
+        }
+        const char *why;
+        char authority[NET_PATTERN_MAX + 2];
+        snprintf(authority, sizeof(authority), "%s", rest);
+        size_t n = strlen(authority);
+        if (n && authority[n - 1] == '/')
+                authority[n - 1] = '\0';
+        if (net_pattern_parse(authority, false, rt->host, sizeof(rt->host), &rt->port, &why) < 0)
+                return err_set(e, ERR_CONFIG, EINVAL, "network_routes: \"%.100s\": %s", origin,
+                               why);
+        if (!rt->port)
+                rt->port = rt->tls ? 443 : 80;
+        if (!json_is_object(v))
+                return err_set(e, ERR_CONFIG, EINVAL,
+                               "network_routes: \"%.100s\": must be an object {headers, ca_file}",
+                               origin);
+        const char *key;
+        json_t *x;
+        json_object_foreach(v, key, x)
+        {
+                if (strcmp(key, "ca_file") == 0) {
+                        if (!json_is_string(x) || json_string_value(x)[0] != '/')
+                                return err_set(e, ERR_CONFIG, EINVAL,
+                                               "network_routes: \"%.100s\": ca_file must be an "
+                                               "absolute path",
+                                               origin);
+                        free(rt->ca_file);
+                        rt->ca_file = strdup(json_string_value(x));
+                } else if (strcmp(key, "headers") != 0) {
+                        char shown[80];
+                        str_printable(key, shown, sizeof(shown));
+                        return err_set(e, ERR_CONFIG, EINVAL,
+                                       "network_routes: \"%.100s\": %s: unknown key (headers, "
+                                       "ca_file)",
+                                       origin, shown);
+                }
+        }
+        json_t *headers = json_object_get(v, "headers");
+        if (headers && (!json_is_object(headers) || json_object_size(headers) > ROUTE_HEADERS_MAX))
+                return err_set(e, ERR_CONFIG, EINVAL,
+                               "network_routes: \"%.100s\": headers must be an object of at most "
+                               "%d strings",
+                               origin, ROUTE_HEADERS_MAX);
+        json_object_foreach(headers, key, x)
+        {
+                char *value = NULL;
+                if (!token_ok(key) || !json_is_string(x))
+                        return err_set(e, ERR_CONFIG, EINVAL,
+                                       "network_routes: \"%.100s\": headers: \"%.60s\" must be a "
+                                       "header name with a string value",
+                                       origin, key);
+                struct err bad = {0};
+                if (registry_expand(json_string_value(x), &rt->secrets, &value, &bad) < 0)
+                        return err_set(e, ERR_CONFIG, EINVAL,
+                                       "network_routes: \"%.100s\": headers.%s: %s", origin, key,
+                                       bad.msg);
+                for (const char *p = value; *p; p++)
+                        if ((unsigned char)*p < 0x20 && *p != '\t') {
+                                free(value);
+                                return err_set(e, ERR_CONFIG, EINVAL,
+                                               "network_routes: \"%.100s\": headers.%s: a control "
+                                               "character in the value",
+                                               origin, key);
+                        }
+                if (strlen(value) > HEADER_VALUE_MAX) {
+                        free(value);
+                        return err_set(e, ERR_CONFIG, EINVAL,
+                                       "network_routes: \"%.100s\": headers.%s: over %d bytes",
+                                       origin, key, HEADER_VALUE_MAX);
+                }
+                rt->names[rt->n_headers] = strdup(key);
+                rt->values[rt->n_headers++] = value;
+        }
+        for (char **s = rt->secrets; s && *s; s++)
+                if (strlen(*s) > rt->longest)
+                        rt->longest = strlen(*s);
+        rt->origin = strdup(origin);
+        return 0;
+}
+
+int egress_check_config(const struct config *cfg, struct err *e)
+{
+        const char *key;
+        json_t *v;
+        json_object_foreach(cfg->network_routes, key, v)
+        {
+                struct route rt;
+                int r = route_parse(key, v, &rt, e);
+                route_free(&rt);
+                if (r < 0)
+                        return r;
+        }
+        json_object_foreach(cfg->network_resolve, key, v)
+        {
+                char host[NET_HOST_MAX + 4];
+                int port;
+                const char *why;
+                struct net_range a;
+                if (net_pattern_parse(key, false, host, sizeof(host), &port, &why) < 0 || port)
+                        return err_set(e, ERR_CONFIG, EINVAL,
+                                       "network_resolve: \"%.100s\": not a host name", key);
+                if (!json_is_string(v) || net_range_parse(json_string_value(v), &a) < 0 ||
+                    strchr(json_string_value(v), '/'))
+                        return err_set(e, ERR_CONFIG, EINVAL,
+                                       "network_resolve: \"%.100s\": must be an IP address", key);
+        }
+        return 0;
+}
+
+int egress_new(struct loop *l, const struct config *cfg, const struct policy *pol,
+               struct audit *audit, struct egress **ret, struct err *e)
+{
+        int r = egress_check_config(cfg, e);
+        if (r < 0)
+                return r;
+        struct egress *g = calloc(1, sizeof(*g));
+        if (!g)
+                return err_set(e, ERR_INTERNAL, ENOMEM, "out of memory");
+        *g = (struct egress){.loop = l, .cfg = cfg, .pol = pol, .audit = audit};
+        size_t n = json_object_size(cfg->network_routes);
+        g->routes = calloc(n + 1, sizeof(*g->routes));
+        r = g->routes ? curl_loop_new(l, &g->cl) : -ENOMEM;
+        const char *key;
+        json_t *v;
+        json_object_foreach(cfg->network_routes, key, v)
+        {
+                if (r == 0)
+                        r = route_parse(key, v, &g->routes[g->n_routes++], e);
+        }
+        json_object_foreach(cfg->network_resolve, key, v)
+        {
+                /* curl wants host:port:address; any port a grant may name. */
+                char line[NET_HOST_MAX + 80];
+                const char *a = json_string_value(v);
+                snprintf(line, sizeof(line), "%s:*:%s%s%s", key, strchr(a, ':') ? "[" : "", a,
+                         strchr(a, ':') ? "]" : "");
+                struct curl_slist *s = r == 0 ? curl_slist_append(g->resolve, line) : NULL;
+                if (r == 0 && !s)
+                        r = -ENOMEM;
+                if (s)
+                        g->resolve = s;
+        }
+        if (r < 0) {
+                if (!e->msg[0])
+                        err_set(e, ERR_INTERNAL, -r, "cannot set up the network proxy: %s",
+                                strerror(-r));
+                egress_free(g);
+                return r;
+        }
+        *ret = g;
+        return 0;
+}
+
+void egress_free(struct egress *g)
+{
+        if (!g)
+                return;
+        for (size_t i = 0; i < g->n_routes; i++)
+                route_free(&g->routes[i]);
+        free(g->routes);
+        curl_slist_free_all(g->resolve);
+        curl_loop_free(g->cl);
+        free(g);
+}
+
+int egress_check_grant(json_t *network, struct err *e)
+{
+        if (!json_is_array(network) || json_array_size(network) > EGRESS_GRANT_MAX)
+                return err_set(e, ERR_INVALID, -EINVAL,
+                               "argument \"network\" must be an array of at most %d host "
+                               "patterns (\"pypi.org\", \"*.pythonhosted.org\", "
+                               "\"api.example.com:8443\")",
+                               EGRESS_GRANT_MAX);
+        size_t i;
+        json_t *v;
+        json_array_foreach(network, i, v)
+        {
+                char host[NET_HOST_MAX + 4], shown[80];
+                int port;
+                const char *why = "must be a string";
+                if (!json_is_string(v) || net_pattern_parse(json_string_value(v), true, host,
+                                                            sizeof(host), &port, &why) < 0) {
+                        str_printable(json_is_string(v) ? json_string_value(v) : "", shown,
+                                      sizeof(shown));
+                        return err_set(e, ERR_INVALID, -EINVAL,
+                                       "argument \"network\": item %zu (\"%s\") %s", i + 1, shown,
+                                       why);
+                }
+        }
+        return 0;
+}
+
+/* ---- a run */
+
+static void flush(void *userdata)
+{
+        struct egress_run *r = userdata;
+        json_t *out = r->outbox;
+        r->outbox = json_array();
+        size_t i;
+        json_t *msg;
+        json_array_foreach(out, i, msg) r->send(r->userdata, json_incref(msg));
+        json_decref(out);
+}
+
+static void send_frame(struct egress_run *r, json_t *msg)
+{
+        if (!msg || !r->outbox || json_array_append_new(r->outbox, msg) < 0)
+                return;
+        loop_defer(r->g->loop, &r->flush_d, flush, r);
+}
+
+static void send_note(struct conn *c, const char *method)
+{
+        send_frame(c->run, json_pack("{s:s, s:s, s:{s:I}}", "jsonrpc", "2.0", "method", method,
+                                     "params", "conn", (json_int_t)c->id));
+}
+
+static void send_data(struct egress_run *r, long long id, const void *p, size_t n)
+{
+        struct buf b;
+        buf_init(&b, n / 3 * 4 + 8);
+        if (base64_encode(&b, p, n) == 0)
+                send_frame(r, json_pack("{s:s, s:s, s:{s:I, s:s%}}", "jsonrpc", "2.0", "method",
+                                        "net/data", "params", "conn", (json_int_t)id, "data",
+                                        b.data ? b.data : "", b.len));
+        buf_free(&b);
+}
+
+static void send_ack(struct conn *c, bool all)
+{
+        if (c->to_ack <= 0 || (!all && c->to_ack < EGRESS_CHUNK))
+                return;
+        send_frame(c->run,
+                   json_pack("{s:s, s:s, s:{s:I, s:I}}", "jsonrpc", "2.0", "method", "net/ack",
+                             "params", "conn", (json_int_t)c->id, "bytes", (json_int_t)c->to_ack));
+        c->to_ack = 0;
+}
+
+int egress_run_new(struct egress *g, json_t *grant, egress_send_fn send, void *userdata,
+                   struct egress_run **ret)
+{
+        struct egress_run *r = calloc(1, sizeof(*r));
+        if (!r)
+                return -ENOMEM;
+        *r = (struct egress_run){.g = g, .send = send, .userdata = userdata};
+        list_init(&r->conns);
+        list_init(&r->asked);
+        size_t n = json_array_size(grant);
+        r->grant = calloc(n + 1, sizeof(char *));
+        r->outbox = json_array();
+        for (size_t i = 0; r->grant && i < n; i++)
+                r->grant[i] = strdup(json_string_value(json_array_get(grant, i)));
+        if (!r->grant || !r->outbox || (n && !r->grant[n - 1])) {
+                egress_run_free(r);
+                return -ENOMEM;
+        }
+        *ret = r;
+        return 0;
+}
+
+void egress_run_set_asker(struct egress_run *r, const struct bridge_asker *asker)
+{
+        r->asker = asker;
+}
+
+void egress_run_set_names(struct egress_run *r, const char *sandbox, const char *client)
+{
+        if (sandbox)
+                snprintf(r->sandbox, sizeof(r->sandbox), "%s", sandbox);
+        if (client)
+                snprintf(r->client, sizeof(r->client), "%s", client);
+}
+
+json_t *egress_run_exec_params(const struct egress_run *r)
+{
+        if (!r->grant || !r->grant[0])
+                return NULL;
+        json_t *env = json_object();
+        if (env && r->g->cfg->pip_index)
+                json_object_set_new(env, "PIP_INDEX_URL", json_string(r->g->cfg->pip_index));
+        return env ? json_pack("{s:o}", "env", env) : NULL;
+}
+
+size_t egress_run_connections(const struct egress_run *r)
+{
+        size_t n = 0;
+        struct conn *c;
+        list_for_each(c, &r->conns, node) n++;
+        return n;
+}
+
+/* ---- one connection's end */
+
+static void audit_conn(struct conn *c, const char *decision, const char *reason)
+{
+        struct egress_run *r = c->run;
+        long long ms = now_ms() - c->t0;
+        metrics_network(decision, c->bytes_out, c->bytes_in);
+        char why[300] = "";
+        if (reason)
+                snprintf(why, sizeof(why), "%s", reason);
+        utf8_scrub(why);
+        log_info("network: sandbox %s: %s:%d %s%s%s (%llu bytes out, %llu in)", r->sandbox,
+                 c->head.host[0] ? c->head.host : "?", c->head.port, decision, why[0] ? ": " : "",
+                 why, c->bytes_out, c->bytes_in);
+        if (!r->g->audit)
+                return;
+        json_t *line = json_pack(
+            "{s:s, s:s, s:s?, s:s?, s:s, s:i, s:s?, s:s, s:s?, s:s?, s:I, s:I, s:I}", "event",
+            "network", "sandbox", r->sandbox, "client", r->client[0] ? r->client : NULL, "run",
+            r->sandbox[0] ? r->sandbox : NULL, "host", c->head.host, "port", c->head.port,
+            "address", c->address[0] ? c->address : NULL, "decision", decision, "reason",
+            why[0] ? why : NULL, "route", c->route ? c->route->origin : NULL, "bytes_out",
+            (json_int_t)c->bytes_out, "bytes_in", (json_int_t)c->bytes_in, "duration_ms",
+            (json_int_t)ms);
+        const char *nullable[] = {"client", "run", "address", "reason", "route"};
+        for (size_t i = 0; line && i < ARRAY_SIZE(nullable); i++)
+                if (!json_object_get(line, nullable[i]))
+                        json_object_set_new(line, nullable[i], json_null());
+        audit_write_event(r->g->audit, line);
+}
+
+static void conn_free(struct conn *c)
+{
+        if (c->easy) {
+                curl_loop_remove(c->run->g->cl, c->easy);
+                curl_easy_cleanup(c->easy);
+        }
+        watch_close(&c->w, &c->fd);
+        timer_remove(c->idle);
+        defer_cancel(&c->read_d);
+        proxy_head_free(&c->head);
+        buf_free(&c->head_out);
+        buf_free(&c->to_remote);
+        buf_free(&c->held);
+        list_del(&c->node);
+        free(c);
+}
+
+/* The end of a connection: audited once, then gone. */
+static void conn_end(struct conn *c, const char *decision, const char *reason)
+{
+        audit_conn(c, decision, reason);
+        conn_free(c);
+}
+
+/* The proxy's own answer (status, one line of why), then the end. */
+static void conn_answer(struct conn *c, int status, const char *why, const char *decision)
+{
+        struct buf b;
+        buf_init(&b, 4096);
+        if (proxy_answer(&b, status, why) == 0)
+                send_data(c->run, c->id, b.data, b.len);
+        buf_free(&b);
+        send_note(c, "net/eof");
+        conn_end(c, decision, why);
+}
+
+static void conn_refuse(struct conn *c, int status, const char *why)
+{
+        conn_answer(c, status, why, "denied");
+}
+
+/* Cut short: an answer when nothing of the origin's went to the sandbox
+ * yet on a plain request, else the connection closes under the code. */
+static void conn_abort(struct conn *c, int status, const char *why)
+{
+        if (!c->head.connect && c->bytes_in == 0 && c->state == C_OPEN) {
+                conn_answer(c, status, why, c->decision);
+                return;
+        }
+        send_note(c, "net/close");
+        conn_end(c, c->decision ? c->decision : "denied", why);
+}
+
+void egress_run_free(struct egress_run *r)
+{
+        if (!r)
+                return;
+        while (!list_empty(&r->conns))
+                conn_end(list_first(&r->conns, struct conn, node),
+                         list_first(&r->conns, struct conn, node)->decision
+                             ? list_first(&r->conns, struct conn, node)->decision
+                             : "denied",
+                         "the run ended");
+        while (!list_empty(&r->asked)) {
+                struct asked *a = list_first(&r->asked, struct asked, node);
+                if (a->handle && r->asker)
+                        r->asker->withdraw(a->handle);
+                list_del(&a->node);
+                free(a);
+        }
+        defer_cancel(&r->flush_d);
+        if (r->outbox && json_array_size(r->outbox))
+                flush(r);
+        json_decref(r->outbox);
+        strv_free(r->grant);
+        free(r);
+}
+
+/* ---- relaying */
+
+static void conn_watch(struct conn *c)
+{
+        if (!c->w)
+                return;
+        uint32_t want = 0;
+        if (!c->remote_eof && c->in_flight < EGRESS_WINDOW)
+                want |= EPOLLIN;
+        if (c->head_out.len || c->to_remote.len)
+                want |= EPOLLOUT;
+        if (want != c->events && watch_modify(c->w, want) == 0)
+                c->events = want;
+}
+
+static void touch(struct conn *c)
+{
+        c->last = now_ms();
+}
+
+/* What the sandbox sent, on to the origin: the head first. */
+static void pump_out(struct conn *c)
+{
+        while (c->head_out.len || c->to_remote.len) {
+                struct buf *b = c->head_out.len ? &c->head_out : &c->to_remote;
+                size_t sent = 0;
+                CURLcode rc = curl_easy_send(c->easy, b->data, b->len, &sent);
+                if (rc == CURLE_AGAIN)
+                        break;
+                if (rc != CURLE_OK) {
+                        conn_abort(c, 502, "the connection to the host failed while sending");
+                        return;
+                }
+                if (b == &c->to_remote)
+                        c->to_ack += (long long)sent;
+                buf_consume(b, sent);
+                touch(c);
+        }
+        send_ack(c, !c->to_remote.len);
+        if (!c->to_remote.len && c->sandbox_eof && !c->shut && !c->route) {
+                shutdown(c->fd, SHUT_WR);
+                c->shut = true;
+        }
+        conn_watch(c);
+}
+
+/* Secrets of a route never reach the sandbox: each is overwritten with
+ * '*' (the length stays, so Content-Length holds), and the last bytes
+ * are held back until the next read shows whether a secret goes on. */
+static bool masked_send(struct conn *c, const char *p, size_t n, bool end)
+{
+        const struct route *rt = c->route;
+        if (!rt || !rt->secrets || !rt->secrets[0]) {
+                if (n)
+                        send_data(c->run, c->id, p, n);
+                return true;
+        }
+        if (buf_append(&c->held, p, n) < 0) {
+                conn_abort(c, 502, "out of memory");
+                return false;
+        }
+        for (char **s = rt->secrets; *s; s++) {
+                size_t k = strlen(*s);
+                for (char *q = c->held.data; q && (size_t)(q - c->held.data) + k <= c->held.len;) {
+                        char *hit = memmem(q, c->held.len - (size_t)(q - c->held.data), *s, k);
+                        if (!hit)
+                                break;
+                        memset(hit, '*', k);
+                        q = hit + k;
+                }
+        }
+        size_t keep = end ? 0 : rt->longest - 1;
+        if (c->held.len > keep) {
+                size_t out = c->held.len - keep;
+                send_data(c->run, c->id, c->held.data, out);
+                buf_consume(&c->held, out);
+        }
+        return true;
+}
+
+/* The origin's bytes, to the sandbox, as far as the window lets. */
+static void pump_in(struct conn *c)
+{
+        static char chunk[EGRESS_CHUNK];
+        struct egress_run *r = c->run;
+        while (!c->remote_eof && c->in_flight < EGRESS_WINDOW) {
+                size_t want = (size_t)(EGRESS_WINDOW - c->in_flight);
+                if (want > sizeof(chunk))
+                        want = sizeof(chunk);
+                size_t n = 0;
+                CURLcode rc = curl_easy_recv(c->easy, chunk, want, &n);
+                if (rc == CURLE_AGAIN)
+                        break;
+                if (rc != CURLE_OK) {
+                        conn_abort(c, 502, "the connection to the host failed while receiving");
+                        return;
+                }
+                touch(c);
+                if (n == 0) {
+                        if (!masked_send(c, NULL, 0, true))
+                                return;
+                        c->remote_eof = true;
+                        send_note(c, "net/eof");
+                        break;
+                }
+                if (r->bytes_in + n > r->g->cfg->network_max_bytes) {
+                        char why[200];
+                        snprintf(why, sizeof(why),
+                                 "this run's download limit of %llu bytes is reached "
+                                 "(network_max_bytes)",
+                                 r->g->cfg->network_max_bytes);
+                        conn_abort(c, 403, why);
+                        return;
+                }
+                c->bytes_in += n;
+                r->bytes_in += n;
+                c->in_flight += (long long)n;
+                if (!masked_send(c, chunk, n, false))
+                        return;
+        }
+        conn_watch(c);
+}
+
+static void on_socket(struct watch *w, uint32_t events, void *userdata)
+{
+        struct conn *c = userdata;
+        (void)w;
+        if (events & EPOLLOUT) {
+                long long id = c->id;
+                struct egress_run *r = c->run;
+                pump_out(c);
+                /* pump_out may have ended it */
+                struct conn *x;
+                bool alive = false;
+                list_for_each(x, &r->conns, node) alive = alive || (x == c && x->id == id);
+                if (!alive)
+                        return;
+        }
+        if (events & (EPOLLIN | EPOLLHUP | EPOLLERR))
+                pump_in(c);
+}
+
+static void read_later(void *userdata)
+{
+        pump_in(userdata);
+}
+
+static void on_idle(struct timer *t, void *userdata)
+{
+        struct conn *c = userdata;
+        long long idle = (long long)(c->run->g->cfg->network_idle_s * 1000);
+        long long left = c->last + idle - now_ms();
+        if (left > 0) {
+                timer_arm(t, left);
+                return;
+        }
+        char why[120];
+        snprintf(why, sizeof(why), "no byte either way for %g s (network_idle_s)",
+                 c->run->g->cfg->network_idle_s);
+        conn_abort(c, 504, why);
+}
+
+/* ---- connecting */
+
+static curl_socket_t open_socket(void *userdata, curlsocktype purpose, struct curl_sockaddr *a)
+{
+        struct conn *c = userdata;
+        (void)purpose;
+        const struct sockaddr *sa = &a->addr;
+        char text[64];
+        net_address_text(sa, text, sizeof(text));
+        snprintf(c->address, sizeof(c->address), "%s", text);
+        const char *special = net_address_special(sa);
+        if (special && !policy_network_address_ok(c->run->g->pol, sa)) {
+                snprintf(c->refused, sizeof(c->refused),
+                         "%s resolves to %s (%s), which the policy does not name in "
+                         "network.addresses",
+                         c->head.host, text, special);
+                return CURL_SOCKET_BAD;
+        }
+        return socket(a->family, a->socktype | SOCK_CLOEXEC, a->protocol);
+}
+
+static void connected(CURL *easy, CURLcode result, void *userdata)
+{
+        struct conn *c = userdata;
+        (void)easy;
+        if (result != CURLE_OK) {
+                char why[700];
+                int status = result == CURLE_OPERATION_TIMEDOUT ? 504 : 502;
+                if (c->refused[0])
+                        snprintf(why, sizeof(why), "%s", c->refused);
+                else if (result == CURLE_COULDNT_RESOLVE_HOST)
+                        snprintf(why, sizeof(why), "cannot resolve %s", c->head.host);
+                else
+                        snprintf(why, sizeof(why), "cannot connect to %s:%d: %s", c->head.host,
+                                 c->route ? c->route->port : c->head.port,
+                                 c->errbuf[0] ? c->errbuf : curl_easy_strerror(result));
+                if (c->refused[0])
+                        conn_refuse(c, 403, why);
+                else
+                        conn_answer(c, status, why, c->decision);
+                return;
+        }
+        curl_socket_t s = CURL_SOCKET_BAD;
+        curl_easy_getinfo(c->easy, CURLINFO_ACTIVESOCKET, &s);
+        c->fd = s == CURL_SOCKET_BAD ? -1 : fcntl(s, F_DUPFD_CLOEXEC, 3);
+        if (c->fd < 0 || watch_add(c->run->g->loop, c->fd, EPOLLIN, on_socket, c, &c->w) < 0) {
+                conn_refuse(c, 502, "cannot watch the connection");
+                return;
+        }
+        c->events = EPOLLIN;
+        c->state = C_OPEN;
+        touch(c);
+        if (c->head.connect) {
+                static const char ok[] = "HTTP/1.1 200 Connection established\r\n\r\n";
+                send_data(c->run, c->id, ok, sizeof(ok) - 1);
+        }
+        pump_out(c);
+}
+
+static int conn_connect(struct conn *c)
+{
+        struct egress *g = c->run->g;
+        const struct route *rt = c->route;
+        const char *host = rt ? rt->host : c->head.host;
+        int port = rt ? rt->port : c->head.port;
+        bool v6 = strchr(host, ':') != NULL;
+        char url[NET_HOST_MAX + 40];
+        snprintf(url, sizeof(url), "%s://%s%s%s:%d/", rt && rt->tls ? "https" : "http",
+                 v6 ? "[" : "", host, v6 ? "]" : "", port);
+        if (!c->head.connect) {
+                /* The head for the origin, with the route's headers set. */
+                char host_value[NET_HOST_MAX + 16];
+                bool usual = port == ((rt && rt->tls) ? 443 : 80);
+                snprintf(host_value, sizeof(host_value), "%s%s%s", v6 ? "[" : "", host,
+                         v6 ? "]" : "");
+                if (!usual)
+                        snprintf(host_value + strlen(host_value),
+                                 sizeof(host_value) - strlen(host_value), ":%d", port);
+                buf_init(&c->head_out,
+                         PROXY_HEAD_MAX + ROUTE_HEADERS_MAX * (HEADER_VALUE_MAX + 128));
+                if (proxy_head_write(&c->head, host_value,
+                                     rt ? (const char *const *)rt->names : NULL,
+                                     rt ? (const char *const *)rt->values : NULL,
+                                     rt ? rt->n_headers : 0, &c->head_out) < 0)
+                        return -ENOBUFS;
+        }
+        CURL *e = curl_easy_init();
+        if (!e)
+                return -ENOMEM;
+        c->easy = e;
+        curl_easy_setopt(e, CURLOPT_URL, url);
+        curl_easy_setopt(e, CURLOPT_CONNECT_ONLY, 1L);
+        curl_easy_setopt(e, CURLOPT_PROXY, "");
+        curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+        curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
+        curl_easy_setopt(e, CURLOPT_ERRORBUFFER, c->errbuf);
+        curl_easy_setopt(e, CURLOPT_OPENSOCKETFUNCTION, open_socket);
+        curl_easy_setopt(e, CURLOPT_OPENSOCKETDATA, c);
+        curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS,
+                         (long)(g->cfg->network_connect_timeout_s * 1000));
+        curl_easy_setopt(e, CURLOPT_FORBID_REUSE, 1L);
+        curl_easy_setopt(e, CURLOPT_FRESH_CONNECT, 1L);
+        if (g->resolve)
+                curl_easy_setopt(e, CURLOPT_RESOLVE, g->resolve);
+        if (rt && rt->ca_file)
+                curl_easy_setopt(e, CURLOPT_CAINFO, rt->ca_file);
+        c->state = C_CONNECTING;
+        return curl_loop_add_kept(g->cl, e, connected, c);
+}
+
+/* ---- deciding */
+
+static struct asked *asked_find(struct egress_run *r, const char *host, int port)
+{
+        struct asked *a;
+        list_for_each(a, &r->asked,
+                      node) if (a->port == port && strcmp(a->host, host) == 0) return a;
+        return NULL;
+}
+
+static void go(struct conn *c, const char *decision)
+{
+        c->decision = decision;
+        int rc = conn_connect(c);
+        if (rc < 0)
+                conn_refuse(c, 502, "cannot start the connection");
+}
+
+static void answered(void *userdata, enum bridge_answer answer, const char *why)
+{
+        struct asked *a = userdata;
+        struct egress_run *r = a->run;
+        a->handle = NULL;
+        a->answer = answer == BRIDGE_ACCEPTED;
+        char reason[300];
+        snprintf(reason, sizeof(reason), "the person was asked about %s:%d: %s%s%s", a->host,
+                 a->port, bridge_answer_name(answer), why && *why ? ": " : "", why ? why : "");
+        struct conn *c, *next;
+        list_for_each_safe(c, next, &r->conns, node)
+        {
+                if (c->state != C_ASKING || c->head.port != a->port ||
+                    strcmp(c->head.host, a->host) != 0)
+                        continue;
+                if (a->answer)
+                        go(c, "accepted");
+                else
+                        conn_refuse(c, 403, reason);
+        }
+}
+
+static void ask(struct conn *c)
+{
+        struct egress_run *r = c->run;
+        struct asked *a = asked_find(r, c->head.host, c->head.port);
+        if (a && a->answer == 1) {
+                go(c, "accepted");
+                return;
+        }
+        if (a && a->answer == 0) {
+                char why[300];
+                snprintf(why, sizeof(why), "the person declined %s:%d for this run", a->host,
+                         a->port);
+                conn_refuse(c, 403, why);
+                return;
+        }
+        c->state = C_ASKING;
+        if (a)
+                return; /* the question is out: this one waits for it too */
+        if (r->n_asked >= ASKED_MAX) {
+                conn_refuse(c, 403, "this run asked about too many hosts already");
+                return;
+        }
+        a = calloc(1, sizeof(*a));
+        if (!a) {
+                conn_refuse(c, 503, "out of memory");
+                return;
+        }
+        snprintf(a->host, sizeof(a->host), "%s", c->head.host);
+        a->port = c->head.port;
+        a->answer = -1;
+        a->run = r;
+        list_append(&r->asked, &a->node);
+        r->n_asked++;
+        char message[800];
+        snprintf(message, sizeof(message),
+                 "Code in sandbox %s wants to connect to %s port %d%s. Allow this run to reach "
+                 "%s:%d?",
+                 r->sandbox[0] ? r->sandbox : "?", c->head.host, c->head.port,
+                 c->head.connect ? " (an encrypted tunnel)" : " (plain HTTP)", c->head.host,
+                 c->head.port);
+        int rc =
+            r->asker ? r->asker->ask(r->asker->ud, message, answered, a, &a->handle) : -ENOTSUP;
+        if (rc == -ENOTSUP && r->g->cfg->ask_allow_unasked) {
+                a->answer = 1;
+                go(c, "allowed");
+                return;
+        }
+        if (rc < 0) {
+                char why[400];
+                snprintf(why, sizeof(why),
+                         "the policy asks a person about %s, and this MCP client cannot be asked "
+                         "(no elicitation): name the host in policy.json network.allow",
+                         c->head.host);
+                a->answer = 0;
+                conn_refuse(c, 403, why);
+        }
+}
+
+static void decide(struct conn *c)
+{
+        struct egress_run *r = c->run;
+        char why[600];
+        bool granted = false;
+        for (char **p = r->grant; p && *p && !granted; p++)
+                granted = net_pattern_match(*p, c->head.host, c->head.port, default_ports,
+                                            ARRAY_SIZE(default_ports));
+        if (!granted) {
+                char list[300] = "";
+                size_t k = 0;
+                for (char **p = r->grant; p && *p && k < sizeof(list) - 1; p++)
+                        k += (size_t)snprintf(list + k, sizeof(list) - k, "%s%s",
+                                              p == r->grant ? "" : ", ", *p);
+                snprintf(why, sizeof(why),
+                         "%s:%d is not in this run's network grant (%s): name it in the call's "
+                         "\"network\"",
+                         c->head.host, c->head.port, list[0] ? list : "none");
+                conn_refuse(c, 403, why);
+                return;
+        }
+        if (!c->head.connect)
+                for (size_t i = 0; i < r->g->n_routes; i++) {
+                        const struct route *rt = &r->g->routes[i];
+                        if (strcmp(rt->host, c->head.host) == 0 &&
+                            (c->head.port == 80 || c->head.port == rt->port))
+                                c->route = rt;
+                }
+        switch (policy_network_decision(r->g->pol, c->head.host, c->head.port)) {
+        case POLICY_DENY:
+                snprintf(why, sizeof(why),
+                         "the policy (%s) does not allow %s:%d (network.deny, or not in "
+                         "network.allow)",
+                         policy_source_name(r->g->pol), c->head.host, c->head.port);
+                conn_refuse(c, 403, why);
+                return;
+        case POLICY_ASK:
+                ask(c);
+                return;
+        case POLICY_ALLOW:
+                go(c, "allowed");
+                return;
+        }
+}
+
+/* ---- frames from the runtime */
+
+static struct conn *conn_find(struct egress_run *r, long long id)
+{
+        struct conn *c;
+        list_for_each(c, &r->conns, node) if (c->id == id) return c;
+        return NULL;
+}
+
+static void on_open(struct egress_run *r, long long id, json_t *params)
+{
+        const char *b64 = json_string_value(json_object_get(params, "head"));
+        if (conn_find(r, id)) {
+                log_warn("network: sandbox %s: connection %lld opened twice", r->sandbox, id);
+                return;
+        }
+        struct conn *c = calloc(1, sizeof(*c));
+        if (!c)
+                return;
+        *c = (struct conn){.run = r, .id = id, .fd = -1, .t0 = now_ms()};
+        c->last = c->t0;
+        buf_init(&c->to_remote, TO_REMOTE_MAX);
+        buf_init(&c->held, EGRESS_CHUNK + HEADER_VALUE_MAX);
+        list_append(&r->conns, &c->node);
+        if (timer_set(r->g->loop, &c->idle, on_idle, c,
+                      (long long)(r->g->cfg->network_idle_s * 1000)) < 0) {
+                conn_refuse(c, 503, "out of resources");
+                return;
+        }
+        struct buf head;
+        buf_init(&head, PROXY_HEAD_MAX);
+        int status = 400;
+        const char *why = "net/open without a head";
+        int rc = b64 ? base64_decode(&head, b64, strlen(b64)) : -EINVAL;
+        if (rc == -ENOBUFS)
+                status = 431, why = "the request head is over 16384 bytes";
+        if (rc == 0)
+                rc =
+                    proxy_head_parse(head.data ? head.data : "", head.len, &c->head, &status, &why);
+        buf_free(&head);
+        if (rc < 0) {
+                conn_refuse(c, status, why);
+                return;
+        }
+        if (egress_run_connections(r) > (size_t)r->g->cfg->network_max_connections) {
+                char text[200];
+                snprintf(text, sizeof(text),
+                         "this run has %ld connections open, the most allowed "
+                         "(network_max_connections)",
+                         r->g->cfg->network_max_connections);
+                conn_refuse(c, 403, text);
+                return;
+        }
+        decide(c);
+}
+
+static void on_data(struct egress_run *r, struct conn *c, json_t *params)
+{
+        const char *b64 = json_string_value(json_object_get(params, "data"));
+        size_t before = c->to_remote.len;
+        if (!b64 || c->sandbox_eof) {
+                conn_abort(c, 400, "net/data without data, or after the end");
+                return;
+        }
+        int rc = base64_decode(&c->to_remote, b64, strlen(b64));
+        if (rc < 0) {
+                conn_abort(c, 400,
+                           rc == -ENOBUFS ? "the sandbox overran the flow window"
+                                          : "net/data is not base64");
+                return;
+        }
+        size_t n = c->to_remote.len - before;
+        if (r->bytes_out + n > r->g->cfg->network_max_bytes) {
+                char why[200];
+                snprintf(why, sizeof(why),
+                         "this run's upload limit of %llu bytes is reached (network_max_bytes)",
+                         r->g->cfg->network_max_bytes);
+                c->to_remote.len = before;
+                conn_abort(c, 403, why);
+                return;
+        }
+        c->bytes_out += n;
+        r->bytes_out += n;
+        touch(c);
+        if (c->state == C_OPEN)
+                pump_out(c);
+}
+
+void egress_run_frame(struct egress_run *r, const char *method, json_t *params)
+{
+        json_t *idv = json_object_get(params, "conn");
+        long long id = json_is_integer(idv) ? json_integer_value(idv) : 0;
+        if (id <= 0 || id > (1LL << 53))
+                return;
+        if (strcmp(method, "net/open") == 0) {
+                on_open(r, id, params);
+                return;
+        }
+        struct conn *c = conn_find(r, id);
+        if (!c)
+                return; /* ended here already: the runtime learns it from our frames */
+        if (strcmp(method, "net/data") == 0) {
+                on_data(r, c, params);
+        } else if (strcmp(method, "net/ack") == 0) {
+                json_t *b = json_object_get(params, "bytes");
+                long long n = json_is_integer(b) ? json_integer_value(b) : -1;
+                if (n < 0 || n > c->in_flight) {
+                        conn_abort(c, 400, "net/ack of bytes never sent");
+                        return;
+                }
+                c->in_flight -= n;
+                if (c->state == C_OPEN && !c->remote_eof) {
+                        conn_watch(c);
+                        /* TLS may hold decrypted bytes the socket no longer
+                         * signals: read now, from the loop. */
+                        loop_defer(r->g->loop, &c->read_d, read_later, c);
+                }
+        } else if (strcmp(method, "net/eof") == 0) {
+                c->sandbox_eof = true;
+                if (c->state == C_OPEN)
+                        pump_out(c);
+        } else if (strcmp(method, "net/close") == 0) {
+                conn_end(c, c->decision ? c->decision : "denied", NULL);
+        }
+}
