@@ -50,7 +50,6 @@ struct egress {
         struct curl_loop *cl;
         struct route *routes;
         size_t n_routes;
-        struct curl_slist *resolve; /* network_resolve as "host:port:address", per port */
 };
 
 struct asked {
@@ -89,6 +88,7 @@ struct conn {
         long long t0, last;
         struct timer *idle;
         struct defer read_d;
+        struct curl_slist *resolve; /* network_resolve's entry for this connection */
 };
 
 struct egress_run {
@@ -116,6 +116,25 @@ static void route_free(struct route *rt)
                 free(rt->values[i]);
         }
         strv_free(rt->secrets);
+}
+
+/* Append copies of `add` to the NULL-terminated *v. */
+static int mask_strv_add(char ***v, char **add)
+{
+        size_t n = 0, k = 0;
+        while (*v && (*v)[n])
+                n++;
+        while (add[k])
+                k++;
+        char **w = realloc(*v, (n + k + 1) * sizeof(char *));
+        if (!w)
+                return -ENOMEM;
+        *v = w;
+        for (size_t i = 0; i < k; i++)
+                if (!(w[n + i] = strdup(add[i])))
+                        return w[n + i] = NULL, -ENOMEM;
+        w[n + k] = NULL;
+        return 0;
 }
 
 static bool token_ok(const char *s)
@@ -214,6 +233,10 @@ static int route_parse(const char *origin, json_t *v, struct route *rt, struct e
                 }
                 rt->names[rt->n_headers] = strdup(key);
                 rt->values[rt->n_headers++] = value;
+                /* The whole value is a secret too, a literal one included. */
+                char *whole[] = {value, NULL};
+                if (strlen(value) >= 4 && mask_strv_add(&rt->secrets, whole) < 0)
+                        return err_set(e, ERR_INTERNAL, ENOMEM, "out of memory");
         }
         for (char **s = rt->secrets; s && *s; s++)
                 if (strlen(*s) > rt->longest)
@@ -271,19 +294,6 @@ int egress_new(struct loop *l, const struct config *cfg, const struct policy *po
                 if (r == 0)
                         r = route_parse(key, v, &g->routes[g->n_routes++], e);
         }
-        json_object_foreach(cfg->network_resolve, key, v)
-        {
-                /* curl wants host:port:address; any port a grant may name. */
-                char line[NET_HOST_MAX + 80];
-                const char *a = json_string_value(v);
-                snprintf(line, sizeof(line), "%s:*:%s%s%s", key, strchr(a, ':') ? "[" : "", a,
-                         strchr(a, ':') ? "]" : "");
-                struct curl_slist *s = r == 0 ? curl_slist_append(g->resolve, line) : NULL;
-                if (r == 0 && !s)
-                        r = -ENOMEM;
-                if (s)
-                        g->resolve = s;
-        }
         if (r < 0) {
                 if (!e->msg[0])
                         err_set(e, ERR_INTERNAL, -r, "cannot set up the network proxy: %s",
@@ -302,7 +312,6 @@ void egress_free(struct egress *g)
         for (size_t i = 0; i < g->n_routes; i++)
                 route_free(&g->routes[i]);
         free(g->routes);
-        curl_slist_free_all(g->resolve);
         curl_loop_free(g->cl);
         free(g);
 }
@@ -471,6 +480,7 @@ static void conn_free(struct conn *c)
                 curl_loop_remove(c->run->g->cl, c->easy);
                 curl_easy_cleanup(c->easy);
         }
+        curl_slist_free_all(c->resolve);
         watch_close(&c->w, &c->fd);
         timer_remove(c->idle);
         defer_cancel(&c->read_d);
@@ -545,6 +555,8 @@ void egress_run_free(struct egress_run *r)
 
 /* ---- relaying */
 
+static void on_socket(struct watch *w, uint32_t events, void *userdata);
+
 static void conn_watch(struct conn *c)
 {
         if (!c->w)
@@ -563,8 +575,9 @@ static void touch(struct conn *c)
         c->last = now_ms();
 }
 
-/* What the sandbox sent, on to the origin: the head first. */
-static void pump_out(struct conn *c)
+/* What the sandbox sent, on to the origin: the head first. False when
+ * the connection ended (and is freed). */
+static bool pump_out(struct conn *c)
 {
         while (c->head_out.len || c->to_remote.len) {
                 struct buf *b = c->head_out.len ? &c->head_out : &c->to_remote;
@@ -574,7 +587,7 @@ static void pump_out(struct conn *c)
                         break;
                 if (rc != CURLE_OK) {
                         conn_abort(c, 502, "the connection to the host failed while sending");
-                        return;
+                        return false;
                 }
                 if (b == &c->to_remote)
                         c->to_ack += (long long)sent;
@@ -587,6 +600,7 @@ static void pump_out(struct conn *c)
                 c->shut = true;
         }
         conn_watch(c);
+        return true;
 }
 
 /* Secrets of a route never reach the sandbox: each is overwritten with
@@ -623,8 +637,9 @@ static bool masked_send(struct conn *c, const char *p, size_t n, bool end)
         return true;
 }
 
-/* The origin's bytes, to the sandbox, as far as the window lets. */
-static void pump_in(struct conn *c)
+/* The origin's bytes, to the sandbox, as far as the window lets. False
+ * when the connection ended (and is freed). */
+static bool pump_in(struct conn *c)
 {
         static char chunk[EGRESS_CHUNK];
         struct egress_run *r = c->run;
@@ -638,12 +653,12 @@ static void pump_in(struct conn *c)
                         break;
                 if (rc != CURLE_OK) {
                         conn_abort(c, 502, "the connection to the host failed while receiving");
-                        return;
+                        return false;
                 }
                 touch(c);
                 if (n == 0) {
                         if (!masked_send(c, NULL, 0, true))
-                                return;
+                                return false;
                         c->remote_eof = true;
                         send_note(c, "net/eof");
                         break;
@@ -655,39 +670,54 @@ static void pump_in(struct conn *c)
                                  "(network_max_bytes)",
                                  r->g->cfg->network_max_bytes);
                         conn_abort(c, 403, why);
-                        return;
+                        return false;
                 }
                 c->bytes_in += n;
                 r->bytes_in += n;
                 c->in_flight += (long long)n;
                 if (!masked_send(c, chunk, n, false))
-                        return;
+                        return false;
         }
         conn_watch(c);
+        return true;
+}
+
+/* The socket's watch, taken away while nothing can be done with it: a
+ * hang-up is reported whatever is asked for, and would spin the loop
+ * while the sandbox's window is full or the origin's side has ended. */
+static void park(struct conn *c)
+{
+        watch_remove(c->w);
+        c->w = NULL;
+        c->events = 0;
+}
+
+static void unpark(struct conn *c)
+{
+        if (c->w || c->fd < 0 || c->remote_eof)
+                return;
+        if (watch_add(c->run->g->loop, c->fd, EPOLLIN, on_socket, c, &c->w) == 0)
+                c->events = EPOLLIN;
 }
 
 static void on_socket(struct watch *w, uint32_t events, void *userdata)
 {
         struct conn *c = userdata;
         (void)w;
-        if (events & EPOLLOUT) {
-                long long id = c->id;
-                struct egress_run *r = c->run;
-                pump_out(c);
-                /* pump_out may have ended it */
-                struct conn *x;
-                bool alive = false;
-                list_for_each(x, &r->conns, node) alive = alive || (x == c && x->id == id);
-                if (!alive)
-                        return;
-        }
-        if (events & (EPOLLIN | EPOLLHUP | EPOLLERR))
-                pump_in(c);
+        if ((events & EPOLLOUT) && !pump_out(c))
+                return;
+        if ((events & (EPOLLIN | EPOLLHUP | EPOLLERR)) && !pump_in(c))
+                return;
+        if ((events & (EPOLLHUP | EPOLLERR)) && !c->head_out.len && !c->to_remote.len &&
+            (c->remote_eof || c->in_flight >= EGRESS_WINDOW))
+                park(c);
 }
 
 static void read_later(void *userdata)
 {
-        pump_in(userdata);
+        struct conn *c = userdata;
+        unpark(c);
+        pump_in(c);
 }
 
 static void on_idle(struct timer *t, void *userdata)
@@ -695,6 +725,8 @@ static void on_idle(struct timer *t, void *userdata)
         struct conn *c = userdata;
         long long idle = (long long)(c->run->g->cfg->network_idle_s * 1000);
         long long left = c->last + idle - now_ms();
+        if (c->state == C_ASKING)
+                left = idle; /* the person's time is ask_timeout_s's */
         if (left > 0) {
                 timer_arm(t, left);
                 return;
@@ -807,8 +839,18 @@ static int conn_connect(struct conn *c)
                          (long)(g->cfg->network_connect_timeout_s * 1000));
         curl_easy_setopt(e, CURLOPT_FORBID_REUSE, 1L);
         curl_easy_setopt(e, CURLOPT_FRESH_CONNECT, 1L);
-        if (g->resolve)
-                curl_easy_setopt(e, CURLOPT_RESOLVE, g->resolve);
+        /* network_resolve: this name's address instead of DNS (curl wants
+         * host:port:address). */
+        const char *fixed = json_string_value(json_object_get(g->cfg->network_resolve, host));
+        if (fixed) {
+                char line[NET_HOST_MAX + 80];
+                snprintf(line, sizeof(line), "%s:%d:%s%s%s", host, port,
+                         strchr(fixed, ':') ? "[" : "", fixed, strchr(fixed, ':') ? "]" : "");
+                c->resolve = curl_slist_append(NULL, line);
+                if (!c->resolve)
+                        return -ENOMEM;
+                curl_easy_setopt(e, CURLOPT_RESOLVE, c->resolve);
+        }
         if (rt && rt->ca_file)
                 curl_easy_setopt(e, CURLOPT_CAINFO, rt->ca_file);
         c->state = C_CONNECTING;
@@ -1042,8 +1084,10 @@ static void on_data(struct egress_run *r, struct conn *c, json_t *params)
         c->bytes_out += n;
         r->bytes_out += n;
         touch(c);
-        if (c->state == C_OPEN)
+        if (c->state == C_OPEN) {
+                unpark(c);
                 pump_out(c);
+        }
 }
 
 void egress_run_frame(struct egress_run *r, const char *method, json_t *params)
@@ -1070,6 +1114,7 @@ void egress_run_frame(struct egress_run *r, const char *method, json_t *params)
                 }
                 c->in_flight -= n;
                 if (c->state == C_OPEN && !c->remote_eof) {
+                        unpark(c);
                         conn_watch(c);
                         /* TLS may hold decrypted bytes the socket no longer
                          * signals: read now, from the loop. */
