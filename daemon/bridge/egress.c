@@ -782,12 +782,18 @@ static void connected(CURL *easy, CURLcode result, void *userdata)
         curl_socket_t s = CURL_SOCKET_BAD;
         curl_easy_getinfo(c->easy, CURLINFO_ACTIVESOCKET, &s);
         c->fd = s == CURL_SOCKET_BAD ? -1 : fcntl(s, F_DUPFD_CLOEXEC, 3);
-        if (c->fd < 0 || watch_add(c->run->g->loop, c->fd, EPOLLIN, on_socket, c, &c->w) < 0) {
-                conn_refuse(c, 502, "cannot watch the connection");
+        int wr =
+            c->fd < 0 ? -errno : watch_add(c->run->g->loop, c->fd, EPOLLIN, on_socket, c, &c->w);
+        if (wr < 0) {
+                char why[200];
+                snprintf(why, sizeof(why), "cannot watch the connection (socket %d: %s)", (int)s,
+                         strerror(-wr));
+                conn_answer(c, 502, why, c->decision);
                 return;
         }
         c->events = EPOLLIN;
         c->state = C_OPEN;
+        c->bytes_out += c->head_out.len; /* the head as sent counts */
         touch(c);
         if (c->head.connect) {
                 static const char ok[] = "HTTP/1.1 200 Connection established\r\n\r\n";
@@ -837,7 +843,6 @@ static int conn_connect(struct conn *c)
         curl_easy_setopt(e, CURLOPT_OPENSOCKETDATA, c);
         curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS,
                          (long)(g->cfg->network_connect_timeout_s * 1000));
-        curl_easy_setopt(e, CURLOPT_FORBID_REUSE, 1L);
         curl_easy_setopt(e, CURLOPT_FRESH_CONNECT, 1L);
         /* network_resolve: this name's address instead of DNS (curl wants
          * host:port:address). */

@@ -220,14 +220,25 @@ static int parse_server(struct policy *p, const char *name, json_t *obj, const c
         return 0;
 }
 
-/* "network": {allow, ask, deny, addresses}; each key it names replaces
- * what earlier files said. */
+/* "network": {allow, ask, deny, addresses}, replacing the whole section
+ * of earlier files: a key left out is empty. (Key by key, the default's
+ * `"ask": ["*"]` would catch every host a user's `allow` names.) */
 static int parse_network(struct policy *p, json_t *obj, const char *label, struct err *e)
 {
         if (!json_is_object(obj))
                 return err_set(e, ERR_CONFIG, EINVAL,
                                "%s: network: must be an object (allow, ask, deny, addresses)",
                                label);
+        char ***lists[] = {&p->net_allow, &p->net_ask, &p->net_deny};
+        for (size_t i = 0; i < ARRAY_SIZE(lists); i++) {
+                strv_free(*lists[i]);
+                *lists[i] = calloc(1, sizeof(char *));
+                if (!*lists[i])
+                        return err_set(e, ERR_INTERNAL, ENOMEM, "out of memory");
+        }
+        free(p->net_addresses);
+        p->net_addresses = NULL;
+        p->n_net_addresses = 0;
         const char *key;
         json_t *v;
         json_object_foreach(obj, key, v)
