@@ -798,6 +798,7 @@ static void connected(CURL *easy, CURLcode result, void *userdata)
         if (c->head.connect) {
                 static const char ok[] = "HTTP/1.1 200 Connection established\r\n\r\n";
                 send_data(c->run, c->id, ok, sizeof(ok) - 1);
+                c->in_flight += (long long)sizeof(ok) - 1; /* acked as any byte is */
         }
         pump_out(c);
 }
