@@ -198,7 +198,7 @@ int bridge_check_servers(struct bridge *b, json_t *names, struct err *e)
 }
 
 int bridge_run_new(struct bridge *b, json_t *names, json_t *network, bridge_send_fn send,
-                   void *userdata, struct bridge_run **ret)
+                   bridge_lines_fn send_lines, void *userdata, struct bridge_run **ret)
 {
         struct bridge_run *r = calloc(1, sizeof(*r));
         if (!r)
@@ -224,7 +224,7 @@ int bridge_run_new(struct bridge *b, json_t *names, json_t *network, bridge_send
                 }
                 r->n_servers++;
         }
-        if (egress_run_new(b->egress, network, send, userdata, &r->net) < 0) {
+        if (egress_run_new(b->egress, network, send_lines, userdata, &r->net) < 0) {
                 bridge_run_free(r);
                 return -ENOMEM;
         }

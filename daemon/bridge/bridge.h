@@ -42,8 +42,10 @@ int bridge_check_servers(struct bridge *b, json_t *names, struct err *e);
  * *e. */
 int bridge_check_network(json_t *network, struct err *e);
 
-/* Frames to the sandbox go through `send` (the message is stolen). */
+/* Frames to the sandbox go through `send` (the message is stolen), or as
+ * encoded lines through `send_lines` (bulk data: 0 or a negative errno). */
 typedef void (*bridge_send_fn)(void *userdata, json_t *msg);
+typedef int (*bridge_lines_fn)(void *userdata, const char *lines, size_t len);
 
 /* A person asked to approve one call (the policy's `ask`), through the
  * MCP client of the run. ask() puts `message` to the person; 0 and later,
@@ -75,7 +77,7 @@ void bridge_audit(struct bridge *b, const struct audit_entry *e);
  * reach. `names` and `network` (may be NULL) are checked already
  * (bridge_check_servers, bridge_check_network) and copied. */
 int bridge_run_new(struct bridge *b, json_t *names, json_t *network, bridge_send_fn send,
-                   void *userdata, struct bridge_run **ret);
+                   bridge_lines_fn send_lines, void *userdata, struct bridge_run **ret);
 /* Withdraws what is still in flight (audited as such). Accepts NULL. */
 void bridge_run_free(struct bridge_run *r);
 /* Who to ask when the policy says `ask` (borrowed; it outlives the run).

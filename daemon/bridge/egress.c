@@ -95,13 +95,13 @@ struct egress_run {
         struct egress *g;
         char **grant; /* NULL-terminated */
         char sandbox[64], client[64];
-        egress_send_fn send;
+        egress_lines_fn send;
         void *userdata;
         const struct bridge_asker *asker;
         struct list conns, asked;
         size_t n_asked;
         unsigned long long bytes_out, bytes_in;
-        json_t *outbox;
+        struct buf outbox; /* frames written by hand, sent from the loop in order */
         struct defer flush_d;
 };
 
@@ -345,52 +345,63 @@ int egress_check_grant(json_t *network, struct err *e)
 
 /* ---- a run */
 
+/* Frames go out from the loop, in order, as one write a round. They are
+ * written by hand: a net/data frame is mostly base64, which JSON never
+ * escapes, and encoding it through jansson cost more than the relay. */
 static void flush(void *userdata)
 {
         struct egress_run *r = userdata;
-        json_t *out = r->outbox;
-        r->outbox = json_array();
-        size_t i;
-        json_t *msg;
-        json_array_foreach(out, i, msg) r->send(r->userdata, json_incref(msg));
-        json_decref(out);
+        if (!r->outbox.len)
+                return;
+        int rc = r->send(r->userdata, r->outbox.data, r->outbox.len);
+        if (rc < 0)
+                log_warn("network: sandbox %s: %zu bytes of frames not sent (%s)", r->sandbox,
+                         r->outbox.len, strerror(-rc));
+        r->outbox.len = 0;
 }
 
-static void send_frame(struct egress_run *r, json_t *msg)
+static void queued(struct egress_run *r)
 {
-        if (!msg || !r->outbox || json_array_append_new(r->outbox, msg) < 0)
-                return;
         loop_defer(r->g->loop, &r->flush_d, flush, r);
 }
 
 static void send_note(struct conn *c, const char *method)
 {
-        send_frame(c->run, json_pack("{s:s, s:s, s:{s:I}}", "jsonrpc", "2.0", "method", method,
-                                     "params", "conn", (json_int_t)c->id));
+        if (buf_printf(&c->run->outbox,
+                       "{\"jsonrpc\":\"2.0\",\"method\":\"%s\",\"params\":{\"conn\":%lld}}\n",
+                       method, c->id) == 0)
+                queued(c->run);
 }
 
 static void send_data(struct egress_run *r, long long id, const void *p, size_t n)
 {
-        struct buf b;
-        buf_init(&b, n / 3 * 4 + 8);
-        if (base64_encode(&b, p, n) == 0)
-                send_frame(r, json_pack("{s:s, s:s, s:{s:I, s:s%}}", "jsonrpc", "2.0", "method",
-                                        "net/data", "params", "conn", (json_int_t)id, "data",
-                                        b.data ? b.data : "", b.len));
-        buf_free(&b);
+        size_t before = r->outbox.len;
+        if (buf_printf(&r->outbox,
+                       "{\"jsonrpc\":\"2.0\",\"method\":\"net/data\",\"params\":{\"conn\":%lld,"
+                       "\"data\":\"",
+                       id) < 0 ||
+            base64_encode(&r->outbox, p, n) < 0 || buf_append(&r->outbox, "\"}}\n", 4) < 0) {
+                r->outbox.len = before;
+                log_warn("network: sandbox %s: a frame of connection %lld did not fit", r->sandbox,
+                         id);
+                return;
+        }
+        queued(r);
 }
 
 static void send_ack(struct conn *c, bool all)
 {
         if (c->to_ack <= 0 || (!all && c->to_ack < EGRESS_CHUNK))
                 return;
-        send_frame(c->run,
-                   json_pack("{s:s, s:s, s:{s:I, s:I}}", "jsonrpc", "2.0", "method", "net/ack",
-                             "params", "conn", (json_int_t)c->id, "bytes", (json_int_t)c->to_ack));
+        if (buf_printf(&c->run->outbox,
+                       "{\"jsonrpc\":\"2.0\",\"method\":\"net/ack\",\"params\":{\"conn\":%lld,"
+                       "\"bytes\":%lld}}\n",
+                       c->id, c->to_ack) == 0)
+                queued(c->run);
         c->to_ack = 0;
 }
 
-int egress_run_new(struct egress *g, json_t *grant, egress_send_fn send, void *userdata,
+int egress_run_new(struct egress *g, json_t *grant, egress_lines_fn send, void *userdata,
                    struct egress_run **ret)
 {
         struct egress_run *r = calloc(1, sizeof(*r));
@@ -401,10 +412,13 @@ int egress_run_new(struct egress *g, json_t *grant, egress_send_fn send, void *u
         list_init(&r->asked);
         size_t n = json_array_size(grant);
         r->grant = calloc(n + 1, sizeof(char *));
-        r->outbox = json_array();
+        /* Each connection has at most a window in flight each way. */
+        buf_init(&r->outbox,
+                 (size_t)g->cfg->network_max_connections * (EGRESS_WINDOW / 3 * 4 + EGRESS_CHUNK) +
+                     (1 << 20));
         for (size_t i = 0; r->grant && i < n; i++)
                 r->grant[i] = strdup(json_string_value(json_array_get(grant, i)));
-        if (!r->grant || !r->outbox || (n && !r->grant[n - 1])) {
+        if (!r->grant || (n && !r->grant[n - 1])) {
                 egress_run_free(r);
                 return -ENOMEM;
         }
@@ -546,9 +560,8 @@ void egress_run_free(struct egress_run *r)
                 free(a);
         }
         defer_cancel(&r->flush_d);
-        if (r->outbox && json_array_size(r->outbox))
-                flush(r);
-        json_decref(r->outbox);
+        flush(r);
+        buf_free(&r->outbox);
         strv_free(r->grant);
         free(r);
 }

@@ -37,10 +37,12 @@ void egress_free(struct egress *g);
  * patterns. 0, or -EINVAL and *e. */
 int egress_check_grant(json_t *network, struct err *e);
 
-typedef void (*egress_send_fn)(void *userdata, json_t *msg);
+/* Encoded frames to the runtime, one or more lines: 0, or a negative
+ * errno when its input queue cannot take them. */
+typedef int (*egress_lines_fn)(void *userdata, const char *lines, size_t len);
 /* One run's connections; `grant` (checked, borrowed: copied) may be NULL
  * or empty: then every connection is refused. */
-int egress_run_new(struct egress *g, json_t *grant, egress_send_fn send, void *userdata,
+int egress_run_new(struct egress *g, json_t *grant, egress_lines_fn send, void *userdata,
                    struct egress_run **ret);
 /* Closes what is open (audited), withdraws questions. Accepts NULL. */
 void egress_run_free(struct egress_run *r);

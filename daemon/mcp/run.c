@@ -164,12 +164,12 @@ static void call_failed(struct call *c, json_t *result)
  * which asks this client's person about the calls the policy says to ask
  * about (sandbox/sandbox.h, struct sandbox_frame_ops). */
 
-static int frames_open(void *ud, json_t *servers, json_t *network, sandbox_send_fn send, void *to,
-                       void **ret)
+static int frames_open(void *ud, json_t *servers, json_t *network, sandbox_send_fn send,
+                       sandbox_line_fn send_lines, void *to, void **ret)
 {
         struct mcp_server *s = ud;
         struct bridge_run *br;
-        int r = bridge_run_new(s->bridge, servers, network, send, to, &br);
+        int r = bridge_run_new(s->bridge, servers, network, send, send_lines, to, &br);
         if (r < 0)
                 return r;
         bridge_run_set_asker(br, &s->asker); /* the server outlives its runs */

@@ -49,6 +49,12 @@ void run_settle(struct run *r, enum sandbox_status st, const char *type, const c
 #define FRAME_TOO_LARGE -32004
 
 /* Frames the run's frame hook sends to this sandbox's runtime. */
+static int frame_send_lines(void *userdata, const char *lines, size_t len)
+{
+        struct sandbox *s = userdata;
+        return s->attach ? attach_write(s->attach, lines, len) : -EPIPE;
+}
+
 static void frame_send(void *userdata, json_t *msg)
 {
         struct sandbox *s = userdata;
@@ -95,8 +101,8 @@ static int copy_files(struct run *r, const struct sandbox_request *req)
  * not the sandbox's own goes there, and the hook answers through s. */
 static int frames_open(struct run *r, const struct sandbox_request *req, struct sandbox *s)
 {
-        int rc = req->frames.ops->open(req->frames.ud, req->servers, req->network, frame_send, s,
-                                       &r->frames);
+        int rc = req->frames.ops->open(req->frames.ud, req->servers, req->network, frame_send,
+                                       frame_send_lines, s, &r->frames);
         if (rc == 0)
                 r->frame_ops = req->frames.ops;
         return rc;

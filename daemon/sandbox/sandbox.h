@@ -44,14 +44,18 @@ struct jrpc_msg;
  * hook was opened with. When the runtime's input queue is full it sends a
  * short TooLarge error for the same id instead. */
 typedef void (*sandbox_send_fn)(void *to, json_t *msg);
+/* Lines already encoded (one or more frames, each ending with '\n'):
+ * bulk data the hook writes itself. 0, or a negative errno when the
+ * sandbox's input queue cannot take them. */
+typedef int (*sandbox_line_fn)(void *to, const char *lines, size_t len);
 
 struct sandbox_frame_ops {
         /* A sandbox takes a run whose request names servers (called from
          * inside sandbox_run or sandbox_exec): the hook's state for this
          * run in *ret, which sends frames through send(to, ..) until
          * close. 0, or a negative errno: the run is not made. */
-        int (*open)(void *ud, json_t *servers, json_t *network, sandbox_send_fn send, void *to,
-                    void **ret);
+        int (*open)(void *ud, json_t *servers, json_t *network, sandbox_send_fn send,
+                    sandbox_line_fn send_lines, void *to, void **ret);
         /* The container's short id (copied), before exec_params. */
         void (*set_sandbox)(void *run, const char *id);
         /* Its part of the sandbox/exec frame's params: `servers`, and

@@ -509,10 +509,11 @@ struct hook_seen {
         bool fail_open;
 };
 
-static int hook_open(void *ud, json_t *servers, json_t *network, sandbox_send_fn send, void *to,
-                     void **ret)
+static int hook_open(void *ud, json_t *servers, json_t *network, sandbox_send_fn send,
+                     sandbox_line_fn send_lines, void *to, void **ret)
 {
         (void)network;
+        (void)send_lines;
         struct hook_seen *h = ud;
         if (h->fail_open)
                 return -ENOMEM;
