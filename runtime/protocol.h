@@ -15,7 +15,7 @@
 #define RT_TIME_LIMIT_MAX_S  (2 * 86400) /* longest time_limit_ms, in seconds */
 
 /* The network proxy's frames (net/*, runtime/README.md "Network"). */
-#define RT_NET_HEAD_MAX      16384       /* a request head, request line through CRLFCRLF */
-#define RT_NET_DATA_MAX      65536       /* raw bytes of one net/data */
-#define RT_NET_WINDOW        (256 << 10) /* bytes sent and not yet acked, per connection and direction */
-#define RT_NET_ACK_EVERY     65536       /* a receiver acks at least this often (and when its queue empties) */
+#define RT_NET_HEAD_MAX  16384       /* a request head, request line through CRLFCRLF */
+#define RT_NET_DATA_MAX  65536       /* raw bytes of one net/data */
+#define RT_NET_WINDOW    (256 << 10) /* un-acked bytes per connection and direction */
+#define RT_NET_ACK_EVERY 65536       /* acks at least this often, and when a queue empties */
