@@ -7,6 +7,7 @@
 #
 # This part: the imports, the constants, the log, frame encoding, and the
 # descriptors the processes talk over.
+import binascii
 import codecs
 import json
 import os

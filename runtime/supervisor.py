@@ -351,6 +351,245 @@ class Relay:
         self.out = bytearray()
 
 
+# The network proxy (runtime/README.md, "Network"): a loopback HTTP proxy
+# whose connections the daemon makes.  The runtime only reads each request's
+# head, then relays bytes both ways as net/* frames, with a window of
+# NET_WINDOW un-acked bytes per connection and direction.
+NET_CONN_MAX = 256       # local connections at once; past it a local 503
+NET_LINGER = 2.0         # seconds a locally answered client has to read it
+TCHARS = b"!#$%&'*+-.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+VCHARS = bytes(range(33, 127))
+ERR = select.POLLERR | select.POLLHUP | select.POLLNVAL
+
+
+def proxy_head(buf):
+    """Where the request head ends in a client's first bytes: (0, 0) when
+    more is needed, (200, n) for a head of n bytes (its request line through
+    the first CRLFCRLF, n <= NET_HEAD_MAX), (400, 0) for a malformed one and
+    (431, 0) for one longer than NET_HEAD_MAX."""
+    buf = bytes(buf)
+    end = buf.find(b'\r\n\r\n', 0, NET_HEAD_MAX)
+    first = buf.find(b'\r\n', 0, NET_HEAD_MAX)
+    if first >= 0:
+        p = buf[:first].split(b' ')
+        if len(p) != 3 or not p[0] or p[0].translate(None, TCHARS) or not p[1] \
+                or p[1].translate(None, VCHARS) or p[2][:7] != b'HTTP/1.' or len(p[2]) != 8 \
+                or not p[2][7:].isdigit():
+            return 400, 0
+    if end < 0:
+        return (431 if len(buf) >= NET_HEAD_MAX else 0), 0
+    for line in buf[first + 2:end + 2].split(b'\r\n')[:-1]:
+        name, colon, value = line.partition(b':')
+        if not colon or not name or name.translate(None, TCHARS) or b'\r' in value \
+                or b'\n' in value or b'\0' in value:
+            return 400, 0
+    return 200, end + 4
+
+
+def proxy_answer(code, reason):
+    """The proxy's own answer (400, 431, 503), in the daemon's format."""
+    body = 'corral: %s\n' % reason
+    return ('HTTP/1.1 %d %s\r\nContent-Type: text/plain\r\nConnection: close\r\nContent-Length: %d'
+            '\r\n\r\n%s' % (code, {400: 'Bad Request', 431: 'Request Header Fields Too Large',
+                                   503: 'Service Unavailable'}[code], len(body), body)).encode()
+
+
+class Conn:
+    """A client of the proxy.  id is 0 until its head went out as net/open;
+    head gathers it.  sent: our bytes the daemon has not acked; out: the
+    daemon's bytes for the client, written: those written but not acked yet
+    (so len(out) + written is what the daemon has un-acked)."""
+
+    def __init__(self, sock, turn):
+        self.sock, self.fd, self.born = sock, sock.fileno(), turn
+        self.id = self.sent = self.written = 0
+        self.head, self.out = bytearray(), bytearray()
+        self.eof = self.ending = False  # the client's EOF said; the daemon's net/eof
+        self.linger = None  # answered locally: read and dropped until EOF or then
+
+    def reading(self):
+        return self.linger is not None or not self.id or (not self.eof and self.sent < NET_WINDOW)
+
+
+class Proxy:
+    """The listener (127.0.0.1, a port of the kernel's) and its clients; they
+    join the supervisor's poll, which is rebuilt each turn (events())."""
+
+    def __init__(self, sup):
+        import _socket
+        self.sup, self.turn, self.next_id, self.conns, self.ids = sup, 0, 1, {}, {}
+        self.sock = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM)
+        self.sock.bind(('127.0.0.1', 0))
+        self.sock.listen(128)
+        self.sock.setblocking(False)
+        self.fd, self.port = self.sock.fileno(), self.sock.getsockname()[1]
+        # what a net/data frame carries, so that its base64 fits a frame
+        self.chunk = min(NET_DATA_MAX, (sup.max_frame - 128) // 4 * 3)
+
+    def events(self):
+        self.turn += 1
+        now, fds = time.monotonic(), [(self.fd, select.POLLIN)]
+        for c in list(self.conns.values()):
+            if c.linger is not None and now >= c.linger:
+                self.drop(c)
+            else:
+                fds.append((c.fd, (select.POLLIN if c.reading() else 0) | (select.POLLOUT if c.out else 0)))
+        return fds
+
+    def deadline(self):
+        t = [c.linger for c in self.conns.values() if c.linger is not None]
+        return min(t) if t else None
+
+    def ready(self, fd, ev):
+        if fd == self.fd:
+            return self.accept()
+        c = self.conns.get(fd)
+        if c is None or c.born == self.turn:  # gone, or a new one on a number reused this turn
+            return
+        if ev & select.POLLOUT or (c.out and ev & ERR):
+            self.write(c)
+        if c.sock is not None and (ev & select.POLLIN or (ev & ERR and c.reading())):
+            self.read(c)
+        elif c.sock is not None and ev & ERR:
+            self.drop(c, True)
+
+    def accept(self):
+        import _socket
+        for _ in range(64):
+            try:
+                fd = self.sock._accept()[0]
+            except OSError:
+                return
+            s = _socket.socket(fileno=fd)
+            s.setblocking(False)
+            c = self.conns[fd] = Conn(s, self.turn)
+            job = self.sup.job
+            if job is None or job.deadline is not None:
+                self.answer(c, 503, 'no run is under way')
+            elif len(self.conns) > NET_CONN_MAX:
+                self.answer(c, 503, 'too many connections')
+
+    def answer(self, c, code, reason):
+        c.head = None
+        try:
+            c.sock.send(proxy_answer(code, reason))
+            c.sock.shutdown(1)  # SHUT_WR; read on, so that closing sends no reset
+        except OSError:
+            return self.drop(c)
+        if len(self.conns) > NET_CONN_MAX:  # a flood: no lingering
+            return self.drop(c)
+        c.linger = time.monotonic() + NET_LINGER
+
+    def send(self, c, method, **params):
+        self.sup.send({'jsonrpc': '2.0', 'method': method, 'params': dict(conn=c.id, **params)})
+
+    def read(self, c):
+        n = CHUNK if c.linger is not None else min(self.chunk, NET_WINDOW - c.sent) if c.id \
+            else NET_HEAD_MAX - len(c.head)
+        if n <= 0:  # recv(0) would look like EOF
+            return
+        try:
+            data = c.sock.recv(n)
+        except BlockingIOError:
+            return
+        except OSError:
+            return self.drop(c, True)
+        if c.linger is not None:
+            return None if data else self.drop(c)
+        if not data:
+            if c.id:
+                c.eof = True
+                return self.send(c, 'net/eof')
+            return self.answer(c, 400, 'bad request') if c.head else self.drop(c)
+        if c.id:
+            c.sent += len(data)
+            return self.send(c, 'net/data', data=b64(data))
+        c.head += data
+        status, n = proxy_head(c.head)
+        if status == 200:
+            c.id, self.next_id = self.next_id, self.next_id + 1
+            self.ids[c.id] = c
+            head, rest, c.head = bytes(c.head[:n]), bytes(c.head[n:]), None
+            self.send(c, 'net/open', head=b64(head))
+            if rest:
+                c.sent = len(rest)
+                self.send(c, 'net/data', data=b64(rest))
+        elif status:
+            self.answer(c, status, 'bad request' if status == 400 else 'request head too big')
+
+    def write(self, c):
+        try:
+            n = c.sock.send(c.out)
+        except BlockingIOError:
+            return
+        except OSError:
+            return self.drop(c, True)
+        del c.out[:n]
+        c.written += n
+        if c.written >= NET_ACK_EVERY or not c.out:
+            self.send(c, 'net/ack', bytes=c.written)
+            c.written = 0
+        if c.ending and not c.out:
+            self.drop(c, True)
+
+    def drop(self, c, tell=False):
+        """Closes a client; tell: net/close for it (not when the daemon closed it)."""
+        if c.sock is None:
+            return
+        c.sock.close()
+        c.sock = None
+        self.conns.pop(c.fd, None)
+        if c.id:
+            self.ids.pop(c.id, None)
+            if tell:
+                self.send(c, 'net/close')
+
+    def frame(self, method, p):
+        """A net/* notification of the daemon's."""
+        c = self.ids.get(p.get('conn')) if isinstance(p, dict) and type(p.get('conn')) is int else None
+        if c is None:  # gone already: it crossed our net/close, or the run ended
+            return
+        if method == 'net/data':
+            try:
+                data = binascii.a2b_base64(p['data'])
+            except (KeyError, TypeError, ValueError):
+                data = None
+            # past its window, or after its net/eof: the daemon is wrong
+            if data is None or c.ending or len(c.out) + c.written + len(data) > NET_WINDOW:
+                return self.drop(c, True)
+            c.out += data
+            if c.out:
+                self.write(c)
+        elif method == 'net/ack' and type(p.get('bytes')) is int:
+            c.sent = max(0, c.sent - p['bytes'])
+        elif method == 'net/eof':
+            c.ending = True
+            if not c.out:
+                self.drop(c, True)
+        elif method == 'net/close':
+            self.drop(c)
+
+    def end_run(self):
+        """The run ended: its connections go (the daemon forgets them)."""
+        for c in list(self.conns.values()):
+            if c.linger is None:
+                self.drop(c, True)
+
+
+def net_env(port):
+    """What the code of a run with a grant gets in its environment."""
+    url, local = 'http://127.0.0.1:%d' % port, 'localhost,127.0.0.1,::1'
+    env = {'PIP_USER': '1', 'PYTHONUSERBASE': WORKSPACE + '/.local', 'PIP_BREAK_SYSTEM_PACKAGES': '1',
+           'PIP_DISABLE_PIP_VERSION_CHECK': '1', 'PIP_NO_INPUT': '1', 'PIP_CACHE_DIR': '/tmp/.pip-cache'}
+    for k in ('HTTP_PROXY', 'HTTPS_PROXY', 'NO_PROXY'):
+        env[k] = env[k.lower()] = local if k == 'NO_PROXY' else url
+    return env
+
+
+def b64(data):
+    return binascii.b2a_base64(data, newline=False).decode('ascii')
+
+
 class Supervisor:
     def __init__(self):
         # Private close-on-exec copies of the channel; fd 0/1 become /dev/null
@@ -385,6 +624,7 @@ class Supervisor:
         self.frozen_until = None  # sandbox/freeze: when it ends by itself
         self.pooled = None  # the modules a pool sandbox's worker preloads
         self.out_inline = 0
+        self.proxy = None   # the network proxy, opened at the first exec with "network"
         # PID 1 only gets signals it has handlers for; SIGINT's Python handler
         # would raise KeyboardInterrupt in here, so ignore it.  SIGCHLD wakes
         # poll() through the wakeup pipe.
@@ -463,15 +703,19 @@ class Supervisor:
                     poller.register(relay.fd, select.POLLIN | (select.POLLOUT if relay.out else 0))
             for fd in fds:
                 poller.register(fd, select.POLLIN)
+            if self.proxy is not None:  # the listener and its clients
+                for fd, events in self.proxy.events():
+                    poller.register(fd, events)
             timeout = None
             if job is not None:
                 end = job.deadline if job.deadline is not None else \
                     job.next_sigint if job.kill_at is not None else job.limit_at
                 # 1 s: reap() fallback should a SIGCHLD wakeup get lost
                 timeout = 1000 if end is None else max(0, int((end - time.monotonic()) * 1000) + 1)
-            if self.frozen_until is not None:
-                left = max(0, int((self.frozen_until - time.monotonic()) * 1000) + 1)
-                timeout = left if timeout is None else min(timeout, left)
+            for until in (self.frozen_until, self.proxy and self.proxy.deadline()):
+                if until is not None:
+                    left = max(0, int((until - time.monotonic()) * 1000) + 1)
+                    timeout = left if timeout is None else min(timeout, left)
             for fd, events in poller.poll(timeout):
                 self.ready(fd, events)
 
@@ -507,6 +751,8 @@ class Supervisor:
                 job.feed_report(data)
             else:
                 job.streams[name].feed(data)
+        elif self.proxy is not None:
+            self.proxy.ready(fd, events)
 
     def handle(self, line):
         if line is None:
@@ -532,6 +778,9 @@ class Supervisor:
             if method == 'notifications/cancelled':
                 params = msg.get('params')
                 self.interrupt(params.get('requestId') if isinstance(params, dict) else None)
+            elif method.startswith('net/'):
+                if self.proxy is not None:
+                    self.proxy.frame(method, msg.get('params'))
             else:
                 log('ignored notification %r' % method[:100])
         elif method == 'sandbox/list':
@@ -654,7 +903,7 @@ class Supervisor:
         if 'id' not in msg:
             if method not in ('notifications/cancelled', 'corral/progress'):
                 return  # notifications are never answered
-        elif method.startswith('sandbox/'):
+        elif method.startswith(('sandbox/', 'net/')):  # the daemon's and the proxy's only
             return relay.error(rid, -32600, 'method not allowed: %s' % method[:100])
         frame = {'jsonrpc': '2.0', 'method': method}
         if 'id' in msg:
@@ -762,6 +1011,20 @@ class Supervisor:
                                     '{"name": string, "alias": Python identifier}, names and aliases unique')
         token = os.urandom(16).hex()
         request = {'language': language, 'code': code, 'servers': servers, 'keep': keep, 'token': token}
+        net = p.get('network')
+        if net is not None:  # a grant: the proxy and its variables for the code
+            env = net.get('env', {}) if isinstance(net, dict) else None
+            if not isinstance(env, dict) or not all(
+                    isinstance(k, str) and isinstance(v, str) and k and '=' not in k and '\0' not in k + v
+                    for k, v in env.items()):
+                return self.reply_error(rid, -32602, 'invalid params: want network {"env": {name: string}}')
+            if self.proxy is None:
+                try:
+                    self.proxy = Proxy(self)
+                except OSError as e:
+                    log('cannot open the network proxy: %s' % e)
+                    return self.reply_error(rid, -32603, 'cannot open the network proxy')
+            request['network'] = dict(net_env(self.proxy.port), **env)
         run = (token, None if time_limit is None else time_limit / 1000.0)
         if self.frozen_until is not None:
             # the daemon waits for its file operations first; should it not,
@@ -834,6 +1097,8 @@ class Supervisor:
         """Answers the exec."""
         job, self.job = self.job, None
         w = job.worker
+        if self.proxy is not None:
+            self.proxy.end_run()
         while w.fds['report'] is not None:  # written before the worker ended
             data = w.read('report')
             if data is None:

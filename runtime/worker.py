@@ -72,6 +72,9 @@ def worker(sup, pipes, api_fd, go_r, set_w=None):
         # it (runtime/README.md, "Records user code cannot forge").  It lives
         # in this frame only, never on a descriptor.
         token = request.pop('token', None)
+        if isinstance(request.get('network'), dict):  # a grant: the proxy's variables, pip's user site
+            os.environ.update(request['network'])
+            user_site()
         request = None
         signum, error = None, None
         if not keep:           # the last request: user code gets no handle on the pipe
@@ -111,6 +114,20 @@ def worker(sup, pipes, api_fd, go_r, set_w=None):
         # code forked: exit, so that the supervisor learns the end from the
         # kernel.
         os._exit(status)
+
+
+def user_site():
+    """The user site that `pip install` (PIP_USER, PYTHONUSERBASE) fills:
+    made, and on sys.path ahead of the image's packages (as python3 without
+    -I has it), so what the code installs imports at once, and in a
+    session's later runs."""
+    d = '%s/.local/lib/python%d.%d/site-packages' % ((WORKSPACE,) + sys.version_info[:2])
+    try:
+        os.makedirs(d, exist_ok=True)
+    except OSError:
+        pass
+    if d not in sys.path:
+        sys.path.insert(next((i for i, x in enumerate(sys.path) if x.endswith('-packages')), len(sys.path)), d)
 
 
 def next_request(fd, pending):

@@ -20,12 +20,14 @@ comes back.  Run as root, the runtime is started as uid/gid 65534 with no
 capabilities, like in the container.  Exits non-zero if any check fails.
 """
 import ast
+import base64
 import json
 import os
 import re
 import resource
 import select
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -1692,6 +1694,400 @@ def no_keep():
     o, _, r, _ = s2.run("print(1)", keep=False)
     rc, err = s2.close()
     check(o == '1\n' and 'state' not in r and rc == 0, 'no keep: one run, no session fields, then exit', (r, rc, err))
+
+
+# --- network: the proxy (runtime/README.md, "Network") ---------------------
+# The daemon's side of the proxy is played by the test (class Net): it reads
+# the runtime's net/* frames, answers with its own, and connects to the
+# proxy itself as a client where that is simpler than code in the sandbox.
+NET = {'env': {'PIP_INDEX_URL': 'http://index.test/simple'}}
+WINDOW, HEAD_MAX = 262144, 16384
+WAIT = "import os, time\nprint(os.environ['HTTP_PROXY'], flush=True)\ntime.sleep(60)"
+
+
+class Net:
+    """A session whose runs have a grant, and the daemon's side of its proxy."""
+
+    def __init__(self):
+        self.ses = Session()
+        self.rt = self.ses.rt
+        self.opened, self.data, self.acks, self.eofs, self.closes = {}, {}, {}, [], []
+        self.log, self.answers, self.out, self.port, self.n = [], {}, '', None, 0
+
+    def take(self, f):
+        m, p = f.get('method'), f.get('params') or {}
+        self.log.append(f)
+        if m == 'net/open':
+            self.opened[p['conn']] = base64.b64decode(p['head'])
+            self.data[p['conn']] = b''
+        elif m == 'net/data':
+            raw = base64.b64decode(p['data'])
+            if len(raw) > 65536:
+                raise AssertionError('a net/data frame of %d bytes' % len(raw))
+            self.data[p['conn']] += raw
+        elif m == 'net/ack':
+            self.acks[p['conn']] = self.acks.get(p['conn'], 0) + p['bytes']
+        elif m == 'net/eof':
+            self.eofs.append(p['conn'])
+        elif m == 'net/close':
+            self.closes.append(p['conn'])
+        elif m == 'sandbox/output':
+            self.out += p['data']
+        elif 'id' in f:
+            self.answers[f['id']] = f
+
+    def pump(self, until, what, timeout=10.0):
+        """Takes frames until until() holds (bounded)."""
+        end = time.monotonic() + timeout
+        while not until():
+            f = self.rt.frame(max(0.0, end - time.monotonic()))
+            if f is None:
+                raise AssertionError('not within %g s: %s' % (timeout, what))
+            self.take(f)
+
+    def barrier(self):
+        """A round trip through the runtime's loop: what it sent before is in."""
+        self.n += 1
+        rid = 'barrier%d' % self.n
+        self.rt.send({'jsonrpc': '2.0', 'id': rid, 'method': 'test/barrier'})
+        self.pump(lambda: rid in self.answers, 'the answer to ' + rid)
+
+    def send(self, method, **params):
+        self.rt.send({'jsonrpc': '2.0', 'method': method, 'params': params})
+
+    def start(self, code=WAIT, network=NET, **kw):
+        """Starts a run; with WAIT, returns once its code has printed the proxy's URL."""
+        rid = self.ses.send_exec(code, network=network, **kw) if network else self.ses.send_exec(code, **kw)
+        if code == WAIT:
+            self.pump(lambda: 'http://127.0.0.1:' in self.out, "the code's HTTP_PROXY")
+            self.port = int(self.out.split('http://127.0.0.1:')[-1].split()[0])
+            self.out = ''
+        return rid
+
+    def result(self, rid):
+        self.pump(lambda: rid in self.answers, 'the result of run %s' % rid)
+        return self.answers[rid].get('result') or {}
+
+    def stop(self, rid):
+        """Ends a WAIT run (an interrupt)."""
+        self.ses.cancel(rid)
+        return self.result(rid)
+
+    def client(self, data=b''):
+        s = socket.create_connection(('127.0.0.1', self.port), timeout=10)
+        if data:
+            s.sendall(data)
+        return s
+
+
+def read_to_eof(s, timeout=10.0):
+    """What a client reads until the proxy closes (None: not within timeout)."""
+    s.settimeout(timeout)
+    got = b''
+    try:
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                return got
+            got += chunk
+    except ConnectionResetError:
+        return got
+    except socket.timeout:
+        return None
+
+
+def local_answer(data):
+    """(status, reason line, headers, body) of one of the proxy's own answers."""
+    head, _, body = (data or b'').partition(b'\r\n\r\n')
+    lines = head.decode('latin-1').split('\r\n')
+    headers = dict(l.split(': ', 1) for l in lines[1:] if ': ' in l)
+    status = lines[0].split(' ', 2)
+    return (int(status[1]) if len(status) > 1 and status[1].isdigit() else 0), lines[0], headers, body
+
+
+def well_formed(data, code, reason):
+    status, line, headers, body = local_answer(data)
+    return status == code and line.startswith('HTTP/1.1 %d ' % code) and body == b'corral: %s\n' % reason.encode() \
+        and headers == {'Content-Type': 'text/plain', 'Connection': 'close', 'Content-Length': str(len(body))}
+
+
+# The variables of a run with a grant, and the user site pip --user fills.
+@case
+def net_env():
+    names = ['HTTP_PROXY', 'HTTPS_PROXY', 'http_proxy', 'https_proxy', 'NO_PROXY', 'no_proxy', 'PIP_USER',
+             'PYTHONUSERBASE', 'PIP_BREAK_SYSTEM_PACKAGES', 'PIP_DISABLE_PIP_VERSION_CHECK', 'PIP_NO_INPUT',
+             'PIP_CACHE_DIR', 'PIP_INDEX_URL']
+    ws = workspace()
+    site = '%s/.local/lib/python%s/site-packages' % (ws, '.'.join(subprocess.check_output(
+        [PYTHON, '-c', 'import sys; print(*sys.version_info[:2])']).decode().split()))
+    shutil.rmtree(os.path.join(ws, '.local'), ignore_errors=True)
+    net = Net()
+    # pip installs a package while the code runs: a module that was looked
+    # for in vain before (so the directory's listing was cached) imports at once
+    code = '''import json, os, sys
+print(json.dumps({k: os.environ.get(k) for k in %r}))
+try:
+    import netmod_a
+except ImportError:
+    pass
+site = [p for p in sys.path if p.startswith(os.environ['PYTHONUSERBASE'])]
+print(json.dumps([site, os.path.isdir(site[0]) if site else None,
+                  sys.path.index(site[0]) < min(i for i, p in enumerate(sys.path) if p.endswith('-packages') and p != site[0])]))
+for m in ('netmod_a', 'netmod_b'):
+    with open(os.path.join(site[0], m + '.py'), 'w') as f:
+        f.write('NAME = %%r\\n' %% m)
+import netmod_a
+print(netmod_a.NAME)
+''' % names
+    r1 = net.result(net.start(code))
+    lines = net.out.splitlines()
+    env = json.loads(lines[0]) if lines else {}
+    url = env.get('HTTP_PROXY') or ''
+    check(re.match(r'^http://127\.0\.0\.1:\d+$', url) and env == {
+        'HTTP_PROXY': url, 'HTTPS_PROXY': url, 'http_proxy': url, 'https_proxy': url,
+        'NO_PROXY': 'localhost,127.0.0.1,::1', 'no_proxy': 'localhost,127.0.0.1,::1', 'PIP_USER': '1',
+        'PYTHONUSERBASE': ws + '/.local', 'PIP_BREAK_SYSTEM_PACKAGES': '1', 'PIP_DISABLE_PIP_VERSION_CHECK': '1',
+        'PIP_NO_INPUT': '1', 'PIP_CACHE_DIR': '/tmp/.pip-cache', 'PIP_INDEX_URL': 'http://index.test/simple'},
+        'network: a run with a grant has the proxy, NO_PROXY, pip and the daemon\'s variables', (env, r1))
+    check(r1.get('status') == 'ok' and lines[1:] == [json.dumps([[site], True, True]), 'netmod_a'],
+          'network: the user site exists, is on sys.path once, ahead of the image\'s packages, '
+          'and a module put there by the code imports at once', (lines, r1))
+    net.out = ''
+    r2 = net.result(net.start('echo "$HTTP_PROXY|$PIP_USER|$PIP_INDEX_URL|$PYTHONUSERBASE"', language='shell'))
+    check(r2.get('status') == 'ok' and net.out == '%s|1|http://index.test/simple|%s/.local\n' % (url, ws),
+          'network: a shell run has the variables too, and the proxy keeps its port', (net.out, r2))
+    net.out = ''
+    r3 = net.result(net.start('import netmod_b, sys, os\n'
+                              'print(netmod_b.NAME, sum(p.startswith(os.environ["PYTHONUSERBASE"]) for p in sys.path))',
+                              network=None))
+    check(r3.get('status') == 'ok' and net.out == 'netmod_b 1\n',
+          'network: a later run of the session imports what an earlier one installed', (net.out, r3))
+    end(net.ses)
+    out, res, rt, _ = run("import json, os, sys\nprint(json.dumps([{k: os.environ.get(k) for k in %r}, "
+                          "[p for p in sys.path if '.local' in p]]))" % names)
+    check(res.get('status') == 'ok' and json.loads(text(out, 'stdout') or 'null') == [
+        {k: os.environ.get(k) for k in names}, []] and not any(
+        f.get('method', '').startswith('net/') for f in rt.frames),
+        'network: a run without a grant has none of it', (out, res))
+
+
+# Code that makes a request through the proxy with an ordinary client
+# (urllib, from HTTP_PROXY), a body larger than a frame; the daemon answers.
+@case
+def net_relay():
+    net = Net()
+    body = bytes(range(256)) * 400  # 102400 bytes: two frames at least
+    answer = b'HTTP/1.1 200 OK\r\nContent-Length: 11\r\nContent-Type: text/plain\r\n\r\nhello world'
+    rid = net.start("import urllib.request\n"
+                    "r = urllib.request.urlopen(urllib.request.Request('http://files.test/up', data=bytes(range(256)) * 400))\n"
+                    "print(r.status, r.read().decode())")
+    net.pump(lambda: 1 in net.opened, 'net/open')
+    head = net.opened[1]
+    net.pump(lambda: len(net.data[1]) >= len(body), 'the body')
+    sent_frames = sum(1 for f in net.log if f.get('method') == 'net/data')
+    net.send('net/ack', conn=1, bytes=len(body))
+    net.send('net/data', conn=1, data=base64.b64encode(answer).decode())
+    net.send('net/eof', conn=1)
+    res = net.result(rid)
+    check(head.startswith(b'POST http://files.test/up HTTP/1.1\r\n') and b'\r\nHost: files.test\r\n' in head
+          and b'\r\nContent-Length: 102400\r\n' in head and head.endswith(b'\r\n\r\n') and head.count(b'\r\n\r\n') == 1,
+          'network: net/open carries the request head, request line through the blank line', head)
+    check(net.data[1] == body and sent_frames >= 2, 'network: the body follows as net/data, at most 64 KiB a frame',
+          (len(net.data[1]), sent_frames))
+    check(res.get('status') == 'ok' and net.out == '200 hello world\n',
+          "network: the client gets the daemon's bytes, then EOF", (net.out, res))
+    names = [f.get('method') for f in net.log if f.get('method', '').startswith('net/')]
+    check(net.acks.get(1) == len(answer) and names[-1] == 'net/close' and names.index('net/ack') < names.index('net/close')
+          and list(net.opened) == [1] and net.closes == [1],
+          'network: the runtime acks what it wrote to the client, then closes after the daemon\'s net/eof (conn 1)',
+          (names, net.acks))
+    end(net.ses)
+
+
+# The client's bytes stop at the window while the daemon does not ack, and
+# go on by what it acks; a daemon past its own window is cut off.
+@case
+def net_flow_control():
+    import threading
+    net = Net()
+    rid = net.start()
+    c = net.client(b'PUT http://files.test/big HTTP/1.1\r\nHost: files.test\r\n\r\n')
+    sent = []
+
+    def flood():  # until the runtime closes the socket
+        try:
+            while True:
+                c.sendall(b'z' * 65536)
+                sent.append(65536)
+        except OSError:
+            pass
+    t = threading.Thread(target=flood, daemon=True)
+    t.start()
+    net.pump(lambda: len(net.data.get(1, b'')) >= WINDOW, 'a window of the client\'s bytes')
+    net.barrier()
+    net.barrier()
+    at_window = len(net.data[1])
+    check(at_window == WINDOW and sum(sent) >= WINDOW + 65536,
+          'network: without acks the runtime stops at exactly 262144 un-acked bytes (the client sent more)',
+          (at_window, sum(sent)))
+    net.send('net/ack', conn=1, bytes=100000)
+    net.pump(lambda: len(net.data[1]) >= WINDOW + 100000, 'what the ack let through')
+    net.barrier()
+    net.barrier()
+    check(len(net.data[1]) == WINDOW + 100000, 'network: an ack of 100000 lets exactly 100000 more through',
+          len(net.data[1]))
+    net.send('net/close', conn=1)
+    net.barrier()
+    t.join(10)
+    check(not t.is_alive() and 1 not in net.closes, "network: the daemon's net/close ends the client at once, "
+          'and nothing more is sent for it', (t.is_alive(), net.closes))
+    c.close()
+
+    # The daemon's direction: the client does not read; an honest daemon
+    # sends while its window lets it, until the client's socket is full.
+    c = net.client(b'GET http://files.test/ HTTP/1.1\r\nHost: files.test\r\n\r\n')
+    net.pump(lambda: 2 in net.opened, 'net/open of the second connection')
+    given, stuck = 0, 0
+    for _ in range(2000):
+        room = WINDOW - (given - net.acks.get(2, 0))
+        if room > 0:
+            net.send('net/data', conn=2, data=base64.b64encode(b'y' * min(room, 65536)).decode())
+            given += min(room, 65536)
+        net.barrier()
+        stuck = stuck + 1 if given - net.acks.get(2, 0) == WINDOW else 0
+        if stuck == 3 or 2 in net.closes:
+            break
+    check(stuck == 3 and 2 not in net.closes,
+          'network: a daemon that keeps to its window is never cut off; acks stop when the client stops reading',
+          (given, net.acks.get(2), net.closes))
+    net.send('net/data', conn=2, data=base64.b64encode(b'!').decode())
+    net.barrier()
+    check(net.closes == [2], 'network: one byte past the window: net/close', net.closes)
+    got = read_to_eof(c)
+    check(got is not None and net.acks[2] <= len(got) < net.acks[2] + 65536 and set(got) <= {ord('y')},
+          'network: and its client is closed, having got what was acked (and at most 64 KiB written since)',
+          (None if got is None else len(got), net.acks[2]))
+    # one frame of exactly the window, to a client that reads: all of it arrives
+    c3 = net.client(b'GET http://files.test/ HTTP/1.1\r\nHost: files.test\r\n\r\n')
+    net.pump(lambda: 3 in net.opened, 'net/open of the third connection')
+    net.send('net/data', conn=3, data=base64.b64encode(b'w' * WINDOW).decode())
+    net.send('net/eof', conn=3)
+    got = read_to_eof(c3)
+    net.pump(lambda: 3 in net.closes, 'net/close of the third connection')
+    check(got == b'w' * WINDOW and net.acks.get(3) == WINDOW,
+          'network: a frame of exactly the window is taken, written and acked', (len(got or b''), net.acks.get(3)))
+    net.stop(rid)
+    end(net.ses)
+
+
+# What the proxy answers itself: heads it will not pass on.
+@case
+def net_local_answers():
+    net = Net()
+    rid = net.start()
+    big = b'GET http://files.test/ HTTP/1.1\r\nX: ' + b'a' * (HEAD_MAX - 40)
+    big += b'b' * (HEAD_MAX - 4 - len(big)) + b'\r\n\r\n'
+    cases = [
+        (b'GET http://files.test/ HTTP/1.1\r\nX: ' + b'a' * HEAD_MAX, 431, 'request head too big'),
+        (b'GET /x\r\n\r\n', 400, 'bad request'),
+        (b'GET  http://x/ HTTP/1.1\r\n\r\n', 400, 'bad request'),
+        (b'GET http://x/ HTTP/2.0\r\n\r\n', 400, 'bad request'),
+        (b'GET http://x/ HTTP/1.1\r\nno colon here\r\n\r\n', 400, 'bad request'),
+        (b'GET http://x/ HTTP/1.1\r\n: empty name\r\n\r\n', 400, 'bad request'),
+        (b'GET http://x/ HTTP/1.1\r\nHost: x\r\nX: a\nb\r\n\r\n', 400, 'bad request'),
+        (b'GE\x01T http://x/ HTTP/1.1\r\n', 400, 'bad request'),
+    ]
+    got = []
+    for data, code, reason in cases:
+        c = net.client(data)
+        got.append((data[:40], code, well_formed(read_to_eof(c), code, reason)))
+        c.close()
+    check(all(ok for _, _, ok in got), 'network: 431 for a head over 16384 bytes, 400 for a bad request line or '
+          'header, in the format the daemon uses', got)
+    c = net.client(b'GET http://x/ HTTP/1.1\r\nHost')
+    c.shutdown(socket.SHUT_WR)
+    check(well_formed(read_to_eof(c), 400, 'bad request'), 'network: EOF in the middle of a head: 400')
+    c.close()
+    c = net.client(big)
+    net.pump(lambda: 1 in net.opened, 'net/open of a head of exactly 16384 bytes')
+    check(len(big) == HEAD_MAX and net.opened == {1: big},
+          'network: a head of exactly 16384 bytes goes on, and none of the refused ones did', list(net.opened))
+    c.close()
+    net.stop(rid)
+    end(net.ses)
+
+
+# Connections between runs, the end of a run, and the bound on connections.
+@case
+def net_runs():
+    net = Net()
+    r1 = net.start("import os\nprint(os.environ['HTTP_PROXY'])")
+    net.result(r1)
+    net.port, net.out = int(net.out.split(':')[-1]), ''
+    c = net.client(b'GET http://files.test/ HTTP/1.1\r\nHost: files.test\r\n\r\n')
+    check(well_formed(read_to_eof(c), 503, 'no run is under way') and not net.opened,
+          'network: a connection between runs gets 503 from the proxy itself', net.opened)
+    c.close()
+    rid = net.start()
+    a = net.client(b'GET http://files.test/a HTTP/1.1\r\nHost: files.test\r\n\r\n')
+    b = net.client()
+    net.pump(lambda: 1 in net.opened, 'net/open')
+    res = net.stop(rid)
+    at = [i for i, f in enumerate(net.log) if f.get('id') == rid][0]
+    closed = [f['params']['conn'] for f in net.log[:at] if f.get('method') == 'net/close']
+    check(closed == [1] and read_to_eof(a) == b'' and read_to_eof(b) == b'' and res.get('status') == 'error',
+          "network: a run's end closes its connections (net/close before the result)", (closed, res))
+    net.send('net/data', conn=1, data=base64.b64encode(b'late').decode())
+    net.send('net/eof', conn=1)
+    net.barrier()
+    rid = net.start()
+    c = net.client(b'GET http://files.test/c HTTP/1.1\r\nHost: files.test\r\n\r\n')
+    net.pump(lambda: 2 in net.opened, 'net/open of the next run')
+    check(list(net.opened) == [1, 2] and net.closes == [1],
+          'network: frames for a connection of an ended run are dropped; ids are not reused', (net.opened, net.closes))
+    c.close()
+    net.pump(lambda: 2 in net.eofs, 'net/eof')
+    net.send('net/close', conn=2)
+    net.barrier()
+    idle = [net.client() for _ in range(256)]
+    over = net.client()
+    check(well_formed(read_to_eof(over), 503, 'too many connections'),
+          'network: past 256 connections at once the proxy answers 503 itself')
+    for s in idle + [over]:
+        s.close()
+    net.stop(rid)
+    end(net.ses)
+
+
+# User code cannot speak for the proxy: net/* from the worker's API socket
+# is refused (a request) or dropped (a notification).
+@case
+def net_worker_refused():
+    rt = Runtime({'CORRAL_WORKSPACE': workspace()})
+    rt.ready()
+    code = '''import json
+for m in ('net/open', 'net/data', 'net/close'):
+    r = corral._raw_request({'jsonrpc': '2.0', 'id': 7, 'method': m, 'params': {'conn': 1, 'head': 'R0VUIA=='}})
+    print(m, (r or {}).get('error', {}).get('code'))
+for m in ('net/data', 'net/eof', 'net/close', 'net/ack', 'net/open'):
+    corral._raw_send(json.dumps({'jsonrpc': '2.0', 'method': m, 'params': {'conn': 1, 'data': 'eA=='}}).encode() + b'\\n')
+print(len(list_servers()))
+'''
+    rt.send({'jsonrpc': '2.0', 'id': 'x', 'method': 'sandbox/exec',
+             'params': {'language': 'python', 'code': code, 'servers': SERVERS, 'network': NET}})
+    frames = []
+    while True:
+        f = rt.frame()
+        if f is None or f.get('id') == 'x':
+            break
+        frames.append(f)
+        if f.get('method') == 'servers/list':
+            rt.send(dict({'jsonrpc': '2.0', 'id': f['id']}, **fake_daemon(f)))
+    rt.rc, rt.err = rt.close()
+    out = ''.join(f['params']['data'] for f in frames if f.get('method') == 'sandbox/output')
+    check(out == 'net/open -32600\nnet/data -32600\nnet/close -32600\n%d\n' % len(SERVERS)
+          and not any(f.get('method', '').startswith('net/') for f in frames) and (f or {}).get('result', {}).get('status') == 'ok',
+          'network: the worker cannot send net/* (requests refused, notifications dropped)', (out, frames))
 
 
 # --- images: profile.json, preloading, /workspace/out, files in the result --
