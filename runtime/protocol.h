@@ -14,7 +14,7 @@
 #define RT_DEFAULT_MAX_FRAME (16 << 20)  /* max_frame when none is given */
 #define RT_TIME_LIMIT_MAX_S  (2 * 86400) /* longest time_limit_ms, in seconds */
 
-/* The network proxy's frames (net/*, runtime/README.md "Network"). */
+/* The network proxy's frames (net/ ones, runtime/README.md "Network"). */
 #define RT_NET_HEAD_MAX  16384       /* a request head, request line through CRLFCRLF */
 #define RT_NET_DATA_MAX  65536       /* raw bytes of one net/data */
 #define RT_NET_WINDOW    (256 << 10) /* un-acked bytes per connection and direction */

@@ -11,6 +11,7 @@
 
 #include "core/config.h"
 #include "core/util.h"
+#include "runtime/protocol.h"
 
 #include <jansson.h>
 
@@ -21,9 +22,9 @@ struct bridge_asker;
 struct egress;
 struct egress_run;
 
-#define EGRESS_GRANT_MAX 32     /* patterns in one call's `network` */
-#define EGRESS_WINDOW    262144 /* bytes in flight per connection and direction */
-#define EGRESS_CHUNK     65536  /* raw bytes per net/data frame */
+#define EGRESS_GRANT_MAX 32              /* patterns in one call's `network` */
+#define EGRESS_WINDOW    RT_NET_WINDOW   /* bytes in flight per connection and direction */
+#define EGRESS_CHUNK     RT_NET_DATA_MAX /* raw bytes per net/data frame */
 
 /* Checks the config's network_routes and network_resolve: 0, or -EINVAL
  * and *e naming the entry (so corral refuses to start on a bad one). */

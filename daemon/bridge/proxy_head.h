@@ -8,11 +8,12 @@
 
 #include "bridge/netrules.h"
 #include "core/buf.h"
+#include "runtime/protocol.h"
 
 #include <stdbool.h>
 #include <stddef.h>
 
-#define PROXY_HEAD_MAX    16384 /* bytes of a head, request line to blank line */
+#define PROXY_HEAD_MAX    RT_NET_HEAD_MAX /* bytes of a head, request line to blank line */
 #define PROXY_HEADERS_MAX 100
 
 struct proxy_header {
