@@ -17,6 +17,7 @@ import sys
 import time
 
 CHUNK = 64 * 1024                  # read size and max UTF-8 bytes of `data`
+FRAME_READ = 1 << 20               # read size of the frame channel (net/data frames are 87 KiB)
 DEFAULT_OUTPUT_LIMIT = 1024 * 1024
 DRAIN_SECONDS = 0.2                # a background grandchild may hold the pipes forever
 REPORT_CAP = 1024 * 1024           # untrusted: bound it (fits 72 Ki chars escaped 6x)

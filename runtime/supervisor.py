@@ -730,7 +730,7 @@ class Supervisor:
                 pass
         elif fd == self.frame_in:
             try:
-                data = os.read(fd, CHUNK)
+                data = os.read(fd, FRAME_READ)
             except OSError:
                 data = b''
             if not data:
