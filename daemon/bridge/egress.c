@@ -444,8 +444,21 @@ json_t *egress_run_exec_params(const struct egress_run *r)
         if (!r->grant || !r->grant[0])
                 return NULL;
         json_t *env = json_object();
-        if (env && r->g->cfg->pip_index)
-                json_object_set_new(env, "PIP_INDEX_URL", json_string(r->g->cfg->pip_index));
+        const char *index = r->g->cfg->pip_index;
+        if (env && index) {
+                json_object_set_new(env, "PIP_INDEX_URL", json_string(index));
+                /* pip takes a plain-HTTP index only from a host it is told
+                 * to trust; the person who set pip_index chose it. */
+                if (strncmp(index, "http://", 7) == 0) {
+                        char host[NET_HOST_MAX + 8];
+                        size_t n = strcspn(index + 7, ":/?#");
+                        if (n < sizeof(host)) {
+                                memcpy(host, index + 7, n);
+                                host[n] = '\0';
+                                json_object_set_new(env, "PIP_TRUSTED_HOST", json_string(host));
+                        }
+                }
+        }
         return env ? json_pack("{s:o}", "env", env) : NULL;
 }
 
