@@ -507,6 +507,34 @@ long policy_max_concurrent(const struct policy *p)
         return p->max_concurrent;
 }
 
+static void globs_text(char **globs, char *out, size_t size, size_t *k)
+{
+        if (*k >= size)
+                return;
+        *k += (size_t)snprintf(out + *k, size - *k, "[");
+        for (size_t i = 0; globs && globs[i] && *k < size; i++)
+                *k += (size_t)snprintf(out + *k, size - *k, "%s%s", i ? ", " : "", globs[i]);
+        if (*k < size)
+                *k += (size_t)snprintf(out + *k, size - *k, "]");
+}
+
+void policy_network_text(const struct policy *p, char *out, size_t size)
+{
+        size_t k = 0;
+        out[0] = '\0';
+        k += (size_t)snprintf(out, size, "deny ");
+        globs_text(p->net_deny, out, size, &k);
+        if (k < size)
+                k += (size_t)snprintf(out + k, size - k, ", ask ");
+        globs_text(p->net_ask, out, size, &k);
+        if (k < size)
+                k += (size_t)snprintf(out + k, size - k, ", allow ");
+        globs_text(p->net_allow, out, size, &k);
+        if (k < size)
+                k += (size_t)snprintf(out + k, size - k, "; %zu special address range(s) allowed",
+                                      p->n_net_addresses);
+}
+
 enum policy_decision policy_network_decision(const struct policy *p, const char *host, int port)
 {
         for (char **g = p->net_deny; g && *g; g++)

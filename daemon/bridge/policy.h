@@ -48,6 +48,9 @@ bool policy_tool_allowed(const struct policy *p, const char *server, const char 
 /* A connection of sandboxed code to host:port through corral's proxy:
  * the "network" section's deny globs, then ask, then allow; none: deny. */
 enum policy_decision policy_network_decision(const struct policy *p, const char *host, int port);
+/* The network section in words, for the log and `corral doctor`:
+ * "deny [..], ask [*], allow [..]; N special address range(s) allowed". */
+void policy_network_text(const struct policy *p, char *out, size_t size);
 /* Whether the policy names this special address (loopback, private, ...)
  * in network.addresses: such addresses are refused otherwise. */
 struct sockaddr;

@@ -1,5 +1,6 @@
 #include "cli/cli.h"
 
+#include "bridge/egress.h"
 #include "bridge/policy.h"
 #include "core/confine.h"
 #include "core/log.h"
@@ -290,7 +291,17 @@ static void check_bridge(const struct config *cfg)
                        "fix or remove that file: `corral serve` will not start with it");
         else
                 report(true, "policy", policy_source_name(pol), NULL);
+        if (pol) {
+                char text[1200];
+                policy_network_text(pol, text, sizeof(text));
+                note("network", text);
+        }
         policy_free(pol);
+        if (egress_check_config(cfg, &e) < 0)
+                report(false, "network settings", e.msg,
+                       "fix that setting: `corral serve` will not start with it");
+        else if (json_object_size(cfg->network_routes))
+                note("network routes", "headers added for the configured origins (values masked)");
 }
 
 int cli_doctor(int argc, char **argv)

@@ -154,6 +154,9 @@ static int bridge_open(struct serve *s, const struct config *cfg)
                 return -1;
         }
         log_info("policy: %s", policy_source_name(s->pol));
+        char net[1200];
+        policy_network_text(s->pol, net, sizeof(net));
+        log_info("network for sandboxes (only hosts a call names): %s", net);
         if (!cfg->audit_log || strcmp(cfg->audit_log, "off") != 0) {
                 _cleanup_free_ char *path =
                     cfg->audit_log ? strdup(cfg->audit_log) : audit_default_path();
