@@ -17,6 +17,7 @@
 #include <ctype.h>
 #include <curl/curl.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
@@ -36,9 +37,9 @@ struct route {
         char host[NET_HOST_MAX + 4];
         int port;
         char *ca_file;
-        char *names[ROUTE_HEADERS_MAX], *values[ROUTE_HEADERS_MAX];
-        size_t n_headers;
-        char **secrets; /* what the answer must never show (NULL-terminated) */
+        char *names[ROUTE_HEADERS_MAX + 1], *values[ROUTE_HEADERS_MAX + 1];
+        size_t n_headers; /* the configured ones, then Accept-Encoding */
+        char **secrets;   /* what the answer must never show (NULL-terminated) */
         size_t longest;
 };
 
@@ -103,6 +104,7 @@ struct egress_run {
         unsigned long long bytes_out, bytes_in;
         struct buf outbox; /* frames written by hand, sent from the loop in order */
         struct defer flush_d;
+        struct timer *retry; /* the sandbox's input queue was full: try again */
 };
 
 /* ---- configuration */
@@ -238,6 +240,11 @@ static int route_parse(const char *origin, json_t *v, struct route *rt, struct e
                 if (strlen(value) >= 4 && mask_strv_add(&rt->secrets, whole) < 0)
                         return err_set(e, ERR_INTERNAL, ENOMEM, "out of memory");
         }
+        /* The answer is masked as it comes: it must come as sent, not
+         * compressed nor (below, HTTP/1.0) cut in chunks, where a secret
+         * could straddle what the masking sees. */
+        rt->names[rt->n_headers] = strdup("Accept-Encoding");
+        rt->values[rt->n_headers++] = strdup("identity");
         for (char **s = rt->secrets; s && *s; s++)
                 if (strlen(*s) > rt->longest)
                         rt->longest = strlen(*s);
@@ -348,12 +355,26 @@ int egress_check_grant(json_t *network, struct err *e)
 /* Frames go out from the loop, in order, as one write a round. They are
  * written by hand: a net/data frame is mostly base64, which JSON never
  * escapes, and encoding it through jansson cost more than the relay. */
+static void flush(void *userdata);
+
+static void retry_flush(struct timer *t, void *userdata)
+{
+        (void)t;
+        flush(userdata);
+}
+
 static void flush(void *userdata)
 {
         struct egress_run *r = userdata;
         if (!r->outbox.len)
                 return;
         int rc = r->send(r->userdata, r->outbox.data, r->outbox.len);
+        if (rc == -ENOBUFS) {
+                /* The runtime is behind on its input: the frames wait here
+                 * (the windows bound them) and go a moment later. */
+                timer_set(r->g->loop, &r->retry, retry_flush, r, 5);
+                return;
+        }
         if (rc < 0)
                 log_warn("network: sandbox %s: %zu bytes of frames not sent (%s)", r->sandbox,
                          r->outbox.len, strerror(-rc));
@@ -373,7 +394,7 @@ static void send_note(struct conn *c, const char *method)
                 queued(c->run);
 }
 
-static void send_data(struct egress_run *r, long long id, const void *p, size_t n)
+static bool send_data(struct egress_run *r, long long id, const void *p, size_t n)
 {
         size_t before = r->outbox.len;
         if (buf_printf(&r->outbox,
@@ -384,9 +405,10 @@ static void send_data(struct egress_run *r, long long id, const void *p, size_t 
                 r->outbox.len = before;
                 log_warn("network: sandbox %s: a frame of connection %lld did not fit", r->sandbox,
                          id);
-                return;
+                return false;
         }
         queued(r);
+        return true;
 }
 
 static void send_ack(struct conn *c, bool all)
@@ -416,9 +438,10 @@ int egress_run_new(struct egress *g, json_t *grant, egress_lines_fn send, void *
         buf_init(&r->outbox,
                  (size_t)g->cfg->network_max_connections * (EGRESS_WINDOW / 3 * 4 + EGRESS_CHUNK) +
                      (1 << 20));
-        for (size_t i = 0; r->grant && i < n; i++)
-                r->grant[i] = strdup(json_string_value(json_array_get(grant, i)));
-        if (!r->grant || (n && !r->grant[n - 1])) {
+        bool copied = r->grant != NULL;
+        for (size_t i = 0; copied && i < n; i++)
+                copied = (r->grant[i] = strdup(json_string_value(json_array_get(grant, i))));
+        if (!copied) {
                 egress_run_free(r);
                 return -ENOMEM;
         }
@@ -574,6 +597,7 @@ void egress_run_free(struct egress_run *r)
         }
         defer_cancel(&r->flush_d);
         flush(r);
+        timer_remove(r->retry);
         buf_free(&r->outbox);
         strv_free(r->grant);
         free(r);
@@ -621,7 +645,7 @@ static bool pump_out(struct conn *c)
                 touch(c);
         }
         send_ack(c, !c->to_remote.len);
-        if (!c->to_remote.len && c->sandbox_eof && !c->shut && !c->route) {
+        if (!c->head_out.len && !c->to_remote.len && c->sandbox_eof && !c->shut && !c->route) {
                 shutdown(c->fd, SHUT_WR);
                 c->shut = true;
         }
@@ -636,8 +660,10 @@ static bool masked_send(struct conn *c, const char *p, size_t n, bool end)
 {
         const struct route *rt = c->route;
         if (!rt || !rt->secrets || !rt->secrets[0]) {
-                if (n)
-                        send_data(c->run, c->id, p, n);
+                if (n && !send_data(c->run, c->id, p, n)) {
+                        conn_abort(c, 502, "corral's frame queue for this sandbox is full");
+                        return false;
+                }
                 return true;
         }
         if (buf_append(&c->held, p, n) < 0) {
@@ -657,7 +683,10 @@ static bool masked_send(struct conn *c, const char *p, size_t n, bool end)
         size_t keep = end ? 0 : rt->longest - 1;
         if (c->held.len > keep) {
                 size_t out = c->held.len - keep;
-                send_data(c->run, c->id, c->held.data, out);
+                if (!send_data(c->run, c->id, c->held.data, out)) {
+                        conn_abort(c, 502, "corral's frame queue for this sandbox is full");
+                        return false;
+                }
                 buf_consume(&c->held, out);
         }
         return true;
@@ -673,11 +702,20 @@ static bool pump_in(struct conn *c)
                 size_t want = (size_t)(EGRESS_WINDOW - c->in_flight);
                 if (want > sizeof(chunk))
                         want = sizeof(chunk);
+                /* A frame as full as what is there allows: an origin that
+                 * sends tiny TLS records must not make a frame of each. */
                 size_t n = 0;
-                CURLcode rc = curl_easy_recv(c->easy, chunk, want, &n);
-                if (rc == CURLE_AGAIN)
+                CURLcode rc = CURLE_OK;
+                while (n < want) {
+                        size_t got = 0;
+                        rc = curl_easy_recv(c->easy, chunk + n, want - n, &got);
+                        if (rc != CURLE_OK || got == 0)
+                                break;
+                        n += got;
+                }
+                if (n == 0 && rc == CURLE_AGAIN)
                         break;
-                if (rc != CURLE_OK) {
+                if (n == 0 && rc != CURLE_OK) {
                         conn_abort(c, 502, "the connection to the host failed while receiving");
                         return false;
                 }
@@ -819,7 +857,11 @@ static void connected(CURL *easy, CURLcode result, void *userdata)
         }
         c->events = EPOLLIN;
         c->state = C_OPEN;
+        char *ip = NULL;
+        if (curl_easy_getinfo(c->easy, CURLINFO_PRIMARY_IP, &ip) == CURLE_OK && ip && *ip)
+                snprintf(c->address, sizeof(c->address), "%s", ip);
         c->bytes_out += c->head_out.len; /* the head as sent counts */
+        c->run->bytes_out += c->head_out.len;
         touch(c);
         if (c->head.connect) {
                 static const char ok[] = "HTTP/1.1 200 Connection established\r\n\r\n";
@@ -855,6 +897,10 @@ static int conn_connect(struct conn *c)
                                      rt ? (const char *const *)rt->values : NULL,
                                      rt ? rt->n_headers : 0, &c->head_out) < 0)
                         return -ENOBUFS;
+                /* A route's request as HTTP/1.0: its answer has no chunks. */
+                char *eol = rt ? strstr(c->head_out.data, "\r\n") : NULL;
+                if (eol && eol - c->head_out.data >= 8 && memcmp(eol - 8, "HTTP/1.1", 8) == 0)
+                        eol[-1] = '0';
         }
         CURL *e = curl_easy_init();
         if (!e)
@@ -871,6 +917,13 @@ static int conn_connect(struct conn *c)
         curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS,
                          (long)(g->cfg->network_connect_timeout_s * 1000));
         curl_easy_setopt(e, CURLOPT_FRESH_CONNECT, 1L);
+        /* The connection is ours until we remove it: libcurl must not
+         * prune it as too old while another connection is made (it judges
+         * a connect-only one by when it was made), and a handle removed
+         * while its name resolves must not wait for the resolver thread
+         * (the loop would stall for every client). */
+        curl_easy_setopt(e, CURLOPT_MAXAGE_CONN, (long)INT_MAX);
+        curl_easy_setopt(e, CURLOPT_QUICK_EXIT, 1L);
         /* network_resolve: this name's address instead of DNS (curl wants
          * host:port:address). */
         const char *fixed = json_string_value(json_object_get(g->cfg->network_resolve, host));

@@ -65,11 +65,13 @@ int net_pattern_parse(const char *s, bool glob, char *host, size_t host_size, in
                         return *why = "the port must be a number from 1 to 65535", -EINVAL;
                 *port = (int)n;
         }
-        size_t n = (size_t)(end - s);
+        /* An IPv6 address without its brackets, as a request's host is. */
+        const char *from = s[0] == '[' ? s + 1 : s;
+        size_t n = (size_t)(end - s) - (s[0] == '[' ? 2 : 0);
         if (n + 1 > host_size)
                 return *why = "the host is too long", -EINVAL;
         for (size_t i = 0; i < n; i++)
-                host[i] = (char)tolower((unsigned char)s[i]);
+                host[i] = (char)tolower((unsigned char)from[i]);
         host[n] = '\0';
         return 0;
 }

@@ -13,7 +13,8 @@
 
 /* "host" or "host:port" where host is a DNS name (letters, digits, '-',
  * '.', and '*' when `glob`), an IPv4 address, or "[v6]". Lowercased into
- * host (NET_HOST_MAX + 3 bytes); *port is 0 when none is named. 0, or
+ * host (NET_HOST_MAX + 3 bytes; an IPv6 address without its brackets, so
+ * that '[' never reaches fnmatch); *port is 0 when none is named. 0, or
  * -EINVAL with why (a static string). */
 int net_pattern_parse(const char *s, bool glob, char *host, size_t host_size, int *port,
                       const char **why);

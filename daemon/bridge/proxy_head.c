@@ -33,11 +33,6 @@ static int authority(struct proxy_head *h, const char *a, size_t n, int default_
                 return bad(status, why, 400, "credentials in the URL are not passed on");
         if (net_pattern_parse(text, false, h->host, sizeof(h->host), &h->port, &reason) < 0)
                 return bad(status, why, 400, "the request's host is not a host name or address");
-        if (h->host[0] == '[') { /* keep the address alone */
-                size_t k = strlen(h->host);
-                memmove(h->host, h->host + 1, k - 2);
-                h->host[k - 2] = '\0';
-        }
         if (!h->port)
                 h->port = default_port;
         if (!h->port)
