@@ -1,0 +1,608 @@
+// The network on a leash: sandboxed code granted hosts with `network`
+// reaches them through corral's proxy (HTTP_PROXY/HTTPS_PROXY in the
+// sandbox), under the policy's network section, with credentials added
+// outside the sandbox by network_routes. The servers are this file's own,
+// on the host's loopback (lib/netfixtures.mjs): an HTTPS server with a test
+// CA the code is told to trust, and a PyPI "simple" index serving a wheel
+// built at test time. network_resolve maps their names to 127.0.0.1, and
+// the test policy allows that address explicitly.
+//
+//   node run.mjs network        (network:)
+//
+// One corral on the data image (pip, curl) serves most tests, with an
+// elicitation handler whose answer the ask test sets; the address test and
+// the limits test have corrals of their own (another policy, other limits).
+
+import { ElicitRequestSchema } from '@modelcontextprotocol/sdk/types.js';
+import assert from 'node:assert/strict';
+import { randomBytes } from 'node:crypto';
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { bridgeSetup } from './lib/bridge.mjs';
+import { clip, Daemon, MiB, startCall, test, waitFor } from './lib/harness.mjs';
+import { BIG_BYTES, bigBody, buildWheel, makeCerts, NAMES, SANDBOX_CA, startNetServer } from './lib/netfixtures.mjs';
+
+const DATA_IMAGE = 'corral-data:latest';
+
+// ---------------------------------------------------------------- shared fixtures
+
+// What lives for the whole file: a directory (certificates, wheel), the
+// HTTPS server, and the shared corral. Made by the first test that needs
+// them; the directory goes when the process exits, the corral is closed by
+// cleanup.test.mjs with the other open daemons.
+let shared = null;
+const atExit = [];
+process.on('exit', () => { for (const fn of atExit) try { fn(); } catch { /* best effort */ } });
+
+// bridgeSetup wants a test context; shared set-ups live past the test that
+// makes them, so theirs removes the directory at exit.
+const keeper = { defer: (fn) => atExit.push(fn), note: () => {} };
+
+function fixtures() {
+  if (!shared) {
+    shared = (async () => {
+      const dir = mkdtempSync(path.join(tmpdir(), 'corral-net-'));
+      atExit.push(() => rmSync(dir, { recursive: true, force: true }));
+      const certs = makeCerts(dir);
+      const mark = randomBytes(8).toString('hex');
+      const wheel = buildWheel(dir, mark);
+      bigBody();
+      const srv = await startNetServer({ certs, wheel });
+      srv.server.unref();
+      return { dir, certs, wheel, mark, srv, port: srv.port };
+    })();
+  }
+  return shared;
+}
+
+const resolveAll = (names = NAMES) => Object.fromEntries(names.map((n) => [n, '127.0.0.1']));
+
+// The shared corral: every name allowed but ask.test (asked) and
+// denied.test (denied), 127.0.0.1 allowed as an address, 169.254.169.254
+// allowed as a name (so that only the address check can refuse it), a route
+// to api.test carrying $TOKEN, and the test index as pip_index.
+const TOKEN = `tok-${randomBytes(18).toString('hex')}`;
+const ask = { answer: 'accept', asked: [] };
+let mainNet = null;
+function netDaemon() {
+  if (!mainNet) {
+    mainNet = (async () => {
+      const f = await fixtures();
+      const P = f.port;
+      const b = bridgeSetup(keeper, {
+        policy: {
+          version: 1,
+          network: {
+            allow: ['files.test', 'pypi.test', 'api.test', 'other.test', '169.254.169.254'],
+            ask: ['ask.test'],
+            deny: ['denied.test'],
+            addresses: ['127.0.0.1'],
+          },
+        },
+        config: {
+          network_resolve: resolveAll(),
+          network_routes: {
+            [`https://api.test:${P}`]: { headers: { Authorization: 'Bearer ${TOKEN}' }, ca_file: f.certs.caFile },
+          },
+          pip_index: `https://pypi.test:${P}/simple/`,
+        },
+      });
+      const d = new Daemon('net', { ...b.env, TOKEN, CORRAL_IMAGE: DATA_IMAGE, CORRAL_TIMEOUT_S: '60' }, {
+        capabilities: { elicitation: { form: {} } },
+        setup: (client) => client.setRequestHandler(ElicitRequestSchema, async (req) => {
+          ask.asked.push(req.params);
+          return { action: ask.answer };
+        }),
+      });
+      await d.start();
+      return { d, b, f, P };
+    })();
+  }
+  return mainNet;
+}
+
+// The shared corral for test t: its stderr goes into t's diagnostics.
+async function shared_(t) {
+  const s = await netDaemon();
+  if (!t.daemons.includes(s.d)) t.daemons.push(s.d);
+  t.note('server_port', s.P);
+  return s;
+}
+
+// ---------------------------------------------------------------- code helpers
+
+// Python run before each test's code: the CA written where the code trusts
+// it, rec()/done() as in the bridge tests, and proxy helpers that speak to
+// the sandbox's proxy directly, so the code sees corral's own answers:
+//   ask(head)          one request head to the proxy; {status, reason,
+//                      headers, body, ms} and the socket
+//   tunnel(host, port) CONNECT; on 200 the socket wrapped in TLS
+function prelude(caPem, port) {
+  return String.raw`
+import hashlib, json, os, socket, ssl, subprocess, sys, threading, time, urllib.request
+CA = ${JSON.stringify(SANDBOX_CA)}
+with open(CA, "w") as _f:
+    _f.write(${JSON.stringify(caPem)})
+P = ${port}
+CTX = ssl.create_default_context(cafile=CA)
+_out = {}
+def rec(k, v):
+    _out[k] = v
+def done():
+    print("@@RESULT@@" + json.dumps(_out, default=repr), flush=True)
+def proxy_addr():
+    u = os.environ["HTTPS_PROXY"].split("://", 1)[1].rstrip("/")
+    h, p = u.rsplit(":", 1)
+    return h, int(p)
+def _answer(s, t0, body_expected):
+    data = b""
+    while b"\r\n\r\n" not in data:
+        c = s.recv(65536)
+        if not c:
+            break
+        data += c
+    head, _, body = data.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    first = lines[0].split(" ", 2)
+    status = int(first[1]) if len(first) > 1 and first[1].isdigit() else None
+    headers = {}
+    for l in lines[1:]:
+        if ":" in l:
+            k, v = l.split(":", 1)
+            headers[k.strip().lower()] = v.strip()
+    if body_expected or status != 200:
+        n = int(headers.get("content-length", "-1"))
+        while n < 0 or len(body) < n:
+            try:
+                c = s.recv(65536)
+            except OSError:
+                break
+            if not c:
+                break
+            body += c
+    return {"status": status, "line": lines[0], "headers": headers, "body": body.decode("utf-8", "replace"),
+            "ms": round((time.monotonic() - t0) * 1000, 1)}
+def ask(head, body_expected=True, timeout=30):
+    t0 = time.monotonic()
+    s = socket.create_connection(proxy_addr(), timeout=timeout)
+    s.sendall(head.encode("latin-1"))
+    return _answer(s, t0, body_expected), s
+def tunnel(host, port, timeout=30):
+    a, s = ask("CONNECT %s:%d HTTP/1.1\r\nHost: %s:%d\r\n\r\n" % (host, port, host, port), body_expected=False, timeout=timeout)
+    if a["status"] != 200:
+        s.close()
+        return a, None
+    return a, CTX.wrap_socket(s, server_hostname=host)
+def refused(host, port, path="/headers"):
+    """CONNECT and an absolute-form GET, each to the proxy: both answers."""
+    a, s = ask("CONNECT %s:%d HTTP/1.1\r\nHost: %s:%d\r\n\r\n" % (host, port, host, port), body_expected=False)
+    s.close()
+    g, s = ask("GET http://%s:%d%s HTTP/1.1\r\nHost: %s:%d\r\nConnection: close\r\n\r\n" % (host, port, path, host, port))
+    s.close()
+    return {"connect": a, "get": g}
+`;
+}
+
+// run_python with the prelude; the parsed rec() values.
+async function netRun(t, d, f, body, args = {}, { expectOk = true, timeoutMs = 180000 } = {}) {
+  const a = { code: `${prelude(f.certs.caPem, f.port)}\n${body}\ndone()\n`, timeout_s: 120, ...args };
+  const r = await d.call(t, 'run_python', a, { timeoutMs });
+  const sc = r.structuredContent;
+  if (expectOk)
+    assert.equal(sc.status, 'ok', `run_python is ok (error: ${clip(JSON.stringify(sc.error), 1500)}; stderr: ${clip(sc.stderr, 2500)})`);
+  const line = sc.stdout.split('\n').find((l) => l.startsWith('@@RESULT@@'));
+  if (expectOk) assert.ok(line, `the code printed its result line (stdout: ${clip(sc.stdout, 800)})`);
+  const out = line ? JSON.parse(line.slice('@@RESULT@@'.length)) : null;
+  t.note('code_result', out && clip(JSON.stringify(out), 3000));
+  return { r, sc, out };
+}
+
+// ---------------------------------------------------------------- audit
+
+function networkAudit(file) {
+  if (!existsSync(file)) return [];
+  return readFileSync(file, 'utf8').split('\n').filter(Boolean).map((l) => {
+    try { return JSON.parse(l); } catch { return null; }
+  }).filter((l) => l && l.event === 'network');
+}
+
+// The audit line contract of a connection.
+function checkNetLine(l) {
+  const what = `network audit line ${clip(JSON.stringify(l), 500)}`;
+  assert.match(String(l.sandbox), /^[0-9a-f]{12}$/, `${what}: sandbox is a short container id`);
+  assert.ok(l.run !== undefined && l.run !== null, `${what}: names its run`);
+  assert.ok('client' in l, `${what}: has client`);
+  assert.equal(typeof l.host, 'string', `${what}: host`);
+  assert.ok(Number.isInteger(l.port) && l.port > 0, `${what}: port`);
+  assert.ok(l.address === null || typeof l.address === 'string', `${what}: address is a string or null`);
+  assert.ok(['allowed', 'accepted', 'denied'].includes(l.decision), `${what}: decision`);
+  assert.ok(l.reason === null || typeof l.reason === 'string', `${what}: reason is a string or null`);
+  if (l.decision === 'denied') assert.ok(l.reason, `${what}: a denial says why`);
+  assert.ok(l.route === null || /^https:\/\//.test(l.route), `${what}: route is null or an https origin`);
+  for (const k of ['bytes_out', 'bytes_in', 'duration_ms'])
+    assert.ok(Number.isInteger(l[k]) && l[k] >= 0, `${what}: ${k} is a non-negative integer`);
+}
+
+// Waits (bounded) until the audit log holds lines matching pred for at
+// least `n` connections: a connection is written when it ends.
+async function auditLines(b, pred, n, timeoutMs = 10000) {
+  const w = await waitFor(() => {
+    const ls = networkAudit(b.audit).filter(pred);
+    return { done: ls.length >= n, ls };
+  }, { timeoutMs, intervalMs: 100 });
+  return w.ls;
+}
+
+// The 403 the proxy answers for a refusal, with its one-line reason.
+function assertRefused(a, re, what) {
+  assert.equal(a.status, 403, `${what}: 403 (got ${clip(JSON.stringify(a), 600)})`);
+  assert.match(a.body, /^corral: [^\n]+\n$/, `${what}: the body is one line "corral: <reason>"`);
+  assert.match(a.headers['content-type'] ?? '', /^text\/plain/, `${what}: text/plain`);
+  assert.equal(Number(a.headers['content-length']), Buffer.byteLength(a.body), `${what}: Content-Length`);
+  if (re) assert.match(a.body, re, `${what}: the reason`);
+}
+
+// ---------------------------------------------------------------- tests
+
+test('network: pip install of the test wheel from the index in a session; the next call imports it', async (t) => {
+  const { d, f, P } = await shared_(t);
+  const before = f.srv.log.length;
+  const first = await netRun(t, d, f, String.raw`
+rec("env", {k: os.environ.get(k) for k in ["HTTPS_PROXY", "http_proxy", "NO_PROXY", "PIP_USER", "PYTHONUSERBASE",
+    "PIP_INDEX_URL", "PIP_CACHE_DIR"]})
+r = subprocess.run(["pip", "install", "--cert", CA, "corral-testpkg"], capture_output=True, text=True, timeout=100)
+rec("rc", r.returncode)
+rec("pip", (r.stdout + r.stderr)[-3000:])
+import corral_testpkg
+rec("now", [corral_testpkg.MARK, corral_testpkg.__file__])`, { session: 'net-pip', network: [`pypi.test:${P}`] });
+  const o = first.out;
+  assert.equal(o.rc, 0, `pip install succeeded: ${o.pip}`);
+  assert.match(o.env.HTTPS_PROXY ?? '', /^http:\/\/127\.0\.0\.1:\d+\/?$/, 'HTTPS_PROXY is the sandbox\'s loopback proxy');
+  assert.equal(o.env.http_proxy, o.env.HTTPS_PROXY, 'both cases are set');
+  assert.match(o.env.NO_PROXY ?? '', /localhost/, 'NO_PROXY keeps loopback direct');
+  assert.equal(o.env.PIP_INDEX_URL, `https://pypi.test:${P}/simple/`, 'pip_index becomes PIP_INDEX_URL');
+  assert.equal(o.env.PYTHONUSERBASE, '/workspace/.local');
+  assert.equal(o.now[0], f.mark, 'the package imports at once, and it is this run\'s wheel');
+  assert.match(o.now[1], /^\/workspace\/\.local\/lib\/python3\.\d+\/site-packages\/corral_testpkg\/__init__\.py$/,
+    'installed in the user site under /workspace');
+  const got = f.srv.log.slice(before);
+  t.note('server_requests', got);
+  assert.ok(got.some((x) => /^\/simple\/corral[-_.]testpkg\/?$/.test(x.url) && x.host === `pypi.test:${P}`),
+    'pip read the index page through the proxy, for pypi.test');
+  assert.ok(got.some((x) => x.url === `/packages/${f.wheel.name}`), 'and fetched the wheel');
+
+  const next = await netRun(t, d, f, `
+import corral_testpkg
+rec("later", [corral_testpkg.MARK, corral_testpkg.ANSWER])`, { session: 'net-pip' });
+  assert.deepEqual(next.out.later, [f.mark, 42], 'the next call of the session imports it');
+  await d.client.callTool({ name: 'session_close', arguments: { session: 'net-pip' } });
+}, { timeoutMs: 240000 });
+
+test('network: urllib and curl download 50 MB through the proxy, the sha256 intact', async (t) => {
+  const { d, b, f, P } = await shared_(t);
+  const t0 = Date.now();
+  const r = await netRun(t, d, f, String.raw`
+url = "https://files.test:%d/big" % P
+t0 = time.monotonic()
+h, n = hashlib.sha256(), 0
+with urllib.request.urlopen(url, context=CTX, timeout=60) as resp:
+    rec("status", resp.status)
+    while True:
+        c = resp.read(1 << 20)
+        if not c:
+            break
+        h.update(c)
+        n += len(c)
+rec("urllib", [n, h.hexdigest(), round(time.monotonic() - t0, 3)])
+t0 = time.monotonic()
+p = subprocess.Popen(["curl", "-sS", "--fail", "--cacert", CA, url], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+h, n = hashlib.sha256(), 0
+while True:
+    c = p.stdout.read(1 << 20)
+    if not c:
+        break
+    h.update(c)
+    n += len(c)
+rc = p.wait()
+rec("curl", [n, h.hexdigest(), round(time.monotonic() - t0, 3), rc, p.stderr.read().decode()[-500:]])`,
+  { network: [`files.test:${P}`] });
+  const { sha256 } = bigBody();
+  const o = r.out;
+  assert.equal(o.status, 200);
+  assert.deepEqual(o.urllib.slice(0, 2), [BIG_BYTES, sha256], 'urllib: every byte, in order');
+  assert.equal(o.curl[3], 0, `curl exits 0 (${o.curl[4]})`);
+  assert.deepEqual(o.curl.slice(0, 2), [BIG_BYTES, sha256], 'curl: every byte, in order');
+  t.note('seconds', { urllib: o.urllib[2], curl: o.curl[2] });
+  const lines = await auditLines(b, (l) => l.host === 'files.test' && Date.parse(l.time ?? 0) >= t0 - 5000 &&
+    l.sandbox === r.sc.container, 2);
+  t.note('audit', lines);
+  assert.equal(lines.length, 2, 'one audit line per connection');
+  for (const l of lines) {
+    checkNetLine(l);
+    assert.equal(l.port, P);
+    assert.equal(l.decision, 'allowed');
+    assert.equal(l.address, '127.0.0.1', 'the address corral connected to');
+    assert.equal(l.route, null);
+    assert.ok(l.bytes_in >= BIG_BYTES, `bytes_in counts the body (${l.bytes_in})`);
+  }
+}, { timeoutMs: 240000 });
+
+test('network: a host outside the grant gets 403 with the reason at once; a name resolving to 127.0.0.1 without the address allowed, and 169.254.169.254, are refused', async (t) => {
+  const { d, b, f, P } = await shared_(t);
+  const seenBefore = f.srv.log.length;
+  const r = await netRun(t, d, f, String.raw`
+rec("outside", refused("other.test", P))
+rec("denied", refused("denied.test", P))
+rec("metadata", refused("169.254.169.254", 80, "/latest/meta-data/"))
+t0 = time.monotonic()
+try:
+    urllib.request.urlopen("https://other.test:%d/headers" % P, context=CTX, timeout=30)
+    rec("urllib", "no error")
+except Exception as e:
+    rec("urllib", [type(e).__name__, str(e), round((time.monotonic() - t0) * 1000)])
+t0 = time.monotonic()
+c = subprocess.run(["curl", "-sS", "--cacert", CA, "https://other.test:%d/headers" % P], capture_output=True, text=True)
+rec("curl", [c.returncode, c.stderr.strip(), round((time.monotonic() - t0) * 1000)])`,
+  { network: [`files.test:${P}`, `denied.test:${P}`, '169.254.169.254'] });
+  const o = r.out;
+  assertRefused(o.outside.connect, /other\.test/, 'CONNECT to a host outside the grant');
+  assertRefused(o.outside.get, /other\.test/, 'GET of a host outside the grant');
+  for (const a of [o.outside.connect, o.outside.get]) assert.ok(a.ms < 2000, `answered at once (${a.ms} ms)`);
+  assertRefused(o.denied.connect, /denied\.test/, 'CONNECT to a host the policy denies');
+  assertRefused(o.metadata.connect, /169\.254\.169\.254/, 'CONNECT to the metadata address');
+  assertRefused(o.metadata.get, /169\.254\.169\.254/, 'GET of the metadata address');
+  assert.match(String(o.urllib), /403/, 'urllib\'s error carries the 403');
+  assert.equal(o.curl[0], 56, `curl: the tunnel failed (${o.curl[1]})`);
+  assert.match(o.curl[1], /403/);
+  assert.ok(o.curl[2] < 2000 && o.urllib[2] < 2000, 'both fail at once');
+  assert.equal(f.srv.log.slice(seenBefore).length, 0, 'no request reached the server');
+
+  // Lines per connection, each denied with its reason.
+  const lines = await auditLines(b, (l) => l.sandbox === r.sc.container, 8);
+  t.note('audit', lines);
+  for (const l of lines) {
+    checkNetLine(l);
+    assert.equal(l.decision, 'denied');
+    assert.equal(l.bytes_in, 0, 'nothing came in');
+  }
+  assert.ok(lines.some((l) => l.host === '169.254.169.254' && l.address === '169.254.169.254'),
+    'the metadata refusal names the address it refused');
+
+  // A corral whose policy allows files.test but names no address: the name
+  // resolves to 127.0.0.1, which is refused after resolution.
+  const nb = bridgeSetup(t, {
+    policy: { version: 1, network: { allow: ['files.test'] } },
+    config: { network_resolve: resolveAll() },
+  });
+  const d2 = await t.daemon('net-noaddr', { ...nb.env, CORRAL_POOL_MAX: '0' });
+  const r2 = await netRun(t, d2, f, String.raw`
+rec("loop", refused("files.test", P, "/big"))
+try:
+    urllib.request.urlopen("https://files.test:%d/headers" % P, context=CTX, timeout=30)
+    rec("urllib", "no error")
+except Exception as e:
+    rec("urllib", [type(e).__name__, str(e)])`, { network: [`files.test:${P}`] });
+  assertRefused(r2.out.loop.connect, /127\.0\.0\.1/, 'CONNECT to an allowed name resolving to 127.0.0.1');
+  assertRefused(r2.out.loop.get, /127\.0\.0\.1/, 'GET of an allowed name resolving to 127.0.0.1');
+  assert.match(String(r2.out.urllib), /403/);
+  assert.equal(f.srv.log.slice(seenBefore).length, 0, 'no request reached the server');
+  const l2 = await auditLines(nb, (l) => l.host === 'files.test', 3);
+  for (const l of l2) {
+    checkNetLine(l);
+    assert.equal(l.decision, 'denied');
+    assert.equal(l.address, '127.0.0.1', 'the line names the refused address');
+  }
+
+  // Without `network` nothing is set up: no proxy in the environment.
+  const none = await netRun(t, d, f, 'rec("proxy", [k for k in os.environ if "proxy" in k.lower()])');
+  assert.deepEqual(none.out.proxy, [], 'a call without network has no proxy variables');
+}, { timeoutMs: 240000 });
+
+test('network: ask, accepted and declined through the client\'s elicitation handler, each audited', async (t) => {
+  const { d, b, f, P } = await shared_(t);
+  ask.asked.length = 0;
+  ask.answer = 'accept';
+  const code = String.raw`
+a, s = tunnel("ask.test", P)
+rec("connect", a)
+if s:
+    s.sendall(b"GET /headers HTTP/1.1\r\nHost: ask.test\r\nConnection: close\r\n\r\n")
+    rec("get", _answer(s, time.monotonic(), True))
+    s.close()`;
+  const yes = await netRun(t, d, f, code, { network: [`ask.test:${P}`] });
+  assert.equal(yes.out.connect.status, 200, `accepted: the tunnel opens (${clip(JSON.stringify(yes.out.connect), 400)})`);
+  assert.equal(yes.out.get?.status, 200, 'and the server answers');
+  assert.equal(ask.asked.length, 1, 'the person was asked once');
+  const q = ask.asked[0];
+  t.note('question', q);
+  assert.match(q.message, /ask\.test/, 'the question names the host');
+  assert.match(q.message, new RegExp(yes.sc.container), 'and the sandbox');
+
+  ask.answer = 'decline';
+  const no = await netRun(t, d, f, code, { network: [`ask.test:${P}`] });
+  assertRefused(no.out.connect, /declin/, 'declined: 403');
+  assert.equal(ask.asked.length, 2, 'asked again for the second run');
+
+  const lines = await auditLines(b, (l) => l.host === 'ask.test', 2);
+  t.note('audit', lines);
+  for (const l of lines) checkNetLine(l);
+  const of = (c) => lines.filter((l) => l.sandbox === c).map((l) => l.decision);
+  assert.deepEqual(of(yes.sc.container), ['accepted'], 'the accepted connection is audited as accepted');
+  assert.deepEqual(of(no.sc.container), ['denied'], 'the declined one as denied');
+  assert.match(lines.find((l) => l.sandbox === no.sc.container).reason, /declin/);
+  ask.answer = 'accept';
+}, { timeoutMs: 180000 });
+
+test('network: a route adds the Authorization header outside; the environment, /proc/self/environ and the response never show the token', async (t) => {
+  const { d, b, f, P } = await shared_(t);
+  const before = f.srv.seen.length;
+  const r = await netRun(t, d, f, String.raw`
+print(dict(os.environ))
+with open("/proc/self/environ", "rb") as fh:
+    print(fh.read())
+for pid in os.listdir("/proc"):
+    if pid.isdigit():
+        try:
+            with open("/proc/%s/environ" % pid, "rb") as fh:
+                print(pid, fh.read())
+        except OSError as e:
+            print(pid, e)
+req = urllib.request.Request("http://api.test:%d/headers" % P, headers={"Authorization": "Bearer the-code-s-own"})
+with urllib.request.urlopen(req, timeout=30) as resp:
+    rec("status", resp.status)
+    hs = dict(resp.headers.items())
+    body = resp.read().decode()
+print(hs)
+print(body)
+rec("headers", hs)
+rec("body", body)`, { network: [`api.test:${P}`] });
+  const o = r.out;
+  assert.equal(o.status, 200);
+  const seen = f.srv.seen.slice(before);
+  t.note('server_saw', seen);
+  assert.equal(seen.length, 1, 'one request reached the server');
+  assert.equal(seen[0].headers.authorization, `Bearer ${TOKEN}`, 'the server received the route\'s header, not the code\'s');
+  const echoed = JSON.parse(o.body);
+  assert.equal(echoed.headers.authorization.length, `Bearer ${TOKEN}`.length, 'the echo is masked at the same length');
+  assert.match(echoed.headers.authorization, /^[^]*\*{8,}$/, 'the echoed value is masked with *');
+  const whole = r.sc.stdout + r.sc.stderr + JSON.stringify(r.r.content);
+  assert.ok(r.sc.stdout.includes('/proc') || r.sc.stdout.includes("b'"), 'the code printed its environment');
+  for (let i = 0; i + 8 <= TOKEN.length; i += 4)
+    assert.ok(!whole.includes(TOKEN.slice(i, i + 8)), `no piece of the token shows in the result (${TOKEN.slice(i, i + 8)})`);
+  assert.ok(!d.log.includes(TOKEN), 'nor in corral\'s log');
+  const lines = await auditLines(b, (l) => l.sandbox === r.sc.container, 1);
+  t.note('audit', lines);
+  checkNetLine(lines[0]);
+  assert.equal(lines[0].host, 'api.test');
+  assert.equal(lines[0].route, `https://api.test:${P}`, 'the audit line names the route');
+  assert.ok(!readFileSync(b.audit, 'utf8').includes(TOKEN), 'the token is not in the audit log');
+}, { timeoutMs: 120000 });
+
+// corral's resident memory, from outside.
+function status(pid) {
+  const s = readFileSync(`/proc/${pid}/status`, 'utf8');
+  const kib = (k) => Number(new RegExp(`^${k}:\\s+(\\d+) kB`, 'm').exec(s)?.[1]);
+  return { rss: kib('VmRSS') * 1024, hwm: kib('VmHWM') * 1024 };
+}
+const median = (xs) => { const s = [...xs].sort((a, b) => a - b); return s[s.length >> 1]; };
+
+test('network: 64 connections at once, a stalled reader and a 2 GB upload: the limits answer, corral\'s RSS stays under 64 MiB, other calls keep their latency', async (t) => {
+  const f = await fixtures();
+  const P = f.port;
+  const MAXCONN = 32;
+  const MAXBYTES = 16 * MiB;
+  const b = bridgeSetup(t, {
+    policy: { version: 1, network: { allow: ['files.test'], addresses: ['127.0.0.1'] } },
+    config: { network_resolve: resolveAll(), network_max_connections: MAXCONN, network_max_bytes: MAXBYTES },
+  });
+  const d = await t.daemon('net-limits', b.env);
+  const pid = d.pid;
+  // A session's call is a frame round trip: what a busy proxy would slow.
+  const plain = async () => (await d.call(t, 'run_python', { session: 'lat', code: 'print(1)' })).ms;
+  await plain();
+  const before = [];
+  for (let i = 0; i < 7; i++) before.push(await plain());
+
+  const uploadsBefore = f.srv.uploads.length;
+  const { call, running } = startCall(d, 'run_python', {
+    timeout_s: 120,
+    network: [`files.test:${P}`],
+    code: `${prelude(f.certs.caPem, P)}
+# A stalled reader: 50 MB asked for, nothing read.
+a, stalled = tunnel("files.test", P)
+rec("stalled", a["status"])
+stalled.sendall(b"GET /big HTTP/1.1\\r\\nHost: files.test\\r\\n\\r\\n")
+# 64 connections at once, each held by /slow until the test releases it.
+got = [None] * 64
+settled = [threading.Event() for _ in range(64)]
+def one(i):
+    try:
+        a, s = tunnel("files.test", P, timeout=100)
+        if s is None:
+            got[i] = a
+            settled[i].set()
+            return
+        s.sendall(b"GET /slow HTTP/1.1\\r\\nHost: files.test\\r\\nConnection: close\\r\\n\\r\\n")
+        got[i] = {"status": 200, "held": True}
+        settled[i].set()
+        got[i] = _answer(s, time.monotonic(), True)
+        s.close()
+    except Exception as e:
+        got[i] = {"error": repr(e)}
+        settled[i].set()
+ts = [threading.Thread(target=one, args=(i,)) for i in range(64)]
+for x in ts:
+    x.start()
+for e in settled:
+    e.wait(60)
+held = sum(1 for g in got if g and g.get("held"))
+print("@@HELD@@ %d" % held, flush=True)
+for x in ts:
+    x.join(100)
+rec("conns", got)
+# 2 GB offered to the upload sink, 1 MiB at a time.
+a, s = tunnel("files.test", P)
+rec("upload_tunnel", a["status"])
+sent, err, t0 = 0, None, time.monotonic()
+try:
+    s.sendall(b"POST /upload HTTP/1.1\\r\\nHost: files.test\\r\\nContent-Length: 2147483648\\r\\n\\r\\n")
+    chunk = bytes(1 << 20)
+    while sent < (2 << 30):
+        s.sendall(chunk)
+        sent += len(chunk)
+except Exception as e:
+    err = repr(e)
+rec("upload", [sent, err, round(time.monotonic() - t0, 2)])
+`,
+  }, { until: /@@HELD@@/, timeoutMs: 180000 });
+  await running;
+  // The server holds what went through; the rest were answered.
+  const w = await waitFor(() => ({ done: f.srv.waiting >= MAXCONN - 1, n: f.srv.waiting }), { timeoutMs: 20000 });
+  t.note('held_at_server', w.n);
+  const during = [];
+  const rssDuring = [status(pid).rss];
+  for (let i = 0; i < 7; i++) {
+    during.push(await plain());
+    rssDuring.push(status(pid).rss);
+  }
+  t.note('latency_ms', { before, during });
+  f.srv.release();
+  const res = await call;
+  assert.ok(res.result, `the stress run answered (${res.error})`);
+  const sc = res.result.structuredContent;
+  assert.equal(sc.status, 'ok', `the stress run is ok (${clip(sc.stderr, 2000)})`);
+  const o = JSON.parse(sc.stdout.split('\n').find((l) => l.startsWith('@@RESULT@@')).slice('@@RESULT@@'.length));
+  const after = status(pid);
+  t.note('rss', { during: rssDuring, after });
+
+  assert.equal(o.stalled, 200, 'the stalled reader\'s tunnel opened');
+  const ok = o.conns.filter((c) => c?.status === 200);
+  const no = o.conns.filter((c) => c?.status === 403);
+  t.note('conns', { ok: ok.length, refused: no.length, other: o.conns.filter((c) => ![200, 403].includes(c?.status)) });
+  assert.equal(ok.length, MAXCONN - 1, `network_max_connections: ${MAXCONN - 1} besides the stalled reader went through`);
+  assert.equal(no.length, 64 - (MAXCONN - 1), 'the rest were refused');
+  for (const c of no) assertRefused(c, null, 'a connection over the limit');
+  assert.ok(no.every((c) => c.ms < 5000), 'each refusal came at once');
+  assert.ok(ok.every((c) => /slow: done/.test(c.body)), 'the held ones got their answers when released');
+
+  assert.equal(o.upload_tunnel, 200);
+  const [sent, err] = o.upload;
+  t.note('upload', { sent, err, at_server: f.srv.uploads.slice(uploadsBefore) });
+  assert.ok(err, 'the 2 GB upload was stopped');
+  assert.ok(sent < 64 * MiB, `it stopped near network_max_bytes, not later (${sent} bytes sent)`);
+  const up = f.srv.uploads.slice(uploadsBefore);
+  assert.equal(up.length, 1);
+  assert.ok(up[0].bytes <= MAXBYTES, `the server got at most network_max_bytes (${up[0].bytes})`);
+
+  assert.ok(after.hwm < 64 * MiB, `corral's peak RSS stayed under 64 MiB (${(after.hwm / MiB).toFixed(1)} MiB)`);
+  const b50 = median(before), d50 = median(during);
+  assert.ok(d50 <= 4 * b50 + 250, `plain calls kept their latency: median ${d50} ms during, ${b50} ms before`);
+
+  const lines = await auditLines(b, (l) => l.sandbox === sc.container, 64 + 2);
+  t.note('audit_reasons', [...new Set(lines.map((l) => `${l.decision}: ${l.reason}`))]);
+  for (const l of lines) checkNetLine(l);
+  assert.equal(lines.filter((l) => l.decision === 'denied').length, 64 - (MAXCONN - 1), 'each refusal is audited');
+  assert.ok(lines.some((l) => l.bytes_out >= MAXBYTES - MiB && l.bytes_out <= MAXBYTES + MiB && l.reason),
+    'the upload\'s line says why it ended');
+}, { timeoutMs: 300000 });
