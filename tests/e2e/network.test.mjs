@@ -21,7 +21,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { bridgeSetup } from './lib/bridge.mjs';
 import { clip, Daemon, MiB, startCall, test, waitFor } from './lib/harness.mjs';
-import { BIG_BYTES, bigBody, buildWheel, makeCerts, NAMES, SANDBOX_CA, startNetServer } from './lib/netfixtures.mjs';
+import { BIG_BYTES, bigBody, buildWheel, makeCerts, NAMES, netPrelude, startNetServer } from './lib/netfixtures.mjs';
 
 const DATA_IMAGE = 'corral-data:latest';
 
@@ -112,81 +112,9 @@ async function shared_(t) {
 
 // ---------------------------------------------------------------- code helpers
 
-// Python run before each test's code: the CA written where the code trusts
-// it, rec()/done() as in the bridge tests, and proxy helpers that speak to
-// the sandbox's proxy directly, so the code sees corral's own answers:
-//   ask(head)          one request head to the proxy; {status, reason,
-//                      headers, body, ms} and the socket
-//   tunnel(host, port) CONNECT; on 200 the socket wrapped in TLS
-function prelude(caPem, port) {
-  return String.raw`
-import hashlib, json, os, socket, ssl, subprocess, sys, threading, time, urllib.request
-CA = ${JSON.stringify(SANDBOX_CA)}
-with open(CA, "w") as _f:
-    _f.write(${JSON.stringify(caPem)})
-P = ${port}
-CTX = ssl.create_default_context(cafile=CA)
-_out = {}
-def rec(k, v):
-    _out[k] = v
-def done():
-    print("@@RESULT@@" + json.dumps(_out, default=repr), flush=True)
-def proxy_addr():
-    u = os.environ["HTTPS_PROXY"].split("://", 1)[1].rstrip("/")
-    h, p = u.rsplit(":", 1)
-    return h, int(p)
-def _answer(s, t0, body_expected):
-    data = b""
-    while b"\r\n\r\n" not in data:
-        c = s.recv(65536)
-        if not c:
-            break
-        data += c
-    head, _, body = data.partition(b"\r\n\r\n")
-    lines = head.decode("latin-1").split("\r\n")
-    first = lines[0].split(" ", 2)
-    status = int(first[1]) if len(first) > 1 and first[1].isdigit() else None
-    headers = {}
-    for l in lines[1:]:
-        if ":" in l:
-            k, v = l.split(":", 1)
-            headers[k.strip().lower()] = v.strip()
-    if body_expected or status != 200:
-        n = int(headers.get("content-length", "-1"))
-        while n < 0 or len(body) < n:
-            try:
-                c = s.recv(65536)
-            except OSError:
-                break
-            if not c:
-                break
-            body += c
-    return {"status": status, "line": lines[0], "headers": headers, "body": body.decode("utf-8", "replace"),
-            "ms": round((time.monotonic() - t0) * 1000, 1)}
-def ask(head, body_expected=True, timeout=30):
-    t0 = time.monotonic()
-    s = socket.create_connection(proxy_addr(), timeout=timeout)
-    s.sendall(head.encode("latin-1"))
-    return _answer(s, t0, body_expected), s
-def tunnel(host, port, timeout=30):
-    a, s = ask("CONNECT %s:%d HTTP/1.1\r\nHost: %s:%d\r\n\r\n" % (host, port, host, port), body_expected=False, timeout=timeout)
-    if a["status"] != 200:
-        s.close()
-        return a, None
-    return a, CTX.wrap_socket(s, server_hostname=host)
-def refused(host, port, path="/headers"):
-    """CONNECT and an absolute-form GET, each to the proxy: both answers."""
-    a, s = ask("CONNECT %s:%d HTTP/1.1\r\nHost: %s:%d\r\n\r\n" % (host, port, host, port), body_expected=False)
-    s.close()
-    g, s = ask("GET http://%s:%d%s HTTP/1.1\r\nHost: %s:%d\r\nConnection: close\r\n\r\n" % (host, port, path, host, port))
-    s.close()
-    return {"connect": a, "get": g}
-`;
-}
-
 // run_python with the prelude; the parsed rec() values.
 async function netRun(t, d, f, body, args = {}, { expectOk = true, timeoutMs = 180000 } = {}) {
-  const a = { code: `${prelude(f.certs.caPem, f.port)}\n${body}\ndone()\n`, timeout_s: 120, ...args };
+  const a = { code: `${netPrelude(f.certs.caPem, f.port)}\n${body}\ndone()\n`, timeout_s: 120, ...args };
   const r = await d.call(t, 'run_python', a, { timeoutMs });
   const sc = r.structuredContent;
   if (expectOk)
@@ -479,6 +407,58 @@ rec("body", body)`, { network: [`api.test:${P}`] });
   assert.ok(!readFileSync(b.audit, 'utf8').includes(TOKEN), 'the token is not in the audit log');
 }, { timeoutMs: 120000 });
 
+// The limits test's code: a stalled reader, 64 connections at once held
+// by /slow (it prints @@HELD@@ once each is through or refused), then 2 GB
+// offered to the upload sink.
+export const STRESS = String.raw`
+# A stalled reader: 50 MB asked for, nothing read.
+a, stalled = tunnel("files.test", P)
+rec("stalled", a["status"])
+stalled.sendall(b"GET /big HTTP/1.1\r\nHost: files.test\r\n\r\n")
+# 64 connections at once, each held by /slow until the test releases it.
+got = [None] * 64
+settled = [threading.Event() for _ in range(64)]
+def one(i):
+    try:
+        a, s = tunnel("files.test", P, timeout=100)
+        if s is None:
+            got[i] = a
+            settled[i].set()
+            return
+        s.sendall(b"GET /slow HTTP/1.1\r\nHost: files.test\r\nConnection: close\r\n\r\n")
+        got[i] = {"status": 200, "held": True}
+        settled[i].set()
+        got[i] = _answer(s, time.monotonic(), True)
+        s.close()
+    except Exception as e:
+        got[i] = {"error": repr(e)}
+        settled[i].set()
+ts = [threading.Thread(target=one, args=(i,)) for i in range(64)]
+for x in ts:
+    x.start()
+for e in settled:
+    e.wait(60)
+held = sum(1 for g in got if g and g.get("held"))
+print("@@HELD@@ %d" % held, flush=True)
+for x in ts:
+    x.join(100)
+rec("conns", got)
+# 2 GB offered to the upload sink, 1 MiB at a time.
+a, s = tunnel("files.test", P)
+rec("upload_tunnel", a["status"])
+sent, err, t0 = 0, None, time.monotonic()
+try:
+    s.sendall(b"POST /upload HTTP/1.1\r\nHost: files.test\r\nContent-Length: 2147483648\r\n\r\n")
+    chunk = bytes(1 << 20)
+    while sent < (2 << 30):
+        s.sendall(chunk)
+        sent += len(chunk)
+except Exception as e:
+    err = repr(e)
+rec("upload", [sent, err, round(time.monotonic() - t0, 2)])
+done()
+`;
+
 // corral's resident memory, from outside.
 function status(pid) {
   const s = readFileSync(`/proc/${pid}/status`, 'utf8');
@@ -508,53 +488,7 @@ test('network: 64 connections at once, a stalled reader and a 2 GB upload: the l
   const { call, running } = startCall(d, 'run_python', {
     timeout_s: 120,
     network: [`files.test:${P}`],
-    code: `${prelude(f.certs.caPem, P)}
-# A stalled reader: 50 MB asked for, nothing read.
-a, stalled = tunnel("files.test", P)
-rec("stalled", a["status"])
-stalled.sendall(b"GET /big HTTP/1.1\\r\\nHost: files.test\\r\\n\\r\\n")
-# 64 connections at once, each held by /slow until the test releases it.
-got = [None] * 64
-settled = [threading.Event() for _ in range(64)]
-def one(i):
-    try:
-        a, s = tunnel("files.test", P, timeout=100)
-        if s is None:
-            got[i] = a
-            settled[i].set()
-            return
-        s.sendall(b"GET /slow HTTP/1.1\\r\\nHost: files.test\\r\\nConnection: close\\r\\n\\r\\n")
-        got[i] = {"status": 200, "held": True}
-        settled[i].set()
-        got[i] = _answer(s, time.monotonic(), True)
-        s.close()
-    except Exception as e:
-        got[i] = {"error": repr(e)}
-        settled[i].set()
-ts = [threading.Thread(target=one, args=(i,)) for i in range(64)]
-for x in ts:
-    x.start()
-for e in settled:
-    e.wait(60)
-held = sum(1 for g in got if g and g.get("held"))
-print("@@HELD@@ %d" % held, flush=True)
-for x in ts:
-    x.join(100)
-rec("conns", got)
-# 2 GB offered to the upload sink, 1 MiB at a time.
-a, s = tunnel("files.test", P)
-rec("upload_tunnel", a["status"])
-sent, err, t0 = 0, None, time.monotonic()
-try:
-    s.sendall(b"POST /upload HTTP/1.1\\r\\nHost: files.test\\r\\nContent-Length: 2147483648\\r\\n\\r\\n")
-    chunk = bytes(1 << 20)
-    while sent < (2 << 30):
-        s.sendall(chunk)
-        sent += len(chunk)
-except Exception as e:
-    err = repr(e)
-rec("upload", [sent, err, round(time.monotonic() - t0, 2)])
-`,
+    code: `${netPrelude(f.certs.caPem, P)}\n${STRESS}`,
   }, { until: /@@HELD@@/, timeoutMs: 180000 });
   await running;
   // The server holds what went through; the rest were answered.

@@ -215,3 +215,75 @@ export async function startNetServer({ certs, wheel = null }) {
   });
   return st;
 }
+
+// Python run before the network tests' code (and the benchmark's): the CA written where the code trusts
+// it, rec()/done() as in the bridge tests, and proxy helpers that speak to
+// the sandbox's proxy directly, so the code sees corral's own answers:
+//   ask(head)          one request head to the proxy; {status, reason,
+//                      headers, body, ms} and the socket
+//   tunnel(host, port) CONNECT; on 200 the socket wrapped in TLS
+export function netPrelude(caPem, port) {
+  return String.raw`
+import hashlib, json, os, socket, ssl, subprocess, sys, threading, time, urllib.request
+CA = ${JSON.stringify(SANDBOX_CA)}
+with open(CA, "w") as _f:
+    _f.write(${JSON.stringify(caPem)})
+P = ${port}
+CTX = ssl.create_default_context(cafile=CA)
+_out = {}
+def rec(k, v):
+    _out[k] = v
+def done():
+    print("@@RESULT@@" + json.dumps(_out, default=repr), flush=True)
+def proxy_addr():
+    u = os.environ["HTTPS_PROXY"].split("://", 1)[1].rstrip("/")
+    h, p = u.rsplit(":", 1)
+    return h, int(p)
+def _answer(s, t0, body_expected):
+    data = b""
+    while b"\r\n\r\n" not in data:
+        c = s.recv(65536)
+        if not c:
+            break
+        data += c
+    head, _, body = data.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    first = lines[0].split(" ", 2)
+    status = int(first[1]) if len(first) > 1 and first[1].isdigit() else None
+    headers = {}
+    for l in lines[1:]:
+        if ":" in l:
+            k, v = l.split(":", 1)
+            headers[k.strip().lower()] = v.strip()
+    if body_expected or status != 200:
+        n = int(headers.get("content-length", "-1"))
+        while n < 0 or len(body) < n:
+            try:
+                c = s.recv(65536)
+            except OSError:
+                break
+            if not c:
+                break
+            body += c
+    return {"status": status, "line": lines[0], "headers": headers, "body": body.decode("utf-8", "replace"),
+            "ms": round((time.monotonic() - t0) * 1000, 1)}
+def ask(head, body_expected=True, timeout=30):
+    t0 = time.monotonic()
+    s = socket.create_connection(proxy_addr(), timeout=timeout)
+    s.sendall(head.encode("latin-1"))
+    return _answer(s, t0, body_expected), s
+def tunnel(host, port, timeout=30):
+    a, s = ask("CONNECT %s:%d HTTP/1.1\r\nHost: %s:%d\r\n\r\n" % (host, port, host, port), body_expected=False, timeout=timeout)
+    if a["status"] != 200:
+        s.close()
+        return a, None
+    return a, CTX.wrap_socket(s, server_hostname=host)
+def refused(host, port, path="/headers"):
+    """CONNECT and an absolute-form GET, each to the proxy: both answers."""
+    a, s = ask("CONNECT %s:%d HTTP/1.1\r\nHost: %s:%d\r\n\r\n" % (host, port, host, port), body_expected=False)
+    s.close()
+    g, s = ask("GET http://%s:%d%s HTTP/1.1\r\nHost: %s:%d\r\nConnection: close\r\n\r\n" % (host, port, path, host, port))
+    s.close()
+    return {"connect": a, "get": g}
+`;
+}
