@@ -216,16 +216,19 @@ export async function startNetServer({ certs, wheel = null }) {
   return st;
 }
 
-// Python run before the network tests' code (and the benchmark's): the CA written where the code trusts
-// it, rec()/done() as in the bridge tests, and proxy helpers that speak to
-// the sandbox's proxy directly, so the code sees corral's own answers:
-//   ask(head)          one request head to the proxy; {status, reason,
-//                      headers, body, ms} and the socket
+// Python run before the network tests' code (and the benchmark's): the CA
+// written where the code trusts it (caPath), rec()/done() as in the bridge
+// tests, and helpers that speak to the sandbox's proxy directly, so the
+// code sees corral's own answers:
+//   ask(head)          one request head to the proxy: {status, line,
+//                      headers, body, ms}, and the socket
 //   tunnel(host, port) CONNECT; on 200 the socket wrapped in TLS
-export function netPrelude(caPem, port) {
+//   refused(host, port, path)  a CONNECT and an absolute-form GET: both
+//                      answers
+export function netPrelude(caPem, port, caPath = SANDBOX_CA) {
   return String.raw`
 import hashlib, json, os, socket, ssl, subprocess, sys, threading, time, urllib.request
-CA = ${JSON.stringify(SANDBOX_CA)}
+CA = ${JSON.stringify(caPath)}
 with open(CA, "w") as _f:
     _f.write(${JSON.stringify(caPem)})
 P = ${port}
