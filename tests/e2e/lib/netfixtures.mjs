@@ -9,6 +9,8 @@
 //   startNetServer(...)  one HTTPS server on 127.0.0.1:0 serving a big
 //                        deterministic body, a header echo, a PEP 503 index
 //                        and its wheel, an upload sink and a held endpoint
+//   netPrelude(...)      Python that sandboxed code starts with: the CA
+//                        trusted, and helpers that speak to the proxy
 //
 // No side effects on import.
 
