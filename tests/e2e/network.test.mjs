@@ -17,10 +17,11 @@ import { ElicitRequestSchema } from '@modelcontextprotocol/sdk/types.js';
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import http from 'node:http';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { bridgeSetup } from './lib/bridge.mjs';
-import { clip, Daemon, MiB, startCall, test, waitFor } from './lib/harness.mjs';
+import { clip, corralEnv, Daemon, MiB, startCall, startService, test, waitFor } from './lib/harness.mjs';
 import { BIG_BYTES, bigBody, buildWheel, makeCerts, NAMES, netPrelude, startNetServer } from './lib/netfixtures.mjs';
 
 const DATA_IMAGE = 'corral-data:latest';
@@ -402,6 +403,65 @@ rec("body", body)`, { network: [`api.test:${P}`] });
   assert.equal(lines[0].host, 'api.test');
   assert.equal(lines[0].route, `https://api.test:${P}`, 'the audit line names the route');
   assert.ok(!readFileSync(b.audit, 'utf8').includes(TOKEN), 'the token is not in the audit log');
+}, { timeoutMs: 120000 });
+
+// GET PATH of a service on its unix socket (no token needed there).
+function unixGet(sock, pathName) {
+  return new Promise((resolve, reject) => {
+    const req = http.request({ socketPath: sock, path: pathName, headers: { Host: 'localhost' }, timeout: 10000 }, (res) => {
+      let body = '';
+      res.on('data', (c) => { body += c; });
+      res.on('end', () => resolve({ status: res.statusCode, body }));
+    });
+    req.on('timeout', () => req.destroy(new Error(`GET ${pathName} timed out`)));
+    req.on('error', reject);
+    req.end();
+  });
+}
+
+// A sample of the Prometheus text: its value, 0 when absent.
+function sample(text, name, labels) {
+  const line = text.split('\n').find((l) => l.startsWith(`${name}{${labels}}`));
+  return line ? Number(line.split(' ').pop()) : 0;
+}
+
+test('network: through the service (corral serve, corral connect) a grant works the same; /metrics counts connections by decision and bytes', async (t) => {
+  const f = await fixtures();
+  const P = f.port;
+  const b = bridgeSetup(t, {
+    policy: { version: 1, network: { allow: ['files.test'], addresses: ['127.0.0.1'] } },
+    config: { network_resolve: resolveAll() },
+  });
+  const sock = path.join(b.root, 'corral.sock');
+  const svc = await startService(t, ['--listen', `unix:${sock}`], corralEnv({ ...b.env, CORRAL_POOL_MAX: '0' }), sock);
+  const d = await t.daemon('net-connect', {}, { args: ['connect', '--socket', sock] });
+  t.defer(() => t.note('service_log', clip(svc.log, 3000)));
+  const r = await netRun(t, d, f, String.raw`
+a, s = tunnel("files.test", P)
+s.sendall(b"GET /bytes?n=100000 HTTP/1.1\r\nHost: files.test\r\nConnection: close\r\n\r\n")
+got = _answer(s, time.monotonic(), True)
+rec("got", [got["status"], len(got["body"].encode("utf-8", "surrogateescape"))])
+rec("outside", refused("other.test", P))`, { network: [`files.test:${P}`] });
+  assert.equal(r.out.got[0], 200, 'the granted host answers through the service');
+  assertRefused(r.out.outside.connect, /other\.test/, 'a host outside the grant, through the service');
+  const w = await waitFor(async () => {
+    const m = await unixGet(sock, '/metrics');
+    const v = {
+      status: m.status,
+      allowed: sample(m.body, 'corral_network_connections_total', 'decision="allowed"'),
+      denied: sample(m.body, 'corral_network_connections_total', 'decision="denied"'),
+      in: sample(m.body, 'corral_network_bytes_total', 'direction="in"'),
+      out: sample(m.body, 'corral_network_bytes_total', 'direction="out"'),
+    };
+    return { done: v.allowed >= 1 && v.denied >= 2, v, text: m.body };
+  }, { timeoutMs: 10000 });
+  t.note('metrics', w.v);
+  t.note('metrics_network_lines', w.text.split('\n').filter((l) => l.includes('network')));
+  assert.equal(w.v.status, 200, '/metrics answers on the unix socket');
+  assert.equal(w.v.allowed, 1, 'one allowed connection counted');
+  assert.equal(w.v.denied, 2, 'the two refusals counted');
+  assert.ok(w.v.in >= 100000, `bytes in counted (${w.v.in})`);
+  assert.ok(w.v.out > 0, `bytes out counted (${w.v.out})`);
 }, { timeoutMs: 120000 });
 
 // The limits test's code: a stalled reader, 64 connections at once held
