@@ -174,7 +174,7 @@ function assertRefused(a, re, what) {
 
 // ---------------------------------------------------------------- tests
 
-test('network: pip install of the test wheel from the index in a session; the next call imports it', async (t) => {
+test('network: pip install of the test wheel from the index in a session; the next call imports it; a later call may not change the hosts', async (t) => {
   const { d, f, P } = await shared_(t);
   const before = f.srv.log.length;
   const first = await netRun(t, d, f, String.raw`
@@ -205,6 +205,10 @@ rec("now", [corral_testpkg.MARK, corral_testpkg.__file__])`, { session: 'net-pip
 import corral_testpkg
 rec("later", [corral_testpkg.MARK, corral_testpkg.ANSWER])`, { session: 'net-pip' });
   assert.deepEqual(next.out.later, [f.mark, 42], 'the next call of the session imports it');
+  // The session's way out is its first call's: another list is refused.
+  const other = await d.call(t, 'run_python', { session: 'net-pip', code: 'print(1)', network: [`files.test:${P}`] });
+  assert.notEqual(other.structuredContent.status, 'ok', 'a later call may not name other hosts');
+  assert.match(JSON.stringify(other.structuredContent.error), /network/, 'and is told why');
   await d.client.callTool({ name: 'session_close', arguments: { session: 'net-pip' } });
 }, { timeoutMs: 240000 });
 
