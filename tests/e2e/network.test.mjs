@@ -21,7 +21,7 @@ import http from 'node:http';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { bridgeSetup } from './lib/bridge.mjs';
-import { clip, corralEnv, Daemon, MiB, startCall, startService, test, waitFor } from './lib/harness.mjs';
+import { clip, corralEnv, Daemon, MiB, sha256, startCall, startService, test, waitFor } from './lib/harness.mjs';
 import { BIG_BYTES, bigBody, buildWheel, makeCerts, NAMES, netPrelude, startNetServer } from './lib/netfixtures.mjs';
 
 const DATA_IMAGE = 'corral-data:latest';
@@ -407,6 +407,31 @@ rec("body", body)`, { network: [`api.test:${P}`] });
   assert.equal(lines[0].host, 'api.test');
   assert.equal(lines[0].route, `https://api.test:${P}`, 'the audit line names the route');
   assert.ok(!readFileSync(b.audit, 'utf8').includes(TOKEN), 'the token is not in the audit log');
+}, { timeoutMs: 120000 });
+
+test('network: a run that becomes a job keeps its way out', async (t) => {
+  const { d, f, P } = await shared_(t);
+  const held = f.srv.waiting;
+  const first = await netRun(t, d, f, String.raw`
+a, s = tunnel("files.test", P)
+s.sendall(b"GET /slow HTTP/1.1\r\nHost: files.test\r\nConnection: close\r\n\r\n")
+rec("slow", _answer(s, time.monotonic(), True)["body"])
+with urllib.request.urlopen("https://files.test:%d/bytes?n=1000" % P, context=CTX, timeout=30) as resp:
+    rec("after", hashlib.sha256(resp.read()).hexdigest())`,
+  { network: [`files.test:${P}`], sync_wait_s: 1 }, { expectOk: false });
+  assert.equal(first.sc.status, 'running', 'the call became a job');
+  const w = await waitFor(() => ({ done: f.srv.waiting > held }), { timeoutMs: 20000 });
+  assert.ok(w.done, 'the job\'s request is held at the server');
+  f.srv.release();
+  const r = await d.client.callTool({ name: 'job_result', arguments: { job_id: first.sc.job_id, wait_s: 60 } },
+    undefined, { timeout: 90000 });
+  const sc = r.structuredContent;
+  t.note('job_result', { ...sc, stdout: clip(sc?.stdout, 1500), stderr: clip(sc?.stderr, 1500) });
+  assert.equal(sc.status, 'ok', 'the job ended ok');
+  const line = sc.stdout.split('\n').find((l) => l.startsWith('@@RESULT@@'));
+  const o = JSON.parse(line.slice('@@RESULT@@'.length));
+  assert.equal(o.slow, 'slow: done\n', 'the connection opened before it became a job got its answer');
+  assert.equal(o.after, sha256(bigBody().buf.subarray(0, 1000)), 'a connection opened after works too');
 }, { timeoutMs: 120000 });
 
 // GET PATH of a service on its unix socket (no token needed there).
