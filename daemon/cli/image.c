@@ -91,7 +91,12 @@ static json_t *tar_profile(const char *tar)
         archive_read_support_format_tar(a);
         if (archive_read_open_filename(a, tar, 1 << 16) == ARCHIVE_OK) {
                 struct archive_entry *e;
-                while (!found && archive_read_next_header(a, &e) == ARCHIVE_OK) {
+                int r;
+                /* ARCHIVE_WARN is an entry libarchive read but could not
+                 * convert, such as a UTF-8 name (ca-certificates has some)
+                 * in the C locale: the entries after it still count. */
+                while (!found &&
+                       ((r = archive_read_next_header(a, &e)) == ARCHIVE_OK || r == ARCHIVE_WARN)) {
                         const char *name = archive_entry_pathname(e);
                         if (name && strncmp(name, "./", 2) == 0)
                                 name += 2;

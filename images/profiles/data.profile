@@ -15,6 +15,9 @@ python3-matplotlib python3-seaborn python3-pil
 python3-openpyxl python3-xlsxwriter python3-xlrd python3-odf
 # text formats
 python3-lxml python3-bs4 python3-yaml python3-tabulate
+# packages from an index (a session granted the network, see the README's
+# network section) and fetching by hand: pip and curl, with the CAs they trust
+python3-pip curl ca-certificates
 
 # python3-scipy depends on python3-pythran, which brings a C++ compiler,
 # Boost's headers and Python's development files (about 400 MiB) that no

@@ -31,7 +31,7 @@ import { CONFIG_HOME, loadFeature, registered, runSuite } from './lib/harness.mj
 
 // The feature files, in the order they run. cleanup runs last, always.
 const FEATURES = ['basics', 'limits', 'hardening', 'jobs', 'protocol', 'pool', 'lifecycle', 'cli', 'sessions',
-  'files', 'images', 'tasks', 'bridge', 'ask', 'resources', 'results', 'examples'];
+  'files', 'images', 'tasks', 'bridge', 'ask', 'network', 'resources', 'results', 'examples'];
 const LAST = 'cleanup';
 
 const args = process.argv.slice(2);
