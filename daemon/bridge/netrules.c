@@ -91,6 +91,17 @@ bool net_pattern_match(const char *pattern, const char *host, int port, const in
                 if (!any)
                         return false;
         }
+        if (h[0] == '[') {
+                /* An IPv6 address is compared as one: to fnmatch the
+                 * brackets would be a set of single characters. */
+                struct in6_addr a, b;
+                char v6[64];
+                size_t n = strlen(h) - 2;
+                memcpy(v6, h + 1, n);
+                v6[n] = '\0';
+                return inet_pton(AF_INET6, v6, &a) == 1 && inet_pton(AF_INET6, host, &b) == 1 &&
+                       memcmp(&a, &b, sizeof(a)) == 0;
+        }
         /* The host is lowercased already; '*' spans dots. */
         return fnmatch(h, host, 0) == 0;
 }

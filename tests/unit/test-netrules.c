@@ -233,6 +233,9 @@ static const struct {
     {"[::1]", "::1", 443, GRANT, true},
     {"[::1]:8080", "::1", 8080, GRANT, true},
     {"[::1]:8080", "::1", 8081, GRANT, false},
+    {"[::1]", "0:0:0:0:0:0:0:1", 443, GRANT, true},
+    {"[::ffff:127.0.0.1]", "::ffff:7f00:1", 443, POLICY, true},
+    {"[::1]", "[::1]", 443, GRANT, false},
     {"[2001:db8::1]", "2001:db8::1", 443, POLICY, true},
     {"[2001:db8::1]", "2001:db8::2", 443, POLICY, false},
     /* a bracketed address is not a set of characters */
