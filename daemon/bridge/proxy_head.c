@@ -214,9 +214,12 @@ static bool in_list(const char *list, const char *name)
 static bool dropped(const struct proxy_head *h, const char *name, const char *const *set_names,
                     size_t n_set)
 {
-        static const char *const hop[] = {
-            "Connection", "Proxy-Connection",    "Keep-Alive",        "TE", "Trailer", "Upgrade",
-            "Host",       "Proxy-Authorization", "Proxy-Authenticate"};
+        static const char *const hop[] = {"Connection", "Keep-Alive", "TE",
+                                          "Trailer",    "Upgrade",    "Host"};
+        /* Proxy-* is for corral's proxy (its credentials, its connection),
+         * never for the origin. */
+        if (strncasecmp(name, "Proxy-", 6) == 0)
+                return true;
         for (size_t i = 0; i < sizeof(hop) / sizeof(hop[0]); i++)
                 if (strcasecmp(name, hop[i]) == 0)
                         return true;
