@@ -321,11 +321,14 @@ int egress_check_grant(json_t *network, struct err *e)
         {
                 char host[NET_HOST_MAX + 4], shown[80];
                 int port;
-                const char *why = "must be a string";
-                if (!json_is_string(v) || net_pattern_parse(json_string_value(v), true, host,
-                                                            sizeof(host), &port, &why) < 0) {
-                        str_printable(json_is_string(v) ? json_string_value(v) : "", shown,
-                                      sizeof(shown));
+                const char *s = json_string_value(v);
+                /* A JSON string may hold NUL (\u0000): the item is all of
+                 * its bytes, not the text before the first. */
+                const char *why = !s                                   ? "must be a string"
+                                  : strlen(s) != json_string_length(v) ? "holds a NUL byte"
+                                                                       : NULL;
+                if (why || net_pattern_parse(s, true, host, sizeof(host), &port, &why) < 0) {
+                        str_printable(s ? s : "", shown, sizeof(shown));
                         return err_set(e, ERR_INVALID, -EINVAL,
                                        "argument \"network\": item %zu (\"%s\") %s", i + 1, shown,
                                        why);

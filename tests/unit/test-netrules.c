@@ -1147,6 +1147,7 @@ static void test_grant(void)
         json_array_append_new(g, json_stringn("evil.test\0pypi.org", 18));
         e = (struct err){0};
         is_int(egress_check_grant(g, &e), -EINVAL, "a grant item holding a NUL is refused");
+        like(e.msg, "NUL", "... saying so");
         json_decref(g);
 }
 
