@@ -1081,6 +1081,7 @@ static void test_grant(void)
         json_decref(good);
         json_t *empty = json_array();
         is_int(egress_check_grant(empty, &e), 0, "an empty grant is taken");
+        json_decref(empty);
         json_t *full = json_array();
         for (int i = 0; i < EGRESS_GRANT_MAX; i++)
                 json_array_append_new(full, json_sprintf("h%d.test", i));
