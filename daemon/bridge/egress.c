@@ -128,6 +128,21 @@ static bool token_ok(const char *s)
         return true;
 }
 
+/* Headers that frame the request or speak to a proxy: corral writes them
+ * (Host, Connection: close) or passes the code's own on, never a route. */
+static bool framing_header(const char *name)
+{
+        static const char *const own[] = {
+            "Host",       "Connection", "Content-Length", "Transfer-Encoding",
+            "Keep-Alive", "TE",         "Trailer",        "Upgrade"};
+        if (strncasecmp(name, "Proxy-", 6) == 0)
+                return true;
+        for (size_t i = 0; i < ARRAY_SIZE(own); i++)
+                if (strcasecmp(name, own[i]) == 0)
+                        return true;
+        return false;
+}
+
 static int route_parse(const char *origin, json_t *v, struct route *rt, struct err *e)
 {
         *rt = (struct route){0};
@@ -192,6 +207,12 @@ static int route_parse(const char *origin, json_t *v, struct route *rt, struct e
                         return err_set(e, ERR_CONFIG, EINVAL,
                                        "network_routes: \"%.100s\": headers: \"%.60s\" must be a "
                                        "header name with a string value",
+                                       origin, key);
+                if (framing_header(key))
+                        return err_set(e, ERR_CONFIG, EINVAL,
+                                       "network_routes: \"%.100s\": headers.%s: corral writes "
+                                       "this header itself (Host, Connection, Content-Length, "
+                                       "Transfer-Encoding, hop-by-hop and Proxy-* headers)",
                                        origin, key);
                 struct err bad = {0};
                 if (registry_expand(json_string_value(x), &rt->secrets, &value, &bad) < 0)
