@@ -1,12 +1,13 @@
 /* The proxy's request head and host patterns on any bytes. The first byte
  * is the length (0 to 63) of a host pattern that follows it; the rest is a
  * request head as sandboxed code would send it. Whatever the parser takes
- * has the shape it promises (a host, a port of 1 to 65535, a path that
- * starts with '/' or none for CONNECT, clean header lines); the head
- * written for the origin ends with one blank line, has no bare CR or LF,
- * one Host, the route's headers once each, and no hop-by-hop or Proxy-*
- * header; a refusal is an answer with a body as long as it says. A
- * pattern that parses covers its own host and port. */
+ * has the shape it promises (a host, an IPv4 address only as a.b.c.d,
+ * a port of 1 to 65535, a path that starts with '/' or none for CONNECT,
+ * clean header lines); the head written for the origin ends with one
+ * blank line, has no bare CR or LF, one Host, the route's headers once
+ * each, and no hop-by-hop or Proxy-* header; a refusal is an answer with
+ * a body as long as it says. A pattern that parses covers its own host
+ * and port. */
 #include "bridge/netrules.h"
 #include "bridge/proxy_head.h"
 #include "core/buf.h"
@@ -39,9 +40,23 @@ static bool host_ok(const char *h)
         if (!*h || strlen(h) > NET_HOST_MAX)
                 return false;
         if (strchr(h, ':')) {
+                /* never IPv4 inside (mapped, compatible, NAT64) */
+                static const unsigned char mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+                static const unsigned char nat64[12] = {0, 0x64, 0xff, 0x9b};
                 struct in6_addr a;
-                return inet_pton(AF_INET6, h, &a) == 1;
+                if (inet_pton(AF_INET6, h, &a) != 1)
+                        return false;
+                const unsigned char *b = a.s6_addr;
+                size_t zeros = 0;
+                while (zeros < 15 && !b[zeros])
+                        zeros++;
+                return memcmp(b, mapped, 12) != 0 && memcmp(b, nat64, 12) != 0 &&
+                       (zeros < 12 || (zeros == 15 && b[15] <= 1));
         }
+        /* IPv4 only as a.b.c.d in decimal */
+        struct in_addr v4;
+        if (inet_aton(h, &v4) && inet_pton(AF_INET, h, &v4) != 1)
+                return false;
         for (const char *p = h; *p; p++)
                 if (!(islower((unsigned char)*p) || isdigit((unsigned char)*p) || *p == '-' ||
                       *p == '.' || *p == '_'))
