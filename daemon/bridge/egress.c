@@ -149,6 +149,21 @@ static bool token_ok(const char *s)
         return true;
 }
 
+/* Headers that frame the request or speak to a proxy: corral writes them
+ * (Host, Connection: close) or passes the code's own on, never a route. */
+static bool framing_header(const char *name)
+{
+        static const char *const own[] = {
+            "Host",       "Connection", "Content-Length", "Transfer-Encoding",
+            "Keep-Alive", "TE",         "Trailer",        "Upgrade"};
+        if (strncasecmp(name, "Proxy-", 6) == 0)
+                return true;
+        for (size_t i = 0; i < ARRAY_SIZE(own); i++)
+                if (strcasecmp(name, own[i]) == 0)
+                        return true;
+        return false;
+}
+
 static int route_parse(const char *origin, json_t *v, struct route *rt, struct err *e)
 {
         *rt = (struct route){0};
@@ -213,6 +228,12 @@ static int route_parse(const char *origin, json_t *v, struct route *rt, struct e
                         return err_set(e, ERR_CONFIG, EINVAL,
                                        "network_routes: \"%.100s\": headers: \"%.60s\" must be a "
                                        "header name with a string value",
+                                       origin, key);
+                if (framing_header(key))
+                        return err_set(e, ERR_CONFIG, EINVAL,
+                                       "network_routes: \"%.100s\": headers.%s: corral writes "
+                                       "this header itself (Host, Connection, Content-Length, "
+                                       "Transfer-Encoding, hop-by-hop and Proxy-* headers)",
                                        origin, key);
                 struct err bad = {0};
                 if (registry_expand(json_string_value(x), &rt->secrets, &value, &bad) < 0)
@@ -337,11 +358,14 @@ int egress_check_grant(json_t *network, struct err *e)
         {
                 char host[NET_HOST_MAX + 4], shown[80];
                 int port;
-                const char *why = "must be a string";
-                if (!json_is_string(v) || net_pattern_parse(json_string_value(v), true, host,
-                                                            sizeof(host), &port, &why) < 0) {
-                        str_printable(json_is_string(v) ? json_string_value(v) : "", shown,
-                                      sizeof(shown));
+                const char *s = json_string_value(v);
+                /* A JSON string may hold NUL (\u0000): the item is all of
+                 * its bytes, not the text before the first. */
+                const char *why = !s                                   ? "must be a string"
+                                  : strlen(s) != json_string_length(v) ? "holds a NUL byte"
+                                                                       : NULL;
+                if (why || net_pattern_parse(s, true, host, sizeof(host), &port, &why) < 0) {
+                        str_printable(s ? s : "", shown, sizeof(shown));
                         return err_set(e, ERR_INVALID, -EINVAL,
                                        "argument \"network\": item %zu (\"%s\") %s", i + 1, shown,
                                        why);

@@ -93,6 +93,13 @@ bool net_pattern_match(const char *pattern, const char *host, int port, const in
                 if (!any)
                         return false;
         }
+        if (strchr(h, ':')) {
+                /* An IPv6 address (its brackets gone) is compared as an
+                 * address, whatever its spelling. */
+                struct in6_addr a, b;
+                return inet_pton(AF_INET6, h, &a) == 1 && inet_pton(AF_INET6, host, &b) == 1 &&
+                       memcmp(&a, &b, sizeof(a)) == 0;
+        }
         /* The host is lowercased already; '*' spans dots. */
         return fnmatch(h, host, 0) == 0;
 }

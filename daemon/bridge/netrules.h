@@ -19,7 +19,10 @@
 int net_pattern_parse(const char *s, bool glob, char *host, size_t host_size, int *port,
                       const char **why);
 /* Whether `pattern` (as net_pattern_parse takes it, glob allowed) covers
- * host:port; a pattern without a port covers `default_ports` (NULL: any). */
+ * host:port; a pattern without a port covers `default_ports` (NULL: any).
+ * `host` is lowercased, an IPv6 address without brackets (as
+ * proxy_head_parse gives it); "[v6]" covers the same address however it
+ * is written. */
 bool net_pattern_match(const char *pattern, const char *host, int port, const int *default_ports,
                        size_t n_default_ports);
 

@@ -1,5 +1,6 @@
 #include "bridge/proxy_head.h"
 
+#include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
@@ -19,6 +20,34 @@ static int bad(int *status, const char **why, int code, const char *text)
         return -EINVAL;
 }
 
+/* Why an address is not in its one spelling, or NULL. getaddrinfo also
+ * reads 0x0a.1.2.3, 010.1.2.3, 10.1.515 and a bare number as IPv4, and a
+ * socket reaches an IPv4 address through IPv6 (mapped ::ffff:a.b.c.d,
+ * compatible ::a.b.c.d, NAT64 64:ff9b::a.b.c.d): each would slip past a
+ * grant or policy glob that names the address, since those compare the
+ * host as written. */
+static const char *other_spelling(const char *host)
+{
+        if (strchr(host, ':')) {
+                static const unsigned char mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+                static const unsigned char nat64[12] = {0, 0x64, 0xff, 0x9b};
+                static const unsigned char zero[12] = {0};
+                struct in6_addr a;
+                if (inet_pton(AF_INET6, host, &a) != 1)
+                        return NULL;
+                const unsigned char *b = a.s6_addr;
+                bool own = !memcmp(b, zero, 12) && !(b[12] | b[13] | b[14]) && b[15] <= 1;
+                if (!memcmp(b, mapped, 12) || !memcmp(b, nat64, 12) ||
+                    (!memcmp(b, zero, 12) && !own))
+                        return "an IPv4 address inside an IPv6 one is not taken: write a.b.c.d";
+                return NULL;
+        }
+        struct in_addr a;
+        if (inet_aton(host, &a) && inet_pton(AF_INET, host, &a) != 1)
+                return "an IPv4 address is taken only as a.b.c.d, in decimal";
+        return NULL;
+}
+
 /* "host[:port]" of an absolute URL or of CONNECT: into h. */
 static int authority(struct proxy_head *h, const char *a, size_t n, int default_port, int *status,
                      const char **why)
@@ -33,6 +62,9 @@ static int authority(struct proxy_head *h, const char *a, size_t n, int default_
                 return bad(status, why, 400, "credentials in the URL are not passed on");
         if (net_pattern_parse(text, false, h->host, sizeof(h->host), &h->port, &reason) < 0)
                 return bad(status, why, 400, "the request's host is not a host name or address");
+        const char *other = other_spelling(h->host);
+        if (other)
+                return bad(status, why, 400, other);
         if (!h->port)
                 h->port = default_port;
         if (!h->port)
@@ -209,9 +241,12 @@ static bool in_list(const char *list, const char *name)
 static bool dropped(const struct proxy_head *h, const char *name, const char *const *set_names,
                     size_t n_set)
 {
-        static const char *const hop[] = {
-            "Connection", "Proxy-Connection",    "Keep-Alive",        "TE", "Trailer", "Upgrade",
-            "Host",       "Proxy-Authorization", "Proxy-Authenticate"};
+        static const char *const hop[] = {"Connection", "Keep-Alive", "TE",
+                                          "Trailer",    "Upgrade",    "Host"};
+        /* Proxy-* is for corral's proxy (its credentials, its connection),
+         * never for the origin. */
+        if (strncasecmp(name, "Proxy-", 6) == 0)
+                return true;
         for (size_t i = 0; i < sizeof(hop) / sizeof(hop[0]); i++)
                 if (strcasecmp(name, hop[i]) == 0)
                         return true;

@@ -32,7 +32,9 @@ struct proxy_head {
 };
 
 /* The whole head (`n` bytes, ending with the blank line). 0, or -EINVAL
- * with *status (400, 431, 501) and *why (a static string). */
+ * with *status (400, 431, 505) and *why (a static string). An IPv4
+ * address is taken only as a.b.c.d (not in hex, octal, fewer parts, or
+ * inside an IPv6 address), so that a glob naming it cannot be passed. */
 int proxy_head_parse(const char *p, size_t n, struct proxy_head *h, int *status, const char **why);
 void proxy_head_free(struct proxy_head *h);
 
