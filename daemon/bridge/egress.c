@@ -14,6 +14,8 @@
 #include "upstream/registry.h"
 
 #include <arpa/inet.h>
+#include <netdb.h>
+#include <signal.h>
 #include <ctype.h>
 #include <curl/curl.h>
 #include <fcntl.h>
@@ -28,6 +30,10 @@
 #define HEADER_VALUE_MAX  8192
 #define ASKED_MAX         64 /* hosts a run remembers the person's answer for */
 #define TO_REMOTE_MAX     (EGRESS_WINDOW + EGRESS_CHUNK)
+#define LOOKUPS_MAX       64 /* names being resolved at once, all runs together */
+#define LOOKUP_POLL_MS    5
+#define ADDRESSES_MAX     8   /* of a name, handed to libcurl */
+#define DENIALS_AUDITED   100 /* per run; code in a loop must not fill the disk */
 
 static const int default_ports[] = {80, 443};
 
@@ -37,7 +43,7 @@ struct route {
         char host[NET_HOST_MAX + 4];
         int port;
         char *ca_file;
-        char *names[ROUTE_HEADERS_MAX + 1], *values[ROUTE_HEADERS_MAX + 1];
+        char *names[ROUTE_HEADERS_MAX + 3], *values[ROUTE_HEADERS_MAX + 3];
         size_t n_headers; /* the configured ones, then Accept-Encoding */
         char **secrets;   /* what the answer must never show (NULL-terminated) */
         size_t longest;
@@ -51,6 +57,21 @@ struct egress {
         struct curl_loop *cl;
         struct route *routes;
         size_t n_routes;
+        /* Names resolved by glibc's own bounded pool of threads
+         * (getaddrinfo_a), polled from the loop; one given up on stays
+         * here until its thread is done with it. */
+        struct list lookups;
+        size_t n_lookups;
+        struct timer *lookup_t;
+};
+
+struct lookup {
+        struct egress *g;
+        struct conn *c; /* NULL: given up on */
+        struct gaicb cb;
+        struct addrinfo hints;
+        char name[NET_HOST_MAX + 4];
+        struct list node;
 };
 
 struct asked {
@@ -62,7 +83,7 @@ struct asked {
         struct list node;
 };
 
-enum conn_state { C_ASKING, C_CONNECTING, C_OPEN };
+enum conn_state { C_ASKING, C_RESOLVING, C_CONNECTING, C_OPEN };
 
 struct conn {
         struct egress_run *run;
@@ -89,7 +110,9 @@ struct conn {
         long long t0, last;
         struct timer *idle;
         struct defer read_d;
-        struct curl_slist *resolve; /* network_resolve's entry for this connection */
+        struct curl_slist *resolve; /* the addresses libcurl may use, as its --resolve */
+        struct lookup *lookup;      /* while C_RESOLVING */
+        long long t_resolve;
 };
 
 struct egress_run {
@@ -102,6 +125,7 @@ struct egress_run {
         struct list conns, asked;
         size_t n_asked;
         unsigned long long bytes_out, bytes_in;
+        long denials;      /* refused connections: only the first DENIALS_AUDITED are written */
         struct buf outbox; /* frames written by hand, sent from the loop in order */
         struct defer flush_d;
         struct timer *retry; /* the sandbox's input queue was full: try again */
@@ -266,6 +290,12 @@ static int route_parse(const char *origin, json_t *v, struct route *rt, struct e
          * could straddle what the masking sees. */
         rt->names[rt->n_headers] = strdup("Accept-Encoding");
         rt->values[rt->n_headers++] = strdup("identity");
+        /* Nor in pieces the code chooses: a range of a reflected secret is
+         * not the secret, and slices would spell it out. */
+        rt->names[rt->n_headers] = strdup("Range");
+        rt->values[rt->n_headers++] = NULL;
+        rt->names[rt->n_headers] = strdup("If-Range");
+        rt->values[rt->n_headers++] = NULL;
         for (char **s = rt->secrets; s && *s; s++)
                 if (strlen(*s) > rt->longest)
                         rt->longest = strlen(*s);
@@ -312,6 +342,7 @@ int egress_new(struct loop *l, const struct config *cfg, const struct policy *po
         if (!g)
                 return err_set(e, ERR_INTERNAL, ENOMEM, "out of memory");
         *g = (struct egress){.loop = l, .cfg = cfg, .pol = pol, .audit = audit};
+        list_init(&g->lookups);
         size_t n = json_object_size(cfg->network_routes);
         g->routes = calloc(n + 1, sizeof(*g->routes));
         r = g->routes ? curl_loop_new(l, &g->cl) : -ENOMEM;
@@ -340,6 +371,18 @@ void egress_free(struct egress *g)
         for (size_t i = 0; i < g->n_routes; i++)
                 route_free(&g->routes[i]);
         free(g->routes);
+        struct lookup *l, *next;
+        list_for_each_safe(l, next, &g->lookups, node)
+        {
+                /* One whose thread still runs is left to it (corral exits). */
+                if (gai_cancel(&l->cb) == EAI_CANCELED || gai_error(&l->cb) != EAI_INPROGRESS) {
+                        if (l->cb.ar_result)
+                                freeaddrinfo(l->cb.ar_result);
+                        list_del(&l->node);
+                        free(l);
+                }
+        }
+        timer_remove(g->lookup_t);
         curl_loop_free(g->cl);
         free(g);
 }
@@ -524,6 +567,8 @@ static void audit_conn(struct conn *c, const char *decision, const char *reason)
         struct egress_run *r = c->run;
         long long ms = now_ms() - c->t0;
         metrics_network(decision, c->bytes_out, c->bytes_in);
+        if (strcmp(decision, "denied") == 0 && ++r->denials > DENIALS_AUDITED)
+                return;
         char why[300] = "";
         if (reason)
                 snprintf(why, sizeof(why), "%s", reason);
@@ -555,6 +600,16 @@ static void conn_free(struct conn *c)
                 curl_easy_cleanup(c->easy);
         }
         curl_slist_free_all(c->resolve);
+        if (c->lookup) {
+                struct lookup *l = c->lookup;
+                if (gai_cancel(&l->cb) == EAI_CANCELED) {
+                        list_del(&l->node);
+                        l->g->n_lookups--;
+                        free(l);
+                } else {
+                        l->c = NULL; /* its thread has it: the poll frees it */
+                }
+        }
         watch_close(&c->w, &c->fd);
         timer_remove(c->idle);
         defer_cancel(&c->read_d);
@@ -612,6 +667,16 @@ void egress_run_free(struct egress_run *r)
                              ? list_first(&r->conns, struct conn, node)->decision
                              : "denied",
                          "the run ended");
+        if (r->denials > DENIALS_AUDITED && r->g->audit) {
+                char why[160];
+                snprintf(why, sizeof(why),
+                         "%ld more refused connections of this run were not written",
+                         r->denials - DENIALS_AUDITED);
+                log_info("network: sandbox %s: %s", r->sandbox, why);
+                audit_write_event(r->g->audit,
+                                  json_pack("{s:s, s:s, s:s, s:s}", "event", "network", "sandbox",
+                                            r->sandbox, "decision", "denied", "reason", why));
+        }
         while (!list_empty(&r->asked)) {
                 struct asked *a = list_first(&r->asked, struct asked, node);
                 if (a->handle && r->asker)
@@ -815,6 +880,18 @@ static void on_idle(struct timer *t, void *userdata)
         long long left = c->last + idle - now_ms();
         if (c->state == C_ASKING)
                 left = idle; /* the person's time is ask_timeout_s's */
+        if (c->state == C_RESOLVING) {
+                double bound = c->run->g->cfg->network_connect_timeout_s;
+                left = c->t_resolve + (long long)(bound * 1000) - now_ms();
+                if (left <= 0) {
+                        char why[400];
+                        snprintf(why, sizeof(why),
+                                 "resolving %s took over %g s (network_connect_timeout_s)",
+                                 c->route ? c->route->host : c->head.host, bound);
+                        conn_answer(c, 504, why, c->decision);
+                        return;
+                }
+        }
         if (left > 0) {
                 timer_arm(t, left);
                 return;
@@ -895,7 +972,7 @@ static void connected(CURL *easy, CURLcode result, void *userdata)
         pump_out(c);
 }
 
-static int conn_connect(struct conn *c)
+static int conn_connect(struct conn *c, const char *resolved)
 {
         struct egress *g = c->run->g;
         const struct route *rt = c->route;
@@ -951,7 +1028,12 @@ static int conn_connect(struct conn *c)
         /* network_resolve: this name's address instead of DNS (curl wants
          * host:port:address). */
         const char *fixed = json_string_value(json_object_get(g->cfg->network_resolve, host));
-        if (fixed) {
+        if (resolved) {
+                c->resolve = curl_slist_append(NULL, resolved);
+                if (!c->resolve)
+                        return -ENOMEM;
+                curl_easy_setopt(e, CURLOPT_RESOLVE, c->resolve);
+        } else if (fixed) {
                 char line[NET_HOST_MAX + 80];
                 snprintf(line, sizeof(line), "%s:%d:%s%s%s", host, port,
                          strchr(fixed, ':') ? "[" : "", fixed, strchr(fixed, ':') ? "]" : "");
@@ -976,12 +1058,119 @@ static struct asked *asked_find(struct egress_run *r, const char *host, int port
         return NULL;
 }
 
+/* The name's addresses are in: the ones the rules let through go to
+ * libcurl as its only choices (it resolves nothing itself). */
+static void resolved(struct conn *c, int rc, const struct addrinfo *ai)
+{
+        const struct route *rt = c->route;
+        const char *host = rt ? rt->host : c->head.host;
+        int port = rt ? rt->port : c->head.port;
+        char why[600];
+        if (rc != 0) {
+                snprintf(why, sizeof(why), "cannot resolve %s: %s", host, gai_strerror(rc));
+                conn_answer(c, 502, why, c->decision);
+                return;
+        }
+        char line[NET_HOST_MAX + 32 + ADDRESSES_MAX * 48];
+        int k = snprintf(line, sizeof(line), "%s:%d:", host, port);
+        size_t n = 0;
+        why[0] = '\0';
+        for (; ai && n < ADDRESSES_MAX; ai = ai->ai_next) {
+                char text[64];
+                net_address_text(ai->ai_addr, text, sizeof(text));
+                const char *special = net_address_special(ai->ai_addr);
+                if (special && !policy_network_address_ok(c->run->g->pol, ai->ai_addr)) {
+                        if (!why[0])
+                                snprintf(why, sizeof(why),
+                                         "%s resolves to %s (%s), which the policy does not name "
+                                         "in network.addresses",
+                                         host, text, special);
+                        continue;
+                }
+                if (strstr(line, text))
+                        continue; /* the same address for another socket type */
+                bool v6 = ai->ai_family == AF_INET6;
+                k += snprintf(line + k, sizeof(line) - (size_t)k, "%s%s%s%s", n ? "," : "",
+                              v6 ? "[" : "", text, v6 ? "]" : "");
+                n++;
+        }
+        if (!n) {
+                conn_refuse(c, 403, why[0] ? why : "the name has no address");
+                return;
+        }
+        if (conn_connect(c, line) < 0)
+                conn_answer(c, 502, "cannot start the connection", c->decision);
+}
+
+static void poll_lookups(struct timer *t, void *userdata)
+{
+        struct egress *g = userdata;
+        struct lookup *l, *next;
+        list_for_each_safe(l, next, &g->lookups, node)
+        {
+                int rc = gai_error(&l->cb);
+                if (rc == EAI_INPROGRESS)
+                        continue;
+                list_del(&l->node);
+                g->n_lookups--;
+                if (l->c) {
+                        l->c->lookup = NULL;
+                        resolved(l->c, rc, l->cb.ar_result);
+                }
+                if (l->cb.ar_result)
+                        freeaddrinfo(l->cb.ar_result);
+                free(l);
+        }
+        if (!list_empty(&g->lookups))
+                timer_arm(t, LOOKUP_POLL_MS);
+}
+
+static bool is_address(const char *host)
+{
+        unsigned char a[16];
+        return inet_pton(AF_INET, host, a) == 1 || inet_pton(AF_INET6, host, a) == 1;
+}
+
 static void go(struct conn *c, const char *decision)
 {
+        struct egress *g = c->run->g;
         c->decision = decision;
-        int rc = conn_connect(c);
-        if (rc < 0)
-                conn_refuse(c, 502, "cannot start the connection");
+        const char *host = c->route ? c->route->host : c->head.host;
+        if (is_address(host) || json_object_get(g->cfg->network_resolve, host)) {
+                if (conn_connect(c, NULL) < 0)
+                        conn_answer(c, 502, "cannot start the connection", decision);
+                return;
+        }
+        if (g->n_lookups >= LOOKUPS_MAX) {
+                conn_answer(c, 503, "too many names are being resolved at once; try again",
+                            decision);
+                return;
+        }
+        struct lookup *l = calloc(1, sizeof(*l));
+        if (!l) {
+                conn_answer(c, 503, "out of memory", decision);
+                return;
+        }
+        *l = (struct lookup){.g = g, .c = c};
+        snprintf(l->name, sizeof(l->name), "%s", host);
+        l->hints.ai_socktype = SOCK_STREAM;
+        l->cb.ar_name = l->name;
+        l->cb.ar_request = &l->hints;
+        struct gaicb *list[] = {&l->cb};
+        struct sigevent none = {.sigev_notify = SIGEV_NONE};
+        if (getaddrinfo_a(GAI_NOWAIT, list, 1, &none) != 0) {
+                free(l);
+                conn_answer(c, 503, "cannot start resolving the name", decision);
+                return;
+        }
+        list_append(&g->lookups, &l->node);
+        g->n_lookups++;
+        c->lookup = l;
+        c->state = C_RESOLVING;
+        c->t_resolve = now_ms();
+        timer_arm(c->idle, (long long)(g->cfg->network_connect_timeout_s * 1000));
+        if (timer_set(g->loop, &g->lookup_t, poll_lookups, g, LOOKUP_POLL_MS) < 0)
+                log_warn("network: cannot poll name lookups");
 }
 
 static void answered(void *userdata, enum bridge_answer answer, const char *why)

@@ -270,7 +270,8 @@ int proxy_head_write(const struct proxy_head *h, const char *host_value,
                 if (!dropped(h, h->headers[i].name, set_names, n_set))
                         r = buf_printf(out, "%s: %s\r\n", h->headers[i].name, h->headers[i].value);
         for (size_t i = 0; r >= 0 && i < n_set; i++)
-                r = buf_printf(out, "%s: %s\r\n", set_names[i], set_values[i]);
+                if (set_values[i])
+                        r = buf_printf(out, "%s: %s\r\n", set_names[i], set_values[i]);
         if (r >= 0)
                 r = buf_printf(out, "Connection: close\r\n\r\n");
         return r < 0 ? r : 0;

@@ -41,8 +41,9 @@ void proxy_head_free(struct proxy_head *h);
 /* The head for the origin: origin-form request line (HTTP/1.1), Host
  * first (`host_value`), the request's headers without the hop-by-hop ones
  * (Connection and what it names, Proxy-*, Keep-Alive, TE, Trailer,
- * Upgrade) and without any of `set_names`, then `set_names`/`set_values`,
- * then `Connection: close`. */
+ * Upgrade) and without any of `set_names`, then `set_names`/`set_values`
+ * (a NULL value: the header is dropped, not set), then `Connection:
+ * close`. */
 int proxy_head_write(const struct proxy_head *h, const char *host_value,
                      const char *const *set_names, const char *const *set_values, size_t n_set,
                      struct buf *out);

@@ -41,6 +41,7 @@ static const struct {
     {FAILED_SESSION_RUN, -EACCES, "invalid_arguments", "ServerNotGranted", NULL,
      ". Open a new session (another name) for them, or add them to this one with "
      "\"session_servers\", knowing that code its earlier calls ran can use them too"},
+    {FAILED_SESSION_RUN, -EPERM, "invalid_arguments", "NetworkNotGranted", NULL, NULL},
     {FAILED_SESSION_RUN, -EINVAL, "invalid_arguments", "InvalidArguments", NULL, NULL},
     {FAILED_SESSION_RUN, ANY, "engine_error", "InternalError", NULL, NULL},
     {FAILED_SESSION_CLOSE, -ENOENT, "invalid_arguments", "InvalidArguments", NULL,

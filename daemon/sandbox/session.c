@@ -340,7 +340,7 @@ static int network_check(const struct session *x, const struct sandbox_request *
             (json_array_size(req->network) == 0 && json_array_size(x->network) == 0))
                 return 0;
         char *held = json_array_size(x->network) ? json_dumps(x->network, JSON_COMPACT) : NULL;
-        int r = err_set(e, ERR_REFUSED, -EACCES,
+        int r = err_set(e, ERR_REFUSED, -EPERM,
                         "session \"%s\" keeps the network its first call gave it (%.300s): call "
                         "without \"network\", or open another session for other hosts",
                         x->name, held ? held : "none");
