@@ -19,16 +19,12 @@
 
 import { execFileSync } from 'node:child_process';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { createRequire } from 'node:module';
 import os from 'node:os';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { engineAndBin, loadSdk, median, ROOT } from './common.mjs';
 import { serverPackage } from '../e2e/lib/servers.mjs';
 
-const HERE = path.dirname(fileURLToPath(import.meta.url));
-const ROOT = path.resolve(HERE, '../..');
 const E2E = path.join(ROOT, 'tests/e2e');
-const require = createRequire(path.join(E2E, 'package.json'));
 
 const SINGLE_N = 10;
 const GATHER_WIDTH = 20;
@@ -48,25 +44,10 @@ for (let i = 0; i < argv.length; i++) {
   if (argv[i] === '--json' && i + 1 < argv.length) jsonOut = argv[++i];
   else usage(`unknown argument ${argv[i]}`);
 }
-const ENGINE = process.env.CORRAL_ENGINE;
-if (!ENGINE) usage('CORRAL_ENGINE is not set (the engine socket, e.g. unix:///run/podman/podman.sock)');
-const BIN = path.resolve(ROOT, process.env.CORRAL_BIN || 'build/corral');
+const { ENGINE, BIN } = engineAndBin(usage);
 
-let sdk;
-try {
-  const { Client } = require('@modelcontextprotocol/sdk/client/index.js');
-  const { StdioClientTransport } = require('@modelcontextprotocol/sdk/client/stdio.js');
-  const { CallToolResultSchema } = require('@modelcontextprotocol/sdk/types.js');
-  sdk = { Client, StdioClientTransport, CallToolResultSchema };
-} catch (e) {
-  usage(`the MCP SDK is missing (cd tests/e2e && npm ci): ${e.message}`);
-}
+const sdk = loadSdk(usage);
 
-const median = (xs) => {
-  const s = [...xs].sort((a, b) => a - b);
-  const m = s.length >> 1;
-  return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2;
-};
 const fmt = (ms) => `${ms.toFixed(2)} ms`;
 
 function facts() {

@@ -27,15 +27,11 @@
 
 import { execFile, execFileSync } from 'node:child_process';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { createRequire } from 'node:module';
 import os from 'node:os';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { engineAndBin, loadSdk, median } from './common.mjs';
 import { BIG_BYTES, bigBody, makeCerts, netPrelude, startNetServer } from '../e2e/lib/netfixtures.mjs';
 
-const HERE = path.dirname(fileURLToPath(import.meta.url));
-const ROOT = path.resolve(HERE, '../..');
-const require = createRequire(path.join(ROOT, 'tests/e2e/package.json'));
 
 const TTFB_TARGET_MS = 5;
 const MBPS_TARGET = 100;
@@ -55,25 +51,10 @@ for (let i = 0; i < argv.length; i++) {
   else usage(`unknown argument ${argv[i]}`);
 }
 if (!Number.isInteger(iterations) || iterations < 1) usage('--iterations takes a positive integer');
-const ENGINE = process.env.CORRAL_ENGINE;
-if (!ENGINE) usage('CORRAL_ENGINE is not set (the engine socket, e.g. unix:///run/podman/podman.sock)');
-const BIN = path.resolve(ROOT, process.env.CORRAL_BIN || 'build/corral');
+const { ENGINE, BIN } = engineAndBin(usage);
 
-let sdk;
-try {
-  const { Client } = require('@modelcontextprotocol/sdk/client/index.js');
-  const { StdioClientTransport } = require('@modelcontextprotocol/sdk/client/stdio.js');
-  const { CallToolResultSchema } = require('@modelcontextprotocol/sdk/types.js');
-  sdk = { Client, StdioClientTransport, CallToolResultSchema };
-} catch (e) {
-  usage(`the MCP SDK is missing (cd tests/e2e && npm ci): ${e.message}`);
-}
+const sdk = loadSdk(usage);
 
-const median = (xs) => {
-  const s = [...xs].sort((a, b) => a - b);
-  const m = s.length >> 1;
-  return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2;
-};
 const loadavg = () => os.loadavg().map((x) => x.toFixed(2)).join(' ');
 
 function facts() {
