@@ -462,6 +462,8 @@ class Proxy:
                 return
             s = _socket.socket(fileno=fd)
             s.setblocking(False)
+            # a relay's small writes (a TLS handshake's) go at once
+            s.setsockopt(_socket.IPPROTO_TCP, _socket.TCP_NODELAY, 1)
             c = self.conns[fd] = Conn(s, self.turn)
             job = self.sup.job
             if job is None or job.deadline is not None:
