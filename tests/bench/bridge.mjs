@@ -17,11 +17,10 @@
 // CORRAL_IMAGE (passed on). Options: --json FILE (write the figures there).
 // Exit status: 0 measured, 1 a measurement broke, 2 usage.
 
-import { execFileSync } from 'node:child_process';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { engineAndBin, loadSdk, median, ROOT } from './common.mjs';
+import { engineAndBin, facts, loadavg, loadSdk, median, stdioClient, ROOT } from './common.mjs';
 import { serverPackage } from '../e2e/lib/servers.mjs';
 
 const E2E = path.join(ROOT, 'tests/e2e');
@@ -50,16 +49,6 @@ const sdk = loadSdk(usage);
 
 const fmt = (ms) => `${ms.toFixed(2)} ms`;
 
-function facts() {
-  const cpu = os.cpus()[0]?.model ?? 'unknown';
-  let nproc = os.availableParallelism?.() ?? os.cpus().length;
-  try { nproc = Number(execFileSync('nproc', { encoding: 'utf8' }).trim()) || nproc; } catch { /* os figure */ }
-  return {
-    nproc, cpu, mem_gib: +(os.totalmem() / 2 ** 30).toFixed(1), kernel: os.release(),
-    node: process.version, engine: ENGINE, corral: BIN, date: new Date().toISOString(),
-  };
-}
-const loadavg = () => os.loadavg().map((x) => x.toFixed(2)).join(' ');
 
 // The measured code. Top-level await: the code runs in an event loop.
 const MEASURE = `
@@ -97,17 +86,14 @@ async function main() {
   Object.assign(env, { CORRAL_ENGINE: ENGINE, XDG_CONFIG_HOME: cfg, HOME: path.join(tmp, 'home'),
     XDG_STATE_HOME: path.join(tmp, 'state') });
 
-  const f = facts();
+  const f = facts(ENGINE, BIN);
   console.log('# corral bridge benchmark');
   for (const [k, v] of Object.entries(f)) console.log(`${k.padEnd(10)} ${v}`);
   console.log(`${'upstream'.padEnd(10)} @modelcontextprotocol/server-everything ${everything.version}`);
   const loadStart = loadavg();
   console.log(`${'load'.padEnd(10)} ${loadStart} (1, 5, 15 min) at start`);
 
-  const transport = new sdk.StdioClientTransport({ command: BIN, args: [], env, stderr: 'pipe' });
-  let log = '';
-  transport.stderr?.on('data', (d) => { log += d; if (log.length > 100000) log = log.slice(-50000); });
-  const client = new sdk.Client({ name: 'corral-bench-bridge', version: '1' }, { capabilities: {} });
+  const { client, transport, log } = stdioClient(sdk, BIN, env, 'corral-bench-bridge');
   let failed = null;
   let figures = null;
   try {
@@ -141,7 +127,7 @@ async function main() {
   } catch (e) {
     failed = e;
     console.log(`\nMEASUREMENT FAILED: ${e.message}`);
-    console.log(`corral's log (tail):\n${log.slice(-3000)}`);
+    console.log(`corral's log (tail):\n${log().slice(-3000)}`);
   } finally {
     await client.close().catch(() => {});
     const loadEnd = loadavg();

@@ -1,7 +1,9 @@
 // What the Node benchmarks share: where the tree is, the engine and the
 // binary under test from the environment, the MCP SDK from the e2e
 // suite's node_modules, and the median.
+import { execFileSync } from 'node:child_process';
 import { createRequire } from 'node:module';
+import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -33,3 +35,25 @@ export const median = (xs) => {
   const m = s.length >> 1;
   return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2;
 };
+
+export const loadavg = () => os.loadavg().map((x) => x.toFixed(2)).join(' ');
+
+// The machine and the run, for the head of a benchmark's report.
+export function facts(engine, bin, extra = {}) {
+  let nproc = os.availableParallelism?.() ?? os.cpus().length;
+  try { nproc = Number(execFileSync('nproc', { encoding: 'utf8' }).trim()) || nproc; } catch { /* os figure */ }
+  return {
+    nproc, cpu: os.cpus()[0]?.model ?? 'unknown', mem_gib: +(os.totalmem() / 2 ** 30).toFixed(1),
+    kernel: os.release(), node: process.version, engine, corral: bin, ...extra, date: new Date().toISOString(),
+  };
+}
+
+// An SDK client of a corral started over stdio; log() is the tail of its
+// stderr, for a report when a measurement breaks.
+export function stdioClient(sdk, bin, env, name) {
+  const transport = new sdk.StdioClientTransport({ command: bin, args: [], env, stderr: 'pipe' });
+  let log = '';
+  transport.stderr?.on('data', (d) => { log += d; if (log.length > 100000) log = log.slice(-50000); });
+  const client = new sdk.Client({ name, version: '1' }, { capabilities: {} });
+  return { client, transport, log: () => log };
+}

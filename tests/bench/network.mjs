@@ -25,11 +25,11 @@
 // Environment: CORRAL_ENGINE (required), CORRAL_BIN (default build/corral),
 // CORRAL_IMAGE (passed on; the python image is enough).
 
-import { execFile, execFileSync } from 'node:child_process';
+import { execFile } from 'node:child_process';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { engineAndBin, loadSdk, median } from './common.mjs';
+import { engineAndBin, facts, loadavg, loadSdk, median, stdioClient } from './common.mjs';
 import { BIG_BYTES, bigBody, makeCerts, netPrelude, startNetServer } from '../e2e/lib/netfixtures.mjs';
 
 
@@ -55,17 +55,7 @@ const { ENGINE, BIN } = engineAndBin(usage);
 
 const sdk = loadSdk(usage);
 
-const loadavg = () => os.loadavg().map((x) => x.toFixed(2)).join(' ');
 
-function facts() {
-  let nproc = os.cpus().length;
-  try { nproc = Number(execFileSync('nproc', { encoding: 'utf8' }).trim()) || nproc; } catch { /* os figure */ }
-  return {
-    nproc, cpu: os.cpus()[0]?.model ?? 'unknown', mem_gib: +(os.totalmem() / 2 ** 30).toFixed(1),
-    kernel: os.release(), node: process.version, engine: ENGINE, corral: BIN,
-    image: process.env.CORRAL_IMAGE ?? '(corral\'s default)', date: new Date().toISOString(),
-  };
-}
 
 // The measurement, the same on both sides; DIRECT picks the way.
 const MEASURE = (direct) => String.raw`
@@ -154,16 +144,13 @@ async function main() {
   Object.assign(env, { CORRAL_ENGINE: ENGINE, XDG_CONFIG_HOME: cfg, HOME: path.join(tmp, 'home'),
     XDG_STATE_HOME: path.join(tmp, 'state') });
 
-  const f = facts();
+  const f = facts(ENGINE, BIN, { image: process.env.CORRAL_IMAGE ?? '(corral\'s default)' });
   console.log('# corral network benchmark');
   for (const [k, v] of Object.entries(f)) console.log(`${k.padEnd(10)} ${v}`);
   const loadStart = loadavg();
   console.log(`${'load'.padEnd(10)} ${loadStart} (1, 5, 15 min) at start`);
 
-  const transport = new sdk.StdioClientTransport({ command: BIN, args: [], env, stderr: 'pipe' });
-  let log = '';
-  transport.stderr?.on('data', (d) => { log += d; if (log.length > 100000) log = log.slice(-50000); });
-  const client = new sdk.Client({ name: 'corral-bench-network', version: '1' }, { capabilities: {} });
+  const { client, transport, log } = stdioClient(sdk, BIN, env, 'corral-bench-network');
   let failed = null;
   let result = null;
   try {
@@ -214,7 +201,7 @@ async function main() {
   } catch (e) {
     failed = e;
     console.log(`\nMEASUREMENT FAILED: ${e.message}`);
-    console.log(`corral's log (tail):\n${log.slice(-3000)}`);
+    console.log(`corral's log (tail):\n${log().slice(-3000)}`);
   } finally {
     await client.close().catch(() => {});
     await srv.close();
