@@ -16,7 +16,6 @@
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <signal.h>
-#include <ctype.h>
 #include <curl/curl.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -144,35 +143,6 @@ static void route_free(struct route *rt)
         strv_free(rt->secrets);
 }
 
-/* Append copies of `add` to the NULL-terminated *v. */
-static int mask_strv_add(char ***v, char **add)
-{
-        size_t n = 0, k = 0;
-        while (*v && (*v)[n])
-                n++;
-        while (add[k])
-                k++;
-        char **w = realloc(*v, (n + k + 1) * sizeof(char *));
-        if (!w)
-                return -ENOMEM;
-        *v = w;
-        for (size_t i = 0; i < k; i++)
-                if (!(w[n + i] = strdup(add[i])))
-                        return w[n + i] = NULL, -ENOMEM;
-        w[n + k] = NULL;
-        return 0;
-}
-
-static bool token_ok(const char *s)
-{
-        if (!*s || strlen(s) > 100)
-                return false;
-        for (; *s; s++)
-                if (!(isalnum((unsigned char)*s) || strchr("!#$%&'*+-.^_`|~", *s)))
-                        return false;
-        return true;
-}
-
 /* Headers that frame the request or speak to a proxy: corral writes them
  * (Host, Connection: close) or passes the code's own on, never a route. */
 static bool framing_header(const char *name)
@@ -248,7 +218,7 @@ static int route_parse(const char *origin, json_t *v, struct route *rt, struct e
         json_object_foreach(headers, key, x)
         {
                 char *value = NULL;
-                if (!token_ok(key) || !json_is_string(x))
+                if (strlen(key) > 100 || !proxy_token(key) || !json_is_string(x))
                         return err_set(e, ERR_CONFIG, EINVAL,
                                        "network_routes: \"%.100s\": headers: \"%.60s\" must be a "
                                        "header name with a string value",
@@ -281,8 +251,7 @@ static int route_parse(const char *origin, json_t *v, struct route *rt, struct e
                 rt->names[rt->n_headers] = strdup(key);
                 rt->values[rt->n_headers++] = value;
                 /* The whole value is a secret too, a literal one included. */
-                char *whole[] = {value, NULL};
-                if (strlen(value) >= 4 && mask_strv_add(&rt->secrets, whole) < 0)
+                if (strlen(value) >= 4 && strv_push(&rt->secrets, strdup(value)) < 0)
                         return err_set(e, ERR_INTERNAL, ENOMEM, "out of memory");
         }
         /* The answer is masked as it comes: it must come as sent, not

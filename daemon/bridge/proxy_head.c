@@ -13,6 +13,16 @@ static bool tchar(unsigned char c)
         return isalnum(c) || strchr("!#$%&'*+-.^_`|~", c);
 }
 
+bool proxy_token(const char *s)
+{
+        if (!*s)
+                return false;
+        for (; *s; s++)
+                if (!tchar((unsigned char)*s))
+                        return false;
+        return true;
+}
+
 static int bad(int *status, const char **why, int code, const char *text)
 {
         *status = code;

@@ -31,6 +31,10 @@ struct proxy_head {
         char *copy; /* the head's lines, cut in place */
 };
 
+/* Whether `s` is an HTTP token (a method, a header's name): not empty,
+ * and only letters, digits and !#$%&'*+-.^_`|~. */
+bool proxy_token(const char *s);
+
 /* The whole head (`n` bytes, ending with the blank line). 0, or -EINVAL
  * with *status (400, 431, 505) and *why (a static string). An IPv4
  * address is taken only as a.b.c.d (not in hex, octal, fewer parts, or

@@ -180,6 +180,22 @@ int parse_size(const char *s, unsigned long long *ret)
         return 0;
 }
 
+int strv_push(char ***v, char *s)
+{
+        if (!s)
+                return -ENOMEM;
+        size_t n = strv_len(*v);
+        char **nv = realloc(*v, (n + 2) * sizeof(char *));
+        if (!nv) {
+                free(s);
+                return -ENOMEM;
+        }
+        nv[n] = s;
+        nv[n + 1] = NULL;
+        *v = nv;
+        return 0;
+}
+
 size_t strv_len(char **v)
 {
         size_t n = 0;

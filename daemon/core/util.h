@@ -65,6 +65,9 @@ _printf_(2, 3) void err_prefix(struct err *e, const char *fmt, ...);
 /* NULL-terminated arrays of strings: their length, and freeing one
  * (returns NULL for `v = strv_free(v)`). Both accept NULL. */
 size_t strv_len(char **v);
+/* Append `s`, which is taken (freed on failure; NULL: -ENOMEM, as from a
+ * failed strdup). */
+int strv_push(char ***v, char *s);
 char **strv_free(char **v);
 
 /* A file of corral's under an XDG base directory: $`var`/`rel` when that

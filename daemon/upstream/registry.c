@@ -37,23 +37,6 @@ static bool strv_contains(char **v, const char *s)
         return false;
 }
 
-/* Append `s`, which is taken (freed on failure). */
-static int strv_push(char ***v, char *s)
-{
-        if (!s)
-                return -ENOMEM;
-        size_t n = strv_len(*v);
-        char **nv = realloc(*v, (n + 2) * sizeof(char *));
-        if (!nv) {
-                free(s);
-                return -ENOMEM;
-        }
-        nv[n] = s;
-        nv[n + 1] = NULL;
-        *v = nv;
-        return 0;
-}
-
 static int secret_add(char ***secrets, const char *value, size_t len)
 {
         if (len < MASK_MIN)
