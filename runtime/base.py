@@ -9,6 +9,7 @@
 # descriptors the processes talk over.
 import binascii
 import codecs
+import hmac
 import json
 import os
 import select

@@ -597,6 +597,10 @@ class Supervisor:
         # Private close-on-exec copies of the channel; fd 0/1 become /dev/null
         # so nothing we start inherits the channel by accident.
         self.frame_in, self.frame_out = os.dup(0), os.dup(1)
+        # The daemon's key for our frames (sandbox/key, read in the frame loop
+        # after the worker is forked ahead), the next frame's number, and
+        # whether sandbox/ready (the one frame without a tag) went out.
+        self.key, self.seq, self.said_ready = None, 0, False
         null = os.open(os.devnull, os.O_RDWR)
         os.dup2(null, 0)
         os.dup2(null, 1)
@@ -646,6 +650,17 @@ class Supervisor:
         self.send_line(line)
 
     def send_line(self, line):
+        """Every frame we write goes here: after sandbox/ready each carries
+        its tag, HMAC-SHA256(key, 8-byte big-endian number || JSON) in hex,
+        and a space ahead of the JSON (runtime/README.md, "Frame protocol")."""
+        if self.said_ready:
+            if self.key is None:
+                return log('a frame before sandbox/key: not sent')
+            mac = hmac.new(self.key, self.seq.to_bytes(8, 'big'), 'sha256')
+            mac.update(memoryview(line)[:-1])
+            self.seq += 1
+            line = mac.hexdigest().encode('ascii') + b' ' + line
+        self.said_ready = True
         # One write loop per frame on a blocking fd, single thread: frames
         # never interleave.
         try:
@@ -756,7 +771,22 @@ class Supervisor:
         elif self.proxy is not None:
             self.proxy.ready(fd, events)
 
+    def take_key(self, line):
+        """The first frame must be sandbox/key: the key our frames are tagged
+        with.  Anything else before it is logged and ignored."""
+        try:
+            msg = json.loads(line.decode('utf-8'), parse_constant=reject_constant)
+            key = msg['params']['key'] if msg.get('method') == 'sandbox/key' and 'id' not in msg \
+                and msg.get('jsonrpc') == '2.0' else None
+        except (ValueError, RecursionError, TypeError, KeyError, AttributeError):
+            key = None
+        if not isinstance(key, str) or len(key) != 64 or key.strip('0123456789abcdef'):
+            return log('a frame before sandbox/key: ignored')
+        self.key = bytearray.fromhex(key)
+
     def handle(self, line):
+        if self.key is None:
+            return self.take_key(line) if line is not None else log('a frame before sandbox/key: ignored')
         if line is None:
             log('dropped a frame longer than %d bytes' % self.max_frame)
             return self.reply_error(None, -32600, 'frame longer than %d bytes' % self.max_frame)
@@ -777,7 +807,9 @@ class Supervisor:
             return self.reply_error(rid if id_ok else None, -32600, 'invalid request')
         method = msg['method']
         if 'id' not in msg:  # a notification: never answered
-            if method == 'notifications/cancelled':
+            if method == 'sandbox/key':
+                log('a second sandbox/key: ignored')
+            elif method == 'notifications/cancelled':
                 params = msg.get('params')
                 self.interrupt(params.get('requestId') if isinstance(params, dict) else None)
             elif method.startswith('net/'):
@@ -978,6 +1010,9 @@ class Supervisor:
         rep_r, rep_w, go_r, go_w = made[-6:-2]
         api_r, api_w = made[-2:]
         if pid == 0:
+            # A worker runs user code: it must not hold the frames' key.
+            if self.key is not None:
+                self.key[:] = bytes(len(self.key))
             try:
                 os.close(go_w)
                 worker(self, (out_w, err_w, rep_w), api_w, go_r, set_w)

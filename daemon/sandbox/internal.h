@@ -23,6 +23,7 @@
 #include "core/list.h"
 #include "core/loop.h"
 #include "engine/attach.h"
+#include "sandbox/frame_auth.h"
 #include "sandbox/images.h"
 #include "sandbox/profile.h"
 
@@ -137,6 +138,9 @@ struct sandbox {
         struct engine_req *req; /* one engine request at a time */
         struct attach *attach;
         struct line_reader frames;
+        /* The runtime's lines after sandbox/ready carry tags (frame_auth.h). */
+        struct frame_auth auth;
+        bool ready_seen; /* its first line, sandbox/ready, came */
         struct line_reader diag;
         unsigned long long diag_logged;
         int remove_tries;

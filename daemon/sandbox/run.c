@@ -46,6 +46,7 @@ void run_settle(struct run *r, enum sandbox_status st, const char *type, const c
 /* The frame protocol's error codes for the runtime's requests, as the
  * bridge and runtime/api.py know them too (runtime/README.md). */
 #define FRAME_DENIED    -32001
+#define FORGED_MSG      "the sandbox wrote a frame corral could not authenticate; it was ended"
 #define FRAME_TOO_LARGE -32004
 
 /* Frames the run's frame hook sends to this sandbox's runtime. */
@@ -675,21 +676,51 @@ static void on_message(struct sandbox *s, const struct jrpc_msg *m)
         }
 }
 
+/* A line the runtime's supervisor did not write (frame_auth.h): code in
+ * the sandbox reached the frame channel. Nothing of the line is acted on;
+ * the sandbox is ended and its run, if any, says why. */
+static int frame_forged(struct sandbox *s, const char *what)
+{
+        log_event(LOG_WARN, "corral.sandbox",
+                  "sandbox %s wrote %s on its frame channel: corral ended it", s->short_id, what);
+        run_settle(s->run, ST_ERROR, "ChannelForged", FORGED_MSG);
+        sandbox_kill(s, ST_ERROR, FORGED_MSG);
+        return -1;
+}
+
 int run_on_frame(void *userdata, const char *line, size_t len)
 {
         struct sandbox *s = userdata;
+        if (!line && s->ready_seen)
+                return frame_forged(s, "a line over the frame limit");
         if (!line) {
                 log_warn("sandbox %s: dropped a frame over %llu bytes", s->short_id,
                          s->mgr->cfg->max_frame);
                 return 0;
+        }
+        /* Only the first line, sandbox/ready, comes without a tag. */
+        if (s->ready_seen) {
+                enum frame_verdict v = frame_auth_check(&s->auth, line, len, &line, &len);
+                if (v != FRAME_OK)
+                        return frame_forged(s, frame_verdict_name(v));
         }
         struct jrpc_msg m;
         json_t *id = NULL;
         struct err e = {0};
         if (jrpc_parse(line, len, &m, &id, &e) < 0) {
                 json_decref(id);
+                if (!s->ready_seen)
+                        return frame_forged(s, "a first line that is not sandbox/ready");
                 log_warn("sandbox %s: bad frame: %s", s->short_id, e.msg);
                 return 0;
+        }
+        if (!s->ready_seen) {
+                if (m.kind != JRPC_NOTIFICATION || strcmp(m.method, "sandbox/ready") != 0) {
+                        jrpc_msg_done(&m);
+                        json_decref(id);
+                        return frame_forged(s, "a first line that is not sandbox/ready");
+                }
+                s->ready_seen = true;
         }
         on_message(s, &m);
         jrpc_msg_done(&m);

@@ -8,6 +8,7 @@
 #include "core/jsonrpc.h"
 #include "core/log.h"
 
+#include <openssl/crypto.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <signal.h>
@@ -206,7 +207,8 @@ struct sandbox *sandbox_alloc(struct sandbox_mgr *m)
         list_init(&s->asks);
         list_init(&s->fz_waits);
         list_init(&s->fops);
-        line_reader_init(&s->frames, m->cfg->max_frame);
+        /* a frame and its tag: "TAG JSON" */
+        line_reader_init(&s->frames, m->cfg->max_frame + FRAME_TAG_HEX + 1);
         line_reader_init(&s->diag, 4096);
         list_push(&m->all, &s->all_node);
         return s;
@@ -219,6 +221,7 @@ static void sandbox_destroy(void *userdata)
         list_del(&s->place);
         defer_cancel(&s->free_d);
         run_free(s->run); /* only when the manager is freed: no one to tell */
+        frame_auth_clear(&s->auth);
         free(s->image);
         free(s->id);
         free(s);
@@ -573,6 +576,20 @@ static void started(void *userdata, long status, json_t *body, const struct err 
                 start_inspect(s);
 }
 
+/* What the runtime reads first on its stdin: the key its supervisor tags
+ * its frames with (frame_auth.h), drawn for this sandbox alone. */
+static int send_start_bytes(struct sandbox *s)
+{
+        char line[FRAME_KEY_LINE_MAX];
+        if (frame_auth_init(&s->auth) < 0)
+                return -EIO;
+        s->ready_seen = false;
+        size_t n = frame_auth_key_line(&s->auth, line, sizeof(line));
+        int r = n ? attach_write(s->attach, line, n) : -EIO;
+        OPENSSL_cleanse(line, sizeof(line));
+        return r;
+}
+
 /* The stream is open: start the container (the runtime's first frame
  * must find someone reading). */
 static void on_attach_open(void *userdata)
@@ -581,6 +598,10 @@ static void on_attach_open(void *userdata)
         char path[256];
         if (s->state != S_STARTING)
                 return;
+        if (send_start_bytes(s) < 0) {
+                sandbox_fail(s, ST_ERROR, "InternalError", "cannot send the runtime its key");
+                return;
+        }
         snprintf(path, sizeof(path), "/containers/%s/start", s->id);
         if (engine_request(s->mgr->eng, "POST", path, NULL, started, s, &s->req) < 0)
                 sandbox_fail(s, ST_ENGINE_ERROR, "EngineError", "cannot start an engine request");

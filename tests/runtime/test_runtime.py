@@ -21,6 +21,7 @@ capabilities, like in the container.  Exits non-zero if any check fails.
 """
 import ast
 import base64
+import hmac
 import json
 import os
 import re
@@ -65,7 +66,7 @@ def case(fn):
 
 
 class Runtime:
-    def __init__(self, env=None, source=SOURCE, nproc=None):
+    def __init__(self, env=None, source=SOURCE, nproc=None, key=True):
         self.stderr = tempfile.TemporaryFile()
         kw = {}
         in_r, in_w = os.pipe()
@@ -86,8 +87,27 @@ class Runtime:
         self.stdin = os.fdopen(in_w, 'wb')
         self.stdout_fd = out_r
         self.buf = b''
-        self.bad = []      # lines on stdout that were not a JSON object
+        self.bad = []      # lines on stdout that were not a JSON object, or not tagged right
         self.frames = []   # every frame received, in order
+        # As the daemon does: the key for the runtime's frames, first on its stdin.
+        self.key = os.urandom(32)
+        self.seq = None    # the next frame's number, once sandbox/ready came
+        if key:
+            self.send({'jsonrpc': '2.0', 'method': 'sandbox/key', 'params': {'key': self.key.hex()}})
+
+    def untag(self, line):
+        """The JSON of a runtime line: sandbox/ready comes bare, every later
+        line as TAG SP JSON, TAG the hex HMAC-SHA256 of the frame's 8-byte
+        big-endian number and the JSON.  None if the tag is not right."""
+        if self.seq is None:
+            self.seq = 0
+            return line
+        tag, sp, body = line.partition(b' ')
+        want = hmac.new(self.key, self.seq.to_bytes(8, 'big') + body, 'sha256').hexdigest().encode()
+        if not sp or not hmac.compare_digest(tag, want):
+            return None
+        self.seq += 1
+        return body
 
     def send_raw(self, data):
         try:
@@ -112,6 +132,11 @@ class Runtime:
                 return None
             self.buf += data
         line, self.buf = self.buf.split(b'\n', 1)
+        body = self.untag(line)
+        if body is None:
+            self.bad.append(b'untagged: ' + line[:200])
+            return {}
+        line = body
         try:
             obj = json.loads(line.decode('utf-8'))
             if not isinstance(obj, dict):
@@ -630,6 +655,55 @@ def frames_fit_max_frame():
     check(resp and max(sizes) < 65536 and text(out, 'stdout') == '\x01' * 100000 and e.get('type') == 'ValueError'
           and e.get('traceback', '').endswith('\x02\n'), 'frames fit CORRAL_MAX_FRAME (escaping, long traceback)',
           sizes)
+
+
+# The frames' key: every frame after sandbox/ready carries its tag (Runtime
+# checks each one); frames before sandbox/key, and a second key, are ignored.
+@case
+def frame_key():
+    rt = Runtime(key=False)
+    ready = rt.ready()
+    exec_ = {'jsonrpc': '2.0', 'id': 1, 'method': 'sandbox/exec',
+             'params': {'language': 'python', 'code': 'print(1)'}}
+    rt.send(exec_)
+    rt.send({'jsonrpc': '2.0', 'id': 2, 'method': 'sandbox/list', 'params': {'path': ''}})
+    early = rt.frame(0.5)
+    rt.send({'jsonrpc': '2.0', 'method': 'sandbox/key', 'params': {'key': rt.key.hex()}})
+    rt.send({'jsonrpc': '2.0', 'method': 'sandbox/key', 'params': {'key': os.urandom(32).hex()}})
+    rt.send(dict(exec_, id=3))
+    out, resp = rt.response(3)
+    rc, err = rt.close()
+    check(ready.get('method') == 'sandbox/ready' and early is None,
+          'frames before sandbox/key are not acted on or answered', early)
+    check(resp and resp['result']['status'] == 'ok' and text(out, 'stdout') == '1\n' and not rt.bad
+          and rt.seq == len(rt.frames) - 1 and rc == 0,
+          'after the key every frame carries its tag, in order; a second key changes nothing',
+          (resp, rt.bad, rt.seq, len(rt.frames)))
+    check(err.count('a frame before sandbox/key: ignored') == 2 and 'a second sandbox/key: ignored' in err,
+          'both are logged', err[-500:])
+
+    rt = Runtime(key=False)
+    rt.ready()
+    for bad in ({'key': rt.key.hex().upper()}, {'key': rt.key.hex()[:62]}, {'key': 7}, []):
+        rt.send({'jsonrpc': '2.0', 'method': 'sandbox/key', 'params': bad})
+    rt.send(exec_)
+    none = rt.frame(0.5)
+    rc, err = rt.close()
+    check(none is None and err.count('a frame before sandbox/key: ignored') == 5,
+          'a key that is not 64 lower-case hex digits is no key', (none, err[-500:]))
+
+    # A worker never holds the key: the one forked ahead was forked before
+    # it came; one forked later (a session's replacement) zeroes it at once.
+    ses = Session()
+    probe = ("import gc\nsup = [o for o in gc.get_objects() if type(o).__name__ == 'Supervisor'][0]\n"
+             "print(None if sup.key is None else bytes(sup.key).hex())")
+    o1, _, r1, _ = ses.run(probe)
+    ses.run('import os\nos._exit(0)')
+    o2, _, r2, _ = ses.run(probe)
+    key = ses.rt.key.hex()
+    check(o1 == 'None\n' and o2 == '00' * 32 + '\n' and r2.get('restarted') is True and key not in o1 + o2,
+          'the worker forked ahead has no key; a replacement worker has it zeroed', (o1, o2, r2))
+    end(ses)
 
 
 # stdin closed while an exec runs (the daemon is gone): the code is ended and

@@ -5,6 +5,7 @@
 
 #include "core/buf.h"
 #include "core/list.h"
+#include "sandbox/frame_auth.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -33,6 +34,12 @@ struct fake_container {
         struct fake_conn *stream;
         struct timer *ready_timer;
         json_t *held; /* muted requests (their lines), answered once unmuted */
+        /* The runtime's tags (sandbox/frame_auth.h): the key corral sent,
+         * and the number of the next frame after sandbox/ready. */
+        unsigned char key[FRAME_KEY_LEN];
+        bool keyed, tagging;
+        uint64_t seq;
+        char *last; /* the last tagged line sent, for a replay */
 };
 
 struct fake_conn {
@@ -143,6 +150,8 @@ static void stream_write(struct fake_container *ct, int stream, const char *p, s
         conn_flush(c);
 }
 
+/* Every frame after sandbox/ready goes with its tag, as the runtime's
+ * supervisor writes it (without a key: untagged, so corral ends it). */
 static void send_frame(struct fake_container *ct, json_t *msg)
 {
         char *text = json_dumps(msg, JSON_COMPACT);
@@ -150,9 +159,49 @@ static void send_frame(struct fake_container *ct, json_t *msg)
         if (!text)
                 return;
         size_t n = strlen(text);
-        text = realloc(text, n + 2);
-        text[n] = '\n';
-        stream_write(ct, 1, text, n + 1);
+        char *line = malloc(FRAME_TAG_HEX + n + 2);
+        size_t at = 0;
+        if (ct->tagging && ct->keyed && line) {
+                frame_auth_tag(ct->key, ct->seq++, text, n, line);
+                line[FRAME_TAG_HEX] = ' ';
+                at = FRAME_TAG_HEX + 1;
+        }
+        if (line) {
+                memcpy(line + at, text, n);
+                line[at + n] = '\n';
+                stream_write(ct, 1, line, at + n + 1);
+                if (at) {
+                        free(ct->last);
+                        ct->last = strndup(line, at + n + 1);
+                }
+        }
+        free(line);
+        free(text);
+}
+
+/* A forged frame: a plausible result for exec `id`, without a tag, with
+ * the tag of another number, or an earlier line again. */
+static void send_forged(struct fake_container *ct, json_t *id, const char *how)
+{
+        char *text = NULL;
+        json_t *res = json_pack("{s:s, s:O, s:{s:s, s:i}}", "jsonrpc", "2.0", "id", id, "result",
+                                "status", "ok", "exit_code", 0);
+        text = json_dumps(res, JSON_COMPACT);
+        json_decref(res);
+        if (!text)
+                return;
+        char tag[FRAME_TAG_HEX + 1], *line = NULL;
+        int n = -1;
+        if (strcmp(how, "forge") == 0)
+                n = asprintf(&line, "%s\n", text);
+        else if (strcmp(how, "forge-seq") == 0) {
+                frame_auth_tag(ct->key, ct->seq + 1, text, strlen(text), tag);
+                n = asprintf(&line, "%s %s\n", tag, text);
+        } else if (ct->last) /* replay */
+                n = asprintf(&line, "%s", ct->last);
+        if (n > 0)
+                stream_write(ct, 1, line, (size_t)n);
+        free(line);
         free(text);
 }
 
@@ -228,6 +277,12 @@ static void run_exec(struct fake_container *ct, json_t *id, json_t *params)
                 send_frame(ct,
                            json_pack("{s:s, s:s, s:s, s:{s:s}}", "jsonrpc", "2.0", "id",
                                      FAKE_CALL_ID, "method", "tools/call", "params", "name", "t"));
+        } else if (strcmp(code, "forge") == 0 || strcmp(code, "forge-seq") == 0 ||
+                   strcmp(code, "replay") == 0) {
+                send_frame(ct, json_pack("{s:s, s:s, s:{s:s, s:s}}", "jsonrpc", "2.0", "method",
+                                         "sandbox/output", "params", "stream", "stdout", "data",
+                                         "real\n"));
+                send_forged(ct, id, code);
         } else if (strcmp(code, "die") == 0) {
                 container_exit(ct, 3, false);
         } else if (strcmp(code, "oom") == 0) {
@@ -257,6 +312,14 @@ static void runtime_frame(struct fake_container *ct, const char *line, size_t n)
                         send_result(ct, eid,
                                     json_pack("{s:s, s:i}", "status", "ok", "exit_code", 0));
                         json_decref(eid);
+                }
+        } else if (strcmp(method, "sandbox/key") == 0) {
+                const char *hex = json_string_value(json_object_get(params, "key"));
+                ct->keyed = hex && strlen(hex) == 2 * FRAME_KEY_LEN;
+                for (size_t i = 0; ct->keyed && i < FRAME_KEY_LEN; i++) {
+                        unsigned v;
+                        ct->keyed = sscanf(hex + 2 * i, "%2x", &v) == 1;
+                        ct->key[i] = (unsigned char)v;
                 }
         } else if (strcmp(method, ct->f->muted) == 0) {
                 /* Answered late: once it is unmuted. */
@@ -296,6 +359,7 @@ static void ready_now(struct timer *t, void *userdata)
         ct->ready_sent = true;
         send_frame(ct, json_pack("{s:s, s:s, s:{s:i, s:s}}", "jsonrpc", "2.0", "method",
                                  "sandbox/ready", "params", "protocol", 1, "runtime", "fake"));
+        ct->tagging = true;
 }
 
 /* Started and attached: the runtime says it is ready a moment later (after
@@ -329,6 +393,7 @@ static void container_free(struct fake_container *ct)
         timer_remove(ct->ready_timer);
         json_decref(ct->create);
         json_decref(ct->held);
+        free(ct->last);
         free(ct);
 }
 

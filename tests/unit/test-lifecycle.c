@@ -248,6 +248,24 @@ static void test_failures(void)
         is_str(d.type, "SandboxDied", "died: SandboxDied");
         like(d.msg, "exit code 3", "died: with the exit code the engine reported");
 
+        /* Frames the runtime's supervisor did not write: untagged, tagged
+         * for another number, an earlier line again. The forged "ok" is
+         * not taken; the sandbox is ended and the call says why. */
+        static const char *const forgeries[] = {"forge", "forge-seq", "replay"};
+        for (size_t i = 0; i < ARRAY_SIZE(forgeries); i++) {
+                memset(&d, 0, sizeof(d));
+                r = req(forgeries[i], 5);
+                sandbox_run(m, &r, on_done, &d, &s);
+                ok(WAIT_UNTIL(d.calls == 1, 5000), "%s: the call hears of it", forgeries[i]);
+                is_int(d.st, ST_ERROR, "%s: status error, not the forged ok", forgeries[i]);
+                is_str(d.type, "ChannelForged", "%s: ChannelForged", forgeries[i]);
+                like(d.msg, "could not authenticate", "%s: the message says why", forgeries[i]);
+                is_str(d.out, "real\n", "%s: the output before it stands", forgeries[i]);
+                ok(WAIT_UNTIL(fake_engine_alive(F) == 0, 5000), "%s: its container is removed",
+                   forgeries[i]);
+        }
+        ok(log_count("on its frame channel: corral ended it") == 3, "each forgery is logged");
+
         memset(&d, 0, sizeof(d));
         r = req("oom", 5);
         sandbox_run(m, &r, on_done, &d, &s);

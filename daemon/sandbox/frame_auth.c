@@ -1,0 +1,137 @@
+/* HMAC-SHA256 tags on the runtime's frames (frame_auth.h). */
+#include "sandbox/frame_auth.h"
+
+#include <errno.h>
+#include <openssl/core_names.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/params.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/random.h>
+
+static const char hexdigits[] = "0123456789abcdef";
+
+int frame_auth_init(struct frame_auth *fa)
+{
+        size_t got = 0;
+        while (got < FRAME_KEY_LEN) {
+                ssize_t k = getrandom(fa->key + got, FRAME_KEY_LEN - got, 0);
+                if (k < 0 && errno == EINTR)
+                        continue;
+                if (k <= 0)
+                        return k < 0 ? -errno : -EIO;
+                got += (size_t)k;
+        }
+        fa->seq = 0;
+        return 0;
+}
+
+size_t frame_auth_key_line(const struct frame_auth *fa, char *out, size_t size)
+{
+        char hex[2 * FRAME_KEY_LEN + 1];
+        for (size_t i = 0; i < FRAME_KEY_LEN; i++) {
+                hex[2 * i] = hexdigits[fa->key[i] >> 4];
+                hex[2 * i + 1] = hexdigits[fa->key[i] & 15];
+        }
+        hex[2 * FRAME_KEY_LEN] = '\0';
+        int n = snprintf(
+            out, size,
+            "{\"jsonrpc\":\"2.0\",\"method\":\"sandbox/key\",\"params\":{\"key\":\"%s\"}}\n", hex);
+        OPENSSL_cleanse(hex, sizeof(hex));
+        return n < 0 || (size_t)n >= size ? 0 : (size_t)n;
+}
+
+/* The one HMAC implementation, fetched once (the daemon is one thread). */
+static EVP_MAC *hmac_impl(void)
+{
+        static EVP_MAC *mac;
+        if (!mac)
+                mac = EVP_MAC_fetch(NULL, "HMAC", NULL);
+        return mac;
+}
+
+static bool mac_of(const unsigned char key[FRAME_KEY_LEN], uint64_t seq, const char *json,
+                   size_t len, unsigned char out[32])
+{
+        EVP_MAC *mac = hmac_impl();
+        EVP_MAC_CTX *ctx = mac ? EVP_MAC_CTX_new(mac) : NULL;
+        if (!ctx)
+                return false;
+        char digest[] = "SHA256";
+        OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digest, 0),
+                               OSSL_PARAM_construct_end()};
+        unsigned char be[8];
+        for (int i = 0; i < 8; i++)
+                be[i] = (unsigned char)(seq >> (56 - 8 * i));
+        size_t n = 0;
+        bool ok = EVP_MAC_init(ctx, key, FRAME_KEY_LEN, params) == 1 &&
+                  EVP_MAC_update(ctx, be, sizeof(be)) == 1 &&
+                  EVP_MAC_update(ctx, (const unsigned char *)json, len) == 1 &&
+                  EVP_MAC_final(ctx, out, &n, 32) == 1 && n == 32;
+        EVP_MAC_CTX_free(ctx);
+        return ok;
+}
+
+void frame_auth_tag(const unsigned char key[FRAME_KEY_LEN], uint64_t seq, const char *json,
+                    size_t len, char out[FRAME_TAG_HEX + 1])
+{
+        unsigned char md[32];
+        if (!mac_of(key, seq, json, len, md))
+                memset(md, 0, sizeof(md)); /* no tag then: every check fails */
+        for (size_t i = 0; i < 32; i++) {
+                out[2 * i] = hexdigits[md[i] >> 4];
+                out[2 * i + 1] = hexdigits[md[i] & 15];
+        }
+        out[FRAME_TAG_HEX] = '\0';
+}
+
+static int unhex(char c)
+{
+        if (c >= '0' && c <= '9')
+                return c - '0';
+        if (c >= 'a' && c <= 'f')
+                return c - 'a' + 10;
+        return -1;
+}
+
+enum frame_verdict frame_auth_check(struct frame_auth *fa, const char *line, size_t len,
+                                    const char **json, size_t *json_len)
+{
+        unsigned char got[32], want[32];
+        if (len < FRAME_TAG_HEX + 1 || line[FRAME_TAG_HEX] != ' ')
+                return FRAME_NO_TAG;
+        for (size_t i = 0; i < 32; i++) {
+                int hi = unhex(line[2 * i]), lo = unhex(line[2 * i + 1]);
+                if (hi < 0 || lo < 0)
+                        return FRAME_NO_TAG;
+                got[i] = (unsigned char)(hi << 4 | lo);
+        }
+        const char *body = line + FRAME_TAG_HEX + 1;
+        size_t n = len - FRAME_TAG_HEX - 1;
+        if (!mac_of(fa->key, fa->seq, body, n, want) || CRYPTO_memcmp(got, want, 32) != 0)
+                return FRAME_BAD_TAG;
+        fa->seq++;
+        *json = body;
+        *json_len = n;
+        return FRAME_OK;
+}
+
+const char *frame_verdict_name(enum frame_verdict v)
+{
+        switch (v) {
+        case FRAME_OK:
+                return "authenticated";
+        case FRAME_NO_TAG:
+                return "a line without a tag";
+        case FRAME_BAD_TAG:
+                return "a tag that is not the runtime's for this line (forged, replayed, or out of "
+                       "order)";
+        }
+        return "?";
+}
+
+void frame_auth_clear(struct frame_auth *fa)
+{
+        OPENSSL_cleanse(fa, sizeof(*fa));
+}

@@ -1,0 +1,52 @@
+/* The frames a sandbox's runtime writes, authenticated: each line after
+ * sandbox/ready is "TAG JSON", TAG the lowercase hex of
+ * HMAC-SHA256(key, SEQ || JSON), SEQ the line's number (8 bytes, big
+ * endian, 0 for the first line after sandbox/ready). The key is drawn per
+ * sandbox and given to the runtime's supervisor only (runtime/README.md,
+ * "Frame protocol"). A line that does not carry the tag of the next
+ * number was not written by the supervisor, or is a replay, or a line was
+ * dropped or injected: the sandbox is ended, nothing of it is taken. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define FRAME_KEY_LEN 32
+#define FRAME_TAG_HEX 64 /* the tag's hex digits; a space follows them */
+
+struct frame_auth {
+        unsigned char key[FRAME_KEY_LEN];
+        uint64_t seq; /* the number the next line must carry */
+};
+
+enum frame_verdict {
+        FRAME_OK = 0,
+        FRAME_NO_TAG,  /* no "64 hex digits, a space" ahead of the JSON */
+        FRAME_BAD_TAG, /* a tag, but not this key's for this number and these bytes */
+};
+
+/* A fresh key (getrandom) and the count at 0: 0, or -errno. */
+int frame_auth_init(struct frame_auth *fa);
+
+/* The key frame the daemon writes to the runtime, newline included, into
+ * out (at least FRAME_KEY_LINE_MAX bytes): its length. */
+#define FRAME_KEY_LINE_MAX 160
+size_t frame_auth_key_line(const struct frame_auth *fa, char *out, size_t size);
+
+/* The tag of json as line number seq, as FRAME_TAG_HEX hex digits and a
+ * NUL in out. For the checker and for tests that play the runtime. */
+void frame_auth_tag(const unsigned char key[FRAME_KEY_LEN], uint64_t seq, const char *json,
+                    size_t len, char out[FRAME_TAG_HEX + 1]);
+
+/* Checks one line (without its newline). FRAME_OK: *json and *json_len
+ * are the JSON after the tag, and the count moved on; else nothing
+ * changed and the line must not be acted on. */
+enum frame_verdict frame_auth_check(struct frame_auth *fa, const char *line, size_t len,
+                                    const char **json, size_t *json_len);
+
+/* The verdict in words, for the log. */
+const char *frame_verdict_name(enum frame_verdict v);
+
+/* Forgets the key. */
+void frame_auth_clear(struct frame_auth *fa);
