@@ -16,7 +16,11 @@
 #include <sys/random.h>
 #include <unistd.h>
 
+/* runtime/assemble.py: the runtime, its length, and the loader the
+ * container runs, which reads it from stdin and checks it. */
 extern const char corral_runtime_src[];
+extern const size_t corral_runtime_len;
+extern const char corral_runtime_loader[];
 
 #define STDERR_LOG_MAX (64 * 1024) /* container stderr bytes logged per sandbox */
 #define DRAIN_MAX_MS   15000       /* shutdown: waiting for the engine's removals */
@@ -576,7 +580,8 @@ static void started(void *userdata, long status, json_t *body, const struct err 
                 start_inspect(s);
 }
 
-/* What the runtime reads first on its stdin: the key its supervisor tags
+/* What the container reads first on its stdin: the runtime's bytes, which
+ * its loader checks and runs, then the key the runtime's supervisor tags
  * its frames with (frame_auth.h), drawn for this sandbox alone. */
 static int send_start_bytes(struct sandbox *s)
 {
@@ -585,7 +590,9 @@ static int send_start_bytes(struct sandbox *s)
                 return -EIO;
         s->ready_seen = false;
         size_t n = frame_auth_key_line(&s->auth, line, sizeof(line));
-        int r = n ? attach_write(s->attach, line, n) : -EIO;
+        int r = n ? attach_write(s->attach, corral_runtime_src, corral_runtime_len) : -EIO;
+        if (r >= 0)
+                r = attach_write(s->attach, line, n);
         OPENSSL_cleanse(line, sizeof(line));
         return r;
 }
@@ -617,8 +624,9 @@ static void step_attach(struct sandbox *s)
 {
         struct err e = {0};
         sandbox_set_state(s, S_ATTACHING);
-        if (attach_open(s->mgr->eng, s->id, &attach_ops, s, 2 * s->mgr->cfg->max_frame, &s->attach,
-                        &e) < 0) {
+        /* Its stdin's queue holds the runtime and its key, then frames. */
+        size_t room = 2 * s->mgr->cfg->max_frame + corral_runtime_len + FRAME_KEY_LINE_MAX;
+        if (attach_open(s->mgr->eng, s->id, &attach_ops, s, room, &s->attach, &e) < 0) {
                 engine_failed(s, "attaching to the sandbox failed", 0, NULL, &e);
                 return;
         }
@@ -707,7 +715,7 @@ static void send_create(struct sandbox *s)
         struct sandbox_mgr *m = s->mgr;
         struct sandbox_spec spec = {
             .image = s->image, .mounts = m->mounts, .preload = s->pooled && !s->run};
-        json_t *body = sandbox_create_body(m->cfg, &m->profile, m->instance, corral_runtime_src,
+        json_t *body = sandbox_create_body(m->cfg, &m->profile, m->instance, corral_runtime_loader,
                                            &spec, engine_kind(m->eng));
         if (!body) {
                 sandbox_fail(s, ST_ERROR, "InternalError", "cannot build the container spec");

@@ -271,7 +271,7 @@ struct sandbox_spec {
  * volume, elsewhere a Tmpfs mount (the archive endpoints must see it). */
 struct sandbox_profile;
 json_t *sandbox_create_body(const struct config *cfg, const struct sandbox_profile *prof,
-                            const char *instance, const char *runtime_src,
+                            const char *instance, const char *loader,
                             const struct sandbox_spec *spec, enum engine_kind kind);
 /* At start-up, after sandbox_mgr_new: the images a call may ask for and the
  * mounts, checked (sandbox/images.h). -EINVAL with a message for a mount

@@ -28,7 +28,7 @@ const struct identity *host_identity(void)
 }
 
 json_t *sandbox_create_body(const struct config *cfg, const struct sandbox_profile *prof,
-                            const char *instance, const char *runtime_src,
+                            const char *instance, const char *loader,
                             const struct sandbox_spec *spec, enum engine_kind kind)
 {
         bool preload = spec && spec->preload;
@@ -57,7 +57,7 @@ json_t *sandbox_create_body(const struct config *cfg, const struct sandbox_profi
                 "    s:{s:s, s:s},"
                 "    s:[{s:s,s:i,s:i},{s:s,s:i,s:i},{s:s,s:i,s:i}]}}",
                 "Image", spec && spec->image ? spec->image : cfg->image,
-                "Cmd", "python3", "-I", "-S", "-B", "-c", runtime_src,
+                "Cmd", "python3", "-I", "-S", "-B", "-c", loader,
                 "Env", "HOME=/tmp", "PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C.UTF-8", frame_env,
                 "User", "65534:65534",
                 "Hostname", "sandbox",

@@ -14,9 +14,9 @@ is one of them or matches one of them as a regular expression run
 (`test_runtime.py session_freeze`, `test_runtime.py '^bridge_'`); --list
 prints the names.  A case that raises counts as a failed point.
 
-Each case starts the runtime the way the daemon does (python3 -I -S -c
-<source>) with pipes for stdin/stdout, speaks frames to it and checks what
-comes back.  Run as root, the runtime is started as uid/gid 65534 with no
+Each case starts the runtime the way the daemon does (python3 -I -S -B -c
+<loader>, then the runtime's bytes and the frames' key on stdin) with pipes
+for stdin/stdout, speaks frames to it and checks what comes back.  Run as root, the runtime is started as uid/gid 65534 with no
 capabilities, like in the container.  Exits non-zero if any check fails.
 """
 import ast
@@ -66,7 +66,7 @@ def case(fn):
 
 
 class Runtime:
-    def __init__(self, env=None, source=SOURCE, nproc=None, key=True):
+    def __init__(self, env=None, source=SOURCE, nproc=None, key=True, runtime=None):
         self.stderr = tempfile.TemporaryFile()
         kw = {}
         in_r, in_w = os.pipe()
@@ -80,7 +80,7 @@ class Runtime:
             for fd in (in_r, out_w):
                 os.fchown(fd, 65534, 65534)
         self.proc = subprocess.Popen(
-            [PYTHON, '-I', '-S', '-c', source], stdin=in_r, stdout=out_w,
+            [PYTHON, '-I', '-S', '-B', '-c', assemble.loader(source)], stdin=in_r, stdout=out_w,
             stderr=self.stderr, env=dict(os.environ, **(env or {})), **kw)
         os.close(in_r)
         os.close(out_w)
@@ -89,9 +89,11 @@ class Runtime:
         self.buf = b''
         self.bad = []      # lines on stdout that were not a JSON object, or not tagged right
         self.frames = []   # every frame received, in order
-        # As the daemon does: the key for the runtime's frames, first on its stdin.
+        # As the daemon does: the runtime's bytes first on its stdin (the
+        # loader checks and runs them), then the key for the runtime's frames.
         self.key = os.urandom(32)
         self.seq = None    # the next frame's number, once sandbox/ready came
+        self.send_raw(source.encode('utf-8') if runtime is None else runtime)
         if key:
             self.send({'jsonrpc': '2.0', 'method': 'sandbox/key', 'params': {'key': self.key.hex()}})
 
@@ -655,6 +657,35 @@ def frames_fit_max_frame():
     check(resp and max(sizes) < 65536 and text(out, 'stdout') == '\x01' * 100000 and e.get('type') == 'ValueError'
           and e.get('traceback', '').endswith('\x02\n'), 'frames fit CORRAL_MAX_FRAME (escaping, long traceback)',
           sizes)
+
+
+# The loader: it runs the runtime it was built for, whatever its size, and
+# nothing else (a short read, other bytes: one line on stderr, status 70).
+@case
+def loader():
+    big = assemble.pad(SOURCE, 200 * 1024)
+    out, res, rt, _ = run('import sys\nprint(sys.argv, __name__)', source=big)
+    check(len(big) == 200 * 1024 and res.get('status') == 'ok' and text(out, 'stdout') == "['-c'] __main__\n"
+          and clean(rt), 'a runtime padded to 200 KiB is read whole and runs', (res, out, rt.err[-300:]))
+    cmd = assemble.loader(big)
+    check(len(cmd) < 1024 and str(len(big)) in cmd, 'its loader is %d bytes and embeds its length' % len(cmd))
+    for what, data in (('short', SOURCE.encode()[:-1]), ('other', SOURCE.encode()[:-1] + b' '),
+                       ('empty', b'')):
+        rt = Runtime(runtime=data, key=False)
+        if what != 'other':
+            rt.stdin.close()
+        none = rt.frame(5)
+        rc, err = rt.close()
+        want = 'short' if what != 'other' else "not this build's"
+        check(none is None and rc == 70 and err == 'corral-loader: the runtime on stdin is %s\n' % want,
+              'loader: a runtime %s -> nothing runs, exit 70 and why' % what, (none, rc, err[-300:]))
+    # The runtime runs as it did as the -c argument: its classes in
+    # __main__, its frames named <string>, the loader gone from its globals.
+    out, res, rt, _ = run("import gc, sys\nsup = [o for o in gc.get_objects() if type(o).__name__ == 'Supervisor'][0]\n"
+                          "g = sup.send.__globals__\n"
+                          "print(type(sup).__module__, sup.send.__code__.co_filename, '_l' in g, 'Supervisor' in g)")
+    check(text(out, 'stdout') == '__main__ <string> False True\n', 'loader: the runtime runs in __main__, named <string>',
+          (out, res))
 
 
 # The frames' key: every frame after sandbox/ready carries its tag (Runtime

@@ -49,6 +49,7 @@ struct fake_conn {
         struct watch *w;
         struct buf in, out;
         struct fake_container *c; /* set once upgraded to an attach stream */
+        size_t loaded;            /* of the runtime's bytes, first on its stdin */
         bool close_after;         /* close once `out` is written */
 };
 
@@ -569,11 +570,26 @@ static bool conn_alive(struct fake_engine *f, struct fake_conn *c, int fd)
         return false;
 }
 
+/* runtime/assemble.py: what the container's loader expects first. */
+extern const char corral_runtime_src[];
+extern const size_t corral_runtime_len;
+
 static void take_stdin(struct fake_conn *c)
 {
         struct fake_engine *f = c->f;
         int fd = c->fd;
         char *nl;
+        /* As the loader does: the runtime's bytes first, or exit 70. */
+        if (c->c && c->loaded < corral_runtime_len) {
+                size_t n = corral_runtime_len - c->loaded;
+                n = n < c->in.len ? n : c->in.len;
+                if (memcmp(c->in.data, corral_runtime_src + c->loaded, n) != 0) {
+                        container_exit(c->c, 70, false);
+                        return;
+                }
+                c->loaded += n;
+                buf_consume(&c->in, n);
+        }
         while (c->c && (nl = memchr(c->in.data, '\n', c->in.len))) {
                 size_t n = (size_t)(nl - c->in.data);
                 char *line = malloc(n + 1);

@@ -159,6 +159,34 @@ out:
         json_decref(p);
 }
 
+/* The command of a real sandbox: the build's loader, which embeds the
+ * runtime's length and SHA-256, not the runtime (runtime/assemble.py). */
+extern const char corral_runtime_src[];
+extern const size_t corral_runtime_len;
+extern const char corral_runtime_loader[];
+
+static void check_loader(const struct config *cfg)
+{
+        json_t *b = sandbox_create_body(cfg, &prof, "0123456789abcdef", corral_runtime_loader, NULL,
+                                        ENGINE_PODMAN);
+        json_t *cmd = json_object_get(b, "Cmd"), *arg;
+        size_t i, total = 0;
+        json_array_foreach(cmd, i, arg) total += json_string_length(arg) + 1;
+        ok(total > 100 && total < 4096, "the container's whole command is under 4 KB (%zu bytes)",
+           total);
+        is_int(json_array_size(cmd), 6, "python3 -I -S -B -c LOADER");
+        is_str(json_string_value(json_array_get(cmd, 4)), "-c", "the loader is -c code");
+        char len[32];
+        snprintf(len, sizeof(len), "<%zu:", corral_runtime_len);
+        const char *loader = json_string_value(json_array_get(cmd, 5));
+        ok(loader && strstr(loader, len) && strstr(loader, "os.read(0,") &&
+               strstr(loader, "hashlib.sha256(b).hexdigest()!="),
+           "the loader reads the runtime's length from fd 0 and checks its SHA-256");
+        ok(corral_runtime_len == strlen(corral_runtime_src) && corral_runtime_len > 4096,
+           "the runtime's length is its bytes' (%zu)", corral_runtime_len);
+        json_decref(b);
+}
+
 static void check_body(const struct config *cfg, const char *what)
 {
         static const char runtime[] = "import sys\nprint('runtime')\n";
@@ -245,13 +273,13 @@ static void check_body(const struct config *cfg, const char *what)
         snprintf(pid, sizeof(pid), "%d", (int)getpid());
         is_str(str(labels, "io.corral.pid"), pid, "%s: label io.corral.pid", what);
 
-        /* The runtime is passed inline, and stdin is how frames reach it. */
+        /* The loader is passed inline; stdin is how the runtime and frames reach it. */
         is_str(str(b, "Image"), cfg->image, "%s: Image", what);
         json_t *cmd = json_object_get(b, "Cmd");
         is_str(json_string_value(json_array_get(cmd, 0)), "python3", "%s: Cmd runs python3", what);
         ok(array_has(cmd, "-I"), "%s: python3 -I (isolated mode)", what);
         is_str(json_string_value(json_array_get(cmd, json_array_size(cmd) - 1)), runtime,
-               "%s: the runtime source is the last argument", what);
+               "%s: the loader is the last argument", what);
         ok(json_is_false(json_object_get(b, "Tty")), "%s: no TTY (the stream is multiplexed)",
            what);
         ok(json_is_true(json_object_get(b, "OpenStdin")) &&
@@ -426,6 +454,7 @@ int main(void)
         ok(prof.seccomp_json && strstr(prof.seccomp_json, "\"defaultAction\":\"SCMP_ACT_ERRNO\""),
            "the profile denies by default");
         check_body(&cfg, "defaults");
+        check_loader(&cfg);
 
         struct err e = {0};
         config_set(&cfg, "memory", "1g", "test", &e);
