@@ -734,7 +734,45 @@ def frame_key():
     key = ses.rt.key.hex()
     check(o1 == 'None\n' and o2 == '00' * 32 + '\n' and r2.get('restarted') is True and key not in o1 + o2,
           'the worker forked ahead has no key; a replacement worker has it zeroed', (o1, o2, r2))
+    # Nor anywhere in its memory: not in hex (the key frame as it came,
+    # its copies and what they left in freed memory), not in bytes.
+    o3, _, r3, _ = ses.run(MEMORY_SCAN % ([key[:32], key[32:]],))
+    check(o3 == 'scanned False False\n', "a replacement worker's memory holds the key in no form", (o3, r3))
     end(ses)
+
+
+# Reads the process's own writable memory (/proc/self/mem) and says
+# whether the key's hex digits or its bytes are in it. It gets each in two
+# halves, apart, and looks for one half right after the other: no whole
+# copy of its own is ever in memory to be found.
+MEMORY_SCAN = '''
+halves = %r
+hx = [h.encode() for h in halves]
+raw = [bytes.fromhex(h) for h in halves]
+found, total = [False, False], 0
+def whole(chunk, a, b):
+    at = chunk.find(a)
+    while at >= 0:
+        if chunk[at + len(a):at + len(a) + len(b)] == b:
+            return True
+        at = chunk.find(a, at + 1)
+    return False
+with open('/proc/self/maps') as maps, open('/proc/self/mem', 'rb', buffering=0) as mem:
+    for line in maps.read().splitlines():
+        addr, perms = line.split()[:2]
+        if not perms.startswith('rw'):
+            continue
+        lo, hi = (int(x, 16) for x in addr.split('-'))
+        try:
+            mem.seek(lo)
+            chunk = mem.read(hi - lo)
+        except (OSError, OverflowError, ValueError):
+            continue
+        total += len(chunk)
+        found = [found[0] or whole(chunk, *hx), found[1] or whole(chunk, *raw)]
+        del chunk
+print('scanned' if total > 1 << 20 else 'scanned too little', *found)
+'''
 
 
 # stdin closed while an exec runs (the daemon is gone): the code is ended and
