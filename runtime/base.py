@@ -1,6 +1,7 @@
 # corral sandbox runtime: see runtime/README.md for the processes and the
 # frame protocol.  runtime/assemble.py joins this file and the others of
-# runtime/ into the program the daemon starts as `python3 -I -S -c <it>`, so
+# runtime/ into the program the daemon sends the container's loader (see
+# runtime/README.md and assemble.py), run as if by `python3 -I -S -c <it>`, so
 # it is standard library only, Python 3.8+, and never relies on __file__.
 # The constants it shares with the daemon come from runtime/protocol.h, put
 # in ahead of this by the assembler.
@@ -19,6 +20,8 @@ import time
 
 CHUNK = 64 * 1024                  # read size and max UTF-8 bytes of `data`
 FRAME_READ = 1 << 20               # read size of the frame channel (net/data frames are 87 KiB)
+KEY_LINE_MAX = 4096                # bytes of a line before sandbox/key: longer ones are not it
+HEX_VALUE = {c: i for i, c in enumerate(b'0123456789abcdef')}
 DEFAULT_OUTPUT_LIMIT = 1024 * 1024
 DRAIN_SECONDS = 0.2                # a background grandchild may hold the pipes forever
 REPORT_CAP = 1024 * 1024           # untrusted: bound it (fits 72 Ki chars escaped 6x)

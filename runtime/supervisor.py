@@ -601,6 +601,8 @@ class Supervisor:
         # after the worker is forked ahead), the next frame's number, and
         # whether sandbox/ready (the one frame without a tag) went out.
         self.key, self.seq, self.said_ready = None, 0, False
+        # Until the key comes, stdin is read into this buffer (read_key).
+        self.key_buf, self.key_fill, self.key_skip = bytearray(KEY_LINE_MAX), 0, False
         null = os.open(os.devnull, os.O_RDWR)
         os.dup2(null, 0)
         os.dup2(null, 1)
@@ -745,6 +747,8 @@ class Supervisor:
                     pass
             except BlockingIOError:
                 pass
+        elif fd == self.frame_in and self.key is None:
+            self.read_key()
         elif fd == self.frame_in:
             try:
                 data = os.read(fd, FRAME_READ)
@@ -771,22 +775,85 @@ class Supervisor:
         elif self.proxy is not None:
             self.proxy.ready(fd, events)
 
-    def take_key(self, line):
-        """The first frame must be sandbox/key: the key our frames are tagged
-        with.  Anything else before it is logged and ignored."""
+    def read_key(self):
+        """Stdin until the key has come.  Its lines are read into a buffer of
+        our own, and the key's digits are decoded where they lie and then
+        zeroed, so that no copy of them (bytes, text, JSON, or what freed
+        memory keeps of them) is left for a worker forked later to find.
+        Lines before the key are logged and ignored; what follows it goes
+        to the frame loop."""
+        kb = self.key_buf
         try:
-            msg = json.loads(line.decode('utf-8'), parse_constant=reject_constant)
-            key = msg['params']['key'] if msg.get('method') == 'sandbox/key' and 'id' not in msg \
-                and msg.get('jsonrpc') == '2.0' else None
-        except (ValueError, RecursionError, TypeError, KeyError, AttributeError):
-            key = None
-        if not isinstance(key, str) or len(key) != 64 or key.strip('0123456789abcdef'):
+            n = os.readv(self.frame_in, [memoryview(kb)[self.key_fill:]])
+        except OSError:
+            n = 0
+        if not n:
+            self.eof = True
+            return
+        self.key_fill += n
+        start = 0
+        while self.key is None:
+            nl = kb.find(b'\n', start, self.key_fill)
+            if nl < 0:
+                break
+            if self.key_skip:
+                self.key_skip = False
+            elif any(kb[k] not in b' \t\r' for k in range(start, nl)):
+                self.take_key(start, nl)
+            start = nl + 1
+        fill, self.key_fill = self.key_fill, 0
+        if self.key is not None:
+            rest = bytes(kb[start:fill])
+            kb[:] = bytes(len(kb))
+            self.key_buf = None
+            for line in self.lines.feed(rest):
+                self.handle(line)
+            return
+        if start == 0 and fill == len(kb):  # too long to be the key
+            if not self.key_skip:
+                log('a frame before sandbox/key: ignored')
+            self.key_skip, start = True, fill
+        view = memoryview(kb)
+        view[:fill - start] = view[start:fill]  # a partial line to the front, in place
+        view[fill - start:fill] = bytes(start)
+        self.key_fill = fill - start
+
+    def take_key(self, start, nl):
+        """The line kb[start:nl], if it is sandbox/key with 64 lower-case hex
+        digits: the key, decoded in place, and its digits overwritten."""
+        kb = self.key_buf
+        at = kb.find(b'"key"', start, nl)
+        d = at + 5 if at >= 0 else nl
+        while d < nl and kb[d] in b' \t':
+            d += 1
+        colon = d < nl and kb[d] == 0x3a
+        d += 1
+        while d < nl and kb[d] in b' \t':
+            d += 1
+        if not colon or d + 65 >= nl or kb[d] != 0x22 or kb[d + 65] != 0x22:
             return log('a frame before sandbox/key: ignored')
-        self.key = bytearray.fromhex(key)
+        d += 1
+        key = bytearray(32)
+        for j in range(64):
+            v = HEX_VALUE.get(kb[d + j])
+            if v is None:
+                key[:] = bytes(32)
+                return log('a frame before sandbox/key: ignored')
+            key[j >> 1] |= v << (4 * (1 - (j & 1)))
+            kb[d + j] = 0x30  # '0'
+        try:  # the rest of the frame, its key now zeros
+            msg = json.loads(bytes(kb[start:nl]).decode('utf-8'), parse_constant=reject_constant)
+            ok = isinstance(msg, dict) and msg.get('jsonrpc') == '2.0' and 'id' not in msg \
+                and msg.get('method') == 'sandbox/key' and isinstance(msg.get('params'), dict) \
+                and msg['params'].get('key') == '0' * 64
+        except (ValueError, RecursionError):
+            ok = False
+        if not ok:
+            key[:] = bytes(32)
+            return log('a frame before sandbox/key: ignored')
+        self.key = key
 
     def handle(self, line):
-        if self.key is None:
-            return self.take_key(line) if line is not None else log('a frame before sandbox/key: ignored')
         if line is None:
             log('dropped a frame longer than %d bytes' % self.max_frame)
             return self.reply_error(None, -32600, 'frame longer than %d bytes' % self.max_frame)

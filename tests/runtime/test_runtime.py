@@ -723,6 +723,22 @@ def frame_key():
     check(none is None and err.count('a frame before sandbox/key: ignored') == 5,
           'a key that is not 64 lower-case hex digits is no key', (none, err[-500:]))
 
+    # Read in pieces: a long line ahead of the key, the key a byte at a
+    # time, an exec right behind it in the same write.
+    rt = Runtime(key=False)
+    rt.ready()
+    rt.send_raw(b'{"x": "' + b'y' * 10000 + b'"}\n')
+    line = json.dumps({'jsonrpc': '2.0', 'method': 'sandbox/key', 'params': {'key': rt.key.hex()}}).encode() + b'\n'
+    for i in range(len(line) - 1):
+        rt.send_raw(line[i:i + 1])
+        time.sleep(0.001)
+    rt.send_raw(line[-1:] + json.dumps(exec_).encode() + b'\n')
+    out, resp = rt.response(1)
+    rc, err = rt.close()
+    check(resp and resp['result']['status'] == 'ok' and text(out, 'stdout') == '1\n' and not rt.bad and rc == 0
+          and err.count('a frame before sandbox/key: ignored') == 1,
+          'the key taken in pieces, after a long line, with a frame behind it', (resp, rt.bad, err[-300:]))
+
     # A worker never holds the key: the one forked ahead was forked before
     # it came; one forked later (a session's replacement) zeroes it at once.
     ses = Session()
