@@ -46,8 +46,11 @@ void run_settle(struct run *r, enum sandbox_status st, const char *type, const c
 /* The frame protocol's error codes for the runtime's requests, as the
  * bridge and runtime/api.py know them too (runtime/README.md). */
 #define FRAME_DENIED    -32001
-#define FORGED_MSG      "the sandbox wrote a frame corral could not authenticate; it was ended"
 #define FRAME_TOO_LARGE -32004
+
+/* The result of a run whose sandbox wrote a line without the runtime's
+ * tag, with error type ChannelForged (runtime/README.md, "Frame protocol"). */
+#define FORGED_MSG "the sandbox wrote a frame corral could not authenticate; it was ended"
 
 /* Frames the run's frame hook sends to this sandbox's runtime. */
 static int frame_send_lines(void *userdata, const char *lines, size_t len)

@@ -606,7 +606,8 @@ static void on_attach_open(void *userdata)
         if (s->state != S_STARTING)
                 return;
         if (send_start_bytes(s) < 0) {
-                sandbox_fail(s, ST_ERROR, "InternalError", "cannot send the runtime its key");
+                sandbox_fail(s, ST_ERROR, "InternalError",
+                             "cannot queue the runtime and its key for the sandbox");
                 return;
         }
         snprintf(path, sizeof(path), "/containers/%s/start", s->id);
