@@ -9,6 +9,8 @@
 #include "core/buf.h"
 #include "engine/engine.h"
 
+#include <jansson.h>
+
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -51,7 +53,7 @@ int files_tar_each(const char *data, size_t len, size_t max,
 /* What an operation came to. */
 struct files_result {
         int error;           /* 0, or a negative errno: ENOENT, EISDIR, ENOTDIR, EPERM
-                              * (a symlink out of /workspace), EFBIG, ENOSPC, EIO */
+                              * (a symlink out of /workspace), ELOOP, EINVAL, EFBIG, ENOSPC, EIO */
         const char *message; /* for error: a sentence a person can act on */
         const char *path;    /* the real path (symlinks inside /workspace followed) */
         const char *data;    /* read: the file's bytes */
@@ -60,17 +62,36 @@ struct files_result {
 typedef void (*files_cb)(void *userdata, const struct files_result *r);
 
 struct files_op;
+struct sandbox;
 
-/* Writes `len` bytes (copied) to `path` (from files_path) in container `id`,
- * making missing parent directories; an existing file is replaced. */
-int files_write(struct engine *eng, const char *id, const char *path, const void *data, size_t len,
-                files_cb cb, void *userdata, struct files_op **ret);
-/* Reads the regular file `path` of container `id`, at most `max` bytes
- * (EFBIG beyond, before anything is fetched). */
-int files_read(struct engine *eng, const char *id, const char *path, size_t max, files_cb cb,
-               void *userdata, struct files_op **ret);
+/* A frame's bytes besides the base64 of the chunk it carries. */
+#define FILES_FRAME_SLACK (64 * 1024)
+
+/* Writes `len` bytes (copied) to `path` (from files_path) in sandbox `s`,
+ * making missing parent directories; an existing file is replaced. The
+ * sandbox's runtime does it (sandbox/file/write, a chunk a request, each
+ * fitting max_frame), with the sandbox's own rights, following symlinks
+ * only inside /workspace. */
+int files_write(struct sandbox *s, const char *path, const void *data, size_t len, files_cb cb,
+                void *userdata, struct files_op **ret);
+/* Reads the regular file `path` of sandbox `s`, at most `max` bytes (EFBIG
+ * beyond, before anything is moved): sandbox/file/read, a chunk a request. */
+int files_read(struct sandbox *s, const char *path, size_t max, files_cb cb, void *userdata,
+               struct files_op **ret);
 /* The callback will not be called. Accepts NULL. */
 void files_op_cancel(struct files_op *op);
+
+/* The runtime's error object for a file request (untrusted): a negative
+ * errno, and in msg the words users see for `asked` (the path as given);
+ * `max` is the read's limit. */
+int files_error_message(const json_t *error, const char *asked, bool write, size_t max, char *msg,
+                        size_t size);
+/* A chunk of a read from the runtime's result (untrusted): its bytes
+ * appended to `got` (at most `max` in all), the file's size and real path
+ * (borrowed from result). The number of bytes taken, or -EFBIG past max,
+ * -EBADMSG for a malformed answer. */
+int files_read_chunk(const json_t *result, size_t max, struct buf *got, long long *ret_size,
+                     const char **ret_path);
 
 /* A MIME type for a file name, from its extension ("image/png", ...), or
  * NULL when it has none that corral knows. */
