@@ -3,14 +3,9 @@
 #include "core/log.h"
 #include "sandbox/internal.h"
 
-#include <archive.h>
-#include <archive_entry.h>
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
-
-#define SANDBOX_UID 65534
 
 /* ---- paths */
 
@@ -78,154 +73,6 @@ int files_path(const char *in, bool allow_root, char *out, size_t out_size, stru
                                FILES_ROOT);
         }
         return 0;
-}
-
-/* ---- tar streams */
-
-static la_ssize_t tar_write_cb(struct archive *a, void *userdata, const void *p, size_t n)
-{
-        struct buf *out = userdata;
-        if (buf_append(out, p, n) < 0) {
-                archive_set_error(a, ENOBUFS, "the archive does not fit");
-                return -1;
-        }
-        return (la_ssize_t)n;
-}
-
-static struct archive_entry *new_entry(const char *name, mode_t type, mode_t perm, long long size)
-{
-        struct archive_entry *e = archive_entry_new();
-        if (!e)
-                return NULL;
-        archive_entry_set_pathname_utf8(e, name);
-        archive_entry_set_filetype(e, type);
-        archive_entry_set_perm(e, perm);
-        archive_entry_set_size(e, size);
-        archive_entry_set_uid(e, SANDBOX_UID);
-        archive_entry_set_gid(e, SANDBOX_UID);
-        archive_entry_set_mtime(e, time(NULL), 0);
-        return e;
-}
-
-int files_tar_build(const char *name, bool make_dirs, const void *data, size_t len, struct buf *out)
-{
-        struct archive *a = archive_write_new();
-        if (!a)
-                return -ENOMEM;
-        int r = -EIO;
-        /* pax: long names and sizes past 8 GiB without ustar's limits */
-        if (archive_write_set_format_pax_restricted(a) != ARCHIVE_OK ||
-            archive_write_set_bytes_per_block(a, 0) != ARCHIVE_OK ||
-            archive_write_open(a, out, NULL, tar_write_cb, NULL) != ARCHIVE_OK)
-                goto out;
-        if (make_dirs) {
-                char dir[FILES_PATH_MAX + 1];
-                for (const char *s = strchr(name, '/'); s; s = strchr(s + 1, '/')) {
-                        size_t n = (size_t)(s - name);
-                        if (n == 0 || n >= sizeof(dir))
-                                continue;
-                        memcpy(dir, name, n);
-                        dir[n] = '\0';
-                        struct archive_entry *e = new_entry(dir, AE_IFDIR, 0755, 0);
-                        int w = e ? archive_write_header(a, e) : ARCHIVE_FATAL;
-                        archive_entry_free(e);
-                        if (w != ARCHIVE_OK)
-                                goto out;
-                }
-        }
-        struct archive_entry *e = new_entry(name, AE_IFREG, 0644, (long long)len);
-        int w = e ? archive_write_header(a, e) : ARCHIVE_FATAL;
-        archive_entry_free(e);
-        if (w != ARCHIVE_OK || (len && archive_write_data(a, data, len) != (la_ssize_t)len))
-                goto out;
-        if (archive_write_close(a) != ARCHIVE_OK)
-                goto out;
-        r = 0;
-out:
-        if (r < 0 && archive_errno(a) == ENOBUFS)
-                r = -ENOBUFS;
-        archive_write_free(a);
-        return r;
-}
-
-int files_tar_each(const char *data, size_t len, size_t max,
-                   int (*cb)(void *userdata, const struct files_entry *e), void *userdata,
-                   struct err *e)
-{
-        struct archive *a = archive_read_new();
-        if (!a)
-                return -ENOMEM;
-        archive_read_support_format_tar(a);
-        int r = 0;
-        struct buf content;
-        buf_init(&content, max);
-        if (archive_read_open_memory(a, data, len) != ARCHIVE_OK) {
-                r = err_set(e, ERR_PROTOCOL, EBADMSG, "the engine sent no tar stream: %s",
-                            archive_error_string(a) ? archive_error_string(a) : "unreadable");
-                goto out;
-        }
-        for (;;) {
-                struct archive_entry *ent;
-                int h = archive_read_next_header(a, &ent);
-                if (h == ARCHIVE_EOF)
-                        break;
-                if (h != ARCHIVE_OK && h != ARCHIVE_WARN) {
-                        r = err_set(e, ERR_PROTOCOL, EBADMSG, "malformed tar stream: %s",
-                                    archive_error_string(a) ? archive_error_string(a)
-                                                            : "unreadable");
-                        goto out;
-                }
-                const char *path = archive_entry_pathname_utf8(ent);
-                if (!path)
-                        path = archive_entry_pathname(ent);
-                mode_t type = archive_entry_filetype(ent);
-                struct files_entry fe = {
-                    .path = path ? path : "",
-                    .type = type == AE_IFREG   ? FILES_REG
-                            : type == AE_IFDIR ? FILES_DIR
-                            : type == AE_IFLNK ? FILES_SYMLINK
-                                               : FILES_OTHER,
-                    .size = archive_entry_size(ent),
-                    .link = type == AE_IFLNK ? archive_entry_symlink(ent) : NULL,
-                };
-                content.len = 0;
-                if (fe.type == FILES_REG) {
-                        if (fe.size < 0 || (unsigned long long)fe.size > max) {
-                                r = err_set(e, ERR_PROTOCOL, EFBIG,
-                                            "a file in the archive is %lld bytes; the limit is "
-                                            "%zu",
-                                            fe.size, max);
-                                goto out;
-                        }
-                        char chunk[65536];
-                        for (;;) {
-                                la_ssize_t k = archive_read_data(a, chunk, sizeof(chunk));
-                                if (k == 0)
-                                        break;
-                                if (k < 0) {
-                                        r = err_set(
-                                            e, ERR_PROTOCOL, EBADMSG, "malformed tar stream: %s",
-                                            archive_error_string(a) ? archive_error_string(a)
-                                                                    : "unreadable data");
-                                        goto out;
-                                }
-                                if (buf_append(&content, chunk, (size_t)k) < 0) {
-                                        r = err_set(e, ERR_PROTOCOL, EFBIG,
-                                                    "a file in the archive is over %zu bytes", max);
-                                        goto out;
-                                }
-                        }
-                        fe.data = content.data ? content.data : "";
-                        fe.len = content.len;
-                }
-                r = cb(userdata, &fe);
-                if (r != 0)
-                        goto out;
-        }
-out:
-        buf_free(&content);
-        archive_read_free(a);
-        return r;
 }
 
 /* ---- operations through the sandbox's runtime */

@@ -1,13 +1,14 @@
-/* Files in and out of a sandbox's /workspace. Content moves through the
- * engine's archive endpoints (PUT, GET and HEAD /containers/{id}/archive)
- * as tar streams built and read with libarchive; nothing is ever written to
- * the host's disk. Every path is confined to /workspace: no "..", nothing
- * absolute elsewhere, and no symlink that leads out of it (checked
- * component by component through the engine's stat). */
+/* Files in and out of a sandbox's /workspace. The sandbox's runtime moves
+ * them (sandbox/file/read and sandbox/file/write requests on the frame
+ * channel, runtime/README.md), with the sandbox's own rights, as base64 in
+ * chunks that fit max_frame; nothing is ever written to the host's disk.
+ * Every path is confined to /workspace: no "..", nothing absolute elsewhere
+ * (files_path, here), and no symlink that leads out of it (the runtime
+ * walks the path a component at a time and follows a link only inside). */
 #pragma once
 
 #include "core/buf.h"
-#include "engine/engine.h"
+#include "core/util.h"
 
 #include <jansson.h>
 
@@ -25,30 +26,6 @@
  * invalid UTF-8, a path outside /workspace, or one too long or too deep;
  * /workspace itself is accepted only when allow_root. */
 int files_path(const char *in, bool allow_root, char *out, size_t out_size, struct err *e);
-
-/* A tar stream (ustar/pax) of one regular file `name` (relative, may hold
- * "/"), preceded by directory entries for each of its parent directories
- * when make_dirs, appended to `out`. Entries belong to uid/gid 65534 (the
- * sandbox's user): files 0644, directories 0755. */
-int files_tar_build(const char *name, bool make_dirs, const void *data, size_t len,
-                    struct buf *out);
-
-/* One entry of a tar stream. */
-struct files_entry {
-        const char *path;
-        enum { FILES_REG, FILES_DIR, FILES_SYMLINK, FILES_OTHER } type;
-        long long size;
-        const char *data; /* regular files: their bytes (len of them) */
-        size_t len;
-        const char *link; /* symlinks: the target, else NULL */
-};
-/* Walks a tar stream from outside (untrusted): `cb` gets each entry until
- * it returns non-zero (which is returned). Regular files' data is read only
- * up to `max` bytes each (-EFBIG past that). -EBADMSG with a message for a
- * malformed stream. */
-int files_tar_each(const char *data, size_t len, size_t max,
-                   int (*cb)(void *userdata, const struct files_entry *e), void *userdata,
-                   struct err *e);
 
 /* What an operation came to. */
 struct files_result {
