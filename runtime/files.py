@@ -181,8 +181,8 @@ FILE_FAILED = -32001  # the JSON-RPC error code of a file request that failed
 
 
 class FileFailure(Exception):
-    """A file request that cannot be done: `kind` an errno name the daemon
-    turns into the words users see, `data` what they need (at, target, size)."""
+    # A file request that cannot be done: `kind` an errno name the daemon
+    # turns into the words users see, `data` what they need (at, target, size).
 
     def __init__(self, kind, message, **data):
         Exception.__init__(self, message)
@@ -204,7 +204,7 @@ def file_params(params, names):
 
 
 def file_parts(path):
-    """The components of `path` (relative to WORKSPACE, or absolute under it)."""
+    # The components of `path` (relative to WORKSPACE, or absolute under it).
     if path == WORKSPACE or path.startswith(WORKSPACE + '/'):
         path = path[len(WORKSPACE):]
     elif path.startswith('/'):
@@ -224,9 +224,9 @@ def file_oserror(e, at):
 
 
 def file_walk(path, create):
-    """Walks to the last component of `path`: (fd of its directory, its
-    name, its real path, its lstat or None when missing).  With `create`,
-    missing directories on the way are made (0755).  The caller closes the fd."""
+    # Walks to the last component of `path`: (fd of its directory, its
+    # name, its real path, its lstat or None when missing).  With `create`,
+    # missing directories on the way are made (0755).  The caller closes the fd.
     import posixpath
     import stat
     todo, done, hops = file_parts(path), [], 0
@@ -290,8 +290,8 @@ def file_walk(path, create):
 
 
 def file_open(path, write, offset):
-    """The file `path` opened (a regular file; made when writing at offset
-    0, and emptied then): (fd, its real path, its fstat)."""
+    # The file `path` opened (a regular file; made when writing at offset
+    # 0, and emptied then): (fd, its real path, its fstat).
     import stat
     dfd, name, at, st = file_walk(path, write)
     try:
@@ -320,35 +320,60 @@ def file_open(path, write, offset):
 
 
 def file_read(params, max_frame):
-    """sandbox/file/read {path, offset, length, max}: up to `length` bytes
-    of the file from `offset` (fewer at its end; length is cut to what fits
-    a frame as base64) -> {path (real), size, data (base64)}.  EFBIG, with
-    the size, for a file over `max` bytes."""
+    # sandbox/file/read {path, offset, length, max}: up to `length` bytes
+    # of the file from `offset` (fewer at its end; length is cut to what fits
+    # a frame as base64) -> {path (real), size, data (base64)}.  EFBIG, with
+    # the size, for a file over `max` bytes.
     path, (offset, length, most) = file_params(params, ('offset', 'length', 'max'))
     length = min(length, (max_frame - FILE_FRAME_SLACK) // 4 * 3)
     fd, at, st = file_open(path, False, 0)
     try:
         if st.st_size > most:
             raise FileFailure('EFBIG', 'over the limit', at=at, size=st.st_size)
-        data = bytearray()
-        while len(data) < length:
+        # asked for no more than the file holds (and a byte, to see it end)
+        length = min(length, max(st.st_size - offset, 0) + 1)
+        data, got = [], 0
+        while got < length:
             try:
-                chunk = os.pread(fd, length - len(data), offset + len(data))
+                chunk = os.pread(fd, length - got, offset + got)
             except OSError as e:
                 raise file_oserror(e, at)
             if not chunk:
                 break
-            data += chunk
+            data.append(chunk)
+            got += len(chunk)
+        data = data[0] if len(data) == 1 else b''.join(data)
     finally:
         os.close(fd)
-    return {'path': at, 'size': st.st_size, 'data': b64(bytes(data))}
+    return {'path': at, 'size': st.st_size, 'data': FileData(data)}
+
+
+class FileData(bytes):
+    # Base64 bytes that file_answer puts in a frame as they are: a JSON
+    # string needs no escape for them, and a file's megabytes are not passed
+    # through json.dumps and encoded again.
+
+    def __new__(cls, raw):
+        return bytes.__new__(cls, binascii.b2a_base64(raw, newline=False))
+
+
+def file_answer(rid, result):
+    # The frame (bytes, newline ended) answering file request `rid`.
+    data = result.pop('data', None)
+    if data is None:
+        return encode({'jsonrpc': '2.0', 'id': rid, 'result': result})
+    head = encode({'jsonrpc': '2.0', 'id': rid, 'result': dict(result, data='')})
+    tail = b'""}}\n'  # 'data' is the result's last key: its empty string, then the ends
+    if not head.endswith(tail):
+        raise ValueError('unexpected frame layout')
+    return b''.join((head[:-len(tail) + 1], data, tail[1:]))
 
 
 def file_write(params):
-    """sandbox/file/write {path, offset, data (base64)}: writes a chunk of a
-    file; the chunk at offset 0 makes the file (and the directories missing
-    on its way) or empties it, each next one must start where the file ends
-    -> {path (real), size}."""
+    # sandbox/file/write {path, offset, data (base64)}: writes a chunk of a
+    # file; the chunk at offset 0 makes the file (and the directories missing
+    # on its way) or empties it, each next one must start where the file ends
+    # -> {path (real), size}.
     path, (offset,) = file_params(params, ('offset',))
     data = params.get('data', '')
     raw = None

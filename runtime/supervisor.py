@@ -806,9 +806,9 @@ class Supervisor:
             self.start(rid, msg.get('params'))
 
     def file_request(self, rid, method, params):
-        """sandbox/file/*: the daemon's read_file, write_file, files
-        arguments and /workspace/out (runtime/files.py).  A failure is an
-        error with data {kind, at?, target?, size?} for the daemon's words."""
+        # sandbox/file/*: the daemon's read_file, write_file, files
+        # arguments and /workspace/out (runtime/files.py).  A failure is an
+        # error with data {kind, at?, target?, size?} for the daemon's words.
         try:
             if method == 'sandbox/file/read':
                 result = file_read(params, self.max_frame)
@@ -821,7 +821,11 @@ class Supervisor:
         except OSError as e:  # /workspace itself cannot be opened
             return self.send({'jsonrpc': '2.0', 'id': rid, 'error': {
                 'code': FILE_FAILED, 'message': e.strerror or str(e), 'data': {'kind': 'EIO'}}})
-        self.send({'jsonrpc': '2.0', 'id': rid, 'result': result})
+        try:
+            line = file_answer(rid, result)
+        except ValueError as e:  # not JSON (an id of inf cannot come: handle() refuses it)
+            return log('cannot encode a frame: %s' % e)
+        self.send_line(line)
 
     def interrupt(self, rid):
         """notifications/cancelled for the running exec (a session's time
