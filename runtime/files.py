@@ -165,3 +165,240 @@ def entry(path, st, rel):
         except OSError:
             pass
     return e
+
+
+# ---- sandbox/file/read and sandbox/file/write: the daemon's file tools,
+# done here with the sandbox's own rights.  Paths are walked a component at
+# a time from an open /workspace with O_NOFOLLOW: a symlink is read, never
+# opened, and followed by hand only when it leads to a place inside
+# /workspace (this process is PID 1: a link through /proc/1 must never lead
+# to its own descriptors).  Each request stands alone (no state kept between
+# the chunks of one file): every chunk's path is walked again.
+
+FILE_HOPS = 40  # symlinks followed in one walk
+FILE_FRAME_SLACK = 64 * 1024  # a frame's bytes besides a chunk's base64
+FILE_FAILED = -32001  # the JSON-RPC error code of a file request that failed
+
+
+class FileFailure(Exception):
+    # A file request that cannot be done: `kind` an errno name the daemon
+    # turns into the words users see, `data` what they need (at, target, size).
+
+    def __init__(self, kind, message, **data):
+        Exception.__init__(self, message)
+        self.kind, self.data = kind, data
+
+
+def file_params(params, names):
+    p = params if isinstance(params, dict) else {}
+    path = p.get('path')
+    if not isinstance(path, str) or not path or '\0' in path:
+        raise FileFailure('EINVAL', 'invalid params: want path, a string')
+    values = []
+    for name in names:
+        v = p.get(name, 0)
+        if type(v) is not int or v < 0:
+            raise FileFailure('EINVAL', 'invalid params: want %s, an integer >= 0' % name)
+        values.append(v)
+    return path, values
+
+
+def file_parts(path):
+    # The components of `path` (relative to WORKSPACE, or absolute under it).
+    if path == WORKSPACE or path.startswith(WORKSPACE + '/'):
+        path = path[len(WORKSPACE):]
+    elif path.startswith('/'):
+        raise FileFailure('EINVAL', '%s is outside %s' % (path, WORKSPACE))
+    parts = [p for p in path.split('/') if p not in ('', '.')]
+    if '..' in parts:
+        raise FileFailure('EINVAL', 'a path with ".." is refused')
+    return parts
+
+
+def file_oserror(e, at):
+    import errno
+    kinds = {errno.ENOENT: 'ENOENT', errno.EISDIR: 'EISDIR', errno.ENOTDIR: 'ENOTDIR',
+             errno.ENOSPC: 'ENOSPC', errno.EDQUOT: 'ENOSPC', errno.EFBIG: 'EFBIG',
+             errno.ELOOP: 'ELOOP'}
+    return FileFailure(kinds.get(e.errno, 'EIO'), e.strerror or str(e), at=at)
+
+
+def file_walk(path, create):
+    # Walks to the last component of `path`: (fd of its directory, its
+    # name, its real path, its lstat or None when missing).  With `create`,
+    # missing directories on the way are made (0755).  The caller closes the fd.
+    import posixpath
+    import stat
+    todo, done, hops = file_parts(path), [], 0
+    if not todo:
+        raise FileFailure('EISDIR', '%s is a directory' % WORKSPACE, at=WORKSPACE)
+    fd = os.open(WORKSPACE, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        while True:
+            name = todo.pop(0)
+            at = '/'.join([WORKSPACE] + done + [name])
+            try:
+                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            except FileNotFoundError:
+                st = None
+            except OSError as e:
+                raise file_oserror(e, at)
+            if st is not None and stat.S_ISLNK(st.st_mode):
+                try:
+                    target = os.readlink(name, dir_fd=fd)
+                except OSError as e:
+                    raise file_oserror(e, at)
+                full = posixpath.normpath(posixpath.join('/'.join([WORKSPACE] + done), target))
+                if full.startswith('//'):
+                    full = full[1:]
+                if full != WORKSPACE and not full.startswith(WORKSPACE + '/'):
+                    raise FileFailure('EPERM', 'a symbolic link out of %s' % WORKSPACE,
+                                      at=at, target=full)
+                hops += 1
+                if hops > FILE_HOPS:
+                    raise FileFailure('ELOOP', 'too many symbolic links', at=at)
+                todo = [p for p in full[len(WORKSPACE):].split('/') if p] + todo
+                if not todo:
+                    raise FileFailure('EISDIR', '%s is a directory' % WORKSPACE, at=WORKSPACE)
+                os.close(fd)
+                fd, done = os.open(WORKSPACE, os.O_RDONLY | os.O_DIRECTORY), []
+                continue
+            if not todo:
+                return fd, name, at, st
+            if st is None:
+                if not create:
+                    raise FileFailure('ENOENT', 'no such file or directory', at=at)
+                try:
+                    os.mkdir(name, 0o755, dir_fd=fd)
+                except FileExistsError:
+                    todo.insert(0, name)  # made meanwhile: look again
+                    continue
+                except OSError as e:
+                    raise file_oserror(e, at)
+            elif not stat.S_ISDIR(st.st_mode):
+                raise FileFailure('ENOTDIR', 'not a directory', at=at)
+            try:
+                nfd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            except OSError as e:
+                raise file_oserror(e, at)
+            os.close(fd)
+            fd = nfd
+            done.append(name)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def file_open(path, write, offset):
+    # The file `path` opened (a regular file; made when writing at offset
+    # 0, and emptied then): (fd, its real path, its fstat).
+    import stat
+    dfd, name, at, st = file_walk(path, write)
+    try:
+        if st is None and not write:
+            raise FileFailure('ENOENT', 'no such file or directory', at=at)
+        if st is not None and stat.S_ISDIR(st.st_mode):
+            raise FileFailure('EISDIR', 'is a directory', at=at)
+        if st is not None and not stat.S_ISREG(st.st_mode):
+            raise FileFailure('EINVAL', 'not a regular file', at=at)
+        flags = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+        if write:
+            flags |= os.O_WRONLY | (os.O_CREAT | os.O_TRUNC if offset == 0 else 0)
+        else:
+            flags |= os.O_RDONLY
+        try:
+            ffd = os.open(name, flags, 0o644, dir_fd=dfd)
+        except OSError as e:
+            raise file_oserror(e, at)
+    finally:
+        os.close(dfd)
+    st = os.fstat(ffd)
+    if not stat.S_ISREG(st.st_mode):  # swapped meanwhile
+        os.close(ffd)
+        raise FileFailure('EINVAL', 'not a regular file', at=at)
+    return ffd, at, st
+
+
+def file_read(params, max_frame):
+    # sandbox/file/read {path, offset, length, max}: up to `length` bytes
+    # of the file from `offset` (fewer at its end; length is cut to what fits
+    # a frame as base64) -> {path (real), size, data (base64)}.  EFBIG, with
+    # the size, for a file over `max` bytes.
+    path, (offset, length, most) = file_params(params, ('offset', 'length', 'max'))
+    length = min(length, (max_frame - FILE_FRAME_SLACK) // 4 * 3)
+    fd, at, st = file_open(path, False, 0)
+    try:
+        if st.st_size > most:
+            raise FileFailure('EFBIG', 'over the limit', at=at, size=st.st_size)
+        # asked for no more than the file holds (and a byte, to see it end)
+        length = min(length, max(st.st_size - offset, 0) + 1)
+        data, got = [], 0
+        while got < length:
+            try:
+                chunk = os.pread(fd, length - got, offset + got)
+            except OSError as e:
+                raise file_oserror(e, at)
+            if not chunk:
+                break
+            data.append(chunk)
+            got += len(chunk)
+        data = data[0] if len(data) == 1 else b''.join(data)
+    finally:
+        os.close(fd)
+    return {'path': at, 'size': st.st_size, 'data': FileData(data)}
+
+
+class FileData(bytes):
+    # Base64 bytes that file_answer puts in a frame as they are: a JSON
+    # string needs no escape for them, and a file's megabytes are not passed
+    # through json.dumps and encoded again.
+
+    def __new__(cls, raw):
+        return bytes.__new__(cls, binascii.b2a_base64(raw, newline=False))
+
+
+def file_answer(rid, result):
+    # The frame (bytes, newline ended) answering file request `rid`.
+    data = result.pop('data', None)
+    if data is None:
+        return encode({'jsonrpc': '2.0', 'id': rid, 'result': result})
+    head = encode({'jsonrpc': '2.0', 'id': rid, 'result': dict(result, data='')})
+    tail = b'""}}\n'  # 'data' is the result's last key: its empty string, then the ends
+    if not head.endswith(tail):
+        raise ValueError('unexpected frame layout')
+    return b''.join((head[:-len(tail) + 1], data, tail[1:]))
+
+
+def file_write(params):
+    # sandbox/file/write {path, offset, data (base64)}: writes a chunk of a
+    # file; the chunk at offset 0 makes the file (and the directories missing
+    # on its way) or empties it, each next one must start where the file ends
+    # -> {path (real), size}.
+    path, (offset,) = file_params(params, ('offset',))
+    data = params.get('data', '')
+    raw = None
+    if isinstance(data, str):
+        try:
+            raw = binascii.a2b_base64(data.encode('ascii'))
+        except (binascii.Error, UnicodeError):
+            raw = None
+        # a2b_base64 skips what is not base64: only the canonical form is taken
+        if raw is not None and binascii.b2a_base64(raw, newline=False) != data.encode('ascii'):
+            raw = None
+    if raw is None:
+        raise FileFailure('EINVAL', 'invalid params: want data, base64')
+    fd, at, st = file_open(path, True, offset)
+    try:
+        if st.st_size != offset:
+            raise FileFailure('EIO', 'it changed while it was written (%d bytes, not %d)'
+                              % (st.st_size, offset), at=at)
+        view = memoryview(raw)
+        while view:
+            try:
+                n = os.pwrite(fd, view, offset)
+            except OSError as e:
+                raise file_oserror(e, at)
+            view, offset = view[n:], offset + n
+    finally:
+        os.close(fd)
+    return {'path': at, 'size': offset}

@@ -890,6 +890,8 @@ class Supervisor:
                 self.reply_error(rid, -32602, problem)
             else:
                 self.send({'jsonrpc': '2.0', 'id': rid, 'result': result})
+        elif method in ('sandbox/file/read', 'sandbox/file/write'):
+            self.file_request(rid, method, msg.get('params'))
         elif method in ('sandbox/freeze', 'sandbox/thaw'):
             self.freeze(method == 'sandbox/freeze')
             self.send({'jsonrpc': '2.0', 'id': rid, 'result': {'frozen': self.frozen_until is not None}})
@@ -901,6 +903,28 @@ class Supervisor:
             self.reply_error(rid, -32000, 'this sandbox was single-use and has run its exec')
         else:
             self.start(rid, msg.get('params'))
+
+    def file_request(self, rid, method, params):
+        # sandbox/file/*: the daemon's read_file, write_file, files
+        # arguments and /workspace/out (runtime/files.py).  A failure is an
+        # error with data {kind, at?, target?, size?} for the daemon's words.
+        try:
+            if method == 'sandbox/file/read':
+                result = file_read(params, self.max_frame)
+            else:
+                result = file_write(params)
+        except FileFailure as e:
+            data = dict(e.data, kind=e.kind)
+            return self.send({'jsonrpc': '2.0', 'id': rid, 'error': {
+                'code': FILE_FAILED, 'message': str(e), 'data': data}})
+        except OSError as e:  # /workspace itself cannot be opened
+            return self.send({'jsonrpc': '2.0', 'id': rid, 'error': {
+                'code': FILE_FAILED, 'message': e.strerror or str(e), 'data': {'kind': 'EIO'}}})
+        try:
+            line = file_answer(rid, result)
+        except ValueError as e:  # not JSON (an id of inf cannot come: handle() refuses it)
+            return log('cannot encode a frame: %s' % e)
+        self.send_line(line)
 
     def interrupt(self, rid):
         """notifications/cancelled for the running exec (a session's time

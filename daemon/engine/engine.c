@@ -31,13 +31,9 @@ struct engine_req {
         struct curl_slist *headers;
         char *body;
         int upload_fd;
-        size_t body_len;
-        size_t body_sent;
         struct buf resp;
         bool overflow;
         engine_done_cb cb;
-        engine_raw_cb raw_cb;        /* set: the answer is handed over as bytes */
-        struct buf stat_hdr;         /* X-Docker-Container-Path-Stat, base64 */
         bool probe;                  /* GET /_ping: note the engine's kind */
         enum engine_kind probe_kind; /* what its headers said so far */
         void *userdata;
@@ -225,7 +221,6 @@ static void req_free(struct engine_req *r)
         curl_slist_free_all(r->headers);
         free(r->body);
         buf_free(&r->resp);
-        buf_free(&r->stat_hdr);
         free(r);
 }
 
@@ -277,38 +272,6 @@ const char *engine_error_message(json_t *body)
         return m ? m : "(no message)";
 }
 
-static void finish_raw(struct engine_req *r, long status, struct err *e)
-{
-        json_auto_t *path_stat = NULL;
-        json_auto_t *error_body = NULL;
-        if (status && r->stat_hdr.len) {
-                struct buf dec;
-                buf_init(&dec, 16384);
-                if (base64_decode(&dec, r->stat_hdr.data, r->stat_hdr.len) == 0)
-                        path_stat = json_loadb(dec.data ? dec.data : "", dec.len, 0, NULL);
-                buf_free(&dec);
-        }
-        if (status >= 400 && r->resp.len)
-                error_body = json_loadb(r->resp.data, r->resp.len, 0, NULL);
-        /* The request goes first (the callback may start the next one);
-         * its answer's bytes stay for the callback. */
-        struct buf resp = r->resp;
-        r->resp = (struct buf){0};
-        engine_raw_cb cb = r->raw_cb;
-        void *ud = r->userdata;
-        req_free(r);
-        struct engine_raw raw = {
-            .status = status,
-            .data = resp.data ? resp.data : "",
-            .len = resp.len,
-            .path_stat = path_stat,
-            .error_body = error_body,
-            .e = status ? NULL : e,
-        };
-        cb(ud, &raw);
-        buf_free(&resp);
-}
-
 enum engine_kind engine_kind_of_header(const char *line, size_t len)
 {
         static const char libpod[] = "libpod-api-version:", api[] = "api-version:";
@@ -340,10 +303,6 @@ static void finish(CURL *easy, CURLcode cc, void *userdata)
         } else {
                 err_set(&e, ERR_ENGINE, EIO, "talking to the container engine at %s failed: %s",
                         r->eng->ep.display, curl_easy_strerror(cc));
-        }
-        if (r->raw_cb) {
-                finish_raw(r, status, &e);
-                return;
         }
         if (status && r->resp.len > 0) {
                 body = json_loadb(r->resp.data, r->resp.len, 0, NULL);
@@ -379,7 +338,6 @@ static int req_start(struct engine *eng, const char *method, const char *path, e
         r->userdata = userdata;
         r->upload_fd = -1;
         buf_init(&r->resp, eng->max_body);
-        buf_init(&r->stat_hdr, 8192);
         _cleanup_free_ char *url = NULL;
         if (asprintf(&url, "%s%s", eng->base_url, path) < 0 || !(r->easy = curl_easy_init())) {
                 free(r);
@@ -459,71 +417,6 @@ int engine_request_file(struct engine *eng, const char *method, const char *path
         curl_easy_setopt(r->easy, CURLOPT_READDATA, r);
         if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode))
                 curl_easy_setopt(r->easy, CURLOPT_INFILESIZE_LARGE, (curl_off_t)st.st_size);
-        return req_submit(r, ret);
-}
-
-static size_t read_body_cb(char *p, size_t size, size_t n, void *userdata)
-{
-        struct engine_req *r = userdata;
-        size_t k = r->body_len - r->body_sent;
-        if (k > size * n)
-                k = size * n;
-        memcpy(p, r->body + r->body_sent, k);
-        r->body_sent += k;
-        return k;
-}
-
-/* Keeps the one header the archive endpoints answer with, bounded. */
-static size_t header_cb(char *p, size_t size, size_t n, void *userdata)
-{
-        struct engine_req *r = userdata;
-        size_t len = size * n;
-        static const char name[] = "x-docker-container-path-stat:";
-        if (len > sizeof(name) - 1 && strncasecmp(p, name, sizeof(name) - 1) == 0) {
-                const char *v = p + sizeof(name) - 1;
-                size_t vn = len - (sizeof(name) - 1);
-                while (vn && (*v == ' ' || *v == '\t'))
-                        v++, vn--;
-                while (vn && (v[vn - 1] == '\r' || v[vn - 1] == '\n' || v[vn - 1] == ' '))
-                        vn--;
-                r->stat_hdr.len = 0;
-                buf_append_some(&r->stat_hdr, v, vn);
-        }
-        return len;
-}
-
-int engine_request_raw(struct engine *eng, const char *method, const char *path,
-                       const char *content_type, char *body, size_t body_len, size_t max_resp,
-                       engine_raw_cb cb, void *userdata, struct engine_req **ret)
-{
-        struct engine_req *r;
-        int k = req_start(eng, method, path, NULL, userdata, &r);
-        if (k < 0) {
-                free(body);
-                return k;
-        }
-        r->raw_cb = cb;
-        r->resp.max = max_resp;
-        curl_easy_setopt(r->easy, CURLOPT_HEADERFUNCTION, header_cb);
-        curl_easy_setopt(r->easy, CURLOPT_HEADERDATA, r);
-        if (strcmp(method, "HEAD") == 0)
-                curl_easy_setopt(r->easy, CURLOPT_NOBODY, 1L);
-        if (body) {
-                char hdr[256];
-                snprintf(hdr, sizeof(hdr), "Content-Type: %s",
-                         content_type ? content_type : "application/octet-stream");
-                r->headers = curl_slist_append(r->headers, hdr);
-                r->body = body;
-                r->body_len = body_len;
-                curl_easy_setopt(r->easy, CURLOPT_UPLOAD, 1L);
-                curl_easy_setopt(r->easy, CURLOPT_CUSTOMREQUEST, method);
-                curl_easy_setopt(r->easy, CURLOPT_READFUNCTION, read_body_cb);
-                curl_easy_setopt(r->easy, CURLOPT_READDATA, r);
-                curl_easy_setopt(r->easy, CURLOPT_INFILESIZE_LARGE, (curl_off_t)body_len);
-        }
-        /* Archives of a few hundred MiB over a local socket take seconds,
-         * not minutes: a hung engine must not hold a call forever. */
-        curl_easy_setopt(r->easy, CURLOPT_TIMEOUT_MS, 300000L);
         return req_submit(r, ret);
 }
 

@@ -55,22 +55,6 @@ int engine_request(struct engine *eng, const char *method, const char *path, jso
 int engine_request_file(struct engine *eng, const char *method, const char *path,
                         const char *content_type, int fd, engine_done_cb cb, void *userdata,
                         struct engine_req **ret);
-/* A request whose answer is bytes, not JSON (the archive endpoints). */
-struct engine_raw {
-        long status;      /* HTTP status; 0 when there was no answer (then `e` says why) */
-        const char *data; /* the answer's body, at most max_resp bytes */
-        size_t len;
-        json_t *path_stat;   /* X-Docker-Container-Path-Stat decoded, or NULL */
-        json_t *error_body;  /* the body parsed as JSON when status >= 400, or NULL */
-        const struct err *e; /* set when status is 0 */
-};
-typedef void (*engine_raw_cb)(void *userdata, const struct engine_raw *r);
-/* `body` (may be NULL) goes out as is with `content_type`; it is stolen and
- * freed with free(). A HEAD request asks for headers only. An answer over
- * `max_resp` bytes fails with EMSGSIZE. Called once unless cancelled. */
-int engine_request_raw(struct engine *eng, const char *method, const char *path,
-                       const char *content_type, char *body, size_t body_len, size_t max_resp,
-                       engine_raw_cb cb, void *userdata, struct engine_req **ret);
 /* The callback will not be called. Accepts NULL. */
 void engine_request_cancel(struct engine_req *r);
 /* `s` percent-encoded for a query value ('/' and RFC 3986's unreserved

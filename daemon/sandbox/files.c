@@ -1,19 +1,11 @@
 #include "sandbox/files.h"
 
 #include "core/log.h"
+#include "sandbox/internal.h"
 
-#include <archive.h>
-#include <archive_entry.h>
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
-
-#define SANDBOX_UID   65534
-#define TAR_SLACK     (64 * 1024) /* headers around one file's bytes in a GET answer */
-#define MAX_HOPS      40          /* symlinks followed in one walk */
-#define GO_MODE_DIR   (1U << 31)  /* Go's os.FileMode bits, as both engines send them */
-#define GO_MODE_LINK  (1U << 27)
-#define GO_MODE_OTHER ((1U << 26) | (1U << 25) | (1U << 24) | (1U << 21) | (1U << 19))
 
 /* ---- paths */
 
@@ -83,185 +75,119 @@ int files_path(const char *in, bool allow_root, char *out, size_t out_size, stru
         return 0;
 }
 
-/* ---- tar streams */
+/* ---- operations through the sandbox's runtime */
 
-static la_ssize_t tar_write_cb(struct archive *a, void *userdata, const void *p, size_t n)
+/* What the runtime's error for a file request comes to: a negative errno
+ * and the words users see (as they were when the engine did the work). */
+int files_error_message(const json_t *error, const char *asked, bool write, size_t max, char *msg,
+                        size_t size)
 {
-        struct buf *out = userdata;
-        if (buf_append(out, p, n) < 0) {
-                archive_set_error(a, ENOBUFS, "the archive does not fit");
-                return -1;
+        const json_t *data = json_object_get(error, "data");
+        const char *kind = json_string_value(json_object_get(data, "kind"));
+        const char *at = json_string_value(json_object_get(data, "at"));
+        const char *said = json_string_value(json_object_get(error, "message"));
+        const char *what = write ? "writing" : "reading";
+        char shown_at[FILES_PATH_MAX + 64], shown[200], said_shown[300];
+        str_printable(at ? at : asked, shown_at, sizeof(shown_at));
+        str_printable(said ? said : "no reason given", said_shown, sizeof(said_shown));
+        int r;
+        if (!kind) {
+                r = -EIO;
+                snprintf(msg, size, "%s %s: %s", what, asked, said_shown);
+        } else if (strcmp(kind, "ENOENT") == 0) {
+                r = -ENOENT;
+                snprintf(msg, size, "no such file or directory: %s", asked);
+        } else if (strcmp(kind, "EPERM") == 0) {
+                const char *target = json_string_value(json_object_get(data, "target"));
+                str_printable(target ? target : "?", shown, sizeof(shown));
+                r = -EPERM;
+                snprintf(msg, size,
+                         "%s: %s is a symbolic link to %s, outside %s; corral's file tools stay "
+                         "inside %s",
+                         asked, shown_at, shown, FILES_ROOT, FILES_ROOT);
+        } else if (strcmp(kind, "ELOOP") == 0) {
+                r = -ELOOP;
+                snprintf(msg, size, "%s: too many symbolic links", asked);
+        } else if (strcmp(kind, "ENOTDIR") == 0) {
+                r = -ENOTDIR;
+                snprintf(msg, size, "%s: %s is not a directory", asked, shown_at);
+        } else if (strcmp(kind, "EISDIR") == 0) {
+                r = -EISDIR;
+                snprintf(msg, size,
+                         write ? "%s is a directory" : "%s is a directory (list_files lists it)",
+                         asked);
+        } else if (strcmp(kind, "EINVAL") == 0 && said && strcmp(said, "not a regular file") == 0) {
+                r = -EINVAL;
+                snprintf(msg, size, "%s is not a regular file", asked);
+        } else if (strcmp(kind, "EFBIG") == 0 && !write) {
+                json_t *bytes = json_object_get(data, "size");
+                r = -EFBIG;
+                snprintf(msg, size,
+                         "%s is %lld bytes, over the %zu-byte limit of a file moved in or out "
+                         "(file_max_bytes): read part of it with run_shell (head -c, tail -c), "
+                         "or raise the limit",
+                         asked,
+                         json_is_integer(bytes) ? (long long)json_integer_value(bytes) : -1LL, max);
+        } else if (strcmp(kind, "ENOSPC") == 0 || strcmp(kind, "EFBIG") == 0) {
+                r = -ENOSPC;
+                snprintf(msg, size,
+                         "%s %s: no space left in %s (its size is the workspace_size setting)",
+                         what, asked, FILES_ROOT);
+        } else {
+                r = strcmp(kind, "EINVAL") == 0 ? -EINVAL : -EIO;
+                snprintf(msg, size, "%s %s: %s", what, asked, said_shown);
         }
-        return (la_ssize_t)n;
-}
-
-static struct archive_entry *new_entry(const char *name, mode_t type, mode_t perm, long long size)
-{
-        struct archive_entry *e = archive_entry_new();
-        if (!e)
-                return NULL;
-        archive_entry_set_pathname_utf8(e, name);
-        archive_entry_set_filetype(e, type);
-        archive_entry_set_perm(e, perm);
-        archive_entry_set_size(e, size);
-        archive_entry_set_uid(e, SANDBOX_UID);
-        archive_entry_set_gid(e, SANDBOX_UID);
-        archive_entry_set_mtime(e, time(NULL), 0);
-        return e;
-}
-
-int files_tar_build(const char *name, bool make_dirs, const void *data, size_t len, struct buf *out)
-{
-        struct archive *a = archive_write_new();
-        if (!a)
-                return -ENOMEM;
-        int r = -EIO;
-        /* pax: long names and sizes past 8 GiB without ustar's limits */
-        if (archive_write_set_format_pax_restricted(a) != ARCHIVE_OK ||
-            archive_write_set_bytes_per_block(a, 0) != ARCHIVE_OK ||
-            archive_write_open(a, out, NULL, tar_write_cb, NULL) != ARCHIVE_OK)
-                goto out;
-        if (make_dirs) {
-                char dir[FILES_PATH_MAX + 1];
-                for (const char *s = strchr(name, '/'); s; s = strchr(s + 1, '/')) {
-                        size_t n = (size_t)(s - name);
-                        if (n == 0 || n >= sizeof(dir))
-                                continue;
-                        memcpy(dir, name, n);
-                        dir[n] = '\0';
-                        struct archive_entry *e = new_entry(dir, AE_IFDIR, 0755, 0);
-                        int w = e ? archive_write_header(a, e) : ARCHIVE_FATAL;
-                        archive_entry_free(e);
-                        if (w != ARCHIVE_OK)
-                                goto out;
-                }
-        }
-        struct archive_entry *e = new_entry(name, AE_IFREG, 0644, (long long)len);
-        int w = e ? archive_write_header(a, e) : ARCHIVE_FATAL;
-        archive_entry_free(e);
-        if (w != ARCHIVE_OK || (len && archive_write_data(a, data, len) != (la_ssize_t)len))
-                goto out;
-        if (archive_write_close(a) != ARCHIVE_OK)
-                goto out;
-        r = 0;
-out:
-        if (r < 0 && archive_errno(a) == ENOBUFS)
-                r = -ENOBUFS;
-        archive_write_free(a);
+        utf8_scrub(msg);
         return r;
 }
 
-int files_tar_each(const char *data, size_t len, size_t max,
-                   int (*cb)(void *userdata, const struct files_entry *e), void *userdata,
-                   struct err *e)
+int files_read_chunk(const json_t *result, size_t max, struct buf *got, long long *ret_size,
+                     const char **ret_path)
 {
-        struct archive *a = archive_read_new();
-        if (!a)
-                return -ENOMEM;
-        archive_read_support_format_tar(a);
-        int r = 0;
-        struct buf content;
-        buf_init(&content, max);
-        if (archive_read_open_memory(a, data, len) != ARCHIVE_OK) {
-                r = err_set(e, ERR_PROTOCOL, EBADMSG, "the engine sent no tar stream: %s",
-                            archive_error_string(a) ? archive_error_string(a) : "unreadable");
-                goto out;
+        const json_t *data = json_object_get(result, "data");
+        const json_t *size = json_object_get(result, "size");
+        const char *path = json_string_value(json_object_get(result, "path"));
+        if (!json_is_string(data) || !json_is_integer(size) || json_integer_value(size) < 0 ||
+            !path || strncmp(path, FILES_ROOT "/", strlen(FILES_ROOT "/")) != 0)
+                return -EBADMSG;
+        size_t before = got->len;
+        size_t n = json_string_length(data);
+        if (n / 4 * 3 > max - got->len + 3)
+                return -EFBIG;
+        int r = base64_decode(got, json_string_value(data), n);
+        if (r == -ENOBUFS)
+                return -EFBIG;
+        if (r < 0) {
+                got->len = before;
+                return -EBADMSG;
         }
-        for (;;) {
-                struct archive_entry *ent;
-                int h = archive_read_next_header(a, &ent);
-                if (h == ARCHIVE_EOF)
-                        break;
-                if (h != ARCHIVE_OK && h != ARCHIVE_WARN) {
-                        r = err_set(e, ERR_PROTOCOL, EBADMSG, "malformed tar stream: %s",
-                                    archive_error_string(a) ? archive_error_string(a)
-                                                            : "unreadable");
-                        goto out;
-                }
-                const char *path = archive_entry_pathname_utf8(ent);
-                if (!path)
-                        path = archive_entry_pathname(ent);
-                mode_t type = archive_entry_filetype(ent);
-                struct files_entry fe = {
-                    .path = path ? path : "",
-                    .type = type == AE_IFREG   ? FILES_REG
-                            : type == AE_IFDIR ? FILES_DIR
-                            : type == AE_IFLNK ? FILES_SYMLINK
-                                               : FILES_OTHER,
-                    .size = archive_entry_size(ent),
-                    .link = type == AE_IFLNK ? archive_entry_symlink(ent) : NULL,
-                };
-                content.len = 0;
-                if (fe.type == FILES_REG) {
-                        if (fe.size < 0 || (unsigned long long)fe.size > max) {
-                                r = err_set(e, ERR_PROTOCOL, EFBIG,
-                                            "a file in the archive is %lld bytes; the limit is "
-                                            "%zu",
-                                            fe.size, max);
-                                goto out;
-                        }
-                        char chunk[65536];
-                        for (;;) {
-                                la_ssize_t k = archive_read_data(a, chunk, sizeof(chunk));
-                                if (k == 0)
-                                        break;
-                                if (k < 0) {
-                                        r = err_set(
-                                            e, ERR_PROTOCOL, EBADMSG, "malformed tar stream: %s",
-                                            archive_error_string(a) ? archive_error_string(a)
-                                                                    : "unreadable data");
-                                        goto out;
-                                }
-                                if (buf_append(&content, chunk, (size_t)k) < 0) {
-                                        r = err_set(e, ERR_PROTOCOL, EFBIG,
-                                                    "a file in the archive is over %zu bytes", max);
-                                        goto out;
-                                }
-                        }
-                        fe.data = content.data ? content.data : "";
-                        fe.len = content.len;
-                }
-                r = cb(userdata, &fe);
-                if (r != 0)
-                        goto out;
-        }
-out:
-        buf_free(&content);
-        archive_read_free(a);
-        return r;
+        *ret_size = json_integer_value(size);
+        *ret_path = path;
+        return (int)(got->len - before > INT_MAX ? INT_MAX : got->len - before);
 }
-
-/* ---- operations against a container */
-
-enum op_kind { OP_READ, OP_WRITE };
 
 struct files_op {
-        struct engine *eng;
-        enum op_kind kind;
-        char id[129];
+        struct sandbox *sb;
+        bool write;
+        char asked[FILES_PATH_MAX + 64]; /* the path as given, for messages */
+        char real[FILES_PATH_MAX + 64];  /* where it led */
         files_cb cb;
         void *userdata;
-        struct engine_req *req;
-        /* The walk: `cur` is a directory under /workspace whose every
-         * component was checked; `rest` the components still to check. */
-        char cur[FILES_PATH_MAX + 64];
-        char rest[FILES_PATH_MAX + 64];
-        char asked[FILES_PATH_MAX + 64]; /* the path as given, for messages */
-        int hops;
-        bool exists; /* the last component exists (cur is its real path) */
-        bool is_dir;
-        long long size;
-        /* write */
+        struct sandbox_ask *ask;
+        size_t chunk; /* bytes a request moves, from max_frame */
+        /* write: data[0..len), off of it sent */
         char *data;
-        size_t len;
-        /* read */
+        size_t len, off;
+        /* read: what came, at most max */
+        struct buf got;
         size_t max;
 };
 
 static void op_free(struct files_op *op)
 {
-        engine_request_cancel(op->req);
+        sandbox_ask_cancel(op->ask);
         free(op->data);
+        buf_free(&op->got);
         free(op);
 }
 
@@ -277,15 +203,13 @@ static void op_done(struct files_op *op, int error, const char *message, const c
         struct files_result r = {
             .error = error,
             .message = message,
-            .path = op->cur,
+            .path = op->real,
             .data = data,
             .len = len,
         };
-        files_cb cb = op->cb;
-        void *ud = op->userdata;
+        op->ask = NULL;
         /* Freed after the callback: r points into it. */
-        op->req = NULL;
-        cb(ud, &r);
+        op->cb(op->userdata, &r);
         op_free(op);
 }
 
@@ -300,300 +224,133 @@ static _printf_(3, 4) void op_fail(struct files_op *op, int error, const char *f
         op_done(op, error, msg, NULL, 0);
 }
 
-static void engine_fail(struct files_op *op, const char *what, const struct engine_raw *r)
-{
-        if (r->status == 0) {
-                op_fail(op, -EIO, "%s %s: %s", what, op->asked, r->e->msg);
-                return;
-        }
-        const char *m = r->error_body ? engine_error_message(r->error_body) : "(no message)";
-        if (strstr(m, "no space left") || strstr(m, "No space left"))
-                op_fail(op, -ENOSPC,
-                        "%s %s: no space left in %s (its size is the workspace_size setting)", what,
-                        op->asked, FILES_ROOT);
-        else if (strstr(m, "o such container"))
-                op_fail(op, -EIO, "%s %s: the sandbox is gone (%s)", what, op->asked, m);
-        else
-                op_fail(op, -EIO, "%s %s: the engine answered HTTP %ld: %s", what, op->asked,
-                        r->status, m);
-}
+static int op_next(struct files_op *op);
 
-static void walk(struct files_op *op);
-static void fetch(struct files_op *op);
-static void store(struct files_op *op);
-
-/* The first component of op->rest, taken off it, into `name`. */
-static bool next_component(struct files_op *op, char *name, size_t size)
-{
-        const char *p = op->rest;
-        while (*p == '/')
-                p++;
-        if (!*p)
-                return false;
-        const char *end = strchrnul(p, '/');
-        size_t n = (size_t)(end - p);
-        snprintf(name, size, "%.*s", (int)n, p);
-        memmove(op->rest, end, strlen(end) + 1);
-        return true;
-}
-
-static bool rest_empty(const struct files_op *op)
-{
-        for (const char *p = op->rest; *p; p++)
-                if (*p != '/')
-                        return false;
-        return true;
-}
-
-static void stat_done(void *userdata, const struct engine_raw *r)
+/* The runtime answered a request of the operation: on to the next chunk,
+ * or done. */
+static void op_answered(void *userdata, json_t *result, const struct err *e)
 {
         struct files_op *op = userdata;
-        op->req = NULL;
-        /* `cur` has the component just asked about appended. */
-        if (r->status == 404) {
-                if (op->kind == OP_READ) {
-                        op_fail(op, -ENOENT, "no such file or directory: %s", op->asked);
+        const char *what = op->write ? "writing" : "reading";
+        op->ask = NULL;
+        if (!result) {
+                const json_t *error = sandbox_ask_error(e);
+                if (!error) {
+                        op_fail(op, -EIO, "%s %s: %s", what, op->asked,
+                                e && e->code == -ENOTCONN ? "the sandbox is gone"
+                                : e                       ? e->msg
+                                                          : "no answer");
                         return;
                 }
-                /* Writing: it and what follows are made by the tar. */
-                op->exists = false;
-                store(op);
+                char msg[1200];
+                int k = files_error_message(error, op->asked, op->write, op->max, msg, sizeof(msg));
+                op_done(op, k, msg, NULL, 0);
                 return;
         }
-        if (r->status != 200 || !json_is_object(r->path_stat)) {
-                if (r->status == 200)
-                        op_fail(op, -EIO, "checking %s: the engine sent no file information",
-                                op->asked);
-                else
-                        engine_fail(op, "checking", r);
+        const char *path = json_string_value(json_object_get(result, "path"));
+        if (!path || strncmp(path, FILES_ROOT "/", strlen(FILES_ROOT "/")) != 0 ||
+            strlen(path) >= sizeof(op->real)) {
+                op_fail(op, -EIO, "%s %s: the sandbox's runtime gave no path", what, op->asked);
                 return;
         }
-        json_int_t mode_i = json_integer_value(json_object_get(r->path_stat, "mode"));
-        unsigned mode = (unsigned)mode_i;
-        if (mode & GO_MODE_LINK) {
-                /* Both engines give the link's target resolved within the
-                 * container's root. A target out of /workspace is refused
-                 * (read_file must not become a way to read, say,
-                 * /etc/passwd); one inside is walked again from the top,
-                 * with what is left of the path. */
-                const char *target = json_string_value(json_object_get(r->path_stat, "linkTarget"));
-                char checked[FILES_PATH_MAX + 64];
-                struct err ignored = {0};
-                if (!target || files_path(target, true, checked, sizeof(checked), &ignored) < 0 ||
-                    target[0] != '/') {
-                        char shown[200];
-                        str_printable(target ? target : "?", shown, sizeof(shown));
-                        op_fail(op, -EPERM,
-                                "%s: %s is a symbolic link to %s, outside %s; corral's file "
-                                "tools stay inside %s",
-                                op->asked, op->cur, shown, FILES_ROOT, FILES_ROOT);
+        snprintf(op->real, sizeof(op->real), "%s", path);
+        if (op->write) {
+                if (op->off >= op->len) {
+                        op_done(op, 0, NULL, NULL, 0);
                         return;
                 }
-                if (++op->hops > MAX_HOPS) {
-                        op_fail(op, -ELOOP, "%s: too many symbolic links", op->asked);
-                        return;
-                }
-                char rest[sizeof(op->rest)];
-                size_t tn = strlen(checked) - strlen(FILES_ROOT);
-                if (tn + strlen(op->rest) >= sizeof(rest)) {
-                        op_fail(op, -EINVAL, "%s: the path is too long once its links are followed",
-                                op->asked);
-                        return;
-                }
-                memcpy(rest, checked + strlen(FILES_ROOT), tn);
-                memcpy(rest + tn, op->rest, strlen(op->rest) + 1);
-                memcpy(op->rest, rest, strlen(rest) + 1);
-                snprintf(op->cur, sizeof(op->cur), "%s", FILES_ROOT);
-                walk(op);
-                return;
-        }
-        op->is_dir = (mode & GO_MODE_DIR) != 0;
-        op->size = json_integer_value(json_object_get(r->path_stat, "size"));
-        if (!rest_empty(op) && !op->is_dir) {
-                op_fail(op, -ENOTDIR, "%s: %s is not a directory", op->asked, op->cur);
-                return;
-        }
-        if (rest_empty(op) && (mode & GO_MODE_OTHER)) {
-                op_fail(op, -EINVAL, "%s is not a regular file", op->asked);
-                return;
-        }
-        walk(op);
-}
-
-/* Asks the engine about the next component (HEAD): 0, or 1 when every
- * component is checked, or -ENOMEM when no request could be made. */
-static int head_next(struct files_op *op)
-{
-        char name[FILES_NAME_MAX + 1];
-        if (!next_component(op, name, sizeof(name)))
-                return 1;
-        size_t n = strlen(op->cur);
-        snprintf(op->cur + n, sizeof(op->cur) - n, "/%s", name);
-        char *esc = engine_escape(op->cur);
-        char path[3 * sizeof(op->cur) + 200];
-        snprintf(path, sizeof(path), "/containers/%s/archive?path=%s", op->id, esc ? esc : "");
-        free(esc);
-        if (!esc || engine_request_raw(op->eng, "HEAD", path, NULL, NULL, 0, 4096, stat_done, op,
-                                       &op->req) < 0)
-                return -ENOMEM;
-        return 0;
-}
-
-/* Checks the next component, or, all checked, moves on. */
-static void walk(struct files_op *op)
-{
-        int r = head_next(op);
-        if (r < 0) {
-                op_fail(op, -ENOMEM, "checking %s: out of memory", op->asked);
-        } else if (r > 0) {
-                op->exists = true;
-                if (op->kind == OP_READ)
-                        fetch(op);
-                else
-                        store(op);
-        }
-}
-
-static int first_file(void *userdata, const struct files_entry *e)
-{
-        struct files_op *op = userdata;
-        if (e->type != FILES_REG) {
-                op_fail(op, -EINVAL, "%s is not a regular file", op->asked);
-                return 1;
-        }
-        op_done(op, 0, NULL, e->data, e->len);
-        return 1;
-}
-
-static void fetched(void *userdata, const struct engine_raw *r)
-{
-        struct files_op *op = userdata;
-        op->req = NULL;
-        if (r->status != 200) {
-                engine_fail(op, "reading", r);
-                return;
-        }
-        struct err e = {0};
-        int k = files_tar_each(r->data, r->len, op->max, first_file, op, &e);
-        if (k == 0)
-                op_fail(op, -EIO, "reading %s: the engine's archive held no file", op->asked);
-        else if (k < 0)
-                op_fail(op, k == -EFBIG ? -EFBIG : -EIO, "reading %s: %s", op->asked, e.msg);
-        /* k > 0: first_file answered (and freed op) */
-}
-
-static void fetch(struct files_op *op)
-{
-        if (op->is_dir) {
-                op_fail(op, -EISDIR, "%s is a directory (list_files lists it)", op->asked);
-                return;
-        }
-        if (op->size < 0 || (unsigned long long)op->size > op->max) {
-                op_fail(op, -EFBIG,
-                        "%s is %lld bytes, over the %zu-byte limit of a file moved in or out "
-                        "(file_max_bytes): read part of it with run_shell (head -c, tail -c), "
-                        "or raise the limit",
-                        op->asked, op->size, op->max);
-                return;
-        }
-        char *esc = engine_escape(op->cur);
-        char path[3 * sizeof(op->cur) + 200];
-        snprintf(path, sizeof(path), "/containers/%s/archive?path=%s", op->id, esc ? esc : "");
-        free(esc);
-        if (!esc || engine_request_raw(op->eng, "GET", path, NULL, NULL, 0, op->max + TAR_SLACK,
-                                       fetched, op, &op->req) < 0)
-                op_fail(op, -ENOMEM, "reading %s: out of memory", op->asked);
-}
-
-static void stored(void *userdata, const struct engine_raw *r)
-{
-        struct files_op *op = userdata;
-        op->req = NULL;
-        if (r->status != 200) {
-                engine_fail(op, "writing", r);
-                return;
-        }
-        op_done(op, 0, NULL, NULL, 0);
-}
-
-/* PUT a tar into the deepest directory that exists: with the directories
- * still missing, and the file. */
-static void store(struct files_op *op)
-{
-        char base[sizeof(op->cur)], name[sizeof(op->cur) + sizeof(op->rest)];
-        if (op->exists) {
-                if (op->is_dir) {
-                        op_fail(op, -EISDIR, "%s is a directory", op->asked);
-                        return;
-                }
-                /* cur is the file: replace it in its directory. */
-                char *slash = strrchr(op->cur, '/');
-                snprintf(base, sizeof(base), "%.*s", (int)(slash - op->cur), op->cur);
-                snprintf(name, sizeof(name), "%s", slash + 1);
         } else {
-                /* cur ends with the first missing component. */
-                char *slash = strrchr(op->cur, '/');
-                snprintf(base, sizeof(base), "%.*s", (int)(slash - op->cur), op->cur);
-                snprintf(name, sizeof(name), "%s%s", slash + 1, op->rest);
+                long long size = 0;
+                int n = files_read_chunk(result, op->max, &op->got, &size, &path);
+                if (n == -EFBIG || (n >= 0 && (unsigned long long)size > op->max)) {
+                        op_fail(op, -EFBIG,
+                                "%s is %lld bytes, over the %zu-byte limit of a file moved in or "
+                                "out (file_max_bytes): read part of it with run_shell (head -c, "
+                                "tail -c), or raise the limit",
+                                op->asked, n >= 0 ? size : (long long)op->got.len, op->max);
+                        return;
+                }
+                if (n < 0) {
+                        op_fail(op, -EIO, "%s %s: the sandbox's runtime sent a malformed answer",
+                                what, op->asked);
+                        return;
+                }
+                /* A short chunk is the end; so is the size the file had. */
+                if ((size_t)n < op->chunk || op->got.len >= (unsigned long long)size) {
+                        op_done(op, 0, NULL, op->got.data ? op->got.data : "", op->got.len);
+                        return;
+                }
         }
-        struct buf tar;
-        buf_init(&tar, op->len + TAR_SLACK + 512 * FILES_DEPTH_MAX * 3);
-        int k = files_tar_build(name, true, op->data, op->len, &tar);
-        if (k < 0) {
-                buf_free(&tar);
-                op_fail(op, k, "writing %s: cannot build the archive", op->asked);
-                return;
-        }
-        char *esc = engine_escape(base);
-        char path[3 * sizeof(base) + 200];
-        snprintf(path, sizeof(path), "/containers/%s/archive?path=%s", op->id, esc ? esc : "");
-        free(esc);
-        size_t n = tar.len;
-        char *body = tar.data;
-        tar.data = NULL;
-        if (!esc || engine_request_raw(op->eng, "PUT", path, "application/x-tar", body, n, 65536,
-                                       stored, op, &op->req) < 0)
-                op_fail(op, -ENOMEM, "writing %s: out of memory", op->asked);
+        if (op_next(op) < 0)
+                op_fail(op, -EIO, "%s %s: the sandbox's runtime cannot be asked", what, op->asked);
 }
 
-static int op_new(struct engine *eng, enum op_kind kind, const char *id, const char *path,
-                  files_cb cb, void *userdata, struct files_op **ret)
+/* Asks for the next chunk: 0, or a negative errno when it cannot be sent. */
+static int op_next(struct files_op *op)
+{
+        /* The path as the runtime takes it: relative to /workspace. */
+        const char *rel = op->asked + strlen(FILES_ROOT "/");
+        json_t *params;
+        if (op->write) {
+                size_t n = op->len - op->off < op->chunk ? op->len - op->off : op->chunk;
+                struct buf b64;
+                buf_init(&b64, (n + 2) / 3 * 4 + 1);
+                if (base64_encode(&b64, op->data + op->off, n) < 0) {
+                        buf_free(&b64);
+                        return -ENOMEM;
+                }
+                params = json_pack("{s:s, s:I, s:s%}", "path", rel, "offset", (json_int_t)op->off,
+                                   "data", b64.data ? b64.data : "", b64.len);
+                buf_free(&b64);
+                op->off += n;
+        } else {
+                params = json_pack("{s:s, s:I, s:I, s:I}", "path", rel, "offset",
+                                   (json_int_t)op->got.len, "length", (json_int_t)op->chunk, "max",
+                                   (json_int_t)op->max);
+        }
+        if (!params)
+                return -ENOMEM;
+        return sandbox_ask(op->sb, op->write ? "sandbox/file/write" : "sandbox/file/read", params,
+                           op_answered, op, &op->ask);
+}
+
+static int op_start(struct sandbox *s, bool write, const char *path, files_cb cb, void *userdata,
+                    struct files_op **ret)
 {
         /* A path from files_path, below /workspace: at least one component. */
         size_t root = strlen(FILES_ROOT);
-        if (strlen(id) >= sizeof(((struct files_op *)0)->id) || strncmp(path, FILES_ROOT, root) ||
-            path[root] != '/' || !path[root + 1] ||
-            strlen(path) >= sizeof(((struct files_op *)0)->rest))
+        if (strncmp(path, FILES_ROOT, root) || path[root] != '/' || !path[root + 1] ||
+            strlen(path) >= sizeof(((struct files_op *)0)->asked))
                 return -EINVAL;
-        struct files_op *op = calloc(1, sizeof(*op));
-        if (!op)
-                return -ENOMEM;
-        *op = (struct files_op){.eng = eng, .kind = kind, .cb = cb, .userdata = userdata};
-        snprintf(op->id, sizeof(op->id), "%s", id);
-        snprintf(op->cur, sizeof(op->cur), "%s", FILES_ROOT);
-        snprintf(op->rest, sizeof(op->rest), "%s", path + strlen(FILES_ROOT));
+        struct files_op *op = *ret;
+        op->sb = s;
+        op->write = write;
+        op->cb = cb;
+        op->userdata = userdata;
         snprintf(op->asked, sizeof(op->asked), "%s", path);
-        *ret = op;
-        return 0;
+        snprintf(op->real, sizeof(op->real), "%s", path);
+        /* A chunk's base64, and the frame around it, fit max_frame. */
+        unsigned long long frame = s->mgr->cfg->max_frame;
+        op->chunk = frame > 2 * FILES_FRAME_SLACK ? (size_t)((frame - FILES_FRAME_SLACK) / 4 * 3)
+                                                  : FILES_FRAME_SLACK / 4 * 3;
+        /* The first request is made here: a failure is returned, not called back. */
+        return op_next(op);
 }
 
-int files_write(struct engine *eng, const char *id, const char *path, const void *data, size_t len,
-                files_cb cb, void *userdata, struct files_op **ret)
+int files_write(struct sandbox *s, const char *path, const void *data, size_t len, files_cb cb,
+                void *userdata, struct files_op **ret)
 {
-        struct files_op *op;
-        int r = op_new(eng, OP_WRITE, id, path, cb, userdata, &op);
-        if (r < 0)
-                return r;
-        op->data = malloc(len ? len : 1);
-        if (!op->data) {
+        struct files_op *op = calloc(1, sizeof(*op));
+        if (!op || !(op->data = malloc(len ? len : 1))) {
                 free(op);
                 return -ENOMEM;
         }
         memcpy(op->data, data, len);
         op->len = len;
-        /* The first request is made here: a failure is returned, not called back. */
-        r = head_next(op);
+        buf_init(&op->got, 0);
+        int r = op_start(s, true, path, cb, userdata, &op);
         if (r < 0) {
+                op->ask = NULL;
                 op_free(op);
                 return r;
         }
@@ -601,16 +358,17 @@ int files_write(struct engine *eng, const char *id, const char *path, const void
         return 0;
 }
 
-int files_read(struct engine *eng, const char *id, const char *path, size_t max, files_cb cb,
-               void *userdata, struct files_op **ret)
+int files_read(struct sandbox *s, const char *path, size_t max, files_cb cb, void *userdata,
+               struct files_op **ret)
 {
-        struct files_op *op;
-        int r = op_new(eng, OP_READ, id, path, cb, userdata, &op);
-        if (r < 0)
-                return r;
+        struct files_op *op = calloc(1, sizeof(*op));
+        if (!op)
+                return -ENOMEM;
         op->max = max;
-        r = head_next(op);
+        buf_init(&op->got, max);
+        int r = op_start(s, false, path, cb, userdata, &op);
         if (r < 0) {
+                op->ask = NULL;
                 op_free(op);
                 return r;
         }

@@ -1,13 +1,16 @@
-/* Files in and out of a sandbox's /workspace. Content moves through the
- * engine's archive endpoints (PUT, GET and HEAD /containers/{id}/archive)
- * as tar streams built and read with libarchive; nothing is ever written to
- * the host's disk. Every path is confined to /workspace: no "..", nothing
- * absolute elsewhere, and no symlink that leads out of it (checked
- * component by component through the engine's stat). */
+/* Files in and out of a sandbox's /workspace. The sandbox's runtime moves
+ * them (sandbox/file/read and sandbox/file/write requests on the frame
+ * channel, runtime/README.md), with the sandbox's own rights, as base64 in
+ * chunks that fit max_frame; nothing is ever written to the host's disk.
+ * Every path is confined to /workspace: no "..", nothing absolute elsewhere
+ * (files_path, here), and no symlink that leads out of it (the runtime
+ * walks the path a component at a time and follows a link only inside). */
 #pragma once
 
 #include "core/buf.h"
-#include "engine/engine.h"
+#include "core/util.h"
+
+#include <jansson.h>
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -24,34 +27,10 @@
  * /workspace itself is accepted only when allow_root. */
 int files_path(const char *in, bool allow_root, char *out, size_t out_size, struct err *e);
 
-/* A tar stream (ustar/pax) of one regular file `name` (relative, may hold
- * "/"), preceded by directory entries for each of its parent directories
- * when make_dirs, appended to `out`. Entries belong to uid/gid 65534 (the
- * sandbox's user): files 0644, directories 0755. */
-int files_tar_build(const char *name, bool make_dirs, const void *data, size_t len,
-                    struct buf *out);
-
-/* One entry of a tar stream. */
-struct files_entry {
-        const char *path;
-        enum { FILES_REG, FILES_DIR, FILES_SYMLINK, FILES_OTHER } type;
-        long long size;
-        const char *data; /* regular files: their bytes (len of them) */
-        size_t len;
-        const char *link; /* symlinks: the target, else NULL */
-};
-/* Walks a tar stream from outside (untrusted): `cb` gets each entry until
- * it returns non-zero (which is returned). Regular files' data is read only
- * up to `max` bytes each (-EFBIG past that). -EBADMSG with a message for a
- * malformed stream. */
-int files_tar_each(const char *data, size_t len, size_t max,
-                   int (*cb)(void *userdata, const struct files_entry *e), void *userdata,
-                   struct err *e);
-
 /* What an operation came to. */
 struct files_result {
         int error;           /* 0, or a negative errno: ENOENT, EISDIR, ENOTDIR, EPERM
-                              * (a symlink out of /workspace), EFBIG, ENOSPC, EIO */
+                              * (a symlink out of /workspace), ELOOP, EINVAL, EFBIG, ENOSPC, EIO */
         const char *message; /* for error: a sentence a person can act on */
         const char *path;    /* the real path (symlinks inside /workspace followed) */
         const char *data;    /* read: the file's bytes */
@@ -60,17 +39,36 @@ struct files_result {
 typedef void (*files_cb)(void *userdata, const struct files_result *r);
 
 struct files_op;
+struct sandbox;
 
-/* Writes `len` bytes (copied) to `path` (from files_path) in container `id`,
- * making missing parent directories; an existing file is replaced. */
-int files_write(struct engine *eng, const char *id, const char *path, const void *data, size_t len,
-                files_cb cb, void *userdata, struct files_op **ret);
-/* Reads the regular file `path` of container `id`, at most `max` bytes
- * (EFBIG beyond, before anything is fetched). */
-int files_read(struct engine *eng, const char *id, const char *path, size_t max, files_cb cb,
-               void *userdata, struct files_op **ret);
+/* A frame's bytes besides the base64 of the chunk it carries. */
+#define FILES_FRAME_SLACK (64 * 1024)
+
+/* Writes `len` bytes (copied) to `path` (from files_path) in sandbox `s`,
+ * making missing parent directories; an existing file is replaced. The
+ * sandbox's runtime does it (sandbox/file/write, a chunk a request, each
+ * fitting max_frame), with the sandbox's own rights, following symlinks
+ * only inside /workspace. */
+int files_write(struct sandbox *s, const char *path, const void *data, size_t len, files_cb cb,
+                void *userdata, struct files_op **ret);
+/* Reads the regular file `path` of sandbox `s`, at most `max` bytes (EFBIG
+ * beyond, before anything is moved): sandbox/file/read, a chunk a request. */
+int files_read(struct sandbox *s, const char *path, size_t max, files_cb cb, void *userdata,
+               struct files_op **ret);
 /* The callback will not be called. Accepts NULL. */
 void files_op_cancel(struct files_op *op);
+
+/* The runtime's error object for a file request (untrusted): a negative
+ * errno, and in msg the words users see for `asked` (the path as given);
+ * `max` is the read's limit. */
+int files_error_message(const json_t *error, const char *asked, bool write, size_t max, char *msg,
+                        size_t size);
+/* A chunk of a read from the runtime's result (untrusted): its bytes
+ * appended to `got` (at most `max` in all), the file's size and real path
+ * (borrowed from result). The number of bytes taken, or -EFBIG past max,
+ * -EBADMSG for a malformed answer. */
+int files_read_chunk(const json_t *result, size_t max, struct buf *got, long long *ret_size,
+                     const char **ret_path);
 
 /* A MIME type for a file name, from its extension ("image/png", ...), or
  * NULL when it has none that corral knows. */

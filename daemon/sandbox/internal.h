@@ -5,8 +5,8 @@
  *   run.c       a run in a sandbox: its request, the exec, the frames of
  *               the runtime, the time limit, the result and its delivery
  *   transfer.c  a run's files: uploads before it, /workspace/out after it
- *   freeze.c    a kept sandbox held stopped: freezes, requests to the
- *               runtime (sandbox_ask), read_file and write_file
+ *   freeze.c    requests to the runtime (sandbox_ask), read_file and
+ *               write_file on a session
  *   pool.c      the warm pool of ready sandboxes
  *   sweep.c     containers that dead instances left behind
  *   spec.c      the hardened create body
@@ -42,22 +42,12 @@ enum sandbox_state {
         S_STARTING,   /* the start request is out */
         S_STARTED,    /* waiting for sandbox/ready */
         S_READY,      /* in the pool (mgr->ready): the runtime waits for a request */
-        S_UPLOADING,  /* the run's files go into /workspace, or a freeze is waited out */
+        S_UPLOADING,  /* the run's files go into /workspace */
         S_BUSY,       /* the exec is sent: the code runs */
         S_COLLECTING, /* fetching what the code wrote under /workspace/out */
         S_IDLE,       /* kept (a session): waiting for its next run */
         S_REMOVING,   /* the engine is asked to remove the container */
         S_DONE,       /* released (mgr->done), freed from the loop */
-};
-
-/* Holds a kept sandbox's other processes stopped (sandbox/freeze) while
- * files move; `ready` follows from the loop (`why` NULL once frozen). */
-struct freeze_wait {
-        struct list node; /* s->fz_waits */
-        void (*ready)(void *userdata, const struct err *why);
-        void *userdata;
-        struct defer d; /* granted at once: the sandbox was frozen already */
-        struct freeze_wait *answered_next;
 };
 
 /* Where a run's time goes, for the log at debug level (run_deliver):
@@ -103,11 +93,6 @@ struct run {
         size_t i_out;
         unsigned long long out_bytes;
         struct files_op *fop;
-        /* A session's transfers wait for a freeze, then hold it. */
-        struct freeze_wait wait;
-        enum { RF_NONE, RF_WAITING, RF_HELD } freeze;
-        void (*then)(struct sandbox *);
-        bool exec_pending; /* the exec waits for file operations to end */
         /* Stopping a session's run without losing the session. */
         enum sandbox_status interrupting; /* ST_OK, or why */
         char *interrupt_msg;
@@ -153,11 +138,7 @@ struct sandbox {
         /* freeze.c */
         struct list asks; /* struct sandbox_ask */
         unsigned ask_seq;
-        int freezes; /* holders */
-        enum { FZ_THAWED, FZ_FREEZING, FZ_FROZEN } fz;
-        struct list fz_waits;   /* struct freeze_wait */
-        struct list fops;       /* struct sandbox_fop */
-        struct timer *fz_timer; /* renews a long freeze */
+        struct list fops; /* struct sandbox_fop */
         /* What called out finds it S_DONE, never freed: freed from the
          * loop, after its result was handed over (core/loop.h). */
         struct defer free_d;
@@ -272,7 +253,7 @@ void run_deliver(struct sandbox *s);
 int run_on_frame(void *userdata, const char *line, size_t len);
 /* Stop every timer of the run. */
 void run_stop_timers(struct run *r);
-/* The run's code no longer runs: its transfers, freeze, timers and MCP
+/* The run's code no longer runs: its transfers, timers and MCP
  * calls stop; its result stays. */
 void run_quiesce(struct sandbox *s);
 /* Stop a session's run, keeping the session: the runtime interrupts it. */
@@ -281,21 +262,14 @@ void run_interrupt(struct sandbox *s, enum sandbox_status why, const char *msg);
 /* transfer.c */
 void transfer_upload(struct sandbox *s);
 void transfer_collect(struct sandbox *s);
-/* Freeze for a session's transfer, then `then`; a single-use sandbox
- * needs none. */
-void transfer_freeze(struct sandbox *s, void (*then)(struct sandbox *));
-void transfer_unfreeze(struct sandbox *s);
 void transfer_cancel(struct run *r);
 /* Its files in and the runtime's list of files out. */
 void transfer_free(struct run *r);
 
 /* freeze.c */
-int freeze_get(struct sandbox *s, struct freeze_wait *w);
-void freeze_put(struct sandbox *s);
-void freeze_cancel(struct sandbox *s, struct freeze_wait *w);
-bool freeze_any(const struct sandbox *s); /* held or being taken */
-/* The answer of the runtime to a sandbox_ask (a string id). */
-void freeze_ask_answered(struct sandbox *s, const char *id, json_t *result, const char *error);
+/* The answer of the runtime to a sandbox_ask (a string id): its result,
+ * or its error object. */
+void freeze_ask_answered(struct sandbox *s, const char *id, json_t *result, json_t *error);
 /* Ends what the sandbox's runtime and file operations still owe: answers
  * go out from the loop (none when the manager is being freed). */
 void freeze_release(struct sandbox *s);

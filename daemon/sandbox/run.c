@@ -169,7 +169,6 @@ void run_free(struct run *r)
         if (!r)
                 return;
         defer_cancel(&r->deliver_d);
-        defer_cancel(&r->wait.d);
         frames_close(r);
         transfer_cancel(r);
         transfer_free(r);
@@ -197,10 +196,8 @@ void run_quiesce(struct sandbox *s)
         struct run *r = s->run;
         if (!r)
                 return;
-        transfer_unfreeze(s);
         transfer_cancel(r);
         run_stop_timers(r);
-        r->exec_pending = false;
         /* What its code asked of MCP servers is withdrawn. */
         frames_close(r);
 }
@@ -666,10 +663,9 @@ static void on_message(struct sandbox *s, const struct jrpc_msg *m)
                 if (busy && json_integer_value(m->id) == s->exec_id)
                         exec_answered(s, m);
         } else if (answer && json_is_string(m->id)) {
-                const char *err = json_string_value(json_object_get(m->error, "message"));
                 freeze_ask_answered(s, json_string_value(m->id),
                                     m->kind == JRPC_RESULT ? m->result : NULL,
-                                    m->kind == JRPC_ERROR ? (err ? err : "error") : NULL);
+                                    m->kind == JRPC_ERROR ? m->error : NULL);
         } else if (busy && r->frame_ops &&
                    (m->kind == JRPC_REQUEST || m->kind == JRPC_NOTIFICATION)) {
                 /* Its code calls MCP servers; answers may come now or later. */

@@ -209,7 +209,6 @@ struct sandbox *sandbox_alloc(struct sandbox_mgr *m)
         s->seq = ++seq;
         s->t_created = now_ms();
         list_init(&s->asks);
-        list_init(&s->fz_waits);
         list_init(&s->fops);
         /* a frame and its tag: "TAG JSON" */
         line_reader_init(&s->frames, m->cfg->max_frame + FRAME_TAG_HEX + 1);

@@ -228,11 +228,8 @@ int sandbox_mgr_health(struct sandbox_mgr *m, sandbox_health_cb cb, void *userda
  * nobody else waits). Accepts NULL. */
 void sandbox_health_cancel(struct sandbox_health_wait *w);
 
-/* A file of a kept sandbox's /workspace, read or written through the
- * engine's archive endpoints (sandbox/files.h) while every other process of
- * the container is stopped (sandbox/freeze): the engine follows paths as
- * root, and code left running must not swap a checked directory for a
- * symlink meanwhile. `cb` once, from the loop, unless cancelled before it
+/* A file of a kept sandbox's /workspace, read or written by its runtime
+ * (sandbox/files.h). `cb` once, from the loop, unless cancelled before it
  * ran. -ENOTCONN when the sandbox is not there. */
 struct sandbox_fop;
 int sandbox_read_file(struct sandbox *s, const char *path, size_t max, files_cb cb, void *userdata,
@@ -250,8 +247,11 @@ int sandbox_ask(struct sandbox *s, const char *method, json_t *params, sandbox_a
                 void *userdata, struct sandbox_ask **ret);
 /* The callback will not be called. Accepts NULL. */
 void sandbox_ask_cancel(struct sandbox_ask *a);
-/* What callers have on their way in it: requests to its runtime, file
- * operations and holds on its freeze. A caller that withdrew its own
+/* In a sandbox_ask_cb given an error: the error object the runtime sent
+ * (borrowed; its data says more), or NULL when it sent none. */
+const json_t *sandbox_ask_error(const struct err *e);
+/* What callers have on their way in it: requests to its runtime and file
+ * operations. A caller that withdrew its own
  * leaves none. */
 size_t sandbox_pending(const struct sandbox *s);
 /* What a running sandbox has so far: its output (status and timing not

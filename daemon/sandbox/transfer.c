@@ -1,10 +1,8 @@
 /* A run's files: the request's files written into /workspace before the
  * code, and what the code wrote under /workspace/out fetched after it,
- * each checked on its way. A session's transfers happen frozen (freeze.c):
- * code left running in the background must not swap a checked directory
- * for a symlink while the engine (as root) follows the path. A single-use
- * sandbox needs no freeze: no code has run before its uploads, and every
- * process of it is gone before its collection. */
+ * each checked on its way. The sandbox's runtime moves them (files.h),
+ * with the sandbox's own rights: code left running in a session's
+ * background can do nothing to them that it could not do itself. */
 #include "sandbox/internal.h"
 
 #include "core/log.h"
@@ -16,56 +14,6 @@
 
 #define COLLECT_MAX_MS 30000 /* fetching /workspace/out after a run */
 #define OUT_FILES_MAX  RT_OUT_FILES_MAX
-
-/* ---- the freeze of a session's transfer */
-
-static void run_frozen(void *userdata, const struct err *why)
-{
-        struct sandbox *s = userdata;
-        struct run *r = s->run;
-        if (why) {
-                r->freeze = RF_NONE;
-                char msg[600];
-                snprintf(msg, sizeof(msg),
-                         "cannot stop the session's processes to move files: %.500s", why->msg);
-                run_failed(s, ST_ERROR, "FileError", msg);
-                return;
-        }
-        r->freeze = RF_HELD;
-        void (*then)(struct sandbox *) = r->then;
-        r->then = NULL;
-        then(s);
-}
-
-void transfer_freeze(struct sandbox *s, void (*then)(struct sandbox *))
-{
-        struct run *r = s->run;
-        if (!s->keep) {
-                then(s);
-                return;
-        }
-        r->then = then;
-        r->wait = (struct freeze_wait){.ready = run_frozen, .userdata = s};
-        r->freeze = RF_WAITING;
-        if (freeze_get(s, &r->wait) < 0) {
-                r->freeze = RF_NONE;
-                run_failed(s, ST_ERROR, "FileError",
-                           "cannot stop the session's processes to move files: its runtime does "
-                           "not answer");
-        }
-}
-
-void transfer_unfreeze(struct sandbox *s)
-{
-        struct run *r = s->run;
-        if (!r)
-                return;
-        if (r->freeze == RF_WAITING)
-                freeze_cancel(s, &r->wait);
-        else if (r->freeze == RF_HELD)
-                freeze_put(s);
-        r->freeze = RF_NONE;
-}
 
 void transfer_cancel(struct run *r)
 {
@@ -100,37 +48,25 @@ static void files_clear(struct run *r)
         r->n_files = r->i_file = 0;
 }
 
-/* The exec goes when no file operation holds the sandbox frozen: the
- * runtime would hand the request to a stopped worker (and block on it). */
-static void exec_when_thawed(struct sandbox *s)
-{
-        if (freeze_any(s)) {
-                s->run->exec_pending = true; /* freeze.c's thawed() sends it */
-                return;
-        }
-        run_send_exec(s);
-}
-
 static void upload_next(struct sandbox *s)
 {
         struct run *r = s->run;
         if (r->i_file >= r->n_files) {
                 files_clear(r);
-                transfer_unfreeze(s); /* the thaw frame goes before the exec */
-                exec_when_thawed(s);
+                run_send_exec(s);
                 return;
         }
         const struct sandbox_file *f = &r->files[r->i_file];
-        if (files_write(s->mgr->eng, s->id, f->path, f->data, f->len, uploaded, s, &r->fop) < 0)
+        if (files_write(s, f->path, f->data, f->len, uploaded, s, &r->fop) < 0)
                 run_failed(s, ST_ERROR, "FileError", "cannot write the files: out of memory");
 }
 
 void transfer_upload(struct sandbox *s)
 {
         if (s->run->n_files == 0)
-                exec_when_thawed(s);
+                run_send_exec(s);
         else
-                transfer_freeze(s, upload_next);
+                upload_next(s);
 }
 
 void transfer_free(struct run *r)
@@ -290,7 +226,7 @@ static void collect_next(struct sandbox *s)
                         r->i_out++;
                         continue;
                 }
-                if (files_read(s->mgr->eng, s->id, full, max, collected, s, &r->fop) < 0) {
+                if (files_read(s, full, max, collected, s, &r->fop) < 0) {
                         out_note(r, full + strlen(FILES_ROOT) + 1,
                                  json_integer_value(json_object_get(f, "size")), "out of memory");
                         r->i_out++;
@@ -298,7 +234,6 @@ static void collect_next(struct sandbox *s)
                 }
                 return;
         }
-        transfer_unfreeze(s);
         run_end(s);
 }
 
@@ -335,5 +270,5 @@ void transfer_collect(struct sandbox *s)
         timer_stop(r->limit_timer);
         if (timer_set(s->mgr->loop, &r->collect_timer, collect_expired, s, COLLECT_MAX_MS) < 0)
                 log_warn("sandbox %s: no time limit on fetching /workspace/out", s->short_id);
-        transfer_freeze(s, collect_next);
+        collect_next(s);
 }

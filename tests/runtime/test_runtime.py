@@ -21,6 +21,7 @@ capabilities, like in the container.  Exits non-zero if any check fails.
 """
 import ast
 import base64
+import hashlib
 import hmac
 import json
 import os
@@ -2344,6 +2345,108 @@ def out_files_inline():
           and 'out/link' not in files and rc == 0,
           'out files: what fits in out_inline_max comes inline (base64), the rest is listed for the daemon to fetch',
           (resp, err[-300:]))
+
+
+# sandbox/file/read and sandbox/file/write: chunks of a binary file in and
+# out, symlinks inside the workspace followed, every way out refused with a
+# kind the daemon turns into its words.
+@case
+def file_frames():
+    ws = owned_dir('corral-ws-file-')
+    rt = Runtime({'CORRAL_WORKSPACE': ws})
+    rt.ready()
+    n = [0]
+
+    def ask(method, params):
+        n[0] += 1
+        rt.send({'jsonrpc': '2.0', 'id': 'f%d' % n[0], 'method': 'sandbox/file/' + method, 'params': params})
+        return rt.response('f%d' % n[0])[1] or {}
+
+    def kind(resp):
+        e = resp.get('error') or {}
+        return e.get('code') == -32001 and (e.get('data') or {}).get('kind')
+
+    blob = os.urandom(300000) + bytes(range(256))
+    answers = [ask('write', {'path': 'new/dir/blob.bin', 'offset': off, 'data': b64(blob[off:off + 100000])})
+               for off in range(0, len(blob), 100000)]
+    check(all(a.get('result', {}).get('path') == ws + '/new/dir/blob.bin' for a in answers)
+          and answers[-1]['result'].get('size') == len(blob),
+          'file/write: chunks at their offsets, missing directories made', answers[-1])
+    got, off, size = b'', 0, None
+    while True:
+        r = ask('read', {'path': 'new/dir/blob.bin', 'offset': off, 'length': 70000, 'max': 1 << 20}).get('result') or {}
+        chunk = base64.b64decode(r.get('data', ''))
+        size = r.get('size')
+        got += chunk
+        off += len(chunk)
+        if len(chunk) < 70000:
+            break
+    check(hashlib.sha256(got).hexdigest() == hashlib.sha256(blob).hexdigest() and size == len(blob),
+          'file/read: the same bytes back, chunk by chunk, with the size', (len(got), size))
+    with open(os.path.join(ws, 'new', 'dir', 'blob.bin'), 'rb') as f:
+        check(f.read() == blob, 'file/write: the file holds exactly what was written')
+    st = os.stat(os.path.join(ws, 'new', 'dir'))
+    check(oct(st.st_mode & 0o777) == '0o755', 'file/write: directories it makes are 0755', oct(st.st_mode))
+    small = ask('write', {'path': 'new/dir/blob.bin', 'offset': 0, 'data': b64(b'short')})
+    with open(os.path.join(ws, 'new', 'dir', 'blob.bin'), 'rb') as f:
+        check(small.get('result', {}).get('size') == 5 and f.read() == b'short',
+              'file/write at offset 0 replaces a file', small)
+    check(kind(ask('write', {'path': 'new/dir/blob.bin', 'offset': 9, 'data': b64(b'x')})) == 'EIO',
+          'file/write: a chunk not where the file ends is refused')
+
+    os.makedirs(os.path.join(ws, 'real'))
+    with open(os.path.join(ws, 'real', 'ok.txt'), 'w') as f:
+        f.write('inside')
+    if os.geteuid() == 0:
+        os.chown(os.path.join(ws, 'real'), 65534, 65534)
+    escape = 'corral-escape-%d' % os.getpid()
+    os.symlink('real/ok.txt', os.path.join(ws, 'alias.txt'))
+    os.symlink('/etc/passwd', os.path.join(ws, 'pw'))
+    os.symlink('/etc', os.path.join(ws, 'etc-link'))
+    os.symlink('../../tmp', os.path.join(ws, 'real', 'up'))
+    os.symlink('/proc/1/fd/1', os.path.join(ws, 'proc-link'))
+    os.symlink(ws + '/real', os.path.join(ws, 'abs-link'))
+    os.symlink('loop-b', os.path.join(ws, 'loop-a'))
+    os.symlink('loop-a', os.path.join(ws, 'loop-b'))
+    os.mkfifo(os.path.join(ws, 'fifo'))
+    alias = ask('read', {'path': 'alias.txt', 'length': 100, 'max': 100}).get('result') or {}
+    check(base64.b64decode(alias.get('data', '')) == b'inside' and alias.get('path') == ws + '/real/ok.txt',
+          'file/read: a symlink inside the workspace is followed and the real path said', alias)
+    via = ask('write', {'path': 'abs-link/new.txt', 'data': b64(b'v')}).get('result') or {}
+    check(via.get('path') == ws + '/real/new.txt' and os.path.exists(os.path.join(ws, 'real', 'new.txt')),
+          'file/write: through an absolute link that stays inside', via)
+    pw = ask('read', {'path': 'pw', 'length': 100, 'max': 100})
+    el = ask('read', {'path': 'etc-link/passwd', 'length': 100, 'max': 100})
+    check(kind(pw) == 'EPERM' and pw['error']['data'].get('target') == '/etc/passwd'
+          and pw['error']['data'].get('at') == ws + '/pw'
+          and kind(el) == 'EPERM' and el['error']['data'].get('target') == '/etc'
+          and el['error']['data'].get('at') == ws + '/etc-link',
+          'file/read: a symlink out of the workspace is refused, naming it and its target', (pw, el))
+    outs = [ask('write', {'path': p, 'data': b64(b'x')}) for p in ('etc-link/' + escape, 'real/up/' + escape, 'proc-link')]
+    outs.append(ask('read', {'path': 'proc-link', 'length': 10, 'max': 10}))
+    check(all(kind(o) == 'EPERM' for o in outs) and not os.path.exists('/tmp/' + escape),
+          'file/write and read: no way out through links, /proc/1 included', outs)
+    cases = {
+        'missing': (ask('read', {'path': 'nope/x', 'length': 1, 'max': 1}), 'ENOENT'),
+        'notdir': (ask('read', {'path': 'real/ok.txt/x', 'length': 1, 'max': 1}), 'ENOTDIR'),
+        'isdir': (ask('read', {'path': 'real', 'length': 1, 'max': 1}), 'EISDIR'),
+        'write isdir': (ask('write', {'path': 'real', 'data': ''}), 'EISDIR'),
+        'fifo': (ask('read', {'path': 'fifo', 'length': 1, 'max': 1}), 'EINVAL'),
+        'write fifo': (ask('write', {'path': 'fifo', 'data': b64(b'x')}), 'EINVAL'),
+        'loop': (ask('read', {'path': 'loop-a', 'length': 1, 'max': 1}), 'ELOOP'),
+        'dotdot': (ask('read', {'path': 'real/../pw', 'length': 1, 'max': 1}), 'EINVAL'),
+        'bad base64': (ask('write', {'path': 'b.txt', 'data': '!!!'}), 'EINVAL'),
+        'bad params': (ask('read', {'path': 3}), 'EINVAL'),
+    }
+    check(all(kind(r) == k for r, k in cases.values()),
+          'file requests: missing, not a directory, a directory, a FIFO, a loop, "..", bad params',
+          {n: r for n, (r, k) in cases.items() if kind(r) != k})
+    big = ask('read', {'path': 'alias.txt', 'length': 100, 'max': 3})
+    check(kind(big) == 'EFBIG' and big['error']['data'].get('size') == 6,
+          'file/read: a file over max is refused with its size', big)
+    rc, err = rt.close()
+    check(rc == 0 and not rt.bad, 'file requests: the runtime served them all and exits 0', err[-500:])
+    shutil.rmtree(ws, ignore_errors=True)
 
 
 # read_out_file, called in the runtime's own code: no link on the path is

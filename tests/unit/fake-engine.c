@@ -39,7 +39,8 @@ struct fake_container {
         unsigned char key[FRAME_KEY_LEN];
         bool keyed, tagging;
         uint64_t seq;
-        char *last; /* the last tagged line sent, for a replay */
+        char *last;    /* the last tagged line sent, for a replay */
+        json_t *files; /* sandbox/file/read, write: path -> base64 of the bytes */
 };
 
 struct fake_conn {
@@ -336,6 +337,33 @@ static void runtime_frame(struct fake_container *ct, const char *line, size_t n)
                             json_pack("{s:b}", "frozen", strcmp(method, "sandbox/freeze") == 0));
         } else if (strcmp(method, "sandbox/list") == 0) {
                 send_result(ct, id, json_pack("{s:[]}", "entries"));
+        } else if (strcmp(method, "sandbox/file/write") == 0) {
+                /* Whole files only: a chunk at offset 0 replaces it. */
+                const char *path = json_string_value(json_object_get(params, "path"));
+                json_t *data = json_object_get(params, "data");
+                char real[1200];
+                snprintf(real, sizeof(real), "/workspace/%s", path ? path : "");
+                if (!ct->files)
+                        ct->files = json_object();
+                if (path && json_is_string(data))
+                        json_object_set(ct->files, path, data);
+                send_result(ct, id,
+                            json_pack("{s:s, s:I}", "path", real, "size",
+                                      (json_int_t)json_string_length(data) / 4 * 3));
+        } else if (strcmp(method, "sandbox/file/read") == 0) {
+                const char *path = json_string_value(json_object_get(params, "path"));
+                json_t *data = path && ct->files ? json_object_get(ct->files, path) : NULL;
+                char real[1200];
+                snprintf(real, sizeof(real), "/workspace/%s", path ? path : "");
+                if (!data)
+                        send_frame(ct, json_pack("{s:s, s:O, s:{s:i, s:s, s:{s:s}}}", "jsonrpc",
+                                                 "2.0", "id", id, "error", "code", -32001,
+                                                 "message", "no such file or directory", "data",
+                                                 "kind", "ENOENT"));
+                else
+                        send_result(ct, id,
+                                    json_pack("{s:s, s:O, s:I}", "path", real, "data", data, "size",
+                                              (json_int_t)json_string_length(data) / 4 * 3));
         } else if (strcmp(method, "notifications/cancelled") == 0) {
                 json_int_t rid = json_integer_value(json_object_get(params, "requestId"));
                 if (ct->hanging && rid == ct->hanging && !ct->stubborn) {
@@ -395,6 +423,7 @@ static void container_free(struct fake_container *ct)
         json_decref(ct->create);
         json_decref(ct->held);
         free(ct->last);
+        json_decref(ct->files);
         free(ct);
 }
 

@@ -1,5 +1,6 @@
-/* Paths under /workspace, tar streams both ways, MIME types: the pure parts
- * of the files module (the engine side is exercised end to end). */
+/* Paths under /workspace, the runtime's answers to file requests, MIME
+ * types: the pure parts of the files module (the requests themselves are
+ * exercised end to end, and by the runtime's tests). */
 #include "sandbox/files.h"
 
 #include "tap.h"
@@ -91,102 +92,97 @@ static void test_paths(void)
                "a path over %d bytes is refused", FILES_PATH_MAX);
 }
 
-struct seen {
-        int n;
-        char names[8][128];
-        int types[8];
-        long long sizes[8];
-        struct buf data;
-        int stop_at;
-};
-
-static int collect(void *userdata, const struct files_entry *e)
+static json_t *j(const char *text)
 {
-        struct seen *s = userdata;
-        if (s->n < 8) {
-                snprintf(s->names[s->n], sizeof(s->names[0]), "%s", e->path);
-                s->types[s->n] = e->type;
-                s->sizes[s->n] = e->size;
-        }
-        if (e->type == FILES_REG)
-                buf_append(&s->data, e->data, e->len);
-        return ++s->n == s->stop_at ? 7 : 0;
+        json_t *v = json_loads(text, 0, NULL);
+        if (!v)
+                abort(); /* the test's own JSON */
+        return v;
 }
 
-static void test_tar(void)
+/* The runtime's errors for file requests become the words users saw when
+ * the engine did the work. */
+static void test_errors(void)
 {
-        struct buf tar;
-        buf_init(&tar, 1 << 20);
-        static const char content[] = "hello\n\0binary\xff";
-        is_int(files_tar_build("a/b/c.txt", true, content, sizeof(content), &tar), 0,
-               "a tar of a/b/c.txt with its directories builds");
-        ok(tar.len % 512 == 0 && tar.len >= 5 * 512, "its size is whole 512-byte blocks (%zu)",
-           tar.len);
-        struct seen s = {0};
-        buf_init(&s.data, 1 << 20);
-        struct err e = {0};
-        is_int(files_tar_each(tar.data, tar.len, 1 << 20, collect, &s, &e), 0, "it reads back");
-        is_int(s.n, 3, "three entries");
-        is_str(s.names[0], "a/", "first the directory a");
-        is_int(s.types[0], FILES_DIR, "...a directory");
-        is_str(s.names[1], "a/b/", "then a/b");
-        is_str(s.names[2], "a/b/c.txt", "then the file");
-        is_int(s.types[2], FILES_REG, "...a regular file");
-        is_int(s.sizes[2], (long long)sizeof(content), "...of its size");
-        is_mem(s.data.data, s.data.len, content, sizeof(content), "...with its bytes, NUL and all");
-        buf_free(&s.data);
+        static const struct {
+                const char *error;
+                bool write;
+                int want;
+                const char *msg;
+        } cases[] = {
+            {"{\"message\":\"x\",\"data\":{\"kind\":\"ENOENT\",\"at\":\"/workspace/a\"}}", false,
+             -ENOENT, "no such file or directory: /workspace/a/b"},
+            {"{\"message\":\"x\",\"data\":{\"kind\":\"EPERM\",\"at\":\"/workspace/pw\",\"target\":"
+             "\"/etc/passwd\"}}",
+             false, -EPERM,
+             "/workspace/a/b: /workspace/pw is a symbolic link to /etc/passwd, outside /workspace; "
+             "corral's file tools stay inside /workspace"},
+            {"{\"message\":\"x\",\"data\":{\"kind\":\"ENOTDIR\",\"at\":\"/workspace/a\"}}", true,
+             -ENOTDIR, "/workspace/a/b: /workspace/a is not a directory"},
+            {"{\"message\":\"x\",\"data\":{\"kind\":\"EISDIR\"}}", false, -EISDIR,
+             "/workspace/a/b is a directory (list_files lists it)"},
+            {"{\"message\":\"x\",\"data\":{\"kind\":\"EISDIR\"}}", true, -EISDIR,
+             "/workspace/a/b is a directory"},
+            {"{\"message\":\"not a regular file\",\"data\":{\"kind\":\"EINVAL\"}}", false, -EINVAL,
+             "/workspace/a/b is not a regular file"},
+            {"{\"message\":\"x\",\"data\":{\"kind\":\"EFBIG\",\"size\":99}}", false, -EFBIG,
+             "/workspace/a/b is 99 bytes, over the 10-byte limit"},
+            {"{\"message\":\"x\",\"data\":{\"kind\":\"ENOSPC\"}}", true, -ENOSPC,
+             "writing /workspace/a/b: no space left in /workspace (its size is the "
+             "workspace_size setting)"},
+            {"{\"message\":\"x\",\"data\":{\"kind\":\"ELOOP\"}}", false, -ELOOP,
+             "/workspace/a/b: too many symbolic links"},
+            {"{\"message\":\"Permission denied\",\"data\":{\"kind\":\"EIO\"}}", true, -EIO,
+             "writing /workspace/a/b: Permission denied"},
+            /* From a sandbox: no data, or words meant to mislead, stay its own. */
+            {"{\"message\":\"\\u001b[2Jdone\"}", false, -EIO, "reading /workspace/a/b: ?[2Jdone"},
+            {"{\"data\":{\"kind\":7}}", false, -EIO, "reading /workspace/a/b: no reason given"},
+            {"{\"message\":\"x\",\"data\":{\"kind\":\"EPERM\",\"at\":\"/workspace/l\",\"target\":"
+             "\"/etc\\n\\u0007\"}}",
+             false, -EPERM, "symbolic link to /etc??, outside"},
+        };
+        for (size_t i = 0; i < ARRAY_SIZE(cases); i++) {
+                json_t *e = j(cases[i].error);
+                char msg[1200];
+                int r =
+                    files_error_message(e, "/workspace/a/b", cases[i].write, 10, msg, sizeof(msg));
+                is_int(r, cases[i].want, "error %zu: its errno", i);
+                like(msg, cases[i].msg, "error %zu: its words", i);
+                json_decref(e);
+        }
+}
 
-        /* The callback's non-zero value stops the walk and is returned. */
-        struct seen stop = {.stop_at = 2};
-        buf_init(&stop.data, 1 << 20);
-        is_int(files_tar_each(tar.data, tar.len, 1 << 20, collect, &stop, &e), 7,
-               "a callback's non-zero return stops the walk");
-        is_int(stop.n, 2, "...after the second entry");
-        buf_free(&stop.data);
-
-        /* A file over the read bound is refused, not truncated. */
-        struct seen big = {0};
-        buf_init(&big.data, 1 << 20);
-        is_int(files_tar_each(tar.data, tar.len, 4, collect, &big, &e), -EFBIG,
-               "a file over max is -EFBIG");
-        like(e.msg, "limit", "...with a message");
-        buf_free(&big.data);
-
-        /* A long name goes through pax. */
-        char name[600];
-        memset(name, 'x', 300);
-        memcpy(name + 300, "/", 1);
-        memset(name + 301, 'y', 200);
-        name[501] = '\0';
-        struct buf t2;
-        buf_init(&t2, 1 << 20);
-        is_int(files_tar_build(name, false, "z", 1, &t2), 0, "a 501-byte name builds");
-        struct seen ln = {0};
-        buf_init(&ln.data, 1 << 20);
-        is_int(files_tar_each(t2.data, t2.len, 1 << 20, collect, &ln, &e), 0, "...and reads");
-        is_int(ln.n, 1, "...as one entry (no directories asked for)");
-        ok(strlen(ln.names[0]) == 127, "...whose name we kept the start of");
-        buf_free(&ln.data);
-        buf_free(&t2);
-
-        /* Malformed input: errors, never a crash. */
-        struct seen bad = {0};
-        buf_init(&bad.data, 1 << 20);
-        char junk[1024];
-        memset(junk, 'j', sizeof(junk));
-        ok(files_tar_each(junk, sizeof(junk), 1 << 20, collect, &bad, &e) < 0, "junk is an error");
-        ok(files_tar_each(tar.data, 700, 1 << 20, collect, &bad, &e) < 0 || bad.n < 3,
-           "a cut stream is an error or ends early");
-        is_int(files_tar_each("", 0, 1 << 20, collect, &bad, &e) <= 0, 1, "an empty stream");
-        buf_free(&bad.data);
-
-        /* The bound of the output buffer holds. */
-        struct buf small;
-        buf_init(&small, 1000);
-        is_int(files_tar_build("f", false, content, sizeof(content), &small), -ENOBUFS,
-               "a tar that does not fit the buffer: -ENOBUFS");
-        buf_free(&small);
-        buf_free(&tar);
+/* The chunks of a read: base64 taken within max, anything else malformed. */
+static void test_chunks(void)
+{
+        struct buf got;
+        buf_init(&got, 8);
+        long long size = -1;
+        const char *path = NULL;
+        json_t *r = j("{\"path\":\"/workspace/x\",\"size\":6,\"data\":\"aGVsbG8K\"}");
+        is_int(files_read_chunk(r, 8, &got, &size, &path), 6, "a chunk of 6 bytes");
+        is_mem(got.data, got.len, "hello\n", 6, "...its bytes");
+        ok(size == 6 && path && strcmp(path, "/workspace/x") == 0, "...the size and real path");
+        json_decref(r);
+        r = j("{\"path\":\"/workspace/x\",\"size\":9,\"data\":\"aGVsbG8K\"}");
+        is_int(files_read_chunk(r, 8, &got, &size, &path), -EFBIG, "past max in all: -EFBIG");
+        json_decref(r);
+        got.len = 0;
+        static const char *const bad[] = {
+            "{\"path\":\"/workspace/x\",\"size\":1,\"data\":\"@@@@\"}",
+            "{\"path\":\"/etc/passwd\",\"size\":1,\"data\":\"\"}",
+            "{\"path\":\"/workspace/x\",\"size\":-1,\"data\":\"\"}",
+            "{\"path\":\"/workspace/x\",\"data\":\"\"}",
+            "{\"path\":\"/workspace/x\",\"size\":1,\"data\":5}",
+            "{\"size\":1,\"data\":\"\"}",
+        };
+        for (size_t i = 0; i < ARRAY_SIZE(bad); i++) {
+                r = j(bad[i]);
+                is_int(files_read_chunk(r, 8, &got, &size, &path), -EBADMSG, "malformed %zu", i);
+                json_decref(r);
+        }
+        is_int((int)got.len, 0, "...none of which left bytes behind");
+        buf_free(&got);
 }
 
 static void test_mime(void)
@@ -204,7 +200,8 @@ static void test_mime(void)
 int main(void)
 {
         test_paths();
-        test_tar();
+        test_errors();
+        test_chunks();
         test_mime();
         return done_testing();
 }

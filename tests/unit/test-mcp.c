@@ -629,10 +629,10 @@ static void end_task(void)
         json_decref(client_call(K, "tasks/cancel", json_pack("{s:s}", "taskId", job_id), 2000));
 }
 
-static void setup_freeze_muted(void)
+static void setup_read_muted(void)
 {
         open_session();
-        fake_engine_mute(F, "sandbox/freeze");
+        fake_engine_mute(F, "sandbox/file/read");
 }
 
 static void setup_list_muted(void)
@@ -683,9 +683,8 @@ static long session_r_pending(void)
         return session_sandbox(S, "withdrawer", "r", &sb, &e) == 0 ? (long)sandbox_pending(sb) : -1;
 }
 
-/* After a withdrawal, once the runtime answered what it held (a freeze, a
- * listing): the session's next run goes on (a hold left on its freeze
- * would keep it waiting). */
+/* After a withdrawal, once the runtime answered what it held (a file's
+ * chunk, a listing): the session's next run goes on. */
 static void check_session(void)
 {
         json_t *res =
@@ -778,7 +777,7 @@ static const struct kind {
      .params = "{\"taskId\":\"%s\"}",
      .end = end_task},
     {.name = "read_file",
-     .setup = setup_freeze_muted,
+     .setup = setup_read_muted,
      .method = "tools/call",
      .params = "{\"name\":\"read_file\",\"arguments\":{\"session\":\"r\",\"path\":\"x\"}}",
      .stalled = runtime_muted,
@@ -806,7 +805,7 @@ static const struct kind {
      .idle_at_once = true,
      .check = check_upstream},
     {.name = "resources/read",
-     .setup = setup_freeze_muted,
+     .setup = setup_read_muted,
      .method = "resources/read",
      .params = "{\"uri\":\"corral://session/r/out/x\"}",
      .stalled = runtime_muted,
@@ -970,7 +969,7 @@ static void test_requests(void)
                 if (k->check == check_session)
                         is_int((int)session_r_pending(), 0,
                                "%s: ... nor anything in its session (its file operation, its "
-                               "request to the runtime, its hold on the freeze)",
+                               "request to the runtime)",
                                k->name);
                 if (k->end)
                         k->end();
