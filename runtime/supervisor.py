@@ -623,7 +623,9 @@ class Supervisor:
         # (output data) or 1/16 + 1/32 (traceback + message).
         self.out_chunk = min(CHUNK, self.max_frame // 8)
         self.text_budget = min(TRACEBACK_CAP, self.max_frame // 16)
-        self.lines, self.eof = LineReader(self.max_frame), False
+        # The daemon's lines carry a tag too: TAG_HEX digits and a space.
+        self.lines, self.eof = LineReader(self.max_frame + TAG_HEX + 1), False
+        self.in_seq = 0       # the number the daemon's next line carries
         self.job = None
         self.pre = None       # the worker forked ahead, waiting for its first request
         self.worker = None    # a session's worker, kept between runs
@@ -853,10 +855,28 @@ class Supervisor:
             return log('a frame before sandbox/key: ignored')
         self.key = key
 
+    def untag(self, line):
+        """The JSON of one of the daemon's lines after sandbox/key: each is
+        TAG SP JSON, TAG the hex HMAC-SHA256(key, 8-byte big-endian
+        (FROM_DAEMON | n) || JSON) of its n-th line since the key.  A line
+        without it was written into our stdin by someone else (gVisor lets
+        code reopen /proc/1/fd/0): corral is told, and the sandbox ends."""
+        if line is not None and len(line) > TAG_HEX and line[TAG_HEX] == 0x20:
+            mac = hmac.new(self.key, (FROM_DAEMON | self.in_seq).to_bytes(8, 'big'), 'sha256')
+            mac.update(memoryview(line)[TAG_HEX + 1:])
+            if hmac.compare_digest(mac.hexdigest().encode('ascii'), line[:TAG_HEX]):
+                self.in_seq += 1
+                return line[TAG_HEX + 1:]
+        self.forged('a line over the frame limit' if line is None else 'a line without its tag')
+
+    def forged(self, what):
+        log('%s on stdin, not written by corral: ending the sandbox' % what)
+        self.send({'jsonrpc': '2.0', 'method': 'sandbox/forged', 'params': {'what': what}})
+        self.kill_leftovers()
+        os._exit(1)
+
     def handle(self, line):
-        if line is None:
-            log('dropped a frame longer than %d bytes' % self.max_frame)
-            return self.reply_error(None, -32600, 'frame longer than %d bytes' % self.max_frame)
+        line = self.untag(line)  # a line over max_frame with its tag never gets here
         try:
             msg = json.loads(line.decode('utf-8'), parse_constant=reject_constant)
         except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError

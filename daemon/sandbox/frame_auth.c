@@ -7,6 +7,7 @@
 #include <openssl/evp.h>
 #include <openssl/params.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
 
@@ -24,6 +25,7 @@ int frame_auth_init(struct frame_auth *fa)
                 got += (size_t)k;
         }
         fa->seq = 0;
+        fa->out_seq = 0;
         return 0;
 }
 
@@ -115,6 +117,33 @@ enum frame_verdict frame_auth_check(struct frame_auth *fa, const char *line, siz
         *json = body;
         *json_len = n;
         return FRAME_OK;
+}
+
+char *frame_auth_seal(const struct frame_auth *fa, const char *lines, size_t len, size_t *out_len,
+                      size_t *count)
+{
+        size_t n = 0;
+        if (!len || lines[len - 1] != '\n')
+                return NULL;
+        for (const char *p = lines; (p = memchr(p, '\n', (size_t)(lines + len - p))); p++)
+                n++;
+        size_t total = len + n * (FRAME_TAG_HEX + 1);
+        char *out = malloc(total), *o = out;
+        if (!out)
+                return NULL;
+        uint64_t seq = fa->out_seq;
+        for (const char *p = lines; p < lines + len;) {
+                const char *nl = memchr(p, '\n', (size_t)(lines + len - p));
+                size_t k = (size_t)(nl - p) + 1;
+                frame_auth_tag(fa->key, FRAME_SEQ_TO_RUNTIME | seq++, p, k - 1, o);
+                o[FRAME_TAG_HEX] = ' ';
+                memcpy(o + FRAME_TAG_HEX + 1, p, k);
+                o += FRAME_TAG_HEX + 1 + k;
+                p += k;
+        }
+        *out_len = total;
+        *count = n;
+        return out;
 }
 
 const char *frame_verdict_name(enum frame_verdict v)

@@ -5,7 +5,13 @@
  * sandbox and given to the runtime's supervisor only (runtime/README.md,
  * "Frame protocol"). A line that does not carry the tag of the next
  * number was not written by the supervisor, or is a replay, or a line was
- * dropped or injected: the sandbox is ended, nothing of it is taken. */
+ * dropped or injected: the sandbox is ended, nothing of it is taken.
+ *
+ * The daemon's frames to the runtime, after the key line, carry tags the
+ * same way, numbered on their own with the top bit set
+ * (FRAME_SEQ_TO_RUNTIME | n): a line written into the runtime's stdin by
+ * anyone else fails the runtime's check, and it tells corral so
+ * (sandbox/forged) and ends. */
 #pragma once
 
 #include <stdbool.h>
@@ -17,8 +23,11 @@
 
 struct frame_auth {
         unsigned char key[FRAME_KEY_LEN];
-        uint64_t seq; /* the number the next line must carry */
+        uint64_t seq;     /* the number the next line must carry */
+        uint64_t out_seq; /* the number of our next line to the runtime */
 };
+
+#define FRAME_SEQ_TO_RUNTIME (UINT64_C(1) << 63)
 
 enum frame_verdict {
         FRAME_OK = 0,
@@ -44,6 +53,15 @@ void frame_auth_tag(const unsigned char key[FRAME_KEY_LEN], uint64_t seq, const 
  * changed and the line must not be acted on. */
 enum frame_verdict frame_auth_check(struct frame_auth *fa, const char *line, size_t len,
                                     const char **json, size_t *json_len);
+
+/* `lines` (one or more frames to the runtime, each ending in a newline),
+ * each behind its tag and a space, numbered from fa->out_seq on, in a new
+ * buffer (*out_len bytes; free it), *count lines. NULL for a piece that
+ * does not end in a newline, or no memory. The caller adds *count to
+ * fa->out_seq once the buffer is on its way, so that a write refused
+ * whole leaves the numbers as they were. */
+char *frame_auth_seal(const struct frame_auth *fa, const char *lines, size_t len, size_t *out_len,
+                      size_t *count);
 
 /* The verdict in words, for the log. */
 const char *frame_verdict_name(enum frame_verdict v);

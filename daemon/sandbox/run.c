@@ -55,8 +55,7 @@ void run_settle(struct run *r, enum sandbox_status st, const char *type, const c
 /* Frames the run's frame hook sends to this sandbox's runtime. */
 static int frame_send_lines(void *userdata, const char *lines, size_t len)
 {
-        struct sandbox *s = userdata;
-        return s->attach ? attach_write(s->attach, lines, len) : -EPIPE;
+        return sandbox_write_lines(userdata, lines, len);
 }
 
 static void frame_send(void *userdata, json_t *msg)
@@ -65,7 +64,7 @@ static void frame_send(void *userdata, json_t *msg)
         json_t *id = json_incref(json_object_get(msg, "id"));
         size_t n;
         char *line = jrpc_encode(msg, &n);
-        if (line && s->attach && attach_write(s->attach, line, n) < 0) {
+        if (line && s->attach && sandbox_write_lines(s, line, n) < 0) {
                 /* The code does not read its answers: a short error still
                  * fits (the queue keeps room), so no call waits forever. */
                 free(line);
@@ -74,7 +73,7 @@ static void frame_send(void *userdata, json_t *msg)
                                               "queue; too many large answers are waiting",
                                               json_pack("{s:s}", "type", "TooLarge")),
                                    &n);
-                if (line && attach_write(s->attach, line, n) < 0)
+                if (line && sandbox_write_lines(s, line, n) < 0)
                         log_warn("sandbox %s: dropped an answer to its code (input queue full)",
                                  s->short_id);
         }
@@ -635,7 +634,7 @@ static void deny_request(struct sandbox *s, const struct jrpc_msg *m)
                                            "run_python's \"servers\")",
                                            json_pack("{s:s}", "type", "PolicyDenied")),
                                 &n);
-        if (out && attach_write(s->attach, out, n) < 0)
+        if (out && sandbox_write_lines(s, out, n) < 0)
                 log_warn("sandbox %s: stdin queue full", s->short_id);
         free(out);
 }
@@ -680,8 +679,7 @@ static void on_message(struct sandbox *s, const struct jrpc_msg *m)
  * the sandbox is ended and its run, if any, says why. */
 static int frame_forged(struct sandbox *s, const char *what)
 {
-        log_event(LOG_WARN, "corral.sandbox",
-                  "sandbox %s wrote %s on its frame channel: corral ended it", s->short_id, what);
+        log_event(LOG_WARN, "corral.sandbox", "sandbox %s %s: corral ended it", s->short_id, what);
         run_settle(s->run, ST_ERROR, "ChannelForged", FORGED_MSG);
         sandbox_kill(s, ST_ERROR, FORGED_MSG);
         return -1;
@@ -691,7 +689,7 @@ int run_on_frame(void *userdata, const char *line, size_t len)
 {
         struct sandbox *s = userdata;
         if (!line && s->ready_seen)
-                return frame_forged(s, "a line over the frame limit");
+                return frame_forged(s, "wrote a line over the frame limit on its frame channel");
         if (!line) {
                 log_warn("sandbox %s: dropped a frame over %llu bytes", s->short_id,
                          s->mgr->cfg->max_frame);
@@ -700,8 +698,12 @@ int run_on_frame(void *userdata, const char *line, size_t len)
         /* Only the first line, sandbox/ready, comes without a tag. */
         if (s->ready_seen) {
                 enum frame_verdict v = frame_auth_check(&s->auth, line, len, &line, &len);
-                if (v != FRAME_OK)
-                        return frame_forged(s, frame_verdict_name(v));
+                if (v != FRAME_OK) {
+                        char what[200];
+                        snprintf(what, sizeof(what), "wrote %s on its frame channel",
+                                 frame_verdict_name(v));
+                        return frame_forged(s, what);
+                }
         }
         struct jrpc_msg m;
         json_t *id = NULL;
@@ -709,7 +711,8 @@ int run_on_frame(void *userdata, const char *line, size_t len)
         if (jrpc_parse(line, len, &m, &id, &e) < 0) {
                 json_decref(id);
                 if (!s->ready_seen)
-                        return frame_forged(s, "a first line that is not sandbox/ready");
+                        return frame_forged(
+                            s, "wrote a first line that is not sandbox/ready on its frame channel");
                 log_warn("sandbox %s: bad frame: %s", s->short_id, e.msg);
                 return 0;
         }
@@ -717,9 +720,17 @@ int run_on_frame(void *userdata, const char *line, size_t len)
                 if (m.kind != JRPC_NOTIFICATION || strcmp(m.method, "sandbox/ready") != 0) {
                         jrpc_msg_done(&m);
                         json_decref(id);
-                        return frame_forged(s, "a first line that is not sandbox/ready");
+                        return frame_forged(
+                            s, "wrote a first line that is not sandbox/ready on its frame channel");
                 }
                 s->ready_seen = true;
+        }
+        /* The runtime got a line on its stdin that corral did not write. */
+        if (m.kind == JRPC_NOTIFICATION && strcmp(m.method, "sandbox/forged") == 0) {
+                jrpc_msg_done(&m);
+                json_decref(id);
+                return frame_forged(s, "had a line on its runtime's input that corral did not "
+                                       "write (the runtime said so)");
         }
         on_message(s, &m);
         jrpc_msg_done(&m);

@@ -448,11 +448,26 @@ const char *sandbox_container(const struct sandbox *s)
 
 static void step_attach(struct sandbox *s);
 
+int sandbox_write_lines(struct sandbox *s, const char *lines, size_t len)
+{
+        size_t n, count;
+        if (!s->attach)
+                return -EPIPE;
+        char *sealed = frame_auth_seal(&s->auth, lines, len, &n, &count);
+        if (!sealed)
+                return -ENOMEM;
+        int r = attach_write(s->attach, sealed, n);
+        if (r >= 0)
+                s->auth.out_seq += count;
+        free(sealed);
+        return r;
+}
+
 int sandbox_send_frame(struct sandbox *s, json_t *msg)
 {
         size_t len;
         char *line = jrpc_encode(msg, &len);
-        int r = line && s->attach ? attach_write(s->attach, line, len) : -EIO;
+        int r = line ? sandbox_write_lines(s, line, len) : -EIO;
         free(line);
         return r;
 }

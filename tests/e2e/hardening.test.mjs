@@ -413,13 +413,18 @@ test('confinement: corral serve runs with NoNewPrivs 1, Seccomp 2 and no capabil
 // open, its own and PID 1's. Under runc PID 1's descriptors cannot be
 // opened (it is not dumpable); gVisor does not apply that flag to
 // /proc/1/fd, and there the forgeries reach the frame channel: corral must
-// take none of them (runtime/README.md, "Frame protocol").
+// take none of them, and the runtime none written into its stdin
+// (runtime/README.md, "Frame protocol").
 const FORGE_PY = String.raw`
 import json, os, time
 me = os.getpid()
 recs = [{'end': 0, 'signal': None, 'pid': me, 'token': t, 'error': None} for t in (None, '', '0' * 32, 'f' * 32)]
 recs += [{'exit': 0, 'pid': me}, {'end': 0, 'pid': me}]
 recs += [{'jsonrpc': '2.0', 'id': i, 'result': {'status': 'ok', 'exit_code': 0}} for i in range(1, 9)]
+# Into the runtime's stdin, requests as the daemon writes them: a second
+# exec with a run's id would be answered "already running", under that id.
+recs += [{'jsonrpc': '2.0', 'id': i, 'method': 'sandbox/exec', 'params': {'language': 'python', 'code': 'print(1)'}}
+         for i in range(1, 9)]
 recs += [{'jsonrpc': '2.0', 'method': 'sandbox/output', 'params': {'stream': 'stdout', 'data': 'injected\n'}},
          {'jsonrpc': '2.0', 'id': 'x', 'method': 'tools/call', 'params': {'name': 'echo', 'arguments': {}}},
          {'language': 'python', 'code': 'print("injected")', 'servers': [], 'keep': True}]
@@ -469,7 +474,7 @@ test('forged records: code writing end records and answers on every descriptor i
   if (GVISOR) {
     // The forgeries reach the channel: the sandbox is ended at the first.
     assertForgedEnded(sc, 'a one-shot run');
-    assert.match(d.log, /wrote a line without a tag on its frame channel: corral ended it/, 'the log says so');
+    assert.match(d.log, /(wrote a line without a tag on its frame channel|had a line on its runtime's input that corral did not write \(the runtime said so\)): corral ended it/, 'the log says so');
   } else {
     assert.equal(sc.exit_code, 3, 'a one-shot run ends with its own exit status');
     assert.equal(sc.status, 'error', 'and the status that goes with it');
@@ -500,7 +505,67 @@ test('forged records: code writing end records and answers on every descriptor i
   await toolCall(t, d, 'session_close', { session: 'forge' });
 }, { timeoutMs: 90000 });
 
-// The second wall: under runsc the code sees gVisor's kernel, not the
+// Requests written into the runtime's stdin only, as corral writes them:
+// a second exec under each early id (the runtime would answer "already
+// running" under the id of the run in flight, and that answer would have
+// been the run's result), a list, a freeze. Under runc PID 1's descriptors
+// cannot be opened; under gVisor they can, and whatever takes the bytes,
+// the run's result stays its own (the runtime refuses untagged lines).
+const INJECT_PY = String.raw`
+import json, os
+reqs = [{'jsonrpc': '2.0', 'id': i, 'method': 'sandbox/exec', 'params': {'language': 'shell', 'code': 'true'}}
+        for i in range(1, 9)]
+reqs += [{'jsonrpc': '2.0', 'id': 99, 'method': 'sandbox/list', 'params': {'path': ''}},
+         {'jsonrpc': '2.0', 'id': 98, 'method': 'sandbox/freeze', 'params': {}}]
+data = b''.join(json.dumps(r).encode() + b'\n' for r in reqs)
+# PID 1 reads its frames on a copy of fd 0 (fd 0 itself is /dev/null):
+# the descriptors it holds read-only, by their fdinfo flags.
+targets = []
+for n in range(64):
+    try:
+        flags = int(open('/proc/1/fdinfo/%d' % n).read().split('flags:')[1].split()[0], 8)
+        if flags & 3 == 0 and not os.readlink('/proc/1/fd/%d' % n).startswith('/'):
+            targets.append(n)
+    except (OSError, IndexError, ValueError) as e:
+        if n == 0:
+            print('cannot open', e.errno, flush=True)
+wrote = []
+for n in targets:
+    for mode in (os.O_WRONLY, os.O_RDWR):
+        try:
+            fd = os.open('/proc/1/fd/%d' % n, mode | os.O_NONBLOCK)
+            os.write(fd, data)
+            wrote.append(n)
+            break
+        except OSError:
+            pass
+print('injected into', targets, wrote, flush=True)
+import time; time.sleep(1)
+`;
+
+test('forged records: requests written into the runtime\'s stdin do not change the result of the run that wrote them', async (t) => {
+  const d = await t.main();
+  const r = await d.call(t, 'run_python', { code: INJECT_PY + 'raise SystemExit(3)' });
+  const sc = r.structuredContent;
+  t.note('inject', { status: sc.status, exit_code: sc.exit_code, error: sc.error, stdout: sc.stdout });
+  if (GVISOR) {
+    // gVisor here reopens PID 1's read-only host descriptor read-only
+    // (EBADF on write), and a worker pipe takes the bytes as the run's own
+    // output; where a reopened stdin takes them, the runtime refuses them.
+    if (sc.error?.type === 'ChannelForged') {
+      assertForgedEnded(sc, 'a run that wrote into the runtime\'s stdin');
+      assert.match(d.log, /had a line on its runtime's input that corral did not write \(the runtime said so\): corral ended it/, 'the log says the runtime reported it');
+    } else {
+      assert.equal(sc.exit_code, 3, 'the run ends with its own exit status, not an answer to an injected exec');
+      assert.equal(sc.error, null, 'and no error of the runtime\'s');
+    }
+  } else {
+    assert.match(sc.stdout, /^cannot open 13\ninjected into \[\] \[\]\n/, 'under runc PID 1\'s descriptors cannot be opened (EACCES)');
+    assert.equal(sc.exit_code, 3, 'and the run ends with its own exit status');
+  }
+}, { timeoutMs: 60000 });
+
+
 // host's; under runc, the host's. dmesg (syslog) is closed by corral's
 // profile either way; with a profile that opens it, gVisor's own log shows.
 test('kernel: uname -r and dmesg show gVisor under runsc and the host kernel under runc', async (t) => {

@@ -94,6 +94,8 @@ class Runtime:
         # loader checks and runs them), then the key for the runtime's frames.
         self.key = os.urandom(32)
         self.seq = None    # the next frame's number, once sandbox/ready came
+        self.keyed = False  # our lines carry tags once the key was sent
+        self.out_seq = 0    # the number of our next tagged line
         self.send_raw(source.encode('utf-8') if runtime is None else runtime)
         if key:
             self.send({'jsonrpc': '2.0', 'method': 'sandbox/key', 'params': {'key': self.key.hex()}})
@@ -119,8 +121,23 @@ class Runtime:
         except BrokenPipeError:  # the runtime died: the checks will say so
             pass
 
+    def tagged(self, body):
+        """body (one line, no newline) as the daemon writes it after the key:
+        its tag, HMAC-SHA256(key, 8-byte big-endian (2**63 | n) || body), a
+        space, the body and a newline."""
+        mac = hmac.new(self.key, ((1 << 63) | self.out_seq).to_bytes(8, 'big') + body, 'sha256')
+        self.out_seq += 1
+        return mac.hexdigest().encode() + b' ' + body + b'\n'
+
+    def send_line(self, body):
+        """One line of ours (bytes, no newline), tagged once the key went."""
+        self.send_raw(self.tagged(body) if self.keyed else body + b'\n')
+
     def send(self, obj):
-        self.send_raw(json.dumps(obj).encode() + b'\n')
+        first_key = not self.keyed and obj.get('method') == 'sandbox/key'
+        self.send_line(json.dumps(obj).encode())
+        if first_key:
+            self.keyed = True
 
     def frame(self, timeout=10.0):
         """Next frame, or None on EOF/timeout."""
@@ -591,17 +608,18 @@ def protocol_errors():
     rt.send({'jsonrpc': '2.0', 'id': 7, 'method': 'sandbox/nope'})
     f = rt.frame()
     check(f and f.get('id') == 7 and f.get('error', {}).get('code') == -32601, 'unknown method -> -32601', f)
-    rt.send_raw(b'this is not json\n')
+    rt.send_line(b'this is not json')
     f = rt.frame()
     check(f and f.get('id') is None and 'id' in f and f.get('error', {}).get('code') == -32700,
           'non-JSON line -> -32700', f)
-    rt.send_raw(b'[' * 200000 + b'\n')
+    rt.send_line(b'[' * 200000)
     f = rt.frame()
     check(f and f.get('error', {}).get('code') == -32700, 'deeply nested JSON -> -32700', f)
-    rt.send_raw(b'{"jsonrpc":"2.0","id":NaN,"method":"sandbox/nope"}\n')
+    rt.send_line(b'{"jsonrpc":"2.0","id":NaN,"method":"sandbox/nope"}')
     f = rt.frame()
     check(f and f.get('id') is None and f.get('error', {}).get('code') == -32700, 'NaN (not JSON) -> -32700', f)
-    rt.send_raw(b'\n{"jsonrpc":"2.0","id":8}\n')
+    rt.send_raw(b'\n')
+    rt.send_line(b'{"jsonrpc":"2.0","id":8}')
     f = rt.frame()
     check(f and f.get('id') == 8 and f.get('error', {}).get('code') == -32600, 'no method -> -32600', f)
     rt.send({'jsonrpc': '2.0', 'id': 9, 'method': 'sandbox/exec', 'params': {'language': 'perl', 'code': ''}})
@@ -624,24 +642,84 @@ def protocol_errors():
 def over_long_frames():
     rt = Runtime(env={'CORRAL_MAX_FRAME': '1000'})  # raised to the 64 KiB minimum
     rt.ready()
-    rt.send_raw(b'{"jsonrpc":"2.0","id":1,"method":"' + b'm' * 70000 + b'"}\n')
-    f = rt.frame()
-    check(f and f.get('id') is None and f.get('error', {}).get('code') == -32600, 'over-long frame -> -32600', f)
-    rt.send_raw(b'x' * 70000)  # an over-long line arriving in pieces, answered once
-    time.sleep(0.1)
-    rt.send_raw(b'y' * 70000 + b'\n')
-    f = rt.frame()
-    check(f and f.get('error', {}).get('code') == -32600, 'over-long partial line answered before its newline', f)
     code = 'print("' + 'z' * 65000 + '")'
     rt.send({'jsonrpc': '2.0', 'id': 2, 'method': 'sandbox/exec', 'params': {'language': 'python', 'code': code}})
     out, resp = rt.response(2)
     check(resp and resp.get('result', {}).get('status') == 'ok' and text(out, 'stdout') == 'z' * 65000 + '\n',
-          'stream not lost after over-long frames', (out, resp, rt.frames))
-    rc, err = rt.close()
-    check(rc == 0 and not rt.bad and len([f for f in rt.frames if 'error' in f]) == 2,
-          'exactly one error per over-long line', rt.frames)
+          'a frame of nearly the limit, tagged, is taken', (resp, rt.frames[-3:]))
     check(all(len(o['data'].encode()) <= 8192 for o in out) and len(out) >= 8,
           'small CORRAL_MAX_FRAME: output data <= 1/8 of a frame', [len(o['data']) for o in out])
+    # A line over the limit cannot be the daemon's (it bounds its own): the
+    # runtime says so as soon as it passes the limit, without its newline.
+    rt.send_raw(b'x' * 70000)
+    f = rt.frame()
+    rc, err = rt.close()
+    check(f and f.get('method') == 'sandbox/forged' and 'over the frame limit' in f['params'].get('what', '')
+          and rc == 1 and not rt.bad, 'an over-long line on stdin: sandbox/forged, tagged, and the runtime ends',
+          (f, rc, rt.bad, err[-300:]))
+
+
+# Every line of the daemon after the key carries its tag, numbered on its
+# own (top bit set). A line someone else wrote into the runtime's stdin (under
+# gVisor code can reopen /proc/1/fd/0), a replay, one out of order, or one
+# with the runtime's own numbering is not acted on: the runtime says
+# sandbox/forged, tagged, and ends, with every process.
+@case
+def daemon_frames_tagged():
+    probe = {'jsonrpc': '2.0', 'id': 5, 'method': 'sandbox/list', 'params': {'path': ''}}
+    body = json.dumps(probe).encode()
+
+    def forged_by(what, send):
+        rt = Runtime()
+        rt.ready()
+        rt.send({'jsonrpc': '2.0', 'id': 1, 'method': 'sandbox/list', 'params': {'path': ''}})
+        first = rt.frame()
+        send(rt)
+        f = rt.frame()
+        rc, err = rt.close()
+        check(first and first.get('id') == 1 and f and f.get('method') == 'sandbox/forged' and rc == 1
+              and not rt.bad and 'not written by corral' in err,
+              '%s: sandbox/forged, nothing answered, the runtime ends' % what, (first, f, rc, rt.bad, err[-300:]))
+
+    forged_by('a bare JSON line', lambda rt: rt.send_raw(body + b'\n'))
+    forged_by('a made-up tag', lambda rt: rt.send_raw(b'%064x ' % 1 + body + b'\n'))
+    forged_by('upper-case hex of the right tag', lambda rt: rt.send_raw(rt.tagged(body).upper()[:64] + b' ' + body + b'\n'))
+
+    def replay(rt):
+        line = rt.tagged(body)
+        rt.send_raw(line)
+        check(rt.frame() is not None, 'the first copy is answered')
+        rt.send_raw(line)
+    forged_by('a replayed line', replay)
+
+    def skipped(rt):
+        rt.tagged(body)  # a number the runtime never sees
+        rt.send_raw(rt.tagged(body))
+    forged_by('a line out of order', skipped)
+
+    def runtime_numbering(rt):
+        mac = hmac.new(rt.key, rt.out_seq.to_bytes(8, 'big') + body, 'sha256').hexdigest().encode()
+        rt.send_raw(mac + b' ' + body + b'\n')
+    forged_by('the tag of the runtime\'s direction', runtime_numbering)
+
+    def flipped(rt):
+        line = bytearray(rt.tagged(body))
+        line[70] ^= 1
+        rt.send_raw(bytes(line))
+    forged_by('a flipped bit in the JSON', flipped)
+
+    # A running exec's code is killed with the rest.
+    rt = Runtime()
+    rt.ready()
+    rt.send({'jsonrpc': '2.0', 'id': 1, 'method': 'sandbox/exec',
+             'params': {'language': 'python', 'code': 'import time\nprint("up", flush=True)\ntime.sleep(30)'}})
+    up = rt.frame()
+    rt.send_raw(body + b'\n')
+    f = rt.frame()
+    rc, err = rt.close()
+    check(up and up.get('method') == 'sandbox/output' and f and f.get('method') == 'sandbox/forged' and rc == 1,
+          'during a run: sandbox/forged and the end, no result', (up, f, rc, err[-300:]))
+
 
 
 # every frame fits CORRAL_MAX_FRAME, even all control characters or a huge traceback
@@ -733,7 +811,8 @@ def frame_key():
     for i in range(len(line) - 1):
         rt.send_raw(line[i:i + 1])
         time.sleep(0.001)
-    rt.send_raw(line[-1:] + json.dumps(exec_).encode() + b'\n')
+    rt.keyed = True
+    rt.send_raw(line[-1:] + rt.tagged(json.dumps(exec_).encode()))
     out, resp = rt.response(1)
     rc, err = rt.close()
     check(resp and resp['result']['status'] == 'ok' and text(out, 'stdout') == '1\n' and not rt.bad and rc == 0
@@ -1403,7 +1482,7 @@ time.sleep(0.5)
 def daemon_id_inf():
     rt = Runtime()
     rt.ready()
-    rt.send_raw(b'{"jsonrpc":"2.0","id":1e400,"method":"sandbox/nope"}\n')
+    rt.send_line(b'{"jsonrpc":"2.0","id":1e400,"method":"sandbox/nope"}')
     f = rt.frame()
     rt.send({'jsonrpc': '2.0', 'id': 2, 'method': 'sandbox/nope'})
     f2 = rt.frame()

@@ -38,9 +38,9 @@ struct fake_container {
          * and the number of the next frame after sandbox/ready. */
         unsigned char key[FRAME_KEY_LEN];
         bool keyed, tagging;
-        uint64_t seq;
-        char *last;    /* the last tagged line sent, for a replay */
-        json_t *files; /* sandbox/file/read, write: path -> base64 of the bytes */
+        uint64_t seq, in_seq; /* ours after sandbox/ready; corral's after the key */
+        char *last;           /* the last tagged line sent, for a replay */
+        json_t *files;        /* sandbox/file/read, write: path -> base64 of the bytes */
 };
 
 struct fake_conn {
@@ -625,7 +625,28 @@ static void take_stdin(struct fake_conn *c)
                 memcpy(line, c->in.data, n);
                 line[n] = '\0';
                 buf_consume(&c->in, n + 1);
-                runtime_frame(c->c, line, n);
+                /* After the key, corral's lines carry their tags, numbered
+                 * on their own; a line that fails ends the container (the
+                 * runtime says sandbox/forged, corral's tests see it end). */
+                const char *body = line;
+                size_t bn = n;
+                if (c->c->keyed) {
+                        char want[FRAME_TAG_HEX + 1];
+                        if (n > FRAME_TAG_HEX)
+                                frame_auth_tag(c->c->key, FRAME_SEQ_TO_RUNTIME | c->c->in_seq,
+                                               line + FRAME_TAG_HEX + 1, n - FRAME_TAG_HEX - 1,
+                                               want);
+                        if (n <= FRAME_TAG_HEX || line[FRAME_TAG_HEX] != ' ' ||
+                            memcmp(want, line, FRAME_TAG_HEX) != 0) {
+                                free(line);
+                                container_exit(c->c, 71, false);
+                                return;
+                        }
+                        c->c->in_seq++;
+                        body = line + FRAME_TAG_HEX + 1;
+                        bn = n - FRAME_TAG_HEX - 1;
+                }
+                runtime_frame(c->c, body, bn);
                 free(line);
                 /* An answer written to a stream corral closed frees it. */
                 if (!conn_alive(f, c, fd))

@@ -8,6 +8,7 @@
 
 #include <jansson.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define TAG0 "8e8d8e4704cc41e169d2ac70064ad4b6c14a9378577013e91109a909ddea1d0b"
@@ -124,10 +125,40 @@ static void test_key(void)
         ok(memcmp(a.key, zero, FRAME_KEY_LEN) == 0, "clear forgets the key");
 }
 
+/* The daemon's own lines to the runtime: each behind its tag, numbered on
+ * their own with the top bit set (tags from Python's hmac). */
+#define DTAG5 "fb81a0da9f9e2513a282ca4ee75db8b040ab945e860b86b316b888f73e45bc7a"
+#define DTAG6 "3b116ada7624b619853e5ab708259a6682ea4143772e1ec41c0fbe88b94b1a2c"
+
+static void test_seal(void)
+{
+        struct frame_auth fa;
+        fixed_key(&fa);
+        fa.out_seq = 5;
+        size_t n = 0, count = 0;
+        const char *lines = "{\"a\":1}\n{\"b\":2}\n";
+        char *out = frame_auth_seal(&fa, lines, strlen(lines), &n, &count);
+        const char *want = DTAG5 " {\"a\":1}\n" DTAG6 " {\"b\":2}\n";
+        ok(out && n == strlen(want) && memcmp(out, want, n) == 0,
+           "two lines sealed: each behind HMAC-SHA256(key, 2^63 | n || JSON), n from out_seq");
+        is_int((int)count, 2, "and counted");
+        is_int((int)fa.out_seq, 5, "the numbers move only when the caller says the lines went");
+        free(out);
+        ok(frame_auth_seal(&fa, "{}", 2, &n, &count) == NULL, "a piece without its newline: none");
+        ok(frame_auth_seal(&fa, "", 0, &n, &count) == NULL, "nothing: none");
+        fa.seq = 5;
+        const char *json = NULL;
+        size_t jn = 0;
+        const char *as_ours = DTAG5 " {\"a\":1}";
+        is_int(frame_auth_check(&fa, as_ours, strlen(as_ours), &json, &jn), FRAME_BAD_TAG,
+               "a line of the daemon's does not pass as the runtime's of the same number");
+}
+
 int main(void)
 {
         test_good();
         test_bad();
         test_key();
+        test_seal();
         return done_testing();
 }
