@@ -512,9 +512,16 @@ static void inspected(void *userdata, long status, json_t *body, const struct er
                 /* gVisor's kernel runs in the container's cgroup: past the
                  * memory limit the host kills it, and with it the whole
                  * sandbox, with SIGKILL (137), and the engines do not see
-                 * an OOM kill. corral's own kills settle the run first. */
-                bool gvisor_oom = config_runsc(s->mgr->cfg) && r->res.has_exit_code &&
-                                  r->res.exit_code == 128 + SIGKILL;
+                 * an OOM kill. Podman with runsc sometimes reports such an
+                 * end as exit code 0, which the runtime's PID 1 never gives
+                 * in the middle of a run (code inside cannot end it, and it
+                 * exits 0 only at its input's end), so a stopped container
+                 * with 0 counts too. corral's own kills settle the run
+                 * first. */
+                bool stopped = json_is_false(json_object_get(state, "Running"));
+                bool gvisor_oom =
+                    config_runsc(s->mgr->cfg) && r->res.has_exit_code &&
+                    (r->res.exit_code == 128 + SIGKILL || (r->res.exit_code == 0 && stopped));
                 if (json_is_true(json_object_get(state, "OOMKilled")))
                         run_settle(r, ST_OOM, "MemoryError",
                                    "the sandbox exceeded its memory limit and was killed");
