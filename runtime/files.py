@@ -4,14 +4,28 @@
 
 
 def memory_bytes():
-    """The container's memory use (its cgroup's), or None outside one."""
+    """The container's memory use (its cgroup's), or None outside one.
+    Under gVisor the code sees no cgroup (an empty /proc/self/cgroup); there
+    gVisor's own /proc/meminfo counts the sandbox's memory against its
+    limit: MemTotal is the limit, MemTotal - MemFree what is used."""
     for path in MEMORY_FILES:
         try:
             with open(path) as f:
                 return int(f.read().split()[0])
         except (OSError, ValueError, IndexError):
             pass
-    return None
+    try:
+        with open('/proc/self/cgroup') as f:
+            if f.read().strip():
+                return None
+        fields = {}
+        with open('/proc/meminfo') as f:
+            for line in f:
+                key, _, value = line.partition(':')
+                fields[key] = int(value.split()[0]) * 1024
+        return fields['MemTotal'] - fields['MemFree']
+    except (OSError, ValueError, IndexError, KeyError):
+        return None
 
 
 def out_scan():
