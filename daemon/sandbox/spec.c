@@ -8,6 +8,11 @@
 #include <string.h>
 #include <unistd.h>
 
+/* Host tasks of a gVisor sandbox (see pids below): its own, with a margin
+ * over the 56 seen, and per process of the code, over the 6.6 seen. */
+#define RUNSC_TASKS_BASE        96
+#define RUNSC_TASKS_PER_PROCESS 8
+
 /* Who owns a container: this host and boot, and a pid. Together they let a
  * new instance tell a live owner from one that was killed. */
 const struct identity *host_identity(void)
@@ -41,6 +46,21 @@ json_t *sandbox_create_body(const struct config *cfg, const struct sandbox_profi
                  cfg->workspace_size);
         snprintf(frame_env, sizeof(frame_env), "CORRAL_MAX_FRAME=%llu", cfg->max_frame);
         snprintf(pid_label, sizeof(pid_label), "%d", (int)getpid());
+        /* pids. Under runc the host's pids limit counts the code's tasks.
+         * Under gVisor it counts gVisor's own instead: about 56 threads of
+         * its kernel and gofer for an idle sandbox, and about 6.6 more per
+         * process of the code (a stub process and the threads that trace
+         * it, with --platform=ptrace); threads of the code cost the host
+         * almost nothing. A fork bomb that reached the host's limit ended
+         * the whole sandbox. So under gVisor its kernel holds the code to
+         * `pids` (RLIMIT_NPROC, which it counts per sandbox, threads
+         * included: fork fails with EAGAIN as under runc), and the host's
+         * limit is that many processes' cost and gVisor's own above it. */
+        long long pids_host = cfg->pids, nproc = 4096;
+        if (config_runsc(cfg)) {
+                pids_host = RUNSC_TASKS_BASE + RUNSC_TASKS_PER_PROCESS * cfg->pids;
+                nproc = cfg->pids;
+        }
         /* No WorkingDir: Docker would create /workspace in the image as root
          * 0755 and the tmpfs would copy that mode; the runtime changes into
          * /workspace itself. Both engines get explicit tmpfs options so they
@@ -76,13 +96,13 @@ json_t *sandbox_create_body(const struct config *cfg, const struct sandbox_profi
                         "SecurityOpt", "no-new-privileges",
                         "Memory", (json_int_t)cfg->memory,
                         "MemorySwap", (json_int_t)cfg->memory,
-                        "PidsLimit", (json_int_t)cfg->pids,
+                        "PidsLimit", (json_int_t)pids_host,
                         "NanoCpus", (json_int_t)llround(cfg->cpus * 1e9),
                         "IpcMode", "private",
                         "Tmpfs", "/tmp", tmp_opts, "/workspace", ws_opts,
                         "Ulimits",
                                 "Name", "nofile", "Soft", 1024, "Hard", 1024,
-                                "Name", "nproc", "Soft", 4096, "Hard", 4096,
+                                "Name", "nproc", "Soft", (int)nproc, "Hard", (int)nproc,
                                 "Name", "core", "Soft", 0, "Hard", 0);
         // clang-format on
         /* Docker's archive endpoints (files in and out) do not see a tmpfs

@@ -21,6 +21,8 @@
 //   CORRAL_IMAGE   sandbox image (passed on to corral; default corral's own)
 //   E2E_ONLY       run only the tests whose name matches this regex (also
 //                  within the files named on the command line)
+//   E2E_SKIP       leave out the tests whose name matches this regex (after
+//                  E2E_ONLY); each is named in a TAP comment
 //   E2E_VERBOSE=1  print corral's stderr of failing tests in full
 //
 // Exit code: 0 when every test passed, 1 when one failed (or a name on the

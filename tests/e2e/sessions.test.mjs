@@ -188,7 +188,7 @@ test('sessions: a call right after a cancel of the session\'s running call (noti
 test('sessions: the limits of a one-shot sandbox hold (memory, network, privileges, workspace size)', async (t) => {
   const d = await t.daemon('session-hardening', { CORRAL_MEMORY: '256m', CORRAL_WORKSPACE_SIZE: '2m' });
   const probe = await d.call(t, 'run_python', { session: 'h', code: [
-    'import os, socket',
+    'import ctypes, os, socket',
     's = socket.socket()',
     's.settimeout(2)',
     'try:',
@@ -196,7 +196,9 @@ test('sessions: the limits of a one-shot sandbox hold (memory, network, privileg
     'except OSError as e:',
     '    net = type(e).__name__',
     'status = dict(l.split(":\\t", 1) for l in open("/proc/self/status").read().splitlines() if ":\\t" in l)',
-    'print(os.getuid(), status["CapEff"].strip(), status["NoNewPrivs"].strip(), net, sorted(os.listdir("/sys/class/net")))',
+    '# no_new_privs through prctl (PR_GET_NO_NEW_PRIVS): gVisor\'s status file has no NoNewPrivs line',
+    'nnp = ctypes.CDLL(None).prctl(39, 0, 0, 0, 0)',
+    'print(os.getuid(), status["CapEff"].strip(), nnp, net, sorted(os.listdir("/sys/class/net")))',
   ].join('\n') });
   assert.equal(probe.structuredContent.stdout, '65534 0000000000000000 1 OSError [\'lo\']\n',
     'a session runs as 65534, with no capabilities, no-new-privileges and no network');

@@ -441,6 +441,46 @@ static void check_tail(void)
         buf_free(&o.data);
 }
 
+/* The processes of the code and of the host under gVisor: its kernel holds
+ * the code to `pids` (RLIMIT_NPROC), the host's limit leaves room for
+ * gVisor's own tasks above that; under runc the host's limit is `pids`. */
+static long long nproc_of(json_t *hc)
+{
+        size_t i;
+        json_t *u;
+        json_array_foreach(json_object_get(hc, "Ulimits"), i, u)
+        {
+                if (str(u, "Name") && strcmp(str(u, "Name"), "nproc") == 0 &&
+                    num(u, "Soft") == num(u, "Hard"))
+                        return num(u, "Hard");
+        }
+        return -1;
+}
+
+static void check_pids_runsc(struct config *cfg)
+{
+        struct err e;
+        static const enum engine_kind kinds[] = {ENGINE_PODMAN, ENGINE_DOCKER};
+        const char *names[] = {"Podman", "Docker"};
+        for (size_t k = 0; k < ARRAY_SIZE(kinds); k++) {
+                config_set(cfg, "runtime", "runc", "test", &e);
+                json_t *b = sandbox_create_body(cfg, &prof, "x", "pass", NULL, kinds[k]);
+                json_t *hc = json_object_get(b, "HostConfig");
+                is_int(num(hc, "PidsLimit"), cfg->pids, "runc (%s): the host's PidsLimit is pids",
+                       names[k]);
+                ok(nproc_of(hc) >= cfg->pids, "runc (%s): RLIMIT_NPROC above pids", names[k]);
+                json_decref(b);
+                config_set(cfg, "runtime", "runsc", "test", &e);
+                b = sandbox_create_body(cfg, &prof, "x", "pass", NULL, kinds[k]);
+                hc = json_object_get(b, "HostConfig");
+                is_int(nproc_of(hc), cfg->pids, "runsc (%s): RLIMIT_NPROC is pids", names[k]);
+                is_int(num(hc, "PidsLimit"), 96 + 8 * cfg->pids,
+                       "runsc (%s): the host's PidsLimit leaves gVisor's tasks room", names[k]);
+                json_decref(b);
+        }
+        config_set(cfg, "runtime", "runc", "test", &e);
+}
+
 int main(void)
 {
         check_image_advice();
@@ -465,6 +505,7 @@ int main(void)
         config_set(&cfg, "max_frame", "1m", "test", &e);
         config_set(&cfg, "image", "registry.example/corral-python:1", "test", &e);
         check_body(&cfg, "custom");
+        check_pids_runsc(&cfg);
 
         /* CPU shares whose product with 1e9 lands just below an integer in
          * binary (2.01 * 1e9 = 2009999999.9999998) should still give the

@@ -31,10 +31,14 @@ export const RUNTIME = process.env.CORRAL_RUNTIME || 'runc';
 export const GVISOR = RUNTIME === 'runsc';
 export const BIN = path.resolve(HERE, process.env.CORRAL_BIN || '../../build/corral');
 const ONLY = process.env.E2E_ONLY ? new RegExp(process.env.E2E_ONLY) : null;
+// Tests left out by name (tests/run's exceptions under gVisor); each one
+// left out is named in the TAP stream as a comment, not counted.
+const SKIP = process.env.E2E_SKIP ? new RegExp(process.env.E2E_SKIP) : null;
 const VERBOSE = process.env.E2E_VERBOSE === '1';
 // A net for a hung suite, not a speed target: the whole run takes about 7
-// minutes alone and must pass beside another 2-core load.
-const SUITE_LIMIT_MS = 20 * 60 * 1000;
+// minutes alone and must pass beside another 2-core load; under gVisor
+// every sandbox costs more (tests/e2e/README.md has the times).
+const SUITE_LIMIT_MS = (GVISOR ? 45 : 20) * 60 * 1000;
 
 // corral's tools, sorted.
 export const CORRAL_TOOLS = ['job_cancel', 'job_list', 'job_result', 'job_status', 'list_files', 'list_servers',
@@ -618,6 +622,10 @@ async function runAll() {
   let n = 0, failed = 0, file = null;
   for (const t of tests) {
     if (ONLY && !ONLY.test(t.name)) continue;
+    if (SKIP && SKIP.test(t.name)) {
+      out(`# left out (E2E_SKIP): ${t.name}`);
+      continue;
+    }
     n++;
     if (t.file !== file) {
       file = t.file;
