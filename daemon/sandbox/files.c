@@ -4,6 +4,8 @@
 #include "sandbox/internal.h"
 
 #include <limits.h>
+#include <stdlib.h>
+#include <sys/types.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -164,6 +166,79 @@ int files_read_chunk(const json_t *result, size_t max, struct buf *got, long lon
         *ret_size = json_integer_value(size);
         *ret_path = path;
         return (int)(got->len - before > INT_MAX ? INT_MAX : got->len - before);
+}
+
+/* ---- the runtime's frames */
+
+static bool base64_char(unsigned char c)
+{
+        return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+               c == '+' || c == '/' || c == '=';
+}
+
+/* The last member of object `o` (jansson keeps members in the order they
+ * came): its key's length, or -1 when it has none. */
+static ssize_t last_member(json_t *o, const char **key, json_t **value)
+{
+        ssize_t n = -1;
+        for (void *it = json_object_iter(o); it; it = json_object_iter_next(o, it)) {
+                *key = json_object_iter_key(it);
+                n = (ssize_t)json_object_iter_key_len(it);
+                *value = json_object_iter_value(it);
+        }
+        return n;
+}
+
+int files_frame_parse(const char *line, size_t len, struct jrpc_msg *ret, json_t **ret_id,
+                      struct err *e)
+{
+        static const char key[] = ",\"data\":\"", tail[] = "\"}}";
+        const size_t klen = sizeof(key) - 1, tlen = sizeof(tail) - 1;
+        if (len < klen + FILES_FAST_MIN + tlen || memcmp(line + len - tlen, tail, tlen) != 0)
+                return jrpc_parse(line, len, ret, ret_id, e);
+        size_t end = len - tlen, start = end;
+        while (start > 0 && base64_char((unsigned char)line[start - 1]))
+                start--;
+        size_t n = end - start;
+        /* The bytes before the span: a comma, the key "data", a colon and
+         * the string's quote. Valid JSON with them there has them as these
+         * tokens: a comma or quote inside a string would leave `data` bare.
+         * So if the envelope (the frame without the span) parses, the
+         * frame parses to the same tree with the span in that string: base64
+         * characters need no escape and are valid UTF-8. */
+        if (n < FILES_FAST_MIN || n % 4 != 0 || start < klen || start - klen > FILES_FRAME_SLACK ||
+            memcmp(line + start - klen, key, klen) != 0)
+                return jrpc_parse(line, len, ret, ret_id, e);
+        char *env = malloc(start + tlen);
+        if (!env)
+                return jrpc_parse(line, len, ret, ret_id, e);
+        memcpy(env, line, start);
+        memcpy(env + start, tail, tlen);
+        struct jrpc_msg m;
+        json_t *id = NULL, *inner = NULL, *value = NULL, *str = NULL;
+        const char *k = NULL;
+        struct err ignored = {0};
+        int r = jrpc_parse(env, start + tlen, &m, &id, &ignored);
+        free(env);
+        if (r < 0) {
+                /* Malformed whole as well: its error as jrpc_parse gives it. */
+                json_decref(id);
+                return jrpc_parse(line, len, ret, ret_id, e);
+        }
+        /* The empty string is the last member's ("data") of the object that
+         * is the frame's last member: that is where the span goes. */
+        if (last_member(m.root, &k, &inner) < 0 || !json_is_object(inner) ||
+            last_member(inner, &k, &value) != 4 || memcmp(k, "data", 4) != 0 ||
+            !json_is_string(value) || json_string_length(value) != 0 ||
+            !(str = json_stringn_nocheck(line + start, n)) ||
+            json_object_set_new(inner, "data", str) < 0) {
+                jrpc_msg_done(&m);
+                json_decref(id);
+                return jrpc_parse(line, len, ret, ret_id, e);
+        }
+        *ret = m;
+        *ret_id = id;
+        return 0;
 }
 
 struct files_op {
