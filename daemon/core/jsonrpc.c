@@ -183,33 +183,52 @@ struct long_string {
         const char *at; /* where the placeholder is in jansson's text */
 };
 
-/* Bytes of `s` written as jansson writes a JSON string (no flags), quotes
- * included; 0 when it holds a byte that is not ASCII (left to jansson, which
- * checks UTF-8). */
+/* What jansson does with a byte of a string (no flags): 0 writes it as it
+ * is, 1 escapes it with a letter or itself (\n, \"), 5 as \u00XX, and
+ * 0xff for a byte that is not ASCII (such a string is left to jansson,
+ * which checks UTF-8). */
+static const unsigned char escape_cost[256] = {
+    [0 ... 7] = 5,
+    ['\b'] = 1,
+    ['\t'] = 1,
+    ['\n'] = 1,
+    [0x0b] = 5,
+    ['\f'] = 1,
+    ['\r'] = 1,
+    [0x0e ... 0x1f] = 5,
+    ['"'] = 1,
+    ['\\'] = 1,
+    [0x80 ... 0xff] = 0xff,
+};
+
+/* Bytes of `s` written as a JSON string, quotes included; 0 when it holds
+ * a byte that is not ASCII. */
 static size_t escaped_len(const char *s, size_t n)
 {
         size_t k = n + 2;
+        unsigned bad = 0;
         for (size_t i = 0; i < n; i++) {
-                unsigned char c = (unsigned char)s[i];
-                if (c >= 0x80)
-                        return 0;
-                if (c == '"' || c == '\\' || c == '\b' || c == '\f' || c == '\n' || c == '\r' ||
-                    c == '\t')
-                        k += 1;
-                else if (c < 0x20)
-                        k += 5;
+                unsigned char c = escape_cost[(unsigned char)s[i]];
+                bad |= c;
+                k += c;
         }
-        return k;
+        /* (0xff's own count does not matter: the string is not taken.) */
+        return (bad & 0x80) ? 0 : k;
 }
 
-static char *put_escaped(char *o, const char *s, size_t n)
+static char *put_escaped(char *o, const char *s, size_t n, bool plain)
 {
         static const char hex[] = "0123456789ABCDEF";
         *o++ = '"';
+        if (plain) { /* nothing to escape (base64): one copy */
+                memcpy(o, s, n);
+                o[n] = '"';
+                return o + n + 1;
+        }
         size_t run = 0;
         for (size_t i = 0; i < n; i++) {
                 unsigned char c = (unsigned char)s[i];
-                if (c >= 0x20 && c != '"' && c != '\\')
+                if (!escape_cost[c])
                         continue;
                 memcpy(o, s + run, i - run);
                 o += i - run;
@@ -341,8 +360,8 @@ static char *dump_spliced(const json_t *msg, size_t *ret_len)
                 for (size_t i = 0; i < n; i++) {
                         memcpy(o, from, (size_t)(l[i].at - from));
                         o += l[i].at - from;
-                        o = put_escaped(o, json_string_value(l[i].value),
-                                        json_string_length(l[i].value));
+                        size_t k = json_string_length(l[i].value);
+                        o = put_escaped(o, json_string_value(l[i].value), k, l[i].escaped == k + 2);
                         from = l[i].at + strlen(l[i].mark);
                 }
                 size_t rest = strlen(from);

@@ -368,15 +368,16 @@ static void read_done(void *userdata, const struct files_result *r)
                         char uri[FILES_PATH_MAX + 16];
                         snprintf(uri, sizeof(uri), "file://%s", r->path);
                         utf8_scrub(uri);
+                        /* Base64 is ASCII: no need to check its megabytes as UTF-8. */
+                        json_t *blob = json_stringn_nocheck(b64.data ? b64.data : "", b64.len);
                         if (mime && strncmp(mime, "image/", 6) == 0 && from == 0 && !more)
-                                item =
-                                    json_pack("{s:s, s:s%, s:s}", "type", "image", "data",
-                                              b64.data ? b64.data : "", b64.len, "mimeType", mime);
+                                item = json_pack("{s:s, s:o, s:s}", "type", "image", "data", blob,
+                                                 "mimeType", mime);
                         else
-                                item = json_pack("{s:s, s:{s:s, s:s, s:s%}}", "type", "resource",
+                                item = json_pack("{s:s, s:{s:s, s:s, s:o}}", "type", "resource",
                                                  "resource", "uri", uri, "mimeType",
                                                  mime ? mime : "application/octet-stream", "blob",
-                                                 b64.data ? b64.data : "", b64.len);
+                                                 blob);
                 }
                 buf_free(&b64);
                 if (item)

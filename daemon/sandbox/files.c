@@ -170,11 +170,11 @@ int files_read_chunk(const json_t *result, size_t max, struct buf *got, long lon
 
 /* ---- the runtime's frames */
 
-static bool base64_char(unsigned char c)
-{
-        return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
-               c == '+' || c == '/' || c == '=';
-}
+/* Base64's alphabet, '=' included. */
+static const bool base64_char[256] = {
+    ['A' ... 'Z'] = true, ['a' ... 'z'] = true, ['0' ... '9'] = true,
+    ['+'] = true,         ['/'] = true,         ['='] = true,
+};
 
 /* The last member of object `o` (jansson keeps members in the order they
  * came): its key's length, or -1 when it has none. */
@@ -197,7 +197,7 @@ int files_frame_parse(const char *line, size_t len, struct jrpc_msg *ret, json_t
         if (len < klen + FILES_FAST_MIN + tlen || memcmp(line + len - tlen, tail, tlen) != 0)
                 return jrpc_parse(line, len, ret, ret_id, e);
         size_t end = len - tlen, start = end;
-        while (start > 0 && base64_char((unsigned char)line[start - 1]))
+        while (start > 0 && base64_char[(unsigned char)line[start - 1]])
                 start--;
         size_t n = end - start;
         /* The bytes before the span: a comma, the key "data", a colon and
