@@ -2,6 +2,7 @@
 
 #include "core/buf.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -202,12 +203,29 @@ static const unsigned char escape_cost[256] = {
 };
 
 /* Bytes of `s` written as a JSON string, quotes included; 0 when it holds
- * a byte that is not ASCII. */
+ * a byte that is not ASCII. Eight bytes at a time: a word with no byte
+ * below 0x20, no '"', no '\\' and none above 0x7f is written as it is. */
 static size_t escaped_len(const char *s, size_t n)
 {
-        size_t k = n + 2;
+        const uint64_t ones = 0x0101010101010101ULL, highs = ones * 0x80;
+        size_t k = n + 2, i = 0;
         unsigned bad = 0;
-        for (size_t i = 0; i < n; i++) {
+        for (; i + 8 <= n; i += 8) {
+                uint64_t w;
+                memcpy(&w, s + i, 8);
+                uint64_t q = w ^ (ones * '"'), b = w ^ (ones * '\\');
+                /* Any byte below 0x20, any zero byte of q and b (exact as
+                 * "any"), any byte with its high bit. */
+                uint64_t hit = ((w - ones * 0x20) & ~w) | ((q - ones) & ~q) | ((b - ones) & ~b) | w;
+                if (!(hit & highs))
+                        continue;
+                for (size_t j = i; j < i + 8; j++) {
+                        unsigned char c = escape_cost[(unsigned char)s[j]];
+                        bad |= c;
+                        k += c;
+                }
+        }
+        for (; i < n; i++) {
                 unsigned char c = escape_cost[(unsigned char)s[i]];
                 bad |= c;
                 k += c;

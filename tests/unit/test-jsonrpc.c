@@ -307,6 +307,19 @@ static void test_dump_long(void)
         same_dump(json_pack("{s:s, s:s%, s:s}", "x", "\001corral-long:0000000000000000:1:0", "y",
                             b64, big, "z", "\"\\u0001corral-long:"),
                   "a look-alike of the placeholder");
+        /* One byte to escape among plain ones, wherever it falls in a word;
+         * one byte that is not ASCII. */
+        static const char odd[] = {'"', '\\', '\n', '\x01', '\x1f', '\x7f', (char)0xc3};
+        for (size_t i = 0; i < sizeof(odd); i++) {
+                char *x = strdup(b64);
+                x[big / 2 + i] = odd[i];
+                if (odd[i] == (char)0xc3)
+                        x[big / 2 + i + 1] = (char)0xa9;
+                char name[40];
+                snprintf(name, sizeof(name), "one odd byte (%zu)", i);
+                same_dump(json_pack("{s:s%}", "s", x, big), name);
+                free(x);
+        }
         json_t *many = json_array();
         for (int i = 0; i < 12; i++)
                 json_array_append_new(many, json_stringn(b64, big - (size_t)i));
