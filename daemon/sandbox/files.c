@@ -241,6 +241,23 @@ int files_frame_parse(const char *line, size_t len, struct jrpc_msg *ret, json_t
         return 0;
 }
 
+bool files_b64_canonical(const char *raw, size_t n, const char *text, size_t tlen)
+{
+        if (!text || tlen != (n + 2) / 3 * 4)
+                return false;
+        if (n == 0)
+                return true;
+        /* The length holds every group but the last whole; that one must
+         * be what encoding the last bytes gives (padding, no stray bits). */
+        size_t tail = n % 3 ? n % 3 : 3;
+        struct buf last;
+        buf_init(&last, 8);
+        bool same = base64_encode(&last, raw + n - tail, tail) == 0 && last.len == 4 &&
+                    memcmp(last.data, text + tlen - 4, 4) == 0;
+        buf_free(&last);
+        return same;
+}
+
 struct files_op {
         struct sandbox *sb;
         bool write;
@@ -253,9 +270,12 @@ struct files_op {
         /* write: data[0..len), off of it sent */
         char *data;
         size_t len, off;
-        /* read: what came, at most max */
+        /* read: what came, at most max; its base64 as it came, while each
+         * chunk's is canonical and ends a whole group (b64_ok) */
         struct buf got;
         size_t max;
+        struct buf b64;
+        bool b64_ok;
 };
 
 static void op_free(struct files_op *op)
@@ -263,6 +283,7 @@ static void op_free(struct files_op *op)
         sandbox_ask_cancel(op->ask);
         free(op->data);
         buf_free(&op->got);
+        buf_free(&op->b64);
         free(op);
 }
 
@@ -282,6 +303,10 @@ static void op_done(struct files_op *op, int error, const char *message, const c
             .data = data,
             .len = len,
         };
+        if (data && !op->write && op->b64_ok && len == op->got.len) {
+                r.b64 = op->b64.data ? op->b64.data : "";
+                r.b64_len = op->b64.len;
+        }
         op->ask = NULL;
         /* Freed after the callback: r points into it. */
         op->cb(op->userdata, &r);
@@ -349,6 +374,18 @@ static void op_answered(void *userdata, json_t *result, const struct err *e)
                         op_fail(op, -EIO, "%s %s: the sandbox's runtime sent a malformed answer",
                                 what, op->asked);
                         return;
+                }
+                /* Its base64 kept for an answer that needs it, while the
+                 * chunks join up to the file's base64. */
+                const json_t *text = json_object_get(result, "data");
+                size_t at = op->got.len - (size_t)n;
+                if (op->b64_ok &&
+                    (at % 3 != 0 ||
+                     !files_b64_canonical(op->got.data + at, (size_t)n, json_string_value(text),
+                                          json_string_length(text)) ||
+                     buf_append(&op->b64, json_string_value(text), json_string_length(text)) < 0)) {
+                        op->b64_ok = false;
+                        buf_free(&op->b64);
                 }
                 /* A short chunk is the end; so is the size the file had. */
                 if ((size_t)n < op->chunk || op->got.len >= (unsigned long long)size) {
@@ -423,6 +460,7 @@ int files_write(struct sandbox *s, const char *path, const void *data, size_t le
         memcpy(op->data, data, len);
         op->len = len;
         buf_init(&op->got, 0);
+        buf_init(&op->b64, 0);
         int r = op_start(s, true, path, cb, userdata, &op);
         if (r < 0) {
                 op->ask = NULL;
@@ -441,6 +479,8 @@ int files_read(struct sandbox *s, const char *path, size_t max, files_cb cb, voi
                 return -ENOMEM;
         op->max = max;
         buf_init(&op->got, max);
+        buf_init(&op->b64, max / 3 * 4 + 4);
+        op->b64_ok = true;
         int r = op_start(s, false, path, cb, userdata, &op);
         if (r < 0) {
                 op->ask = NULL;

@@ -36,6 +36,11 @@ struct files_result {
         const char *path;    /* the real path (symlinks inside /workspace followed) */
         const char *data;    /* read: the file's bytes */
         size_t len;
+        /* read: the base64 of data[0..len) as the runtime sent it, when it
+         * is exactly what base64_encode would write (else NULL): an answer
+         * that needs the whole file as base64 takes it as it is. */
+        const char *b64;
+        size_t b64_len;
 };
 typedef void (*files_cb)(void *userdata, const struct files_result *r);
 
@@ -83,6 +88,11 @@ int files_read_chunk(const json_t *result, size_t max, struct buf *got, long lon
 #define FILES_FAST_MIN 256
 int files_frame_parse(const char *line, size_t len, struct jrpc_msg *ret, json_t **ret_id,
                       struct err *e);
+
+/* Whether text[0..tlen) is the very base64 base64_encode writes for
+ * raw[0..n) (which it decodes to): canonical length and padding, and no
+ * bits set past the data in its last group. */
+bool files_b64_canonical(const char *raw, size_t n, const char *text, size_t tlen);
 
 /* A MIME type for a file name, from its extension ("image/png", ...), or
  * NULL when it has none that corral knows. */

@@ -281,6 +281,19 @@ static void test_frames(void)
         }
 }
 
+static void test_canonical(void)
+{
+        ok(files_b64_canonical("", 0, "", 0), "nothing is nothing");
+        ok(files_b64_canonical("A", 1, "QQ==", 4), "one byte, padded");
+        ok(!files_b64_canonical("A", 1, "QR==", 4), "stray bits after the byte");
+        ok(!files_b64_canonical("A", 1, "QQ", 2), "no padding");
+        ok(files_b64_canonical("AB", 2, "QUI=", 4), "two bytes");
+        ok(!files_b64_canonical("AB", 2, "QUJ=", 4), "two bytes, stray bits");
+        ok(files_b64_canonical("ABCD", 4, "QUJDRA==", 8), "a group and a byte");
+        ok(!files_b64_canonical("ABCD", 4, "QUJD\nRA==", 9), "a newline inside");
+        ok(!files_b64_canonical("ABC", 3, NULL, 0), "no text");
+}
+
 static void test_mime(void)
 {
         is_str(files_mime_type("out/plot.png"), "image/png", ".png");
@@ -298,6 +311,7 @@ int main(void)
         test_paths();
         test_errors();
         test_frames();
+        test_canonical();
         test_chunks();
         test_mime();
         return done_testing();
