@@ -170,7 +170,11 @@ int files_read_chunk(const json_t *result, size_t max, struct buf *got, long lon
 
 /* ---- the runtime's frames */
 
-/* Base64's alphabet, '=' included. */
+/* Base64's alphabet, without '=' (base64_std) and with it (base64_char). */
+static const unsigned char base64_std[256] = {
+    ['A' ... 'Z'] = 1, ['a' ... 'z'] = 1, ['0' ... '9'] = 1, ['+'] = 1, ['/'] = 1,
+};
+
 static const bool base64_char[256] = {
     ['A' ... 'Z'] = true, ['a' ... 'z'] = true, ['0' ... '9'] = true,
     ['+'] = true,         ['/'] = true,         ['='] = true,
@@ -247,6 +251,13 @@ bool files_b64_canonical(const char *raw, size_t n, const char *text, size_t tle
                 return false;
         if (n == 0)
                 return true;
+        /* The decoder also takes base64url's '-' and '_', and whitespace:
+         * every group but the last in the standard alphabet, no padding. */
+        unsigned plain = 1;
+        for (size_t i = 0; i + 4 < tlen; i++)
+                plain &= base64_std[(unsigned char)text[i]];
+        if (!plain)
+                return false;
         /* The length holds every group but the last whole; that one must
          * be what encoding the last bytes gives (padding, no stray bits). */
         size_t tail = n % 3 ? n % 3 : 3;

@@ -2,6 +2,8 @@
  * from inside the sandbox and are untrusted: files_read_chunk must take at
  * most `max` bytes in all and a real path under /workspace, or refuse;
  * files_error_message must always write one printable, bounded sentence.
+ * files_b64_canonical must take a chunk's text only when it is the very
+ * base64 of the bytes it decoded to.
  * files_frame_parse must give exactly what jrpc_parse gives (the same
  * outcome, tree and error) for any line, its quick way for a read
  * answer's layout included: the input is tried as it is and, so that the
@@ -43,6 +45,22 @@ static void check_answer(json_t *msg)
                                 abort();
                         if (n < 0 && n != -EBADMSG && n != -EFBIG)
                                 abort();
+                        /* Taken as canonical: then it is what the encoder
+                         * writes for those bytes, to the byte. */
+                        const json_t *text = json_object_get(result, "data");
+                        if (n >= 0 && files_b64_canonical(got.data ? got.data + before : "",
+                                                          (size_t)n, json_string_value(text),
+                                                          json_string_length(text))) {
+                                struct buf again;
+                                buf_init(&again, 2 * MAX + 8);
+                                if (base64_encode(&again, got.data ? got.data + before : "",
+                                                  (size_t)n) < 0 ||
+                                    again.len != json_string_length(text) ||
+                                    memcmp(again.data ? again.data : "", json_string_value(text),
+                                           again.len) != 0)
+                                        abort();
+                                buf_free(&again);
+                        }
                 }
                 if (got.len)
                         (void)((volatile const char *)got.data)[got.len - 1];

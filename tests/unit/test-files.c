@@ -292,6 +292,11 @@ static void test_canonical(void)
         ok(files_b64_canonical("ABCD", 4, "QUJDRA==", 8), "a group and a byte");
         ok(!files_b64_canonical("ABCD", 4, "QUJD\nRA==", 9), "a newline inside");
         ok(!files_b64_canonical("ABC", 3, NULL, 0), "no text");
+        /* The decoder takes base64url's characters too: "hello>" and 0x9e
+         * 0xba '\\' decode from a text with '-' for '+'. */
+        ok(!files_b64_canonical("hello>\x9e\xba\\", 9, "aGVsbG8-nrpc", 12),
+           "base64url's '-' is not the canonical text");
+        ok(files_b64_canonical("hello>\x9e\xba\\", 9, "aGVsbG8+nrpc", 12), "its '+' is");
 }
 
 static void test_mime(void)
