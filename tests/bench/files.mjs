@@ -12,8 +12,10 @@
 // medians are compared. Both sides are checked to give the file's very
 // bytes. read_file's time is the whole tool call as an MCP client sees it
 // (the request, the runtime's read, the base64 on two links, the JSON
-// parse of the answer); the archive's is the HTTP request on the engine's socket until
-// its last byte (the tar's bytes are not unpacked). With CORRAL_BIN_OLD (a
+// parse of the answer), and beside it the time until the answer's last byte
+// (what the client's own parse and check of 13 MB adds is the difference);
+// the archive's is the HTTP request on the engine's socket until its last
+// byte (the tar's bytes are not unpacked). With CORRAL_BIN_OLD (a
 // corral from before files went through the runtime: its read_file is the
 // archive GET, the tar unpacked, the session frozen meanwhile) the same
 // read through that binary too, in its own session, the ways taking turns
@@ -61,12 +63,13 @@ const sha256 = (b) => createHash('sha256').update(b).digest('hex');
 // gives the tool's result; log() the end of corral's stderr.
 function corral(bin, env) {
   const child = spawn(bin, [], { env, stdio: ['pipe', 'pipe', 'pipe'] });
-  let log = '', pending = [], size = 0, id = 0;
+  let log = '', pending = [], size = 0, id = 0, arrived = 0n;
   const waiting = new Map();
   child.stderr.on('data', (d) => { log += d; if (log.length > 100000) log = log.slice(-50000); });
   child.stdout.on('data', (d) => {
     for (let at = d.indexOf(10); at >= 0; at = d.indexOf(10)) {
       pending.push(d.subarray(0, at));
+      arrived = process.hrtime.bigint(); // the line's last byte, before the client's parse
       const line = Buffer.concat(pending, size + at).toString('utf8');
       pending = []; size = 0; d = d.subarray(at + 1);
       const m = JSON.parse(line);
@@ -93,6 +96,7 @@ function corral(bin, env) {
     },
     async close() { child.stdin.end(); await closed; },
     log: () => log,
+    arrived: () => arrived,
   };
 }
 
@@ -140,11 +144,12 @@ async function side(bin, env) {
   return { c, id, digest };
 }
 
-// One read_file of the blob, checked, in ms.
+// One read_file of the blob, checked: { t: ms until the result is parsed,
+// last: ms until the answer's last byte came }.
 async function readOnce(s) {
   const t0 = process.hrtime.bigint();
   const r = await s.c.call('read_file', { session: 'bench', path: 'blob.bin', limit: opt.size });
-  const t = ms(t0);
+  const t = { t: ms(t0), last: Number(s.c.arrived() - t0) / 1e6 };
   const blob = r.content.find((x) => x.type === 'resource')?.resource?.blob;
   if (r.isError || !blob || sha256(Buffer.from(blob, 'base64')) !== s.digest)
     throw new Error(`read_file did not give the file back: ${JSON.stringify(r.content[0]).slice(0, 300)}`);
@@ -158,14 +163,14 @@ async function main() {
   try {
     sides.push({ name: 'channel', ...(await side(BIN, env)) });
     if (OLD) sides.push({ name: 'old', ...(await side(OLD, env)) });
-    const times = { channel: [], old: [], archive: [] };
+    const times = { channel: [], old: [], archive: [] }, last = { channel: [], old: [] };
     let archiveWhy = null;
     // Round by round, each way in turn, so that the machine's load falls on
     // all alike; the first round warms every end up and is not counted.
     for (let i = 0; i < opt.iterations + 1; i++) {
       for (const s of sides) {
         const t = await readOnce(s);
-        if (i > 0) times[s.name].push(t);
+        if (i > 0) times[s.name].push(t.t), last[s.name].push(t.last);
       }
       if (archiveWhy) continue;
       const t0 = process.hrtime.bigint();
@@ -179,8 +184,8 @@ async function main() {
       if (!f || sha256(f) !== sides[0].digest) throw new Error('the archive did not hold the file');
       if (i > 0) times.archive.push(t);
     }
-    report.channel_ms = { median: median(times.channel), all: times.channel };
-    if (OLD) report.old_ms = { median: median(times.old), all: times.old };
+    report.channel_ms = { median: median(times.channel), all: times.channel, last_byte_median: median(last.channel) };
+    if (OLD) report.old_ms = { median: median(times.old), all: times.old, last_byte_median: median(last.old) };
     report.archive_ms = archiveWhy ? { error: archiveWhy } : { median: median(times.archive), all: times.archive };
     report.load_end = loadavg();
   } catch (e) {
@@ -192,7 +197,8 @@ async function main() {
   const f = report.facts;
   console.log(`# files: ${(opt.size / 1e6).toFixed(1)} MB binary, ${opt.iterations} reads a way (after one round to warm up), in turn; engine ${f.engine}, runtime ${f.runtime}, ${f.nproc} CPUs, load ${f.load} at start, ${report.load_end} at end`);
   const mbs = (t) => (opt.size / 1e6 / (t / 1000)).toFixed(0);
-  const row = (label, x) => console.log(`${label}: median ${x.median.toFixed(1)} ms (${mbs(x.median)} MB/s); all ${x.all.map((v) => v.toFixed(1)).join(' ')}`);
+  const row = (label, x) => console.log(`${label}: median ${x.median.toFixed(1)} ms (${mbs(x.median)} MB/s); all ${x.all.map((v) => v.toFixed(1)).join(' ')}` +
+    (x.last_byte_median !== undefined ? `; until the answer's last byte ${x.last_byte_median.toFixed(1)} ms (the rest: this client parsing and checking it)` : ''));
   row('read_file through corral (the channel)', report.channel_ms);
   if (OLD) row(`read_file through ${OLD} (its path: the engine's archive)`, report.old_ms);
   if (report.archive_ms.error) console.log(`GET /containers/{id}/archive: not available: ${report.archive_ms.error}`);
