@@ -187,7 +187,11 @@ static ssize_t last_member(json_t *o, const char **key, json_t **value)
         ssize_t n = -1;
         for (void *it = json_object_iter(o); it; it = json_object_iter_next(o, it)) {
                 *key = json_object_iter_key(it);
+#if JANSSON_VERSION_HEX >= 0x020e00 /* keys may hold NUL from 2.14 on */
                 n = (ssize_t)json_object_iter_key_len(it);
+#else
+                n = (ssize_t)strlen(*key);
+#endif
                 *value = json_object_iter_value(it);
         }
         return n;
