@@ -2,7 +2,13 @@
 
 #include "core/buf.h"
 
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
 
 static bool id_valid(const json_t *id)
 {
@@ -155,16 +161,260 @@ json_t *jrpc_notification(const char *method, json_t *params)
         return o;
 }
 
+/* ---- encoding
+ *
+ * jansson writes a string a character at a time (a UTF-8 step and an
+ * escape test each): for the megabytes of base64 of a file it is most of
+ * the answer's cost. Strings of at least LONG_STRING bytes of ASCII are
+ * therefore written here: each is swapped for a short placeholder
+ * (unguessable, checked to occur once) while jansson writes the rest,
+ * then put back in its place with jansson's escapes, found by a scan and
+ * copied in runs. The text is the very text json_dumps makes. */
+
+#define LONG_STRING (64 * 1024)
+#define LONG_MAX    8 /* strings of a message written this way; the rest by jansson */
+
+struct long_string {
+        json_t *parent; /* object or array */
+        void *iter;     /* in an object: its member */
+        size_t index;   /* in an array */
+        json_t *value;  /* the string (a reference held while swapped) */
+        size_t escaped; /* bytes of its JSON text, quotes included */
+        char mark[64];  /* the placeholder's JSON text */
+        const char *at; /* where the placeholder is in jansson's text */
+};
+
+/* What jansson does with a byte of a string (no flags): 0 writes it as it
+ * is, 1 escapes it with a letter or itself (\n, \"), 5 as \u00XX, and
+ * 0xff for a byte that is not ASCII (such a string is left to jansson,
+ * which checks UTF-8). */
+static const unsigned char escape_cost[256] = {
+    [0 ... 7] = 5,
+    ['\b'] = 1,
+    ['\t'] = 1,
+    ['\n'] = 1,
+    [0x0b] = 5,
+    ['\f'] = 1,
+    ['\r'] = 1,
+    [0x0e ... 0x1f] = 5,
+    ['"'] = 1,
+    ['\\'] = 1,
+    [0x80 ... 0xff] = 0xff,
+};
+
+/* Bytes of `s` written as a JSON string, quotes included; 0 when it holds
+ * a byte that is not ASCII. Eight bytes at a time: a word with no byte
+ * below 0x20, no '"', no '\\' and none above 0x7f is written as it is. */
+static size_t escaped_len(const char *s, size_t n)
+{
+        const uint64_t ones = 0x0101010101010101ULL, highs = ones * 0x80;
+        size_t k = n + 2, i = 0;
+        unsigned bad = 0;
+        for (; i + 8 <= n; i += 8) {
+                uint64_t w;
+                memcpy(&w, s + i, 8);
+                uint64_t q = w ^ (ones * '"'), b = w ^ (ones * '\\');
+                /* Any byte below 0x20, any zero byte of q and b (exact as
+                 * "any"), any byte with its high bit. */
+                uint64_t hit = ((w - ones * 0x20) & ~w) | ((q - ones) & ~q) | ((b - ones) & ~b) | w;
+                if (!(hit & highs))
+                        continue;
+                for (size_t j = i; j < i + 8; j++) {
+                        unsigned char c = escape_cost[(unsigned char)s[j]];
+                        bad |= c;
+                        k += c;
+                }
+        }
+        for (; i < n; i++) {
+                unsigned char c = escape_cost[(unsigned char)s[i]];
+                bad |= c;
+                k += c;
+        }
+        /* (0xff's own count does not matter: the string is not taken.) */
+        return (bad & 0x80) ? 0 : k;
+}
+
+static char *put_escaped(char *o, const char *s, size_t n, bool plain)
+{
+        static const char hex[] = "0123456789ABCDEF";
+        *o++ = '"';
+        if (plain) { /* nothing to escape (base64): one copy */
+                memcpy(o, s, n);
+                o[n] = '"';
+                return o + n + 1;
+        }
+        size_t run = 0;
+        for (size_t i = 0; i < n; i++) {
+                unsigned char c = (unsigned char)s[i];
+                if (!escape_cost[c])
+                        continue;
+                memcpy(o, s + run, i - run);
+                o += i - run;
+                run = i + 1;
+                *o++ = '\\';
+                switch (c) {
+                case '"':
+                case '\\':
+                        *o++ = (char)c;
+                        break;
+                case '\b':
+                        *o++ = 'b';
+                        break;
+                case '\f':
+                        *o++ = 'f';
+                        break;
+                case '\n':
+                        *o++ = 'n';
+                        break;
+                case '\r':
+                        *o++ = 'r';
+                        break;
+                case '\t':
+                        *o++ = 't';
+                        break;
+                default:
+                        memcpy(o, "u00", 3);
+                        o[3] = hex[c >> 4];
+                        o[4] = hex[c & 15];
+                        o += 5;
+                }
+        }
+        memcpy(o, s + run, n - run);
+        o += n - run;
+        *o++ = '"';
+        return o;
+}
+
+static void take_long(json_t *parent, void *iter, size_t index, json_t *v, struct long_string *l,
+                      size_t *n)
+{
+        if (*n >= LONG_MAX || !json_is_string(v) || json_string_length(v) < LONG_STRING)
+                return;
+        size_t k = escaped_len(json_string_value(v), json_string_length(v));
+        if (k)
+                l[(*n)++] = (struct long_string){
+                    .parent = parent, .iter = iter, .index = index, .value = v, .escaped = k};
+}
+
+static void find_long(json_t *v, struct long_string *l, size_t *n, int depth)
+{
+        if (depth > 64)
+                return;
+        if (json_is_object(v)) {
+                for (void *it = json_object_iter(v); it; it = json_object_iter_next(v, it)) {
+                        json_t *x = json_object_iter_value(it);
+                        take_long(v, it, 0, x, l, n);
+                        find_long(x, l, n, depth + 1);
+                }
+        } else if (json_is_array(v)) {
+                for (size_t i = 0; i < json_array_size(v); i++) {
+                        json_t *x = json_array_get(v, i);
+                        take_long(v, NULL, i, x, l, n);
+                        find_long(x, l, n, depth + 1);
+                }
+        }
+}
+
+static int put_back(struct long_string *l, json_t *v)
+{
+        return l->iter ? json_object_iter_set_new(l->parent, l->iter, v)
+                       : json_array_set_new(l->parent, l->index, v);
+}
+
+static int by_place(const void *a, const void *b)
+{
+        const struct long_string *x = a, *y = b;
+        return x->at < y->at ? -1 : x->at > y->at;
+}
+
+static char *dump_spliced(const json_t *msg, size_t *ret_len)
+{
+        struct long_string l[LONG_MAX];
+        size_t n = 0;
+        find_long((json_t *)msg, l, &n, 0);
+        if (n == 0)
+                return NULL;
+        static unsigned long long nonce, count;
+        if (!nonce && getrandom(&nonce, sizeof(nonce), 0) != sizeof(nonce))
+                nonce =
+                    (unsigned long long)time(NULL) * 2654435761ULL ^ (unsigned long long)getpid();
+        count++;
+        size_t swapped = 0;
+        char *skel = NULL, *out = NULL;
+        for (; swapped < n; swapped++) {
+                /* jansson escapes the control character: \u0001 in its text. */
+                char text[48];
+                snprintf(text, sizeof(text), "\001corral-long:%016llx:%llu:%zu", nonce, count,
+                         swapped);
+                snprintf(l[swapped].mark, sizeof(l[swapped].mark), "\"\\u0001%s\"", text + 1);
+                json_t *mark = json_string(text);
+                json_incref(l[swapped].value);
+                if (!mark || put_back(&l[swapped], mark) < 0) {
+                        json_decref(l[swapped].value);
+                        break;
+                }
+        }
+        if (swapped == n)
+                skel = json_dumps(msg, JSON_COMPACT);
+        for (size_t i = 0; i < swapped; i++)
+                put_back(&l[i], l[i].value); /* cannot fail: the slot is there */
+        if (!skel)
+                return NULL;
+        size_t total = strlen(skel);
+        for (size_t i = 0; i < n; i++) {
+                size_t k = strlen(l[i].mark);
+                l[i].at = strstr(skel, l[i].mark);
+                if (!l[i].at || strstr(l[i].at + 1, l[i].mark)) {
+                        free(skel);
+                        return NULL;
+                }
+                total = total - k + l[i].escaped;
+        }
+        qsort(l, n, sizeof(l[0]), by_place);
+        out = malloc(total + 2); /* room for a newline and NUL */
+        if (out) {
+                char *o = out;
+                const char *from = skel;
+                for (size_t i = 0; i < n; i++) {
+                        memcpy(o, from, (size_t)(l[i].at - from));
+                        o += l[i].at - from;
+                        size_t k = json_string_length(l[i].value);
+                        o = put_escaped(o, json_string_value(l[i].value), k, l[i].escaped == k + 2);
+                        from = l[i].at + strlen(l[i].mark);
+                }
+                size_t rest = strlen(from);
+                memcpy(o, from, rest);
+                o += rest;
+                *o = '\0';
+                *ret_len = (size_t)(o - out);
+        }
+        free(skel);
+        return out;
+}
+
+char *jrpc_dump(const json_t *msg, size_t *ret_len)
+{
+        if (!msg)
+                return NULL;
+        char *s = dump_spliced(msg, ret_len);
+        if (s)
+                return s;
+        s = json_dumps(msg, JSON_COMPACT);
+        if (s)
+                *ret_len = strlen(s);
+        return s;
+}
+
 char *jrpc_encode(json_t *msg, size_t *ret_len)
 {
         if (!msg)
                 return NULL;
         /* Compact output never contains a raw newline: strings escape it. */
-        char *s = json_dumps(msg, JSON_COMPACT);
+        size_t n = 0;
+        char *s = jrpc_dump(msg, &n);
         json_decref(msg);
         if (!s)
                 return NULL;
-        size_t n = strlen(s);
         char *out = realloc(s, n + 2);
         if (!out) {
                 free(s);

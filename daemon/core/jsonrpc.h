@@ -40,6 +40,12 @@ json_t *jrpc_error(json_t *id, int code, const char *message, json_t *data);
 json_t *jrpc_request(json_int_t id, const char *method, json_t *params);
 json_t *jrpc_notification(const char *method, json_t *params);
 
+/* Compact encoding, the text json_dumps(msg, JSON_COMPACT) makes, with
+ * long strings (a file's base64) copied in runs instead of a character at
+ * a time; msg is borrowed. *ret_len is the text's length; NULL on
+ * allocation failure. */
+char *jrpc_dump(const json_t *msg, size_t *ret_len);
+
 /* Compact one-line encoding with the trailing newline; steals `msg`.
  * Returns NULL on allocation failure. */
 char *jrpc_encode(json_t *msg, size_t *ret_len);

@@ -546,12 +546,13 @@ static struct req *get_stream(struct session *s)
 /* One message (borrowed) onto a stream. */
 static void put_json(struct req *q, json_t *msg)
 {
-        char *text = json_dumps(msg, JSON_COMPACT);
+        size_t len = 0;
+        char *text = jrpc_dump(msg, &len);
         if (!text) {
                 log_err("cannot encode a message for a client");
                 return;
         }
-        stream_put(q, text, strlen(text));
+        stream_put(q, text, len);
         free(text);
 }
 

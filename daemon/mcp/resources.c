@@ -403,12 +403,16 @@ static void read_done(void *userdata, const struct files_result *r)
                 item = json_pack("{s:s, s:s, s:s%}", "uri", op->uri, "mimeType",
                                  mime ? mime : "text/plain", "text", r->data, r->len);
         } else {
+                /* The runtime's base64 when it is canonical, else encoded
+                 * here; ASCII either way, not checked again as UTF-8. */
                 struct buf b64;
                 buf_init(&b64, (r->len + 2) / 3 * 4 + 1);
-                if (base64_encode(&b64, r->data, r->len) == 0)
-                        item = json_pack("{s:s, s:s, s:s%}", "uri", op->uri, "mimeType",
-                                         mime ? mime : "application/octet-stream", "blob",
-                                         b64.data ? b64.data : "", b64.len);
+                if (r->b64 || base64_encode(&b64, r->data, r->len) == 0)
+                        item = json_pack(
+                            "{s:s, s:s, s:o}", "uri", op->uri, "mimeType",
+                            mime ? mime : "application/octet-stream", "blob",
+                            r->b64 ? json_stringn_nocheck(r->b64, r->b64_len)
+                                   : json_stringn_nocheck(b64.data ? b64.data : "", b64.len));
                 buf_free(&b64);
         }
         request_answer(&op->req, item ? json_pack("{s:[o]}", "contents", item) : NULL);

@@ -364,19 +364,25 @@ static void read_done(void *userdata, const struct files_result *r)
                 struct buf b64;
                 buf_init(&b64, (to - from + 2) / 3 * 4 + 1);
                 json_t *item = NULL;
-                if (base64_encode(&b64, r->data + from, to - from) == 0) {
+                /* The whole file: its base64 as the runtime sent it, when
+                 * that is the canonical one; else encoded here. */
+                bool whole = r->b64 && from == 0 && to == size;
+                if (whole || base64_encode(&b64, r->data + from, to - from) == 0) {
                         char uri[FILES_PATH_MAX + 16];
                         snprintf(uri, sizeof(uri), "file://%s", r->path);
                         utf8_scrub(uri);
+                        /* Base64 is ASCII: no need to check its megabytes as UTF-8. */
+                        json_t *blob =
+                            whole ? json_stringn_nocheck(r->b64, r->b64_len)
+                                  : json_stringn_nocheck(b64.data ? b64.data : "", b64.len);
                         if (mime && strncmp(mime, "image/", 6) == 0 && from == 0 && !more)
-                                item =
-                                    json_pack("{s:s, s:s%, s:s}", "type", "image", "data",
-                                              b64.data ? b64.data : "", b64.len, "mimeType", mime);
+                                item = json_pack("{s:s, s:o, s:s}", "type", "image", "data", blob,
+                                                 "mimeType", mime);
                         else
-                                item = json_pack("{s:s, s:{s:s, s:s, s:s%}}", "type", "resource",
+                                item = json_pack("{s:s, s:{s:s, s:s, s:o}}", "type", "resource",
                                                  "resource", "uri", uri, "mimeType",
                                                  mime ? mime : "application/octet-stream", "blob",
-                                                 b64.data ? b64.data : "", b64.len);
+                                                 blob);
                 }
                 buf_free(&b64);
                 if (item)

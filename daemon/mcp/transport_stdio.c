@@ -27,6 +27,7 @@ struct stdio_transport {
         struct line_reader lines;
         struct jrpc_id_scan scan; /* the id of a line too long to take */
         struct buf out;
+        size_t out_off; /* out's bytes before this are written */
         bool stopped;
 };
 
@@ -39,21 +40,34 @@ static void out_ready(struct watch *w, uint32_t events, void *userdata)
         flush_out(userdata);
 }
 
-/* Writes what the client takes now; waits for the rest with EPOLLOUT. */
+/* Bytes of out not yet written. */
+static size_t out_left(const struct stdio_transport *x)
+{
+        return x->out.len - x->out_off;
+}
+
+/* Writes what the client takes now; waits for the rest with EPOLLOUT. What
+ * is written is only counted (out_off): moving the rest to the front after
+ * each write made a long answer (a file's megabytes, written a pipe's
+ * capacity at a time) cost its size squared over the pipe's. */
 static void flush_out(struct stdio_transport *x)
 {
-        while (x->out.len > 0) {
-                ssize_t k = write(x->out_fd, x->out.data, x->out.len);
+        while (out_left(x) > 0) {
+                ssize_t k = write(x->out_fd, x->out.data + x->out_off, out_left(x));
                 if (k < 0) {
                         if (errno == EINTR)
                                 continue;
                         if (errno != EAGAIN) {
                                 log_err("writing to the host failed: %s", strerror(errno));
-                                x->out.len = 0;
+                                x->out_off = x->out.len;
                         }
                         break;
                 }
-                buf_consume(&x->out, (size_t)k);
+                x->out_off += (size_t)k;
+        }
+        if (out_left(x) == 0) {
+                buf_consume(&x->out, x->out.len);
+                x->out_off = 0;
         }
         if (x->out.len > 0 && !x->out_watch) {
                 if (watch_add(x->loop, x->out_fd, EPOLLOUT, out_ready, x, &x->out_watch) < 0)
@@ -72,6 +86,11 @@ static void stdio_send(struct transport *t, json_t *msg)
         if (!line) {
                 log_err("cannot encode a message for the host");
                 return;
+        }
+        /* What is written goes before more comes: one move a message. */
+        if (x->out_off) {
+                buf_consume(&x->out, x->out_off);
+                x->out_off = 0;
         }
         if (buf_append(&x->out, line, len) < 0)
                 log_err("output to the host is backed up; dropped a %zu-byte message", len);
@@ -167,13 +186,13 @@ static void stdio_flush(struct transport *t, int timeout_ms)
 {
         struct stdio_transport *x = (struct stdio_transport *)t;
         long long deadline = now_ms() + timeout_ms;
-        while (x->out.len > 0 && now_ms() < deadline) {
+        while (out_left(x) > 0 && now_ms() < deadline) {
                 struct pollfd p = {.fd = x->out_fd, .events = POLLOUT};
                 if (poll(&p, 1, (int)(deadline - now_ms())) <= 0)
                         break;
-                size_t before = x->out.len;
+                size_t before = out_left(x);
                 flush_out(x);
-                if (x->out.len == before)
+                if (out_left(x) == before)
                         break;
         }
 }

@@ -4,6 +4,8 @@
 #include "sandbox/internal.h"
 
 #include <limits.h>
+#include <stdlib.h>
+#include <sys/types.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -166,6 +168,111 @@ int files_read_chunk(const json_t *result, size_t max, struct buf *got, long lon
         return (int)(got->len - before > INT_MAX ? INT_MAX : got->len - before);
 }
 
+/* ---- the runtime's frames */
+
+/* Base64's alphabet, without '=' (base64_std) and with it (base64_char). */
+static const unsigned char base64_std[256] = {
+    ['A' ... 'Z'] = 1, ['a' ... 'z'] = 1, ['0' ... '9'] = 1, ['+'] = 1, ['/'] = 1,
+};
+
+static const bool base64_char[256] = {
+    ['A' ... 'Z'] = true, ['a' ... 'z'] = true, ['0' ... '9'] = true,
+    ['+'] = true,         ['/'] = true,         ['='] = true,
+};
+
+/* The last member of object `o` (jansson keeps members in the order they
+ * came): its key's length, or -1 when it has none. */
+static ssize_t last_member(json_t *o, const char **key, json_t **value)
+{
+        ssize_t n = -1;
+        for (void *it = json_object_iter(o); it; it = json_object_iter_next(o, it)) {
+                *key = json_object_iter_key(it);
+#if JANSSON_VERSION_HEX >= 0x020e00 /* keys may hold NUL from 2.14 on */
+                n = (ssize_t)json_object_iter_key_len(it);
+#else
+                n = (ssize_t)strlen(*key);
+#endif
+                *value = json_object_iter_value(it);
+        }
+        return n;
+}
+
+int files_frame_parse(const char *line, size_t len, struct jrpc_msg *ret, json_t **ret_id,
+                      struct err *e)
+{
+        static const char key[] = ",\"data\":\"", tail[] = "\"}}";
+        const size_t klen = sizeof(key) - 1, tlen = sizeof(tail) - 1;
+        if (len < klen + FILES_FAST_MIN + tlen || memcmp(line + len - tlen, tail, tlen) != 0)
+                return jrpc_parse(line, len, ret, ret_id, e);
+        size_t end = len - tlen, start = end;
+        while (start > 0 && base64_char[(unsigned char)line[start - 1]])
+                start--;
+        size_t n = end - start;
+        /* The bytes before the span: a comma, the key "data", a colon and
+         * the string's quote. Valid JSON with them there has them as these
+         * tokens: a comma or quote inside a string would leave `data` bare.
+         * So if the envelope (the frame without the span) parses, the
+         * frame parses to the same tree with the span in that string: base64
+         * characters need no escape and are valid UTF-8. */
+        if (n < FILES_FAST_MIN || n % 4 != 0 || start < klen || start - klen > FILES_FRAME_SLACK ||
+            memcmp(line + start - klen, key, klen) != 0)
+                return jrpc_parse(line, len, ret, ret_id, e);
+        char *env = malloc(start + tlen);
+        if (!env)
+                return jrpc_parse(line, len, ret, ret_id, e);
+        memcpy(env, line, start);
+        memcpy(env + start, tail, tlen);
+        struct jrpc_msg m;
+        json_t *id = NULL, *inner = NULL, *value = NULL, *str = NULL;
+        const char *k = NULL;
+        struct err ignored = {0};
+        int r = jrpc_parse(env, start + tlen, &m, &id, &ignored);
+        free(env);
+        if (r < 0) {
+                /* Malformed whole as well: its error as jrpc_parse gives it. */
+                json_decref(id);
+                return jrpc_parse(line, len, ret, ret_id, e);
+        }
+        /* The empty string is the last member's ("data") of the object that
+         * is the frame's last member: that is where the span goes. */
+        if (last_member(m.root, &k, &inner) < 0 || !json_is_object(inner) ||
+            last_member(inner, &k, &value) != 4 || memcmp(k, "data", 4) != 0 ||
+            !json_is_string(value) || json_string_length(value) != 0 ||
+            !(str = json_stringn_nocheck(line + start, n)) ||
+            json_object_set_new(inner, "data", str) < 0) {
+                jrpc_msg_done(&m);
+                json_decref(id);
+                return jrpc_parse(line, len, ret, ret_id, e);
+        }
+        *ret = m;
+        *ret_id = id;
+        return 0;
+}
+
+bool files_b64_canonical(const char *raw, size_t n, const char *text, size_t tlen)
+{
+        if (!text || tlen != (n + 2) / 3 * 4)
+                return false;
+        if (n == 0)
+                return true;
+        /* The decoder also takes base64url's '-' and '_', and whitespace:
+         * every group but the last in the standard alphabet, no padding. */
+        unsigned plain = 1;
+        for (size_t i = 0; i + 4 < tlen; i++)
+                plain &= base64_std[(unsigned char)text[i]];
+        if (!plain)
+                return false;
+        /* The length holds every group but the last whole; that one must
+         * be what encoding the last bytes gives (padding, no stray bits). */
+        size_t tail = n % 3 ? n % 3 : 3;
+        struct buf last;
+        buf_init(&last, 8);
+        bool same = base64_encode(&last, raw + n - tail, tail) == 0 && last.len == 4 &&
+                    memcmp(last.data, text + tlen - 4, 4) == 0;
+        buf_free(&last);
+        return same;
+}
+
 struct files_op {
         struct sandbox *sb;
         bool write;
@@ -178,9 +285,12 @@ struct files_op {
         /* write: data[0..len), off of it sent */
         char *data;
         size_t len, off;
-        /* read: what came, at most max */
+        /* read: what came, at most max; its base64 as it came, while each
+         * chunk's is canonical and ends a whole group (b64_ok) */
         struct buf got;
         size_t max;
+        struct buf b64;
+        bool b64_ok;
 };
 
 static void op_free(struct files_op *op)
@@ -188,6 +298,7 @@ static void op_free(struct files_op *op)
         sandbox_ask_cancel(op->ask);
         free(op->data);
         buf_free(&op->got);
+        buf_free(&op->b64);
         free(op);
 }
 
@@ -207,6 +318,10 @@ static void op_done(struct files_op *op, int error, const char *message, const c
             .data = data,
             .len = len,
         };
+        if (data && !op->write && op->b64_ok && len == op->got.len) {
+                r.b64 = op->b64.data ? op->b64.data : "";
+                r.b64_len = op->b64.len;
+        }
         op->ask = NULL;
         /* Freed after the callback: r points into it. */
         op->cb(op->userdata, &r);
@@ -274,6 +389,18 @@ static void op_answered(void *userdata, json_t *result, const struct err *e)
                         op_fail(op, -EIO, "%s %s: the sandbox's runtime sent a malformed answer",
                                 what, op->asked);
                         return;
+                }
+                /* Its base64 kept for an answer that needs it, while the
+                 * chunks join up to the file's base64. */
+                const json_t *text = json_object_get(result, "data");
+                size_t at = op->got.len - (size_t)n;
+                if (op->b64_ok &&
+                    (at % 3 != 0 ||
+                     !files_b64_canonical(op->got.data + at, (size_t)n, json_string_value(text),
+                                          json_string_length(text)) ||
+                     buf_append(&op->b64, json_string_value(text), json_string_length(text)) < 0)) {
+                        op->b64_ok = false;
+                        buf_free(&op->b64);
                 }
                 /* A short chunk is the end; so is the size the file had. */
                 if ((size_t)n < op->chunk || op->got.len >= (unsigned long long)size) {
@@ -348,6 +475,7 @@ int files_write(struct sandbox *s, const char *path, const void *data, size_t le
         memcpy(op->data, data, len);
         op->len = len;
         buf_init(&op->got, 0);
+        buf_init(&op->b64, 0);
         int r = op_start(s, true, path, cb, userdata, &op);
         if (r < 0) {
                 op->ask = NULL;
@@ -366,6 +494,8 @@ int files_read(struct sandbox *s, const char *path, size_t max, files_cb cb, voi
                 return -ENOMEM;
         op->max = max;
         buf_init(&op->got, max);
+        buf_init(&op->b64, max / 3 * 4 + 4);
+        op->b64_ok = true;
         int r = op_start(s, false, path, cb, userdata, &op);
         if (r < 0) {
                 op->ask = NULL;

@@ -98,14 +98,18 @@ static void collected(void *userdata, const struct files_result *res)
         if (res->error) {
                 out_note(r, path, size, res->message);
         } else {
+                /* The runtime's base64 when it is canonical, else encoded
+                 * here; ASCII either way, not checked again as UTF-8. */
                 struct buf b64;
                 buf_init(&b64, (res->len + 2) / 3 * 4 + 1);
-                if (base64_encode(&b64, res->data, res->len) == 0) {
+                if (res->b64 || base64_encode(&b64, res->data, res->len) == 0) {
+                        json_t *data =
+                            res->b64 ? json_stringn_nocheck(res->b64, res->b64_len)
+                                     : json_stringn_nocheck(b64.data ? b64.data : "", b64.len);
                         json_array_append_new(r->res.out_files,
-                                              json_pack("{s:s, s:I, s:s?, s:s%}", "path", path,
+                                              json_pack("{s:s, s:I, s:s?, s:o}", "path", path,
                                                         "size", (json_int_t)res->len, "mime_type",
-                                                        files_mime_type(path), "data",
-                                                        b64.data ? b64.data : "", b64.len));
+                                                        files_mime_type(path), "data", data));
                         r->out_bytes += res->len;
                 } else {
                         out_note(r, path, size, "out of memory");

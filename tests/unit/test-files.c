@@ -185,6 +185,120 @@ static void test_chunks(void)
         buf_free(&got);
 }
 
+/* files_frame_parse gives what jrpc_parse gives, for frames of the read
+ * answer's layout and for look-alikes that are not. */
+static bool same(const json_t *a, const json_t *b)
+{
+        return (!a && !b) || json_equal(a, b);
+}
+
+static void same_parse(const char *line, const char *name)
+{
+        struct jrpc_msg a = {0}, b = {0};
+        json_t *ida = NULL, *idb = NULL;
+        struct err ea = {0}, eb = {0};
+        int ra = files_frame_parse(line, strlen(line), &a, &ida, &ea);
+        int rb = jrpc_parse(line, strlen(line), &b, &idb, &eb);
+        is_int(ra, rb, "%s: the same outcome", name);
+        if (ra == 0 && rb == 0) {
+                ok(json_equal(a.root, b.root), "%s: the same tree", name);
+                ok(a.kind == b.kind && same(a.result, b.result) && same(a.params, b.params) &&
+                       same(a.error, b.error),
+                   "%s: the same message", name);
+                jrpc_msg_done(&a);
+                jrpc_msg_done(&b);
+        } else {
+                is_str(ea.msg, eb.msg, "%s: the same error", name);
+        }
+        ok(same(ida, idb), "%s: the same id", name);
+        json_decref(ida);
+        json_decref(idb);
+}
+
+static void test_frames(void)
+{
+        char b64[1025], line[2048];
+        for (int i = 0; i < 1024; i++)
+                b64[i] =
+                    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"[i * 7 % 64];
+        b64[1024] = '\0';
+        b64[1022] = b64[1023] = '=';
+
+        snprintf(line, sizeof(line),
+                 "{\"jsonrpc\":\"2.0\",\"id\":\"ask-1\",\"result\":{\"path\":\"/workspace/a\","
+                 "\"size\":766,\"data\":\"%s\"}}",
+                 b64);
+        struct jrpc_msg m = {0};
+        json_t *id = NULL;
+        struct err e = {0};
+        is_int(files_frame_parse(line, strlen(line), &m, &id, &e), 0, "a read answer parses");
+        const json_t *data = json_object_get(m.result, "data");
+        ok(m.kind == JRPC_RESULT && json_string_length(data) == 1024 &&
+               memcmp(json_string_value(data), b64, 1024) == 0,
+           "its data is the base64 as sent");
+        is_str(json_string_value(id), "ask-1", "its id");
+        struct buf got;
+        buf_init(&got, 1 << 20);
+        long long size = 0;
+        const char *path = NULL;
+        is_int(files_read_chunk(m.result, 1 << 20, &got, &size, &path), 766,
+               "its chunk decodes to 766 bytes");
+        buf_free(&got);
+        jrpc_msg_done(&m);
+        json_decref(id);
+        same_parse(line, "a read answer");
+
+        static const char *const forms[] = {
+            /* another object with an empty "data" before the last one */
+            "{\"jsonrpc\":\"2.0\",\"id\":\"ask-1\",\"result\":{\"data\":\"\"},\"params\":{"
+            "\"data\":\"%s\"}}",
+            /* a duplicate key: refused as a whole frame is */
+            "{\"jsonrpc\":\"2.0\",\"id\":\"ask-1\",\"result\":{\"data\":\"\",\"data\":\"%s\"}}",
+            /* the look-alike inside a string */
+            "{\"jsonrpc\":\"2.0\",\"id\":\"ask-1\",\"result\":{\"p\":\"a,\"data\":\"%s\"}}",
+            "{\"jsonrpc\":\"2.0\",\"id\":\"ask-1\",\"result\":{\"p\":\"a\\\",\\\"data\\\":\\\"%s\"}"
+            "}",
+            /* not an object's member; a broken envelope */
+            "{\"jsonrpc\":\"2.0\",\"id\":\"ask-1\",\"result\":[1,\"data\":\"%s\"}}",
+            "{\"jsonrpc\":\"2.0\",\"id\":\"ask-1\" \"result\":{\"data\":\"%s\"}}",
+            /* a character outside the alphabet; a length not a multiple of four */
+            "{\"jsonrpc\":\"2.0\",\"id\":\"ask-1\",\"result\":{\"data\":\"%s-AAA\"}}",
+            "{\"jsonrpc\":\"2.0\",\"id\":\"ask-1\",\"result\":{\"data\":\"%sA\"}}",
+            /* the span where the message has no result: a request's params */
+            "{\"jsonrpc\":\"2.0\",\"id\":\"ask-1\",\"method\":\"m\",\"params\":{\"data\":\"%s\"}}",
+            /* an error: its data is an object's last member too */
+            "{\"jsonrpc\":\"2.0\",\"id\":\"ask-1\",\"error\":{\"code\":1,\"data\":\"%s\"}}",
+            "{\"jsonrpc\":\"1.0\",\"id\":\"ask-1\",\"result\":{\"data\":\"%s\"}}",
+            "[{\"jsonrpc\":\"2.0\",\"id\":\"ask-1\",\"result\":{\"data\":\"%s\"}}]",
+        };
+        for (size_t i = 0; i < ARRAY_SIZE(forms); i++) {
+                char name[40];
+                const char *at = strstr(forms[i], "%s");
+                snprintf(line, sizeof(line), "%.*s%s%s", (int)(at - forms[i]), forms[i], b64,
+                         at + 2);
+                snprintf(name, sizeof(name), "look-alike %zu", i);
+                same_parse(line, name);
+        }
+}
+
+static void test_canonical(void)
+{
+        ok(files_b64_canonical("", 0, "", 0), "nothing is nothing");
+        ok(files_b64_canonical("A", 1, "QQ==", 4), "one byte, padded");
+        ok(!files_b64_canonical("A", 1, "QR==", 4), "stray bits after the byte");
+        ok(!files_b64_canonical("A", 1, "QQ", 2), "no padding");
+        ok(files_b64_canonical("AB", 2, "QUI=", 4), "two bytes");
+        ok(!files_b64_canonical("AB", 2, "QUJ=", 4), "two bytes, stray bits");
+        ok(files_b64_canonical("ABCD", 4, "QUJDRA==", 8), "a group and a byte");
+        ok(!files_b64_canonical("ABCD", 4, "QUJD\nRA==", 9), "a newline inside");
+        ok(!files_b64_canonical("ABC", 3, NULL, 0), "no text");
+        /* The decoder takes base64url's characters too: "hello>" and 0x9e
+         * 0xba '\\' decode from a text with '-' for '+'. */
+        ok(!files_b64_canonical("hello>\x9e\xba\\", 9, "aGVsbG8-nrpc", 12),
+           "base64url's '-' is not the canonical text");
+        ok(files_b64_canonical("hello>\x9e\xba\\", 9, "aGVsbG8+nrpc", 12), "its '+' is");
+}
+
 static void test_mime(void)
 {
         is_str(files_mime_type("out/plot.png"), "image/png", ".png");
@@ -201,6 +315,8 @@ int main(void)
 {
         test_paths();
         test_errors();
+        test_frames();
+        test_canonical();
         test_chunks();
         test_mime();
         return done_testing();

@@ -8,8 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define KIND_NONE -1
-#define S(lit)    lit, sizeof(lit) - 1 /* a literal with its exact length (NULs too) */
+#define KIND_NONE        -1
+#define LONG_STRING_TEST (64 * 1024)          /* jsonrpc.c's LONG_STRING */
+#define S(lit)           lit, sizeof(lit) - 1 /* a literal with its exact length (NULs too) */
 
 static const struct parse_case {
         const char *name;
@@ -268,6 +269,69 @@ static void test_encode(void)
         free(s);
 }
 
+/* jrpc_dump writes long strings itself: its text must be json_dumps's to
+ * the byte, whatever the strings hold and wherever they are. */
+static void same_dump(json_t *msg, const char *name)
+{
+        size_t n = 0;
+        char *got = jrpc_dump(msg, &n);
+        char *want = json_dumps(msg, JSON_COMPACT);
+        ok(got && want && n == strlen(want) && memcmp(got, want, n) == 0 && got[n] == '\0',
+           "%s: the text json_dumps makes (%zu bytes)", name, want ? strlen(want) : 0);
+        /* And the message is as it was. */
+        char *again = json_dumps(msg, JSON_COMPACT);
+        ok(again && want && strcmp(again, want) == 0, "%s: the message is left as it was", name);
+        free(got);
+        free(want);
+        free(again);
+        json_decref(msg);
+}
+
+static void test_dump_long(void)
+{
+        size_t big = 200 * 1024;
+        char *b64 = malloc(big + 1), *ctl = malloc(big + 1), *utf = malloc(big + 1);
+        for (size_t i = 0; i < big; i++) {
+                b64[i] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"[i % 64];
+                ctl[i] = (char)(i % 128); /* every ASCII byte: NUL, controls, quote, backslash */
+                utf[i] = i % 2 ? (char)0xA9 : (char)0xC2; /* U+00A9, left to jansson */
+        }
+        b64[big] = ctl[big] = utf[big] = '\0';
+        same_dump(json_pack("{s:s, s:{s:[{s:s, s:s%}]}}", "jsonrpc", "2.0", "result", "content",
+                            "type", "resource", "blob", b64, big),
+                  "a blob in a result");
+        same_dump(json_pack("{s:s%, s:[s%, s%, i], s:s%}", "a", ctl, big, "b", b64, big, utf, big,
+                            7, "c", b64, (size_t)LONG_STRING_TEST),
+                  "escapes, non-ASCII and a string at the threshold");
+        /* A short string holding the placeholder's form does not fool it. */
+        same_dump(json_pack("{s:s, s:s%, s:s}", "x", "\001corral-long:0000000000000000:1:0", "y",
+                            b64, big, "z", "\"\\u0001corral-long:"),
+                  "a look-alike of the placeholder");
+        /* One byte to escape among plain ones, wherever it falls in a word;
+         * one byte that is not ASCII. */
+        static const char odd[] = {'"', '\\', '\n', '\x01', '\x1f', '\x7f', (char)0xc3};
+        for (size_t i = 0; i < sizeof(odd); i++) {
+                char *x = strdup(b64);
+                x[big / 2 + i] = odd[i];
+                if (odd[i] == (char)0xc3)
+                        x[big / 2 + i + 1] = (char)0xa9;
+                char name[40];
+                snprintf(name, sizeof(name), "one odd byte (%zu)", i);
+                same_dump(json_pack("{s:s%}", "s", x, big), name);
+                free(x);
+        }
+        json_t *many = json_array();
+        for (int i = 0; i < 12; i++)
+                json_array_append_new(many, json_stringn(b64, big - (size_t)i));
+        same_dump(many, "more long strings than it takes");
+        json_t *shared = json_stringn(b64, big);
+        same_dump(json_pack("[O, O, {s:O}]", shared, shared, "k", shared), "one string thrice");
+        json_decref(shared);
+        free(b64);
+        free(ctl);
+        free(utf);
+}
+
 static void test_id_equal(void)
 {
         static const struct {
@@ -435,6 +499,7 @@ static void test_id_scan(void)
 
 int main(void)
 {
+        test_dump_long();
         test_parse_table();
         test_encode();
         test_id_equal();
