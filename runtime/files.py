@@ -218,7 +218,6 @@ def entry(path, st, rel):
 # the chunks of one file): every chunk's path is walked again.
 
 FILE_HOPS = 40  # symlinks followed in one walk
-FILE_FRAME_SLACK = 64 * 1024  # a frame's bytes besides a chunk's base64
 FILE_FAILED = -32001  # the JSON-RPC error code of a file request that failed
 
 
@@ -361,13 +360,20 @@ def file_open(path, write, offset):
     return ffd, at, st
 
 
+def file_chunk(max_frame):
+    """The bytes of one chunk under max_frame, as the daemon reckons it
+    (files_chunk): a quarter of the frame, at most FILE_SLACK_MAX, for the
+    rest of it, the chunk's base64 in what is left."""
+    return (max_frame - min(FILE_SLACK_MAX, max_frame // 4)) // 4 * 3
+
+
 def file_read(params, max_frame):
     # sandbox/file/read {path, offset, length, max}: up to `length` bytes
     # of the file from `offset` (fewer at its end; length is cut to what fits
     # a frame as base64) -> {path (real), size, data (base64)}.  EFBIG, with
     # the size, for a file over `max` bytes.
     path, (offset, length, most) = file_params(params, ('offset', 'length', 'max'))
-    length = min(length, (max_frame - FILE_FRAME_SLACK) // 4 * 3)
+    length = min(length, file_chunk(max_frame))
     fd, at, st = file_open(path, False, 0)
     try:
         if st.st_size > most:

@@ -14,6 +14,11 @@
 #define RT_DEFAULT_MAX_FRAME (16 << 20)  /* max_frame when none is given */
 #define RT_TIME_LIMIT_MAX_S  (2 * 86400) /* longest time_limit_ms, in seconds */
 
+/* A file request's frame: the base64 of its chunk and the rest, which
+ * gets max_frame/4, at most this much; the chunk is the base64 room's
+ * bytes (files_chunk in daemon/sandbox/files.c, file_read in the runtime). */
+#define RT_FILE_SLACK_MAX (64 << 10)
+
 /* The network proxy's frames (net/ ones, runtime/README.md "Network"). */
 #define RT_NET_HEAD_MAX  16384       /* a request head, request line through CRLFCRLF */
 #define RT_NET_DATA_MAX  65536       /* raw bytes of one net/data */

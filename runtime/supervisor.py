@@ -660,10 +660,12 @@ class Supervisor:
         if self.said_ready:
             if self.key is None:
                 return log('a frame before sandbox/key: not sent')
-            mac = hmac.new(self.key, self.seq.to_bytes(8, 'big'), 'sha256')
-            mac.update(memoryview(line)[:-1])
+            # hmac.digest is OpenSSL's one call on every Python 3.8+ and
+            # leaves no copy of the key behind (hmac.new pads copies of it
+            # in Python before 3.10, in memory a later worker inherits).
+            tag = hmac.digest(self.key, self.seq.to_bytes(8, 'big') + line[:-1], 'sha256')
             self.seq += 1
-            line = mac.hexdigest().encode('ascii') + b' ' + line
+            line = tag.hex().encode('ascii') + b' ' + line
         self.said_ready = True
         # One write loop per frame on a blocking fd, single thread: frames
         # never interleave.
@@ -695,7 +697,7 @@ class Supervisor:
                 # exit ends the container, and every process in it.
                 log('stdin closed while an exec runs: ending it and exiting')
                 self.kill_leftovers()
-                return 0
+                return EXIT_INPUT_LOST
             if job is not None and job.limit_at is not None and job.deadline is None \
                     and time.monotonic() >= job.limit_at:
                 self.over_time(job)
@@ -862,11 +864,11 @@ class Supervisor:
         without it was written into our stdin by someone else (gVisor lets
         code reopen /proc/1/fd/0): corral is told, and the sandbox ends."""
         if line is not None and len(line) > TAG_HEX and line[TAG_HEX] == 0x20:
-            mac = hmac.new(self.key, (FROM_DAEMON | self.in_seq).to_bytes(8, 'big'), 'sha256')
-            mac.update(memoryview(line)[TAG_HEX + 1:])
-            if hmac.compare_digest(mac.hexdigest().encode('ascii'), line[:TAG_HEX]):
+            body = line[TAG_HEX + 1:]
+            tag = hmac.digest(self.key, (FROM_DAEMON | self.in_seq).to_bytes(8, 'big') + body, 'sha256')
+            if hmac.compare_digest(tag.hex().encode('ascii'), line[:TAG_HEX]):
                 self.in_seq += 1
-                return line[TAG_HEX + 1:]
+                return body
         self.forged('a line over the frame limit' if line is None else 'a line without its tag')
 
     def forged(self, what):

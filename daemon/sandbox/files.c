@@ -402,14 +402,23 @@ static void op_answered(void *userdata, json_t *result, const struct err *e)
                         op->b64_ok = false;
                         buf_free(&op->b64);
                 }
-                /* A short chunk is the end; so is the size the file had. */
-                if ((size_t)n < op->chunk || op->got.len >= (unsigned long long)size) {
+                /* The size the file had is the end; so is an empty chunk (it
+                 * shrank meanwhile). A short one is not: the runtime may cut
+                 * a chunk to fit its own frames. */
+                if (n == 0 || op->got.len >= (unsigned long long)size) {
                         op_done(op, 0, NULL, op->got.data ? op->got.data : "", op->got.len);
                         return;
                 }
         }
         if (op_next(op) < 0)
                 op_fail(op, -EIO, "%s %s: the sandbox's runtime cannot be asked", what, op->asked);
+}
+
+size_t files_chunk(unsigned long long max_frame)
+{
+        unsigned long long slack =
+            max_frame / 4 < FILES_FRAME_SLACK ? max_frame / 4 : FILES_FRAME_SLACK;
+        return (size_t)((max_frame - slack) / 4 * 3);
 }
 
 /* Asks for the next chunk: 0, or a negative errno when it cannot be sent. */
@@ -457,9 +466,7 @@ static int op_start(struct sandbox *s, bool write, const char *path, files_cb cb
         snprintf(op->asked, sizeof(op->asked), "%s", path);
         snprintf(op->real, sizeof(op->real), "%s", path);
         /* A chunk's base64, and the frame around it, fit max_frame. */
-        unsigned long long frame = s->mgr->cfg->max_frame;
-        op->chunk = frame > 2 * FILES_FRAME_SLACK ? (size_t)((frame - FILES_FRAME_SLACK) / 4 * 3)
-                                                  : FILES_FRAME_SLACK / 4 * 3;
+        op->chunk = files_chunk(s->mgr->cfg->max_frame);
         /* The first request is made here: a failure is returned, not called back. */
         return op_next(op);
 }

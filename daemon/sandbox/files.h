@@ -10,6 +10,7 @@
 #include "core/buf.h"
 #include "core/jsonrpc.h"
 #include "core/util.h"
+#include "runtime/protocol.h"
 
 #include <jansson.h>
 
@@ -47,8 +48,14 @@ typedef void (*files_cb)(void *userdata, const struct files_result *r);
 struct files_op;
 struct sandbox;
 
-/* A frame's bytes besides the base64 of the chunk it carries. */
-#define FILES_FRAME_SLACK (64 * 1024)
+/* A frame's bytes besides the base64 of the chunk it carries, at most
+ * (the envelope of a read answer is bounded by it). */
+#define FILES_FRAME_SLACK RT_FILE_SLACK_MAX
+
+/* The bytes of one chunk of a file request under max_frame, the same on
+ * both sides: a quarter of the frame (at most FILES_FRAME_SLACK) for the
+ * rest, the base64 of the chunk in what is left. */
+size_t files_chunk(unsigned long long max_frame);
 
 /* Writes `len` bytes (copied) to `path` (from files_path) in sandbox `s`,
  * making missing parent directories; an existing file is replaced. The

@@ -453,6 +453,12 @@ int sandbox_write_lines(struct sandbox *s, const char *lines, size_t len)
         size_t n, count;
         if (!s->attach)
                 return -EPIPE;
+        /* The runtime takes a longer line for someone else's. */
+        for (const char *p = lines, *nl; p < lines + len; p = nl + 1) {
+                nl = memchr(p, '\n', (size_t)(lines + len - p));
+                if (!nl || (unsigned long long)(nl - p) > s->mgr->cfg->max_frame)
+                        return -EMSGSIZE;
+        }
         char *sealed = frame_auth_seal(&s->auth, lines, len, &n, &count);
         if (!sealed)
                 return -ENOMEM;
@@ -514,8 +520,8 @@ static void inspected(void *userdata, long status, json_t *body, const struct er
                  * sandbox, with SIGKILL (137), and the engines do not see
                  * an OOM kill. Podman with runsc sometimes reports such an
                  * end as exit code 0, which the runtime's PID 1 never gives
-                 * in the middle of a run (code inside cannot end it, and it
-                 * exits 0 only at its input's end), so a stopped container
+                 * in the middle of a run (code inside cannot end it, and
+                 * its input's end there gives 75), so a stopped container
                  * with 0 counts too. corral's own kills settle the run
                  * first. */
                 bool stopped = json_is_false(json_object_get(state, "Running"));

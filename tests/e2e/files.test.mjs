@@ -135,8 +135,9 @@ test('files: a file of file_max_bytes goes through write_file as base64, one byt
 }, { timeoutMs: 240000 });
 
 test('files: a binary file through write_file and read_file keeps every byte (sha256), in several frames under a small max_frame; a FIFO and a directory are refused', async (t) => {
-  // 256 KiB frames: the file moves in chunks of under 192 KiB each way.
-  const d = await t.daemon('binary', { CORRAL_MAX_FRAME: '256k' });
+  // The smallest frames, 64 KiB: the file moves in chunks of 36 KiB each
+  // way (a quarter of a frame is left for the rest of it).
+  const d = await t.daemon('binary', { CORRAL_MAX_FRAME: '64k' });
   const bytes = Buffer.alloc(170000);
   for (let i = 0; i < bytes.length; i += 4) bytes.writeUInt32LE((i * 2246822519 + 7) >>> 0, i);
   const w = await toolCall(t, d, 'write_file', { session: 'bin', path: 'deep/er/blob.bin', content: bytes.toString('base64'), encoding: 'base64' });

@@ -885,8 +885,8 @@ def stdin_eof_during_exec():
     t0 = time.monotonic()
     rc, err = rt.close()
     took = time.monotonic() - t0
-    check(pgid > 0 and rc == 0 and took < 2.0 and group_gone(pgid) and not any('id' in f for f in rt.frames[1:]),
-          'stdin EOF during an exec: the code is killed, no answer, the runtime exits (%.2fs)' % took,
+    check(pgid > 0 and rc == 75 and took < 2.0 and group_gone(pgid) and not any('id' in f for f in rt.frames[1:]),
+          'stdin EOF during an exec: the code is killed, no answer, the runtime exits 75, never 0 (%.2fs)' % took,
           (out, rc, took, err[-500:]))
 
 
