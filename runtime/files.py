@@ -162,40 +162,72 @@ def list_dir(params, max_bytes=DEFAULT_MAX_FRAME // 2):
     real = os.path.realpath(path)
     if real != WORKSPACE and not real.startswith(WORKSPACE + '/'):
         return None, '%s resolves to %s, outside %s' % (path, real, WORKSPACE)
+    # From here on nothing is followed: the resolved path is opened a
+    # component at a time with O_NOFOLLOW, and the listing reads open
+    # directories. Code that swaps a component for a link meanwhile (to
+    # /proc/1, whose entries this process could read) gets an error.
+    names = [n for n in real[len(WORKSPACE):].split('/') if n]
     try:
-        st = os.stat(real)
+        fd = os.open(WORKSPACE, os.O_RDONLY | os.O_DIRECTORY)
     except OSError as e:
         return None, '%s: %s' % (path, e.strerror)
-    if not os.path.isdir(real):
-        return {'path': real, 'entries': [entry(real, st, os.path.basename(real))],
-                'truncated': False}, None
-    entries, stack, truncated, size = [], [(real, 0)], False, 0
-    while stack and not truncated:
-        d, depth = stack.pop()
-        try:
-            items = sorted(os.scandir(d), key=lambda e: e.name)
-        except OSError:
-            continue
-        subdirs = []
-        for e in items:
+    try:
+        for i, name in enumerate(names):
+            if i == len(names) - 1:
+                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+                if not stat_isdir(st):
+                    one = entry(name, st, name, fd)
+                    os.close(fd)
+                    return {'path': real, 'entries': [one], 'truncated': False}, None
+            nfd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            os.close(fd)
+            fd = nfd
+    except OSError as e:
+        os.close(fd)
+        return None, '%s: %s' % (path, e.strerror)
+    entries, stack, truncated, size = [], [(fd, '', 0)], False, 0
+    try:
+        while stack and not truncated:
+            d, prefix, depth = stack.pop()
             try:
-                rel = e.path[len(real) + 1:].encode('utf-8').decode('utf-8')
-                est = e.stat(follow_symlinks=False)
-            except (UnicodeError, OSError):
+                items = sorted(os.scandir(d), key=lambda e: e.name)
+            except OSError:
+                os.close(d)
                 continue
-            ent = entry(e.path, est, rel)
-            size += len(encode(ent))
-            if len(entries) >= limit or size > max_bytes:
-                truncated = True
-                break
-            entries.append(ent)
-            if recursive and e.is_dir(follow_symlinks=False) and depth < LIST_DEPTH_MAX:
-                subdirs.append((e.path, depth + 1))
-        stack += reversed(subdirs)
+            subdirs = []
+            for e in items:
+                try:
+                    rel = (prefix + e.name).encode('utf-8').decode('utf-8')
+                    est = e.stat(follow_symlinks=False)
+                except (UnicodeError, OSError):
+                    continue
+                ent = entry(e.name, est, rel, d)
+                size += len(encode(ent))
+                if len(entries) >= limit or size > max_bytes:
+                    truncated = True
+                    break
+                entries.append(ent)
+                if recursive and stat_isdir(est) and depth < LIST_DEPTH_MAX:
+                    try:
+                        sub = os.open(e.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=d)
+                    except OSError:
+                        continue
+                    subdirs.append((sub, rel + '/', depth + 1))
+            os.close(d)
+            stack += reversed(subdirs)
+    finally:
+        for d, _, _ in stack:
+            os.close(d)
     return {'path': real, 'entries': entries, 'truncated': truncated}, None
 
 
-def entry(path, st, rel):
+def stat_isdir(st):
+    import stat as s
+    return s.S_ISDIR(st.st_mode)
+
+
+def entry(name, st, rel, dir_fd):
+    """One entry of sandbox/list: `name` in the open directory dir_fd."""
     import stat as s
     kind = 'dir' if s.S_ISDIR(st.st_mode) else 'file' if s.S_ISREG(st.st_mode) \
         else 'symlink' if s.S_ISLNK(st.st_mode) else 'other'
@@ -203,7 +235,7 @@ def entry(path, st, rel):
          'mtime': int(st.st_mtime)}
     if kind == 'symlink':
         try:
-            e['target'] = os.readlink(path)
+            e['target'] = os.readlink(name, dir_fd=dir_fd)
         except OSError:
             pass
     return e

@@ -2551,6 +2551,45 @@ def read_out_file():
     shutil.rmtree(rd, ignore_errors=True)
 
 
+
+# sandbox/list resolves the path once, then follows nothing: a component
+# swapped for a link after the check (to /proc/1, whose entries PID 1 could
+# read) is an error, not a listing of where it leads. The swap is played by
+# a realpath that answers with the path as it was checked.
+@case
+def list_no_follow():
+    ns = {'__name__': 'corral_runtime_test'}
+    exec(compile(SOURCE, 'corral_runtime.py', 'exec'), ns)
+    rd = tempfile.mkdtemp(prefix='corral-list-')
+    os.makedirs(os.path.join(rd, 'a', 'sub'))
+    open(os.path.join(rd, 'a', 'f.txt'), 'w').write('x')
+    os.symlink('f.txt', os.path.join(rd, 'a', 'ln'))
+    ns['WORKSPACE'] = rd
+    ok_res, ok_err = ns['list_dir']({'path': os.path.join(rd, 'a'), 'recursive': True})
+    got = sorted((e['path'], e['type'], e.get('target')) for e in ok_res['entries']) if ok_res else None
+    check(ok_err is None and got == [('f.txt', 'file', None), ('ln', 'symlink', 'f.txt'), ('sub', 'dir', None)],
+          'list_dir: entries by open directories, links listed with their targets, not followed', (ok_res, ok_err))
+    one, _ = ns['list_dir']({'path': os.path.join(rd, 'a', 'f.txt')})
+    check(one and [e['path'] for e in one['entries']] == ['f.txt'], 'a file is listed alone', one)
+    outside = tempfile.mkdtemp(prefix='corral-outside-')
+    open(os.path.join(outside, 'secret'), 'w').write('s')
+    shutil.rmtree(os.path.join(rd, 'a', 'sub'))
+    os.symlink(outside, os.path.join(rd, 'a', 'sub'))  # swapped after the check
+    real = ns['os'].path.realpath
+    try:
+        ns['os'].path.realpath = lambda p: p
+        res, err = ns['list_dir']({'path': os.path.join(rd, 'a', 'sub'), 'recursive': True})
+        mid, mid_err = ns['list_dir']({'path': os.path.join(rd, 'a', 'sub', 'secret')})
+    finally:
+        ns['os'].path.realpath = real
+    check(res and [(e['path'], e['type']) for e in res['entries']] == [('sub', 'symlink')] and 'secret' not in str(res),
+          'the last component swapped for a link out after the check: the link itself, not where it leads', (res, err))
+    check(mid is None and bool(mid_err) and ('Too many levels' in mid_err or 'Not a directory' in mid_err),
+          'a component on the way swapped: an error, nothing listed', (mid, mid_err))
+    shutil.rmtree(rd, ignore_errors=True)
+    shutil.rmtree(outside, ignore_errors=True)
+
+
 def main(argv):
     if argv == ['--list']:
         print('\n'.join(c.__name__ for c in CASES))
