@@ -129,10 +129,12 @@ struct sandbox {
         struct line_reader diag;
         unsigned long long diag_logged;
         int remove_tries;
-        struct timer *start_timer;  /* start_timeout_s */
-        struct timer *remove_timer; /* asks the engine again */
-        struct run *run;            /* the request it serves, or NULL */
-        json_int_t exec_id;         /* of the latest sandbox/exec */
+        struct timer *start_timer;   /* start_timeout_s */
+        struct timer *remove_timer;  /* asks the engine again */
+        struct timer *inspect_timer; /* asks again for a container still running */
+        int inspect_tries;
+        struct run *run;    /* the request it serves, or NULL */
+        json_int_t exec_id; /* of the latest sandbox/exec */
         void (*gone)(void *owner, const char *why);
         void *owner;
         /* freeze.c */

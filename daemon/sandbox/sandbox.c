@@ -23,6 +23,7 @@ extern const size_t corral_runtime_len;
 extern const char corral_runtime_loader[];
 
 #define STDERR_LOG_MAX (64 * 1024) /* container stderr bytes logged per sandbox */
+#define INSPECT_TRIES  30          /* a dead sandbox's container asked again while running */
 #define DRAIN_MAX_MS   15000       /* shutdown: waiting for the engine's removals */
 #define REMOVE_TRIES   5
 
@@ -249,6 +250,8 @@ static void sandbox_release(struct sandbox *s)
         s->start_timer = NULL;
         timer_remove(s->remove_timer);
         s->remove_timer = NULL;
+        timer_remove(s->inspect_timer);
+        s->inspect_timer = NULL;
         line_reader_free(&s->frames);
         line_reader_free(&s->diag);
         list_push(&m->done, &s->place);
@@ -498,6 +501,16 @@ static int on_attach_data(void *userdata, int stream, const char *p, size_t n)
         return line_reader_feed(&s->frames, p, n, run_on_frame, s);
 }
 
+static void start_inspect(struct sandbox *s);
+
+static void inspect_again(struct timer *t, void *userdata)
+{
+        struct sandbox *s = userdata;
+        (void)t;
+        if (s->state != S_REMOVING && s->state != S_DONE && !s->req)
+                start_inspect(s);
+}
+
 static void inspected(void *userdata, long status, json_t *body, const struct err *e)
 {
         struct sandbox *s = userdata;
@@ -506,6 +519,13 @@ static void inspected(void *userdata, long status, json_t *body, const struct er
         (void)e;
         json_t *state = json_object_get(body, "State");
         json_t *code = json_object_get(state, "ExitCode");
+        /* Its stream ended before the engine saw it stop (gVisor's
+         * teardown takes a moment, and Podman says exit code 0 meanwhile):
+         * ask again, every 100 ms for up to 3 s, for the real end. */
+        if (r && !r->final && status == 200 && json_is_true(json_object_get(state, "Running")) &&
+            s->inspect_tries++ < INSPECT_TRIES &&
+            timer_set(s->mgr->loop, &s->inspect_timer, inspect_again, s, 100) == 0)
+                return;
         if (r && !r->final) {
                 if (status == 200 && json_is_integer(code)) {
                         r->res.has_exit_code = true;
