@@ -2530,11 +2530,17 @@ def file_frames():
 
 # read_out_file, called in the runtime's own code: no link on the path is
 # followed, nothing but a regular file within the size is read.
-@case
-def read_out_file():
+def runtime_namespace(workspace_prefix):
+    """The assembled runtime's globals, and a fresh directory for its
+    WORKSPACE (the caller sets it)."""
     ns = {'__name__': 'corral_runtime_test'}
     exec(compile(SOURCE, 'corral_runtime.py', 'exec'), ns)
-    rd = tempfile.mkdtemp(prefix='corral-read-')
+    return ns, tempfile.mkdtemp(prefix=workspace_prefix)
+
+
+@case
+def read_out_file():
+    ns, rd = runtime_namespace('corral-read-')
     os.makedirs(os.path.join(rd, 'out', 'dir'))
     with open(os.path.join(rd, 'out', 'dir', 'f.txt'), 'w') as f:
         f.write('data')
@@ -2551,16 +2557,13 @@ def read_out_file():
     shutil.rmtree(rd, ignore_errors=True)
 
 
-
 # sandbox/list resolves the path once, then follows nothing: a component
 # swapped for a link after the check (to /proc/1, whose entries PID 1 could
 # read) is an error, not a listing of where it leads. The swap is played by
 # a realpath that answers with the path as it was checked.
 @case
 def list_no_follow():
-    ns = {'__name__': 'corral_runtime_test'}
-    exec(compile(SOURCE, 'corral_runtime.py', 'exec'), ns)
-    rd = tempfile.mkdtemp(prefix='corral-list-')
+    ns, rd = runtime_namespace('corral-list-')
     os.makedirs(os.path.join(rd, 'a', 'sub'))
     open(os.path.join(rd, 'a', 'f.txt'), 'w').write('x')
     os.symlink('f.txt', os.path.join(rd, 'a', 'ln'))
