@@ -21,8 +21,7 @@ import time
 CHUNK = 64 * 1024                  # read size and max UTF-8 bytes of `data`
 FRAME_READ = 1 << 20               # read size of the frame channel (net/data frames are 87 KiB)
 EXIT_INPUT_LOST = 75               # PID 1's status when stdin ends in the middle of a run (never 0 then)
-TAG_HEX = 64                       # a frame's tag: hex digits of its HMAC-SHA256, then a space
-FROM_DAEMON = 1 << 63              # the top bit of the numbers in the daemon's tags
+FROM_DAEMON = 1 << TO_RUNTIME_SEQ_BIT  # the bit set in the numbers of the daemon's tags
 KEY_LINE_MAX = 4096                # bytes of a line before sandbox/key: longer ones are not it
 HEX_VALUE = {c: i for i, c in enumerate(b'0123456789abcdef')}
 DEFAULT_OUTPUT_LIMIT = 1024 * 1024

@@ -14,6 +14,10 @@
 #define RT_DEFAULT_MAX_FRAME (16 << 20)  /* max_frame when none is given */
 #define RT_TIME_LIMIT_MAX_S  (2 * 86400) /* longest time_limit_ms, in seconds */
 
+/* The frames' tags (runtime/README.md, "Frame protocol"). */
+#define RT_TAG_HEX            64 /* hex digits of a line's HMAC-SHA256, then a space */
+#define RT_TO_RUNTIME_SEQ_BIT 63 /* set in the numbers of the daemon's own lines */
+
 /* A file request's frame: the base64 of its chunk and the rest, which
  * gets max_frame/4, at most this much; the chunk is the base64 room's
  * bytes (files_chunk in daemon/sandbox/files.c, file_read in the runtime). */

@@ -14,12 +14,14 @@
  * (sandbox/forged) and ends. */
 #pragma once
 
+#include "runtime/protocol.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #define FRAME_KEY_LEN 32
-#define FRAME_TAG_HEX 64 /* the tag's hex digits; a space follows them */
+#define FRAME_TAG_HEX RT_TAG_HEX /* the tag's hex digits; a space follows them */
 
 struct frame_auth {
         unsigned char key[FRAME_KEY_LEN];
@@ -27,7 +29,7 @@ struct frame_auth {
         uint64_t out_seq; /* the number of our next line to the runtime */
 };
 
-#define FRAME_SEQ_TO_RUNTIME (UINT64_C(1) << 63)
+#define FRAME_SEQ_TO_RUNTIME (UINT64_C(1) << RT_TO_RUNTIME_SEQ_BIT)
 
 enum frame_verdict {
         FRAME_OK = 0,
