@@ -277,6 +277,71 @@ class LineReader:
                 yield line
 
 
+class FrameReader:
+    """The daemon's frames on our stdin, after the key: tagged lines of at
+    most max_line bytes, and data frames, a tagged line "#CONN SIZE" with
+    SIZE raw bytes after it (runtime/README.md, "Frame protocol").  feed()
+    gives a list of frames: a line (bytes, no newline), None for a line
+    over max_line (once, as soon as it passes the limit; it is skipped up
+    to its newline), or (line, bytes) for a data frame, its tag unchecked.
+    A line that starts a data frame but is not one (a bad SIZE) is
+    handed on as a plain line: its tag cannot be a line's."""
+
+    def __init__(self, max_line):
+        self.max_line = max_line
+        self.buf, self.scanned, self.skipping = bytearray(), 0, False
+        self.head, self.want = None, 0  # a data frame's line, its bytes awaited
+
+    def feed(self, data):
+        buf, pos, out = self.buf, 0, []
+        buf += data
+        while True:
+            if self.head is not None:
+                if len(buf) - pos < self.want:
+                    break
+                out.append((self.head, bytes(buf[pos:pos + self.want])))
+                pos += self.want
+                self.head = None
+                continue
+            i = buf.find(b'\n', max(pos, self.scanned))  # only new bytes: a line may be huge
+            if i < 0:
+                self.scanned = len(buf)
+                if not self.skipping and len(buf) - pos > self.max_line:
+                    self.skipping = True  # answer now, the newline may never come
+                    out.append(None)
+                if self.skipping:
+                    pos = self.scanned = len(buf)
+                break
+            line, start, pos, self.scanned = bytes(buf[pos:i]), pos, i + 1, 0
+            if self.skipping:
+                self.skipping = False
+            elif i - start > self.max_line:
+                out.append(None)
+            elif len(line) > TAG_HEX + 1 and line[TAG_HEX + 1] == 0x23:  # '#'
+                size = data_size(line[TAG_HEX + 2:])
+                if size:
+                    self.head, self.want = line, size
+                else:
+                    out.append(line)
+            elif line.strip():
+                out.append(line)
+        del buf[:pos]
+        if self.scanned:
+            self.scanned -= pos
+        return out
+
+
+def data_size(head):
+    """The SIZE of a data frame's line "CONN SIZE" (after its '#'): 1 to
+    NET_DATA_MAX, decimal without leading zeros; 0 when it is not one."""
+    conn, sp, size = head.partition(b' ')
+    if not sp or not (0 < len(conn) <= 15 and 0 < len(size) <= 6) or not conn.isdigit() \
+            or not size.isdigit() or conn[0] == 0x30 or size[0] == 0x30:
+        return 0
+    n = int(size)
+    return n if n <= NET_DATA_MAX else 0
+
+
 class Relay:
     """The supervisor's end of the worker's API socket.  What comes in is
     user code's (untrusted): lines bounded by max_frame, checked, and only
@@ -519,14 +584,22 @@ class Proxy:
         elif status:
             self.answer(c, status, 'bad request' if status == 400 else 'request head too big')
 
-    def write(self, c):
+    def write(self, c, fresh=None):
+        """Writes what the client is owed: c.out, or when that is empty the
+        bytes of a data frame just come (fresh), keeping what the socket
+        does not take."""
         try:
-            n = c.sock.send(c.out)
+            n = c.sock.send(c.out if fresh is None else fresh)
         except BlockingIOError:
-            return
+            n = 0
         except OSError:
             return self.drop(c, True)
-        del c.out[:n]
+        if fresh is None:
+            del c.out[:n]
+        elif n < len(fresh):
+            c.out += memoryview(fresh)[n:]
+        if not n:
+            return
         c.written += n
         if c.written >= NET_ACK_EVERY or not c.out:
             self.send(c, 'net/ack', bytes=c.written)
@@ -546,23 +619,26 @@ class Proxy:
             if tell:
                 self.send(c, 'net/close')
 
+    def data(self, conn, data):
+        """The bytes of a data frame of the daemon's, for client conn."""
+        c = self.ids.get(conn)
+        if c is None:  # gone already: it crossed our net/close, or the run ended
+            return
+        # past its window, or after its net/eof: the daemon is wrong
+        if c.ending or len(c.out) + c.written + len(data) > NET_WINDOW:
+            return self.drop(c, True)
+        if c.out:
+            c.out += data
+            self.write(c)
+        else:
+            self.write(c, data)
+
     def frame(self, method, p):
         """A net/* notification of the daemon's."""
         c = self.ids.get(p.get('conn')) if isinstance(p, dict) and type(p.get('conn')) is int else None
         if c is None:  # gone already: it crossed our net/close, or the run ended
             return
-        if method == 'net/data':
-            try:
-                data = binascii.a2b_base64(p['data'])
-            except (KeyError, TypeError, ValueError):
-                data = None
-            # past its window, or after its net/eof: the daemon is wrong
-            if data is None or c.ending or len(c.out) + c.written + len(data) > NET_WINDOW:
-                return self.drop(c, True)
-            c.out += data
-            if c.out:
-                self.write(c)
-        elif method == 'net/ack' and type(p.get('bytes')) is int:
+        if method == 'net/ack' and type(p.get('bytes')) is int:
             c.sent = max(0, c.sent - p['bytes'])
         elif method == 'net/eof':
             c.ending = True
@@ -624,7 +700,7 @@ class Supervisor:
         self.out_chunk = min(CHUNK, self.max_frame // 8)
         self.text_budget = min(TRACEBACK_CAP, self.max_frame // 16)
         # The daemon's lines carry a tag too: TAG_HEX digits and a space.
-        self.lines, self.eof = LineReader(self.max_frame + TAG_HEX + 1), False
+        self.lines, self.eof = FrameReader(self.max_frame + TAG_HEX + 1), False
         self.in_seq = 0       # the number the daemon's next line carries
         self.job = None
         self.pre = None       # the worker forked ahead, waiting for its first request
@@ -760,8 +836,8 @@ class Supervisor:
                 data = b''
             if not data:
                 self.eof = True  # a running exec is ended: serve() sees to it
-            for line in self.lines.feed(data):
-                self.handle(line)
+            for frame in self.lines.feed(data):
+                self.handle(frame)
         elif w is not None and fd == w.relay.fd:
             if events & select.POLLOUT:
                 w.relay.flush()
@@ -810,8 +886,8 @@ class Supervisor:
             rest = bytes(kb[start:fill])
             kb[:] = bytes(len(kb))
             self.key_buf = None
-            for line in self.lines.feed(rest):
-                self.handle(line)
+            for frame in self.lines.feed(rest):
+                self.handle(frame)
             return
         if start == 0 and fill == len(kb):  # too long to be the key
             if not self.key_skip:
@@ -857,15 +933,17 @@ class Supervisor:
             return log('a frame before sandbox/key: ignored')
         self.key = key
 
-    def untag(self, line):
+    def untag(self, line, data=b''):
         """The JSON of one of the daemon's lines after sandbox/key: each is
         TAG SP JSON, TAG the hex HMAC-SHA256(key, 8-byte big-endian
-        (FROM_DAEMON | n) || JSON) of its n-th line since the key.  A line
-        without it was written into our stdin by someone else (gVisor lets
-        code reopen /proc/1/fd/0): corral is told, and the sandbox ends."""
+        (FROM_DAEMON | n) || JSON) of its n-th frame since the key (a data
+        frame's covers its line and then its bytes).  A line without it
+        was written into our stdin by someone else (gVisor lets code reopen
+        /proc/1/fd/0): corral is told, and the sandbox ends."""
         if line is not None and len(line) > TAG_HEX and line[TAG_HEX] == 0x20:
             body = line[TAG_HEX + 1:]
-            tag = hmac.digest(self.key, (FROM_DAEMON | self.in_seq).to_bytes(8, 'big') + body, 'sha256')
+            tag = hmac.digest(self.key, (FROM_DAEMON | self.in_seq).to_bytes(8, 'big') + body + data,
+                              'sha256')
             if hmac.compare_digest(tag.hex().encode('ascii'), line[:TAG_HEX]):
                 self.in_seq += 1
                 return body
@@ -877,8 +955,13 @@ class Supervisor:
         self.kill_leftovers()
         os._exit(1)
 
-    def handle(self, line):
-        line = self.untag(line)  # a line over max_frame with its tag never gets here
+    def handle(self, frame):
+        if type(frame) is tuple:  # a data frame: net/data's bytes as they are
+            head = self.untag(*frame)
+            if self.proxy is not None:
+                self.proxy.data(int(head[1:head.index(b' ')]), frame[1])
+            return
+        line = self.untag(frame)  # a line over max_frame with its tag never gets here
         try:
             msg = json.loads(line.decode('utf-8'), parse_constant=reject_constant)
         except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError

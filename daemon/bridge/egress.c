@@ -389,8 +389,7 @@ int egress_check_grant(json_t *network, struct err *e)
 /* ---- a run */
 
 /* Frames go out from the loop, in order, as one write a round. They are
- * written by hand: a net/data frame is mostly base64, which JSON never
- * escapes, and encoding it through jansson cost more than the relay. */
+ * written by hand: encoding through jansson cost more than the relay. */
 static void flush(void *userdata);
 
 static void retry_flush(struct timer *t, void *userdata)
@@ -430,18 +429,22 @@ static void send_note(struct conn *c, const char *method)
                 queued(c->run);
 }
 
+/* Bytes for the sandbox's client, as data frames of at most EGRESS_CHUNK
+ * bytes each (frame_auth.h): a line "#CONN SIZE", then the bytes as they
+ * are. */
 static bool send_data(struct egress_run *r, long long id, const void *p, size_t n)
 {
         size_t before = r->outbox.len;
-        if (buf_printf(&r->outbox,
-                       "{\"jsonrpc\":\"2.0\",\"method\":\"net/data\",\"params\":{\"conn\":%lld,"
-                       "\"data\":\"",
-                       id) < 0 ||
-            base64_encode(&r->outbox, p, n) < 0 || buf_append(&r->outbox, "\"}}\n", 4) < 0) {
-                r->outbox.len = before;
-                log_warn("network: sandbox %s: a frame of connection %lld did not fit", r->sandbox,
-                         id);
-                return false;
+        for (size_t at = 0; at < n;) {
+                size_t k = n - at < EGRESS_CHUNK ? n - at : EGRESS_CHUNK;
+                if (buf_printf(&r->outbox, "#%lld %zu\n", id, k) < 0 ||
+                    buf_append(&r->outbox, (const char *)p + at, k) < 0) {
+                        r->outbox.len = before;
+                        log_warn("network: sandbox %s: a frame of connection %lld did not fit",
+                                 r->sandbox, id);
+                        return false;
+                }
+                at += k;
         }
         queued(r);
         return true;
@@ -472,7 +475,7 @@ int egress_run_new(struct egress *g, json_t *grant, egress_lines_fn send, void *
         r->grant = calloc(n + 1, sizeof(char *));
         /* Each connection has at most a window in flight each way. */
         buf_init(&r->outbox,
-                 (size_t)g->cfg->network_max_connections * (EGRESS_WINDOW / 3 * 4 + EGRESS_CHUNK) +
+                 (size_t)g->cfg->network_max_connections * (EGRESS_WINDOW + EGRESS_CHUNK) +
                      (1 << 20));
         bool copied = r->grant != NULL;
         for (size_t i = 0; copied && i < n; i++)

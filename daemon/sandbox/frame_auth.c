@@ -53,8 +53,9 @@ static EVP_MAC *hmac_impl(void)
         return mac;
 }
 
-static bool mac_of(const unsigned char key[FRAME_KEY_LEN], uint64_t seq, const char *json,
-                   size_t len, unsigned char out[32])
+/* HMAC-SHA256(key, seq (8 bytes, big endian) || a || b); b may be empty. */
+static bool mac_of(const unsigned char key[FRAME_KEY_LEN], uint64_t seq, const char *a, size_t alen,
+                   const char *b, size_t blen, unsigned char out[32])
 {
         EVP_MAC *mac = hmac_impl();
         EVP_MAC_CTX *ctx = mac ? EVP_MAC_CTX_new(mac) : NULL;
@@ -69,23 +70,71 @@ static bool mac_of(const unsigned char key[FRAME_KEY_LEN], uint64_t seq, const c
         size_t n = 0;
         bool ok = EVP_MAC_init(ctx, key, FRAME_KEY_LEN, params) == 1 &&
                   EVP_MAC_update(ctx, be, sizeof(be)) == 1 &&
-                  EVP_MAC_update(ctx, (const unsigned char *)json, len) == 1 &&
+                  EVP_MAC_update(ctx, (const unsigned char *)a, alen) == 1 &&
+                  (!blen || EVP_MAC_update(ctx, (const unsigned char *)b, blen) == 1) &&
                   EVP_MAC_final(ctx, out, &n, 32) == 1 && n == 32;
         EVP_MAC_CTX_free(ctx);
         return ok;
 }
 
-void frame_auth_tag(const unsigned char key[FRAME_KEY_LEN], uint64_t seq, const char *json,
-                    size_t len, char out[FRAME_TAG_HEX + 1])
+static void tag_hex(const unsigned char key[FRAME_KEY_LEN], uint64_t seq, const char *a,
+                    size_t alen, const char *b, size_t blen, char *out)
 {
         unsigned char md[32];
-        if (!mac_of(key, seq, json, len, md))
+        if (!mac_of(key, seq, a, alen, b, blen, md))
                 memset(md, 0, sizeof(md)); /* no tag then: every check fails */
         for (size_t i = 0; i < 32; i++) {
                 out[2 * i] = hexdigits[md[i] >> 4];
                 out[2 * i + 1] = hexdigits[md[i] & 15];
         }
+}
+
+void frame_auth_tag(const unsigned char key[FRAME_KEY_LEN], uint64_t seq, const char *json,
+                    size_t len, char out[FRAME_TAG_HEX + 1])
+{
+        tag_hex(key, seq, json, len, NULL, 0, out);
         out[FRAME_TAG_HEX] = '\0';
+}
+
+void frame_auth_tag_data(const unsigned char key[FRAME_KEY_LEN], uint64_t seq, const char *head,
+                         size_t head_len, const char *data, size_t size,
+                         char out[FRAME_TAG_HEX + 1])
+{
+        tag_hex(key, seq, head, head_len, data, size, out);
+        out[FRAME_TAG_HEX] = '\0';
+}
+
+/* A decimal number of 1 to `most` digits, no leading zero, from *p to
+ * before `end`: its value, and *p past it; -1 when there is none. */
+static long long decimal(const char **p, const char *end, int most)
+{
+        const char *q = *p;
+        long long v = 0;
+        int k = 0;
+        while (q < end && *q >= '0' && *q <= '9' && k < most + 1) {
+                v = v * 10 + (*q++ - '0');
+                k++;
+        }
+        if (k == 0 || k > most || (k > 1 && **p == '0'))
+                return -1;
+        *p = q;
+        return v;
+}
+
+long frame_data_size(const char *line, size_t len, long long *conn)
+{
+        if (!len || line[0] != '#')
+                return 0;
+        const char *p = line + 1, *end = line + len;
+        long long c = decimal(&p, end, 15);
+        if (c <= 0 || p >= end || *p++ != ' ')
+                return -1;
+        long long size = decimal(&p, end, 6);
+        if (size <= 0 || size > RT_NET_DATA_MAX || p != end)
+                return -1;
+        if (conn)
+                *conn = c;
+        return (long)size;
 }
 
 static int unhex(char c)
@@ -111,7 +160,7 @@ enum frame_verdict frame_auth_check(struct frame_auth *fa, const char *line, siz
         }
         const char *body = line + FRAME_TAG_HEX + 1;
         size_t n = len - FRAME_TAG_HEX - 1;
-        if (!mac_of(fa->key, fa->seq, body, n, want) || CRYPTO_memcmp(got, want, 32) != 0)
+        if (!mac_of(fa->key, fa->seq, body, n, NULL, 0, want) || CRYPTO_memcmp(got, want, 32) != 0)
                 return FRAME_BAD_TAG;
         fa->seq++;
         *json = body;
@@ -119,31 +168,56 @@ enum frame_verdict frame_auth_check(struct frame_auth *fa, const char *line, siz
         return FRAME_OK;
 }
 
-char *frame_auth_seal(const struct frame_auth *fa, const char *lines, size_t len, size_t *out_len,
-                      size_t *count)
+/* The frame at p (before end): its line's length (newline excluded) and
+ * its data's (0 for a JSON line); -EINVAL for a piece without its
+ * newline or a data frame that is malformed or cut short, -EMSGSIZE for a
+ * line over max_line. */
+static int frame_at(const char *p, const char *end, size_t max_line, size_t *line, size_t *data)
 {
-        size_t n = 0;
-        if (!len || lines[len - 1] != '\n')
-                return NULL;
-        for (const char *p = lines; (p = memchr(p, '\n', (size_t)(lines + len - p))); p++)
-                n++;
+        const char *nl = memchr(p, '\n', (size_t)(end - p));
+        if (!nl)
+                return -EINVAL;
+        *line = (size_t)(nl - p);
+        if (*line > max_line)
+                return -EMSGSIZE;
+        long size = frame_data_size(p, *line, NULL);
+        if (size < 0 || (size_t)(end - nl - 1) < (size_t)size)
+                return -EINVAL;
+        *data = (size_t)size;
+        return 0;
+}
+
+int frame_auth_seal(const struct frame_auth *fa, const char *frames, size_t len, size_t max_line,
+                    char **out, size_t *out_len, size_t *count)
+{
+        const char *end = frames + len;
+        size_t n = 0, line, data;
+        if (!len)
+                return -EINVAL;
+        for (const char *p = frames; p < end; n++) {
+                int r = frame_at(p, end, max_line, &line, &data);
+                if (r < 0)
+                        return r;
+                p += line + 1 + data;
+        }
         size_t total = len + n * (FRAME_TAG_HEX + 1);
-        char *out = malloc(total), *o = out;
-        if (!out)
-                return NULL;
+        char *buf = malloc(total), *o = buf;
+        if (!buf)
+                return -ENOMEM;
         uint64_t seq = fa->out_seq;
-        for (const char *p = lines; p < lines + len;) {
-                const char *nl = memchr(p, '\n', (size_t)(lines + len - p));
-                size_t k = (size_t)(nl - p) + 1;
-                frame_auth_tag(fa->key, FRAME_SEQ_TO_RUNTIME | seq++, p, k - 1, o);
+        for (const char *p = frames; p < end;) {
+                frame_at(p, end, max_line, &line, &data);
+                tag_hex(fa->key, FRAME_SEQ_TO_RUNTIME | seq++, p, line, p + line + 1, data, o);
                 o[FRAME_TAG_HEX] = ' ';
+                size_t k = line + 1 + data;
                 memcpy(o + FRAME_TAG_HEX + 1, p, k);
                 o += FRAME_TAG_HEX + 1 + k;
                 p += k;
         }
+        *out = buf;
         *out_len = total;
         *count = n;
-        return out;
+        return 0;
 }
 
 const char *frame_verdict_name(enum frame_verdict v)

@@ -56,14 +56,31 @@ void frame_auth_tag(const unsigned char key[FRAME_KEY_LEN], uint64_t seq, const 
 enum frame_verdict frame_auth_check(struct frame_auth *fa, const char *line, size_t len,
                                     const char **json, size_t *json_len);
 
-/* `lines` (one or more frames to the runtime, each ending in a newline),
- * each behind its tag and a space, numbered from fa->out_seq on, in a new
- * buffer (*out_len bytes; free it), *count lines. NULL for a piece that
- * does not end in a newline, or no memory. The caller adds *count to
- * fa->out_seq once the buffer is on its way, so that a write refused
- * whole leaves the numbers as they were. */
-char *frame_auth_seal(const struct frame_auth *fa, const char *lines, size_t len, size_t *out_len,
-                      size_t *count);
+/* A data frame (runtime/README.md, "Frame protocol"): the line
+ * "#CONN SIZE" (decimal, no leading zeros), then SIZE raw bytes, 1 <=
+ * SIZE <= RT_NET_DATA_MAX: net/data of connection CONN without base64 or
+ * JSON. Its tag covers the line (no newline) and the bytes after it.
+ * frame_data_size: the SIZE a line (no newline) announces, and *conn (may
+ * be NULL); 0 for a line that does not start with '#' (a JSON one), -1
+ * for one that does but is not a data frame's. */
+#define FRAME_DATA_HEAD_MAX 24 /* "#", 15 digits, " ", 6 digits, newline */
+long frame_data_size(const char *line, size_t len, long long *conn);
+/* The tag of a data frame (head: its line without the newline). */
+void frame_auth_tag_data(const unsigned char key[FRAME_KEY_LEN], uint64_t seq, const char *head,
+                         size_t head_len, const char *data, size_t size,
+                         char out[FRAME_TAG_HEX + 1]);
+
+/* `frames` (one or more frames to the runtime: lines each ending in a
+ * newline, a data frame's line followed by its bytes), each behind its
+ * tag and a space, numbered from fa->out_seq on, into *out (*out_len
+ * bytes; free it), *count frames. 0, or -EINVAL for nothing, a piece
+ * without its newline or a data frame malformed or cut short, -EMSGSIZE
+ * for a line over max_line bytes (the runtime takes a longer line for
+ * someone else's), -ENOMEM. The caller adds *count to fa->out_seq once
+ * the buffer is on its way, so that a write refused whole leaves the
+ * numbers as they were. */
+int frame_auth_seal(const struct frame_auth *fa, const char *frames, size_t len, size_t max_line,
+                    char **out, size_t *out_len, size_t *count);
 
 /* The verdict in words, for the log. */
 const char *frame_verdict_name(enum frame_verdict v);

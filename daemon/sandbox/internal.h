@@ -233,9 +233,10 @@ void sandbox_fail(struct sandbox *s, enum sandbox_status st, const char *type, c
  * to its caller, the slot to the next call. Refused: held no slot. */
 void sandbox_finish(struct sandbox *s);
 int sandbox_send_frame(struct sandbox *s, json_t *msg);
-/* Frames to the runtime (one or more lines, each ending in a newline),
- * each behind its tag (frame_auth.h), written whole or not at all: the
- * one way anything reaches a runtime after its key. */
+/* Frames to the runtime (one or more lines, each ending in a newline; a
+ * data frame's line followed by its bytes), each behind its tag
+ * (frame_auth.h), written whole or not at all: the one way anything
+ * reaches a runtime after its key. */
 int sandbox_write_lines(struct sandbox *s, const char *lines, size_t len);
 void sandbox_notify_gone(struct sandbox *s, const char *why);
 struct engine *mgr_engine(struct sandbox_mgr *m, struct err *e);

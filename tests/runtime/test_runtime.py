@@ -129,6 +129,14 @@ class Runtime:
         self.out_seq += 1
         return mac.hexdigest().encode() + b' ' + body + b'\n'
 
+    def send_data(self, conn, data):
+        """A data frame as the daemon writes it: the tagged line "#CONN SIZE",
+        its tag over the line and the bytes, then the bytes."""
+        head = b'#%d %d' % (conn, len(data))
+        mac = hmac.new(self.key, ((1 << 63) | self.out_seq).to_bytes(8, 'big') + head + data, 'sha256')
+        self.out_seq += 1
+        self.send_raw(mac.hexdigest().encode() + b' ' + head + b'\n' + data)
+
     def send_line(self, body):
         """One line of ours (bytes, no newline), tagged once the key went."""
         self.send_raw(self.tagged(body) if self.keyed else body + b'\n')
@@ -707,6 +715,42 @@ def daemon_frames_tagged():
         line[70] ^= 1
         rt.send_raw(bytes(line))
     forged_by('a flipped bit in the JSON', flipped)
+
+    # Data frames (net/data's bytes): the tag covers the line and the bytes.
+    def data_frame(rt, conn=1, data=b'x' * 100, head=None, flip=None):
+        head = head or b'#%d %d' % (conn, len(data))
+        mac = hmac.new(rt.key, ((1 << 63) | rt.out_seq).to_bytes(8, 'big') + head + data, 'sha256')
+        rt.out_seq += 1
+        frame = bytearray(mac.hexdigest().encode() + b' ' + head + b'\n' + data)
+        if flip is not None:
+            frame[flip] ^= 1
+        rt.send_raw(bytes(frame))
+    forged_by('a flipped bit in a data frame\'s bytes', lambda rt: data_frame(rt, flip=-1))
+    forged_by('a data frame tagged for its line only', lambda rt: rt.send_raw(
+        rt.tagged(b'#1 100') + b'x' * 100))
+    forged_by('a data frame whose line says more than it carries, then a line', lambda rt: (
+        data_frame(rt, head=b'#1 20', data=b'x' * 10), rt.send_raw(rt.tagged(body))))
+    forged_by('a data frame over 64 KiB', lambda rt: data_frame(rt, data=b'x' * 65537))
+    forged_by('a data frame with a leading zero', lambda rt: data_frame(rt, head=b'#01 3', data=b'abc'))
+    forged_by('a bare data frame', lambda rt: rt.send_raw(b'#1 3\nabc'))
+
+    # Honest data frames, for no connection, in pieces and between lines: taken in step.
+    rt = Runtime()
+    rt.ready()
+    ok = True
+    for k, size in enumerate((1, 7, 65536, 300)):
+        head = b'#%d %d' % (k + 1, size)
+        data = bytes([10]) * size  # newlines: the bytes are never scanned for lines
+        mac = hmac.new(rt.key, ((1 << 63) | rt.out_seq).to_bytes(8, 'big') + head + data, 'sha256')
+        rt.out_seq += 1
+        frame = mac.hexdigest().encode() + b' ' + head + b'\n' + data + rt.tagged(body)
+        for cut in range(0, len(frame), 40000 if size > 1000 else 5):
+            rt.send_raw(frame[cut:cut + (40000 if size > 1000 else 5)])
+        f = rt.frame()
+        ok = ok and f is not None and f.get('id') == 5
+    rc, err = rt.close()
+    check(ok and rc == 0 and not rt.bad, 'data frames of 1 byte to 64 KiB of newlines, cut anywhere: the lines '
+          'after them are taken, in step', (rc, rt.bad, err[-300:]))
 
     # A running exec's code is killed with the rest.
     rt = Runtime()
@@ -2125,7 +2169,7 @@ def net_relay():
     net.pump(lambda: len(net.data[1]) >= len(body), 'the body')
     sent_frames = sum(1 for f in net.log if f.get('method') == 'net/data')
     net.send('net/ack', conn=1, bytes=len(body))
-    net.send('net/data', conn=1, data=base64.b64encode(answer).decode())
+    net.rt.send_data(1, answer)
     net.send('net/eof', conn=1)
     res = net.result(rid)
     check(head.startswith(b'POST http://files.test/up HTTP/1.1\r\n') and b'\r\nHost: files.test\r\n' in head
@@ -2190,7 +2234,7 @@ def net_flow_control():
     for _ in range(2000):
         room = WINDOW - (given - net.acks.get(2, 0))
         if room > 0:
-            net.send('net/data', conn=2, data=base64.b64encode(b'y' * min(room, 65536)).decode())
+            net.rt.send_data(2, b'y' * min(room, 65536))
             given += min(room, 65536)
         net.barrier()
         stuck = stuck + 1 if given - net.acks.get(2, 0) == WINDOW else 0
@@ -2199,22 +2243,25 @@ def net_flow_control():
     check(stuck == 3 and 2 not in net.closes,
           'network: a daemon that keeps to its window is never cut off; acks stop when the client stops reading',
           (given, net.acks.get(2), net.closes))
-    net.send('net/data', conn=2, data=base64.b64encode(b'!').decode())
+    net.rt.send_data(2, b'!')
     net.barrier()
     check(net.closes == [2], 'network: one byte past the window: net/close', net.closes)
     got = read_to_eof(c)
     check(got is not None and net.acks[2] <= len(got) < net.acks[2] + 65536 and set(got) <= {ord('y')},
           'network: and its client is closed, having got what was acked (and at most 64 KiB written since)',
           (None if got is None else len(got), net.acks[2]))
-    # one frame of exactly the window, to a client that reads: all of it arrives
+    # the whole window in frames of the largest size at once, to a client
+    # that reads: all of it arrives
     c3 = net.client(b'GET http://files.test/ HTTP/1.1\r\nHost: files.test\r\n\r\n')
     net.pump(lambda: 3 in net.opened, 'net/open of the third connection')
-    net.send('net/data', conn=3, data=base64.b64encode(b'w' * WINDOW).decode())
+    for k in range(WINDOW // 65536):
+        net.rt.send_data(3, bytes([k]) * 65536)
     net.send('net/eof', conn=3)
     got = read_to_eof(c3)
     net.pump(lambda: 3 in net.closes, 'net/close of the third connection')
-    check(got == b'w' * WINDOW and net.acks.get(3) == WINDOW,
-          'network: a frame of exactly the window is taken, written and acked', (len(got or b''), net.acks.get(3)))
+    check(got == b''.join(bytes([k]) * 65536 for k in range(WINDOW // 65536)) and net.acks.get(3) == WINDOW,
+          'network: the whole window in data frames of 64 KiB is taken, written in order and acked',
+          (len(got or b''), net.acks.get(3)))
     net.stop(rid)
     end(net.ses)
 
@@ -2276,7 +2323,7 @@ def net_runs():
     closed = [f['params']['conn'] for f in net.log[:at] if f.get('method') == 'net/close']
     check(closed == [1] and read_to_eof(a) == b'' and read_to_eof(b) == b'' and res.get('status') == 'error',
           "network: a run's end closes its connections (net/close before the result)", (closed, res))
-    net.send('net/data', conn=1, data=base64.b64encode(b'late').decode())
+    net.rt.send_data(1, b'late')
     net.send('net/eof', conn=1)
     net.barrier()
     rid = net.start()

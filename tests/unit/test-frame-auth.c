@@ -6,6 +6,7 @@
 
 #include "tap.h"
 
+#include <errno.h>
 #include <jansson.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -130,22 +131,68 @@ static void test_key(void)
 #define DTAG5 "fb81a0da9f9e2513a282ca4ee75db8b040ab945e860b86b316b888f73e45bc7a"
 #define DTAG6 "3b116ada7624b619853e5ab708259a6682ea4143772e1ec41c0fbe88b94b1a2c"
 
+/* A data frame (net/data's bytes) after a line: its tag covers its line
+ * and its bytes, newlines among them not taken for lines. */
+#define DTAG7 "c858d106c2fafe77fe217c89773e79f30de3466736f3dc84dfdc0370b7a93225"
+#define DTAG8 "fba1f590e4ee278e706b8610a5136b3dd2e872ec4f7fdc7f5c05f8a6c9d46bcb"
+
+static int seal(const struct frame_auth *fa, const char *frames, size_t len, size_t max, char **out,
+                size_t *n, size_t *count)
+{
+        *out = NULL;
+        int r = frame_auth_seal(fa, frames, len, max, out, n, count);
+        free(r < 0 ? NULL : *out);
+        return r;
+}
+
 static void test_seal(void)
 {
         struct frame_auth fa;
         fixed_key(&fa);
         fa.out_seq = 5;
         size_t n = 0, count = 0;
+        char *out = NULL;
         const char *lines = "{\"a\":1}\n{\"b\":2}\n";
-        char *out = frame_auth_seal(&fa, lines, strlen(lines), &n, &count);
+        is_int(frame_auth_seal(&fa, lines, strlen(lines), 100, &out, &n, &count), 0, "sealed");
         const char *want = DTAG5 " {\"a\":1}\n" DTAG6 " {\"b\":2}\n";
         ok(out && n == strlen(want) && memcmp(out, want, n) == 0,
            "two lines sealed: each behind HMAC-SHA256(key, 2^63 | n || JSON), n from out_seq");
         is_int((int)count, 2, "and counted");
         is_int((int)fa.out_seq, 5, "the numbers move only when the caller says the lines went");
         free(out);
-        ok(frame_auth_seal(&fa, "{}", 2, &n, &count) == NULL, "a piece without its newline: none");
-        ok(frame_auth_seal(&fa, "", 0, &n, &count) == NULL, "nothing: none");
+        is_int(seal(&fa, "{}", 2, 100, &out, &n, &count), -EINVAL,
+               "a piece without its newline: refused");
+        is_int(seal(&fa, "", 0, 100, &out, &n, &count), -EINVAL, "nothing: refused");
+        is_int(seal(&fa, "{\"a\":1}\n", 8, 6, &out, &n, &count), -EMSGSIZE,
+               "a line over the limit: refused");
+        is_int(seal(&fa, "{\"a\":1}\n", 8, 7, &out, &n, &count), 0, "one at the limit: sealed");
+
+        fa.out_seq = 7;
+        const char frames[] = "#3 5\na\nb\nc{\"c\":3}\n";
+        is_int(frame_auth_seal(&fa, frames, sizeof(frames) - 1, 100, &out, &n, &count), 0,
+               "a data frame and a line sealed");
+        const char want2[] = DTAG7 " #3 5\na\nb\nc" DTAG8 " {\"c\":3}\n";
+        ok(out && n == sizeof(want2) - 1 && memcmp(out, want2, n) == 0,
+           "the data frame's tag covers its line and its 5 bytes (newlines among them), as "
+           "Python's "
+           "hmac computes it; the line after it is numbered next");
+        is_int((int)count, 2, "two frames");
+        free(out);
+        is_int(seal(&fa, "#3 5\nabc", 8, 100, &out, &n, &count), -EINVAL,
+               "a data frame cut short: refused");
+        is_int(seal(&fa, "#3 0\n", 5, 100, &out, &n, &count), -EINVAL, "of 0 bytes: refused");
+        is_int(seal(&fa, "#03 1\nx", 7, 100, &out, &n, &count), -EINVAL,
+               "with a leading zero: refused");
+
+        long long conn = 0;
+        is_int((int)frame_data_size("#12 65536", 9, &conn), 65536, "65536 bytes announced");
+        is_int((int)conn, 12, "for connection 12");
+        is_int((int)frame_data_size("#12 65537", 9, NULL), -1, "65537: not a data frame's line");
+        is_int((int)frame_data_size("#12  1", 6, NULL), -1, "two spaces: not");
+        is_int((int)frame_data_size("#12 1 ", 6, NULL), -1, "a space after: not");
+        is_int((int)frame_data_size("#0 1", 4, NULL), -1, "connection 0: not");
+        is_int((int)frame_data_size("#1234567890123456 1", 19, NULL), -1, "16 digits: not");
+        is_int((int)frame_data_size("{\"a\":1}", 7, NULL), 0, "a JSON line: 0");
         fa.seq = 5;
         const char *json = NULL;
         size_t jn = 0;
