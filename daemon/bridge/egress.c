@@ -23,14 +23,15 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #define ROUTE_HEADERS_MAX 16
 #define HEADER_VALUE_MAX  8192
 #define ASKED_MAX         64 /* hosts a run remembers the person's answer for */
 #define TO_REMOTE_MAX     (EGRESS_WINDOW + EGRESS_CHUNK)
-#define LOOKUPS_MAX       64 /* names being resolved at once, all runs together */
-#define LOOKUP_POLL_MS    5
+#define LOOKUPS_MAX       64  /* names being resolved at once, all runs together */
 #define ADDRESSES_MAX     8   /* of a name, handed to libcurl */
 #define DENIALS_AUDITED   100 /* per run; code in a loop must not fill the disk */
 
@@ -57,11 +58,14 @@ struct egress {
         struct route *routes;
         size_t n_routes;
         /* Names resolved by glibc's own bounded pool of threads
-         * (getaddrinfo_a), polled from the loop; one given up on stays
-         * here until its thread is done with it. */
+         * (getaddrinfo_a); each finished one says so on lookup_fd (an
+         * eventfd the loop watches), and the loop then takes every
+         * finished one. One given up on stays here until its thread is
+         * done with it. */
         struct list lookups;
         size_t n_lookups;
-        struct timer *lookup_t;
+        int lookup_fd;
+        struct watch *lookup_w;
 };
 
 struct lookup {
@@ -301,6 +305,8 @@ int egress_check_config(const struct config *cfg, struct err *e)
         return 0;
 }
 
+static void lookups_done(struct watch *w, uint32_t events, void *userdata);
+
 int egress_new(struct loop *l, const struct config *cfg, const struct policy *pol,
                struct audit *audit, struct egress **ret, struct err *e)
 {
@@ -310,11 +316,16 @@ int egress_new(struct loop *l, const struct config *cfg, const struct policy *po
         struct egress *g = calloc(1, sizeof(*g));
         if (!g)
                 return err_set(e, ERR_INTERNAL, ENOMEM, "out of memory");
-        *g = (struct egress){.loop = l, .cfg = cfg, .pol = pol, .audit = audit};
+        *g = (struct egress){.loop = l, .cfg = cfg, .pol = pol, .audit = audit, .lookup_fd = -1};
         list_init(&g->lookups);
         size_t n = json_object_size(cfg->network_routes);
         g->routes = calloc(n + 1, sizeof(*g->routes));
         r = g->routes ? curl_loop_new(l, &g->cl) : -ENOMEM;
+        g->lookup_fd = r == 0 ? eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK) : -1;
+        if (r == 0 && g->lookup_fd < 0)
+                r = -errno;
+        if (r == 0)
+                r = watch_add(l, g->lookup_fd, EPOLLIN, lookups_done, g, &g->lookup_w);
         const char *key;
         json_t *v;
         json_object_foreach(cfg->network_routes, key, v)
@@ -351,7 +362,11 @@ void egress_free(struct egress *g)
                         free(l);
                 }
         }
-        timer_remove(g->lookup_t);
+        watch_remove(g->lookup_w);
+        /* A thread still resolving will write to it when done: the number
+         * must not be another file's by then. */
+        if (list_empty(&g->lookups) && g->lookup_fd >= 0)
+                close(g->lookup_fd);
         curl_loop_free(g->cl);
         free(g);
 }
@@ -1074,9 +1089,22 @@ static void resolved(struct conn *c, int rc, const struct addrinfo *ai)
                 conn_answer(c, 502, "cannot start the connection", c->decision);
 }
 
-static void poll_lookups(struct timer *t, void *userdata)
+/* In the thread glibc starts for a finished lookup: only a write. */
+static void lookup_finished(union sigval v)
+{
+        uint64_t one = 1;
+        ssize_t k = write(v.sival_int, &one, sizeof(one));
+        (void)k;
+}
+
+static void lookups_done(struct watch *w, uint32_t events, void *userdata)
 {
         struct egress *g = userdata;
+        uint64_t count;
+        (void)w;
+        (void)events;
+        while (read(g->lookup_fd, &count, sizeof(count)) > 0)
+                ;
         struct lookup *l, *next;
         list_for_each_safe(l, next, &g->lookups, node)
         {
@@ -1093,8 +1121,6 @@ static void poll_lookups(struct timer *t, void *userdata)
                         freeaddrinfo(l->cb.ar_result);
                 free(l);
         }
-        if (!list_empty(&g->lookups))
-                timer_arm(t, LOOKUP_POLL_MS);
 }
 
 static bool is_address(const char *host)
@@ -1129,8 +1155,10 @@ static void go(struct conn *c, const char *decision)
         l->cb.ar_name = l->name;
         l->cb.ar_request = &l->hints;
         struct gaicb *list[] = {&l->cb};
-        struct sigevent none = {.sigev_notify = SIGEV_NONE};
-        if (getaddrinfo_a(GAI_NOWAIT, list, 1, &none) != 0) {
+        struct sigevent done = {.sigev_notify = SIGEV_THREAD,
+                                .sigev_value.sival_int = g->lookup_fd,
+                                .sigev_notify_function = lookup_finished};
+        if (getaddrinfo_a(GAI_NOWAIT, list, 1, &done) != 0) {
                 free(l);
                 conn_answer(c, 503, "cannot start resolving the name", decision);
                 return;
@@ -1141,8 +1169,6 @@ static void go(struct conn *c, const char *decision)
         c->state = C_RESOLVING;
         c->t_resolve = now_ms();
         timer_arm(c->idle, (long long)(g->cfg->network_connect_timeout_s * 1000));
-        if (timer_set(g->loop, &g->lookup_t, poll_lookups, g, LOOKUP_POLL_MS) < 0)
-                log_warn("network: cannot poll name lookups");
 }
 
 static void answered(void *userdata, enum bridge_answer answer, const char *why)

@@ -60,7 +60,8 @@ function fixtures() {
 const resolveAll = (names = NAMES) => Object.fromEntries(names.map((n) => [n, '127.0.0.1']));
 
 // The shared corral: every name allowed but ask.test (asked) and
-// denied.test (denied), 127.0.0.1 allowed as an address, 169.254.169.254
+// denied.test (denied), localhost too (the one name not in
+// network_resolve: corral looks it up), 127.0.0.1 allowed as an address, 169.254.169.254
 // allowed as a name (so that only the address check can refuse it), a route
 // to api.test carrying $TOKEN, and the test index as pip_index.
 const TOKEN = `tok-${randomBytes(18).toString('hex')}`;
@@ -75,7 +76,7 @@ function netDaemon() {
         policy: {
           version: 1,
           network: {
-            allow: ['files.test', 'pypi.test', 'api.test', 'other.test', '169.254.169.254'],
+            allow: ['files.test', 'pypi.test', 'api.test', 'other.test', '169.254.169.254', 'localhost'],
             ask: ['ask.test'],
             deny: ['denied.test'],
             addresses: ['127.0.0.1'],
@@ -327,6 +328,35 @@ except Exception as e:
   // Without `network` nothing is set up: no proxy in the environment.
   const none = await netRun(t, d, f, 'rec("proxy", [k for k in os.environ if "proxy" in k.lower()])');
   assert.deepEqual(none.out.proxy, [], 'a call without network has no proxy variables');
+}, { timeoutMs: 240000 });
+
+test('network: a name corral resolves itself (localhost, not in network_resolve) connects; the audit names the address', async (t) => {
+  const { d, b, f, P } = await shared_(t);
+  const seenBefore = f.srv.log.length;
+  const r = await netRun(t, d, f, String.raw`
+t0 = time.monotonic()
+a, s = ask("CONNECT localhost:%d HTTP/1.1\r\nHost: localhost:%d\r\n\r\n" % (P, P), body_expected=False)
+rec("connect", [a["status"], a["line"], round((time.monotonic() - t0) * 1000)])
+if a["status"] == 200:
+    s = CTX.wrap_socket(s, server_hostname="files.test")
+    s.sendall(b"GET /bytes?n=5 HTTP/1.1\r\nHost: files.test\r\nConnection: close\r\n\r\n")
+    data = b""
+    while True:
+        c = s.recv(65536)
+        if not c:
+            break
+        data += c
+    rec("answer", data.decode("latin-1"))
+s.close()`, { network: [`localhost:${P}`] });
+  const o = r.out;
+  assert.equal(o.connect[0], 200, `the tunnel opened (${o.connect[1]})`);
+  assert.ok(o.connect[2] < 5000, `at once (${o.connect[2]} ms)`);
+  assert.match(o.answer, /^HTTP\/1\.1 200 /, 'the server answered through it');
+  assert.ok(f.srv.log.length > seenBefore, 'the request reached the server');
+  const [l] = await auditLines(b, (l) => l.sandbox === r.sc.container && l.host === 'localhost', 1);
+  checkNetLine(l);
+  assert.equal(l.decision, 'allowed');
+  assert.ok(['127.0.0.1', '::1'].includes(l.address), `the address corral looked up and connected to (${l.address})`);
 }, { timeoutMs: 240000 });
 
 test('network: ask, accepted and declined through the client\'s elicitation handler, each audited', async (t) => {
