@@ -6,9 +6,18 @@
  * otherwise "bad tag" and nothing moves. A line tagged right passes once:
  * the same again is refused, and so is it with any one byte changed.
  * Input: 32 bytes of key, 8 of the count, one byte choosing the byte to
- * change, then the line. */
+ * change, then the line.
+ *
+ * The same bytes are then sealed as frames to the runtime
+ * (frame_auth_seal, a line limit of 16 plus the choosing byte): sealed
+ * exactly when a reading of this file's own finds whole lines within the
+ * limit and data frames ("#CONN SIZE", then SIZE bytes) well formed, each
+ * frame then behind the tag of its number over its line and its bytes,
+ * nothing else changed; refused with the reason that reading finds
+ * first otherwise. */
 #include "sandbox/frame_auth.h"
 
+#include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,6 +54,79 @@ static enum frame_verdict check(struct frame_auth *fa, const char *line, size_t 
         }
         free(copy);
         return v;
+}
+
+/* A decimal of 1 to most digits without a leading zero at p[0..n): its
+ * value, or -1. */
+static long long number(const char *p, size_t n, size_t most)
+{
+        if (n == 0 || n > most || (n > 1 && p[0] == '0'))
+                return -1;
+        long long v = 0;
+        for (size_t i = 0; i < n; i++) {
+                if (p[i] < '0' || p[i] > '9')
+                        return -1;
+                v = v * 10 + (p[i] - '0');
+        }
+        return v;
+}
+
+/* The data a line announces: 0 for a line not starting with '#', -1 for
+ * one that does but is not "#CONN SIZE". */
+static long long announced(const char *p, size_t n)
+{
+        if (!n || p[0] != '#')
+                return 0;
+        const char *sp = memchr(p, ' ', n);
+        if (!sp)
+                return -1;
+        long long conn = number(p + 1, (size_t)(sp - p - 1), 15);
+        long long size = number(sp + 1, (size_t)(p + n - sp - 1), 6);
+        return conn > 0 && size > 0 && size <= RT_NET_DATA_MAX ? size : -1;
+}
+
+static void check_seal(const struct frame_auth *fa, const char *in, size_t n, size_t max)
+{
+        /* What the reading expects: 0, or the first frame's refusal. */
+        int want = n ? 0 : -EINVAL;
+        size_t frames = 0;
+        for (size_t at = 0; at < n && want == 0; frames++) {
+                const char *nl = memchr(in + at, '\n', n - at);
+                size_t line = nl ? (size_t)(nl - in - at) : 0;
+                long long size = nl ? announced(in + at, line) : 0;
+                if (!nl)
+                        want = -EINVAL;
+                else if (line > max)
+                        want = -EMSGSIZE;
+                else if (size < 0 || n - at - line - 1 < (size_t)size)
+                        want = -EINVAL;
+                else
+                        at += line + 1 + (size_t)size;
+        }
+        char *out = NULL;
+        size_t out_len = 0, count = 0;
+        int r = frame_auth_seal(fa, in, n, max, &out, &out_len, &count);
+        if (r != want)
+                abort();
+        if (r < 0)
+                return;
+        if (count != frames || out_len != n + frames * (FRAME_TAG_HEX + 1))
+                abort();
+        const char *o = out;
+        for (size_t at = 0, i = 0; i < frames; i++) {
+                const char *nl = memchr(in + at, '\n', n - at);
+                size_t line = (size_t)(nl - in - at);
+                size_t k = line + 1 + (size_t)announced(in + at, line);
+                char tag[FRAME_TAG_HEX + 1];
+                frame_auth_tag_data(fa->key, FRAME_SEQ_TO_RUNTIME | (fa->out_seq + i), in + at,
+                                    line, nl + 1, k - line - 1, tag);
+                if (memcmp(o, tag, FRAME_TAG_HEX) != 0 || o[FRAME_TAG_HEX] != ' ' ||
+                    memcmp(o + FRAME_TAG_HEX + 1, in + at, k) != 0)
+                        abort();
+                o += FRAME_TAG_HEX + 1 + k;
+                at += k;
+        }
+        free(out);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -96,5 +178,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (check(&fa, tagged, tn, &json, &json_len) == FRAME_OK)
                 abort();
         free(tagged);
+
+        fa.out_seq = seq;
+        check_seal(&fa, line, n, 16 + flip_at);
         return 0;
 }
