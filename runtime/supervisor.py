@@ -279,13 +279,14 @@ class LineReader:
 
 class FrameReader:
     """The daemon's frames on our stdin, after the key: tagged lines of at
-    most max_line bytes, and data frames, a tagged line "#CONN SIZE" with
-    SIZE raw bytes after it (runtime/README.md, "Frame protocol").  feed()
-    gives a list of frames: a line (bytes, no newline), None for a line
-    over max_line (once, as soon as it passes the limit; it is skipped up
-    to its newline), or (line, bytes) for a data frame, its tag unchecked.
-    A line that starts a data frame but is not one (a bad SIZE) is
-    handed on as a plain line: its tag cannot be a line's."""
+    most max_line bytes, and data frames, a tagged line "#CONN SIZE", SIZE
+    raw bytes and a second tag (runtime/README.md, "Frame protocol").
+    feed() gives a list: a line (bytes, no newline), None for a line over
+    max_line (once, as soon as it passes the limit; it is skipped up to
+    its newline), ('head', line) as soon as a data frame's line is in (so
+    that its tag is checked before its bytes are waited for), then
+    ('data', line, bytes, tag) once they are.  A line that starts with '#'
+    but announces no data frame (a bad SIZE) is handed on as a plain line."""
 
     def __init__(self, max_line):
         self.max_line = max_line
@@ -299,9 +300,9 @@ class FrameReader:
             if self.head is not None:
                 if len(buf) - pos < self.want:
                     break
-                out.append((self.head, bytes(buf[pos:pos + self.want])))
-                pos += self.want
-                self.head = None
+                end = pos + self.want
+                out.append(('data', self.head, bytes(buf[pos:end - TAG_HEX]), bytes(buf[end - TAG_HEX:end])))
+                pos, self.head = end, None
                 continue
             i = buf.find(b'\n', max(pos, self.scanned))  # only new bytes: a line may be huge
             if i < 0:
@@ -320,7 +321,8 @@ class FrameReader:
             elif len(line) > TAG_HEX + 1 and line[TAG_HEX + 1] == 0x23:  # '#'
                 size = data_size(line[TAG_HEX + 2:])
                 if size:
-                    self.head, self.want = line, size
+                    self.head, self.want = line, size + TAG_HEX
+                    out.append(('head', line))
                 else:
                     out.append(line)
             elif line.strip():
@@ -335,7 +337,7 @@ def data_size(head):
     """The SIZE of a data frame's line "CONN SIZE" (after its '#'): 1 to
     NET_DATA_MAX, decimal without leading zeros; 0 when it is not one."""
     conn, sp, size = head.partition(b' ')
-    if not sp or not (0 < len(conn) <= 15 and 0 < len(size) <= 6) or not conn.isdigit() \
+    if not sp or not (0 < len(conn) <= 16 and 0 < len(size) <= 6) or not conn.isdigit() \
             or not size.isdigit() or conn[0] == 0x30 or size[0] == 0x30:
         return 0
     n = int(size)
@@ -933,21 +935,32 @@ class Supervisor:
             return log('a frame before sandbox/key: ignored')
         self.key = key
 
-    def untag(self, line, data=b''):
+    def untag(self, line, advance=True):
         """The JSON of one of the daemon's lines after sandbox/key: each is
         TAG SP JSON, TAG the hex HMAC-SHA256(key, 8-byte big-endian
         (FROM_DAEMON | n) || JSON) of its n-th frame since the key (a data
-        frame's covers its line and then its bytes).  A line without it
-        was written into our stdin by someone else (gVisor lets code reopen
-        /proc/1/fd/0): corral is told, and the sandbox ends."""
+        frame's line too; its number moves on with its bytes).  A line
+        without it was written into our stdin by someone else (gVisor lets
+        code reopen /proc/1/fd/0): corral is told, and the sandbox ends."""
         if line is not None and len(line) > TAG_HEX and line[TAG_HEX] == 0x20:
             body = line[TAG_HEX + 1:]
-            tag = hmac.digest(self.key, (FROM_DAEMON | self.in_seq).to_bytes(8, 'big') + body + data,
-                              'sha256')
+            tag = hmac.digest(self.key, (FROM_DAEMON | self.in_seq).to_bytes(8, 'big') + body, 'sha256')
             if hmac.compare_digest(tag.hex().encode('ascii'), line[:TAG_HEX]):
-                self.in_seq += 1
+                self.in_seq += advance
                 return body
         self.forged('a line over the frame limit' if line is None else 'a line without its tag')
+
+    def data_frame(self, line, data, tag):
+        """A data frame's bytes and their tag, HMAC-SHA256(key, its number
+        || its line || LF || the bytes): the bytes for the proxy."""
+        head = line[TAG_HEX + 1:]
+        want = hmac.digest(self.key, (FROM_DAEMON | self.in_seq).to_bytes(8, 'big') + head + b'\n' + data,
+                           'sha256')
+        if not hmac.compare_digest(want.hex().encode('ascii'), tag):
+            self.forged('data frame bytes without their tag')
+        self.in_seq += 1
+        if self.proxy is not None:
+            self.proxy.data(int(head[1:head.index(b' ')]), data)
 
     def forged(self, what):
         log('%s on stdin, not written by corral: ending the sandbox' % what)
@@ -957,10 +970,9 @@ class Supervisor:
 
     def handle(self, frame):
         if type(frame) is tuple:  # a data frame: net/data's bytes as they are
-            head = self.untag(*frame)
-            if self.proxy is not None:
-                self.proxy.data(int(head[1:head.index(b' ')]), frame[1])
-            return
+            if frame[0] == 'head':  # checked before its bytes are waited for
+                return self.untag(frame[1], advance=False)
+            return self.data_frame(*frame[1:])
         line = self.untag(frame)  # a line over max_frame with its tag never gets here
         try:
             msg = json.loads(line.decode('utf-8'), parse_constant=reject_constant)

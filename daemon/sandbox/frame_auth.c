@@ -100,7 +100,9 @@ void frame_auth_tag_data(const unsigned char key[FRAME_KEY_LEN], uint64_t seq, c
                          size_t head_len, const char *data, size_t size,
                          char out[FRAME_TAG_HEX + 1])
 {
-        tag_hex(key, seq, head, head_len, data, size, out);
+        /* The line's newline is the bytes' first: no line holds one, so
+         * the bytes' tag is never a line's. */
+        tag_hex(key, seq, head, head_len + 1, data, size, out);
         out[FRAME_TAG_HEX] = '\0';
 }
 
@@ -126,7 +128,7 @@ long frame_data_size(const char *line, size_t len, long long *conn)
         if (!len || line[0] != '#')
                 return 0;
         const char *p = line + 1, *end = line + len;
-        long long c = decimal(&p, end, 15);
+        long long c = decimal(&p, end, 16);
         if (c <= 0 || p >= end || *p++ != ' ')
                 return -1;
         long long size = decimal(&p, end, 6);
@@ -191,27 +193,33 @@ int frame_auth_seal(const struct frame_auth *fa, const char *frames, size_t len,
                     char **out, size_t *out_len, size_t *count)
 {
         const char *end = frames + len;
-        size_t n = 0, line, data;
+        size_t n = 0, n_data = 0, line, data;
         if (!len)
                 return -EINVAL;
         for (const char *p = frames; p < end; n++) {
                 int r = frame_at(p, end, max_line, &line, &data);
                 if (r < 0)
                         return r;
+                n_data += data > 0;
                 p += line + 1 + data;
         }
-        size_t total = len + n * (FRAME_TAG_HEX + 1);
+        size_t total = len + n * (FRAME_TAG_HEX + 1) + n_data * FRAME_TAG_HEX;
         char *buf = malloc(total), *o = buf;
         if (!buf)
                 return -ENOMEM;
         uint64_t seq = fa->out_seq;
-        for (const char *p = frames; p < end;) {
+        for (const char *p = frames; p < end; seq++) {
                 frame_at(p, end, max_line, &line, &data);
-                tag_hex(fa->key, FRAME_SEQ_TO_RUNTIME | seq++, p, line, p + line + 1, data, o);
+                uint64_t number = FRAME_SEQ_TO_RUNTIME | seq;
+                tag_hex(fa->key, number, p, line, NULL, 0, o);
                 o[FRAME_TAG_HEX] = ' ';
                 size_t k = line + 1 + data;
                 memcpy(o + FRAME_TAG_HEX + 1, p, k);
                 o += FRAME_TAG_HEX + 1 + k;
+                if (data) { /* then the tag of its line, newline and bytes */
+                        tag_hex(fa->key, number, p, line + 1, p + line + 1, data, o);
+                        o += FRAME_TAG_HEX;
+                }
                 p += k;
         }
         *out = buf;

@@ -57,23 +57,26 @@ enum frame_verdict frame_auth_check(struct frame_auth *fa, const char *line, siz
                                     const char **json, size_t *json_len);
 
 /* A data frame (runtime/README.md, "Frame protocol"): the line
- * "#CONN SIZE" (decimal, no leading zeros), then SIZE raw bytes, 1 <=
- * SIZE <= RT_NET_DATA_MAX: net/data of connection CONN without base64 or
- * JSON. Its tag covers the line (no newline) and the bytes after it.
- * frame_data_size: the SIZE a line (no newline) announces, and *conn (may
- * be NULL); 0 for a line that does not start with '#' (a JSON one), -1
- * for one that does but is not a data frame's. */
-#define FRAME_DATA_HEAD_MAX 24 /* "#", 15 digits, " ", 6 digits, newline */
+ * "#CONN SIZE" (decimal, no leading zeros, CONN at most 16 digits, 1 <=
+ * SIZE <= RT_NET_DATA_MAX), then SIZE raw bytes: net/data of connection
+ * CONN without base64 or JSON. Sealed, the line carries a line's tag (so
+ * that the runtime checks it before it waits for the bytes), and the
+ * bytes are followed by a second tag, over the line, its newline and the
+ * bytes, under the same number. frame_data_size: the SIZE a line (no
+ * newline) announces, and *conn (may be NULL); 0 for a line that does
+ * not start with '#' (a JSON one), -1 for one that does but is not a
+ * data frame's. */
 long frame_data_size(const char *line, size_t len, long long *conn);
-/* The tag of a data frame (head: its line without the newline). */
+/* The second tag of a data frame (head: its line without the newline). */
 void frame_auth_tag_data(const unsigned char key[FRAME_KEY_LEN], uint64_t seq, const char *head,
                          size_t head_len, const char *data, size_t size,
                          char out[FRAME_TAG_HEX + 1]);
 
 /* `frames` (one or more frames to the runtime: lines each ending in a
  * newline, a data frame's line followed by its bytes), each behind its
- * tag and a space, numbered from fa->out_seq on, into *out (*out_len
- * bytes; free it), *count frames. 0, or -EINVAL for nothing, a piece
+ * tag and a space (a data frame's bytes followed by their own), numbered
+ * from fa->out_seq on, into *out (*out_len bytes; free it), *count
+ * frames. 0, or -EINVAL for nothing, a piece
  * without its newline or a data frame malformed or cut short, -EMSGSIZE
  * for a line over max_line bytes (the runtime takes a longer line for
  * someone else's), -ENOMEM. The caller adds *count to fa->out_seq once

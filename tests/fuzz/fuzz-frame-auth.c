@@ -12,8 +12,9 @@
  * (frame_auth_seal, a line limit of 16 plus the choosing byte): sealed
  * exactly when a reading of this file's own finds whole lines within the
  * limit and data frames ("#CONN SIZE", then SIZE bytes) well formed, each
- * frame then behind the tag of its number over its line and its bytes,
- * nothing else changed; refused with the reason that reading finds
+ * frame then behind the tag of its number over its line, a data frame's
+ * bytes followed by the tag over its line, newline and bytes, nothing
+ * else changed; refused with the reason that reading finds
  * first otherwise. */
 #include "sandbox/frame_auth.h"
 
@@ -80,7 +81,7 @@ static long long announced(const char *p, size_t n)
         const char *sp = memchr(p, ' ', n);
         if (!sp)
                 return -1;
-        long long conn = number(p + 1, (size_t)(sp - p - 1), 15);
+        long long conn = number(p + 1, (size_t)(sp - p - 1), 16);
         long long size = number(sp + 1, (size_t)(p + n - sp - 1), 6);
         return conn > 0 && size > 0 && size <= RT_NET_DATA_MAX ? size : -1;
 }
@@ -89,7 +90,7 @@ static void check_seal(const struct frame_auth *fa, const char *in, size_t n, si
 {
         /* What the reading expects: 0, or the first frame's refusal. */
         int want = n ? 0 : -EINVAL;
-        size_t frames = 0;
+        size_t frames = 0, data_frames = 0;
         for (size_t at = 0; at < n && want == 0; frames++) {
                 const char *nl = memchr(in + at, '\n', n - at);
                 size_t line = nl ? (size_t)(nl - in - at) : 0;
@@ -102,6 +103,7 @@ static void check_seal(const struct frame_auth *fa, const char *in, size_t n, si
                         want = -EINVAL;
                 else
                         at += line + 1 + (size_t)size;
+                data_frames += size > 0;
         }
         char *out = NULL;
         size_t out_len = 0, count = 0;
@@ -110,20 +112,28 @@ static void check_seal(const struct frame_auth *fa, const char *in, size_t n, si
                 abort();
         if (r < 0)
                 return;
-        if (count != frames || out_len != n + frames * (FRAME_TAG_HEX + 1))
+        if (count != frames ||
+            out_len != n + frames * (FRAME_TAG_HEX + 1) + data_frames * FRAME_TAG_HEX)
                 abort();
         const char *o = out;
         for (size_t at = 0, i = 0; i < frames; i++) {
                 const char *nl = memchr(in + at, '\n', n - at);
                 size_t line = (size_t)(nl - in - at);
                 size_t k = line + 1 + (size_t)announced(in + at, line);
+                uint64_t number = FRAME_SEQ_TO_RUNTIME | (fa->out_seq + i);
                 char tag[FRAME_TAG_HEX + 1];
-                frame_auth_tag_data(fa->key, FRAME_SEQ_TO_RUNTIME | (fa->out_seq + i), in + at,
-                                    line, nl + 1, k - line - 1, tag);
+                frame_auth_tag(fa->key, number, in + at, line, tag);
                 if (memcmp(o, tag, FRAME_TAG_HEX) != 0 || o[FRAME_TAG_HEX] != ' ' ||
                     memcmp(o + FRAME_TAG_HEX + 1, in + at, k) != 0)
                         abort();
                 o += FRAME_TAG_HEX + 1 + k;
+                if (k > line + 1) { /* a data frame: the tag of line, newline and bytes */
+                        frame_auth_tag_data(fa->key, number, in + at, line, nl + 1, k - line - 1,
+                                            tag);
+                        if (memcmp(o, tag, FRAME_TAG_HEX) != 0)
+                                abort();
+                        o += FRAME_TAG_HEX;
+                }
                 at += k;
         }
         free(out);

@@ -129,13 +129,19 @@ class Runtime:
         self.out_seq += 1
         return mac.hexdigest().encode() + b' ' + body + b'\n'
 
-    def send_data(self, conn, data):
-        """A data frame as the daemon writes it: the tagged line "#CONN SIZE",
-        its tag over the line and the bytes, then the bytes."""
-        head = b'#%d %d' % (conn, len(data))
-        mac = hmac.new(self.key, ((1 << 63) | self.out_seq).to_bytes(8, 'big') + head + data, 'sha256')
+    def data_frame(self, conn, data, head=None):
+        """A data frame as the daemon writes it: the line "#CONN SIZE" behind
+        its tag, the bytes, then the tag of the line, LF and the bytes; both
+        under the frame's one number."""
+        head = head or b'#%d %d' % (conn, len(data))
+        seq = ((1 << 63) | self.out_seq).to_bytes(8, 'big')
         self.out_seq += 1
-        self.send_raw(mac.hexdigest().encode() + b' ' + head + b'\n' + data)
+        line_tag = hmac.new(self.key, seq + head, 'sha256').hexdigest().encode()
+        data_tag = hmac.new(self.key, seq + head + b'\n' + data, 'sha256').hexdigest().encode()
+        return line_tag + b' ' + head + b'\n' + data + data_tag
+
+    def send_data(self, conn, data):
+        self.send_raw(self.data_frame(conn, data))
 
     def send_line(self, body):
         """One line of ours (bytes, no newline), tagged once the key went."""
@@ -716,34 +722,32 @@ def daemon_frames_tagged():
         rt.send_raw(bytes(line))
     forged_by('a flipped bit in the JSON', flipped)
 
-    # Data frames (net/data's bytes): the tag covers the line and the bytes.
-    def data_frame(rt, conn=1, data=b'x' * 100, head=None, flip=None):
-        head = head or b'#%d %d' % (conn, len(data))
-        mac = hmac.new(rt.key, ((1 << 63) | rt.out_seq).to_bytes(8, 'big') + head + data, 'sha256')
-        rt.out_seq += 1
-        frame = bytearray(mac.hexdigest().encode() + b' ' + head + b'\n' + data)
+    # Data frames (net/data's bytes): the line's tag is checked at once,
+    # the bytes' tag (over the line, LF and the bytes) once they are in.
+    def data_frame(rt, data=b'x' * 100, head=None, flip=None):
+        frame = bytearray(rt.data_frame(1, data, head))
         if flip is not None:
             frame[flip] ^= 1
         rt.send_raw(bytes(frame))
-    forged_by('a flipped bit in a data frame\'s bytes', lambda rt: data_frame(rt, flip=-1))
-    forged_by('a data frame tagged for its line only', lambda rt: rt.send_raw(
-        rt.tagged(b'#1 100') + b'x' * 100))
-    forged_by('a data frame whose line says more than it carries, then a line', lambda rt: (
-        data_frame(rt, head=b'#1 20', data=b'x' * 10), rt.send_raw(rt.tagged(body))))
-    forged_by('a data frame over 64 KiB', lambda rt: data_frame(rt, data=b'x' * 65537))
-    forged_by('a data frame with a leading zero', lambda rt: data_frame(rt, head=b'#01 3', data=b'abc'))
+    forged_by('a flipped bit in a data frame\'s bytes', lambda rt: data_frame(rt, flip=-100))
+    forged_by('a flipped bit in a data frame\'s second tag', lambda rt: data_frame(rt, flip=-1))
+    forged_by('a data frame whose bytes are tagged as a line\'s', lambda rt: rt.send_raw(
+        rt.tagged(b'#1 100') + b'x' * 100 + rt.tagged(b'#1 100\n' + b'x' * 100)[:64]))
     forged_by('a bare data frame', lambda rt: rt.send_raw(b'#1 3\nabc'))
+
+    # A forged line announcing a data frame is caught at once, not after
+    # the 64 KiB it announces (which may never come).
+    def forged_head(rt):
+        rt.send_raw(b'%064x #1 65536\n' % 7)
+    forged_by('a forged data frame line, its bytes never sent', forged_head)
 
     # Honest data frames, for no connection, in pieces and between lines: taken in step.
     rt = Runtime()
     rt.ready()
     ok = True
     for k, size in enumerate((1, 7, 65536, 300)):
-        head = b'#%d %d' % (k + 1, size)
-        data = bytes([10]) * size  # newlines: the bytes are never scanned for lines
-        mac = hmac.new(rt.key, ((1 << 63) | rt.out_seq).to_bytes(8, 'big') + head + data, 'sha256')
-        rt.out_seq += 1
-        frame = mac.hexdigest().encode() + b' ' + head + b'\n' + data + rt.tagged(body)
+        # newlines: the bytes are never scanned for lines
+        frame = rt.data_frame(k + 1, bytes([10]) * size) + rt.tagged(body)
         for cut in range(0, len(frame), 40000 if size > 1000 else 5):
             rt.send_raw(frame[cut:cut + (40000 if size > 1000 else 5)])
         f = rt.frame()
@@ -2640,6 +2644,21 @@ def list_no_follow():
     shutil.rmtree(outside, ignore_errors=True)
 
 
+# What a data frame's line may announce (the daemon's frame_data_size says
+# the same: tests/unit/test-frame-auth.c).
+@case
+def data_size_grammar():
+    ns, rd = runtime_namespace('corral-size-')
+    shutil.rmtree(rd, ignore_errors=True)
+    size = ns['data_size']
+    cases = {b'1 1': 1, b'12 65536': 65536, b'9999999999999999 5': 5, b'1 65537': 0, b'1 0': 0,
+             b'0 1': 0, b'01 1': 0, b'1 01': 0, b'1  1': 0, b'1 1 ': 0, b' 1 1': 0, b'1': 0,
+             b'12345678901234567 1': 0, b'1 1234567': 0, b'1 +1': 0, b'1 \xd9\xa1': 0}
+    got = {k: size(k) for k in cases}
+    check(got == cases, 'data frames: SIZE 1 to 65536 and CONN of at most 16 digits, no leading zeros, '
+          'one space, nothing else', got)
+
+
 def main(argv):
     if argv == ['--list']:
         print('\n'.join(c.__name__ for c in CASES))
@@ -2660,3 +2679,4 @@ def main(argv):
 
 if __name__ == '__main__':
     sys.exit(main(sys.argv[1:]))
+

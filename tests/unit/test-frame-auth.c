@@ -131,10 +131,13 @@ static void test_key(void)
 #define DTAG5 "fb81a0da9f9e2513a282ca4ee75db8b040ab945e860b86b316b888f73e45bc7a"
 #define DTAG6 "3b116ada7624b619853e5ab708259a6682ea4143772e1ec41c0fbe88b94b1a2c"
 
-/* A data frame (net/data's bytes) after a line: its tag covers its line
- * and its bytes, newlines among them not taken for lines. */
-#define DTAG7 "c858d106c2fafe77fe217c89773e79f30de3466736f3dc84dfdc0370b7a93225"
-#define DTAG8 "fba1f590e4ee278e706b8610a5136b3dd2e872ec4f7fdc7f5c05f8a6c9d46bcb"
+/* A data frame (net/data's bytes), then a line: the data frame's line
+ * has a line's tag, its bytes (newlines among them, not taken for lines)
+ * are followed by the tag of line, newline and bytes, under the same
+ * number. */
+#define DTAG7  "f44e6cdcad4e9a34d26807148faec950997fb0ffe013330fa6e4a1d660ce3b46"
+#define DTAG7D "33084375baf567b1ed45abb4014f6af33a203ca9baeb821f7db598240d9a55b5"
+#define DTAG8  "fba1f590e4ee278e706b8610a5136b3dd2e872ec4f7fdc7f5c05f8a6c9d46bcb"
 
 static int seal(const struct frame_auth *fa, const char *frames, size_t len, size_t max, char **out,
                 size_t *n, size_t *count)
@@ -171,11 +174,11 @@ static void test_seal(void)
         const char frames[] = "#3 5\na\nb\nc{\"c\":3}\n";
         is_int(frame_auth_seal(&fa, frames, sizeof(frames) - 1, 100, &out, &n, &count), 0,
                "a data frame and a line sealed");
-        const char want2[] = DTAG7 " #3 5\na\nb\nc" DTAG8 " {\"c\":3}\n";
+        const char want2[] = DTAG7 " #3 5\na\nb\nc" DTAG7D DTAG8 " {\"c\":3}\n";
         ok(out && n == sizeof(want2) - 1 && memcmp(out, want2, n) == 0,
-           "the data frame's tag covers its line and its 5 bytes (newlines among them), as "
-           "Python's "
-           "hmac computes it; the line after it is numbered next");
+           "the data frame's line behind a line's tag, its 5 bytes (newlines among them) followed "
+           "by the tag of line, newline and bytes under the same number, as Python's hmac computes "
+           "them; the line after it is numbered next");
         is_int((int)count, 2, "two frames");
         free(out);
         is_int(seal(&fa, "#3 5\nabc", 8, 100, &out, &n, &count), -EINVAL,
@@ -191,7 +194,9 @@ static void test_seal(void)
         is_int((int)frame_data_size("#12  1", 6, NULL), -1, "two spaces: not");
         is_int((int)frame_data_size("#12 1 ", 6, NULL), -1, "a space after: not");
         is_int((int)frame_data_size("#0 1", 4, NULL), -1, "connection 0: not");
-        is_int((int)frame_data_size("#1234567890123456 1", 19, NULL), -1, "16 digits: not");
+        is_int((int)frame_data_size("#1234567890123456 1", 19, NULL), 1,
+               "a connection of 16 digits");
+        is_int((int)frame_data_size("#12345678901234567 1", 20, NULL), -1, "17 digits: not");
         is_int((int)frame_data_size("{\"a\":1}", 7, NULL), 0, "a JSON line: 0");
         fa.seq = 5;
         const char *json = NULL;
