@@ -663,9 +663,8 @@ static void on_message(struct sandbox *s, const struct jrpc_msg *m)
                 if (busy && json_integer_value(m->id) == s->exec_id)
                         exec_answered(s, m);
         } else if (answer && json_is_string(m->id)) {
-                freeze_ask_answered(s, json_string_value(m->id),
-                                    m->kind == JRPC_RESULT ? m->result : NULL,
-                                    m->kind == JRPC_ERROR ? m->error : NULL);
+                ask_answered(s, json_string_value(m->id), m->kind == JRPC_RESULT ? m->result : NULL,
+                             m->kind == JRPC_ERROR ? m->error : NULL);
         } else if (busy && r->frame_ops &&
                    (m->kind == JRPC_REQUEST || m->kind == JRPC_NOTIFICATION)) {
                 /* Its code calls MCP servers; answers may come now or later. */
