@@ -466,8 +466,8 @@ static void test_kept(void)
                "started>uploading uploading>busy busy>idle idle>uploading uploading>busy "
                "busy>idle idle>uploading uploading>busy busy>idle idle>uploading "
                "uploading>busy busy>removing removing>done",
-               "kept: each run through uploading (a session's files move frozen) and busy "
-               "to idle, then removed");
+               "kept: each run through uploading (its files, if any, before the exec) and "
+               "busy to idle, then removed");
         config_free(&c);
 }
 
