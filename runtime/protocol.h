@@ -9,7 +9,6 @@
 #define RT_PROTOCOL          1           /* frame protocol version (sandbox/ready) */
 #define RT_OUT_FILES_MAX     64          /* /workspace/out files reported per run */
 #define RT_LIST_MAX          10000       /* entries of one sandbox/list (list_files) */
-#define RT_FREEZE_MAX_S      30          /* a freeze lifts itself after this long */
 #define RT_MIN_MAX_FRAME     (64 << 10)  /* smallest max_frame */
 #define RT_DEFAULT_MAX_FRAME (16 << 20)  /* max_frame when none is given */
 #define RT_TIME_LIMIT_MAX_S  (2 * 86400) /* longest time_limit_ms, in seconds */

@@ -709,7 +709,6 @@ class Supervisor:
         self.worker = None    # a session's worker, kept between runs
         self.lost = False     # a session's worker ended: its next run starts afresh
         self.spent = None     # a single-use run answered: its worker, left for kill_leftovers
-        self.frozen_until = None  # sandbox/freeze: when it ends by itself
         self.pooled = None  # the modules a pool sandbox's worker preloads
         self.out_inline = 0
         self.proxy = None   # the network proxy, opened at the first exec with "network"
@@ -765,9 +764,6 @@ class Supervisor:
                               'python': sys.version.split()[0]}})
         while True:
             self.reap()
-            if self.frozen_until is not None and time.monotonic() >= self.frozen_until:
-                log('a freeze was not lifted in %g s: continuing the processes' % FREEZE_MAX_S)
-                self.freeze(False)
             job = self.job
             if job is not None and self.eof:
                 # The daemon is gone (killed, crashed, cut off): nobody will
@@ -780,7 +776,7 @@ class Supervisor:
                     and time.monotonic() >= job.limit_at:
                 self.over_time(job)
             if job is not None and job.kill_at is not None and job.deadline is None \
-                    and time.monotonic() >= job.kill_at and self.frozen_until is None:
+                    and time.monotonic() >= job.kill_at:
                 self.kill_worker(job.worker)
                 job.kill_at = None
             if job is not None and job.kill_at is not None and job.deadline is None \
@@ -813,10 +809,10 @@ class Supervisor:
                     job.next_sigint if job.kill_at is not None else job.limit_at
                 # 1 s: reap() fallback should a SIGCHLD wakeup get lost
                 timeout = 1000 if end is None else max(0, int((end - time.monotonic()) * 1000) + 1)
-            for until in (self.frozen_until, self.proxy and self.proxy.deadline()):
-                if until is not None:
-                    left = max(0, int((until - time.monotonic()) * 1000) + 1)
-                    timeout = left if timeout is None else min(timeout, left)
+            until = self.proxy and self.proxy.deadline()
+            if until is not None:
+                left = max(0, int((until - time.monotonic()) * 1000) + 1)
+                timeout = left if timeout is None else min(timeout, left)
             for fd, events in poller.poll(timeout):
                 self.ready(fd, events)
 
@@ -1009,9 +1005,6 @@ class Supervisor:
                 self.send({'jsonrpc': '2.0', 'id': rid, 'result': result})
         elif method in ('sandbox/file/read', 'sandbox/file/write'):
             self.file_request(rid, method, msg.get('params'))
-        elif method in ('sandbox/freeze', 'sandbox/thaw'):
-            self.freeze(method == 'sandbox/freeze')
-            self.send({'jsonrpc': '2.0', 'id': rid, 'result': {'frozen': self.frozen_until is not None}})
         elif method != 'sandbox/exec':
             self.reply_error(rid, -32601, 'method not found: %s' % method[:100])
         elif self.job is not None:
@@ -1078,32 +1071,6 @@ class Supervisor:
             os.kill(job.pid, signal.SIGINT)
         except OSError:
             pass
-
-    def freeze(self, on):
-        """Stops (SIGSTOP) or continues every other process of the container
-        while the daemon reads or writes files through the engine: the
-        engine resolves paths as root, so no process of the code may swap a
-        checked directory for a symlink meanwhile.  Outside a container,
-        only the workers' process groups.  A freeze ends by itself after
-        FREEZE_MAX_S seconds."""
-        sig = signal.SIGSTOP if on else signal.SIGCONT
-        self.frozen_until = time.monotonic() + FREEZE_MAX_S if on else None
-        job = self.job
-        if not on and job is not None and job.kill_at is not None:
-            # a stopped worker could not heed an interrupt: its grace starts now
-            job.kill_at = max(job.kill_at, time.monotonic() + INTERRUPT_GRACE)
-        try:
-            if os.getpid() == 1:
-                os.kill(-1, sig)
-                return
-        except OSError:
-            return
-        for w in (self.worker, self.job.worker if self.job is not None else None, self.pre):
-            if w is not None:
-                try:
-                    os.killpg(w.pid, sig)
-                except OSError:
-                    pass
 
     def kill_worker(self, w):
         # As PID 1 every other process of the container goes (a session's
@@ -1271,11 +1238,6 @@ class Supervisor:
                     return self.reply_error(rid, -32603, 'cannot open the network proxy')
             request['network'] = dict(net_env(self.proxy.port), **env)
         run = (token, None if time_limit is None else time_limit / 1000.0)
-        if self.frozen_until is not None:
-            # the daemon waits for its file operations first; should it not,
-            # a stopped worker would never take the request
-            log('an exec came while frozen: thawing first')
-            self.freeze(False)
         # /workspace/out exists when the code starts, as the tools promise
         try:
             os.makedirs(OUT_DIR, exist_ok=True)

@@ -5,7 +5,7 @@
  *   run.c       a run in a sandbox: its request, the exec, the frames of
  *               the runtime, the time limit, the result and its delivery
  *   transfer.c  a run's files: uploads before it, /workspace/out after it
- *   freeze.c    requests to the runtime (sandbox_ask), read_file and
+ *   ask.c       requests to the runtime (sandbox_ask), read_file and
  *               write_file on a session
  *   pool.c      the warm pool of ready sandboxes
  *   sweep.c     containers that dead instances left behind
@@ -137,7 +137,7 @@ struct sandbox {
         json_int_t exec_id; /* of the latest sandbox/exec */
         void (*gone)(void *owner, const char *why);
         void *owner;
-        /* freeze.c */
+        /* ask.c */
         struct list asks; /* struct sandbox_ask */
         unsigned ask_seq;
         struct list fops; /* struct sandbox_fop */
@@ -273,13 +273,13 @@ void transfer_cancel(struct run *r);
 /* Its files in and the runtime's list of files out. */
 void transfer_free(struct run *r);
 
-/* freeze.c */
+/* ask.c */
 /* The answer of the runtime to a sandbox_ask (a string id): its result,
  * or its error object. */
-void freeze_ask_answered(struct sandbox *s, const char *id, json_t *result, json_t *error);
+void ask_answered(struct sandbox *s, const char *id, json_t *result, json_t *error);
 /* Ends what the sandbox's runtime and file operations still owe: answers
  * go out from the loop (none when the manager is being freed). */
-void freeze_release(struct sandbox *s);
+void ask_release(struct sandbox *s);
 
 /* pool.c */
 struct sandbox *pool_take(struct sandbox_mgr *m);

@@ -307,8 +307,7 @@ static void limit_expired(struct timer *t, void *userdata)
                 transfer_cancel(r);
                 snprintf(msg, sizeof(msg),
                          "the code could not start within its time limit of %g s: writing its "
-                         "files into /workspace, or another file operation on the session, "
-                         "took that long",
+                         "files into /workspace took that long",
                          r->timeout_s);
                 if (s->keep)
                         run_failed(s, ST_TIMEOUT, "Timeout", msg);
@@ -332,8 +331,8 @@ void run_begin(struct sandbox *s)
 {
         s->run->t_us[RS_READY] = now_us();
         timer_stop(s->start_timer); /* started: the run's own limit applies */
-        if (!s->keep && s->run->n_files == 0) {
-                run_send_exec(s); /* the warm path: nothing can hold a single-use sandbox */
+        if (s->run->n_files == 0) {
+                run_send_exec(s); /* no files: the exec goes at once */
                 return;
         }
         sandbox_set_state(s, S_UPLOADING); /* until the exec goes */
@@ -663,9 +662,8 @@ static void on_message(struct sandbox *s, const struct jrpc_msg *m)
                 if (busy && json_integer_value(m->id) == s->exec_id)
                         exec_answered(s, m);
         } else if (answer && json_is_string(m->id)) {
-                freeze_ask_answered(s, json_string_value(m->id),
-                                    m->kind == JRPC_RESULT ? m->result : NULL,
-                                    m->kind == JRPC_ERROR ? m->error : NULL);
+                ask_answered(s, json_string_value(m->id), m->kind == JRPC_RESULT ? m->result : NULL,
+                             m->kind == JRPC_ERROR ? m->error : NULL);
         } else if (busy && r->frame_ops &&
                    (m->kind == JRPC_REQUEST || m->kind == JRPC_NOTIFICATION)) {
                 /* Its code calls MCP servers; answers may come now or later. */

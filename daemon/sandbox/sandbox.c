@@ -240,7 +240,7 @@ static void sandbox_release(struct sandbox *s)
         list_del(&s->place); /* the queue */
         sandbox_set_state(s, S_DONE);
         run_quiesce(s);
-        freeze_release(s);
+        ask_release(s);
         list_del(&s->all_node);
         engine_request_cancel(s->req);
         s->req = NULL;

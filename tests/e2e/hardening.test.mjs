@@ -508,7 +508,7 @@ test('forged records: code writing end records and answers on every descriptor i
 // Requests written into the runtime's stdin only, as corral writes them:
 // a second exec under each early id (the runtime would answer "already
 // running" under the id of the run in flight, and that answer would have
-// been the run's result), a list, a freeze. Under runc PID 1's descriptors
+// been the run's result), a list, a file write. Under runc PID 1's descriptors
 // cannot be opened; under gVisor they can, and whatever takes the bytes,
 // the run's result stays its own (the runtime refuses untagged lines).
 const INJECT_PY = String.raw`
@@ -516,7 +516,8 @@ import json, os
 reqs = [{'jsonrpc': '2.0', 'id': i, 'method': 'sandbox/exec', 'params': {'language': 'shell', 'code': 'true'}}
         for i in range(1, 9)]
 reqs += [{'jsonrpc': '2.0', 'id': 99, 'method': 'sandbox/list', 'params': {'path': ''}},
-         {'jsonrpc': '2.0', 'id': 98, 'method': 'sandbox/freeze', 'params': {}}]
+         {'jsonrpc': '2.0', 'id': 98, 'method': 'sandbox/file/write',
+          'params': {'path': 'forged', 'offset': 0, 'data': 'eAo='}}]
 data = b''.join(json.dumps(r).encode() + b'\n' for r in reqs)
 # PID 1 reads its frames on a copy of fd 0 (fd 0 itself is /dev/null):
 # the descriptors it holds read-only, by their fdinfo flags.
@@ -541,6 +542,7 @@ for n in targets:
             pass
 print('injected into', targets, wrote, flush=True)
 import time; time.sleep(1)
+print('forged file:', os.path.exists('/workspace/forged'), flush=True)
 `;
 
 test('forged records: requests written into the runtime\'s stdin do not change the result of the run that wrote them', async (t) => {
@@ -548,6 +550,7 @@ test('forged records: requests written into the runtime\'s stdin do not change t
   const r = await d.call(t, 'run_python', { code: INJECT_PY + 'raise SystemExit(3)' });
   const sc = r.structuredContent;
   t.note('inject', { status: sc.status, exit_code: sc.exit_code, error: sc.error, stdout: sc.stdout });
+  assert.doesNotMatch(sc.stdout ?? '', /forged file: True/, 'the injected file write was not done');
   if (GVISOR) {
     // gVisor here reopens PID 1's read-only host descriptor read-only
     // (EBADF on write), and a worker pipe takes the bytes as the run's own

@@ -272,8 +272,9 @@ test('sessions: progress of a session call, a child forked in a session, session
 test('sessions: file operations and calls on one session at the same time all finish', async (t) => {
   const d = await t.daemon('session-overlap');
   await d.call(t, 'run_python', { session: 'o', code: 'x = 1' });
-  // A write and a call with over 64 KiB of code sent together: the call
-  // waits for the write (its sandbox is frozen meanwhile), then runs.
+  // A write and a call with over 64 KiB of code sent together: neither
+  // waits for the other; both are frames to the session's runtime, which
+  // answers the write's file request whether or not the call has begun.
   const big = 'y = 0\n' + '# padding line\n'.repeat(8000) + 'print(x + y)';
   const [w, r] = await Promise.all([
     toolCall(t, d, 'write_file', { session: 'o', path: 'a.txt', content: 'z'.repeat(200000) }),
@@ -282,7 +283,7 @@ test('sessions: file operations and calls on one session at the same time all fi
   assert.equal(w.isError, false, 'the write succeeds');
   assert.equal(r.structuredContent.status, 'ok', `the call succeeds (${r.structuredContent.error?.message ?? ''})`);
   assert.equal(r.structuredContent.stdout, '1\n', '...in the session\'s interpreter');
-  // Reads while a call runs: the call is stopped only for a moment.
+  // Reads while a call runs: the runtime answers them as the call goes on.
   const run = d.call(t, 'run_python', { session: 'o', timeout_s: 30, code:
     // (replaced whole: a write caught between truncate and write would read empty)
     'import os, time\nfor i in range(20):\n    open("tick.tmp", "w").write(str(i))\n    os.replace("tick.tmp", "tick.txt")\n' +

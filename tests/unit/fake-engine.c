@@ -332,9 +332,6 @@ static void runtime_frame(struct fake_container *ct, const char *line, size_t n)
         } else if (strcmp(method, "sandbox/exec") == 0) {
                 ct->f->execs++;
                 run_exec(ct, id, params);
-        } else if (strcmp(method, "sandbox/freeze") == 0 || strcmp(method, "sandbox/thaw") == 0) {
-                send_result(ct, id,
-                            json_pack("{s:b}", "frozen", strcmp(method, "sandbox/freeze") == 0));
         } else if (strcmp(method, "sandbox/list") == 0) {
                 send_result(ct, id, json_pack("{s:[]}", "entries"));
         } else if (strcmp(method, "sandbox/file/write") == 0) {

@@ -17,7 +17,8 @@
  *                 prints the answer it gets as JSON (keys sorted), ok
  *   "die"         the container exits (code 3) without a result
  *   "oom"         the container is OOM-killed without a result
- * and answers sandbox/freeze, sandbox/thaw and sandbox/list. */
+ * and answers sandbox/list (no entries), sandbox/file/write and
+ * sandbox/file/read (whole files, kept per container). */
 #pragma once
 
 #include "core/loop.h"

@@ -463,11 +463,10 @@ static void test_kept(void)
         mgr_done(m);
         is_str(transitions(seq),
                "new>creating creating>attaching attaching>starting starting>started "
-               "started>uploading uploading>busy busy>idle idle>uploading uploading>busy "
-               "busy>idle idle>uploading uploading>busy busy>idle idle>uploading "
-               "uploading>busy busy>removing removing>done",
-               "kept: each run through uploading (a session's files move frozen) and busy "
-               "to idle, then removed");
+               "started>busy busy>idle idle>busy busy>idle idle>busy busy>idle idle>busy "
+               "busy>removing removing>done",
+               "kept: each run without files straight to busy and back to idle, then "
+               "removed");
         config_free(&c);
 }
 

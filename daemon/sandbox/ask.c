@@ -89,7 +89,7 @@ static void ask_timeout(struct timer *t, void *userdata)
                 "the sandbox's runtime did not answer in time");
 }
 
-void freeze_ask_answered(struct sandbox *s, const char *id, json_t *result, json_t *error)
+void ask_answered(struct sandbox *s, const char *id, json_t *result, json_t *error)
 {
         struct sandbox_ask *a;
         const char *why = json_string_value(json_object_get(error, "message"));
@@ -244,7 +244,7 @@ void sandbox_fop_cancel(struct sandbox_fop *f)
                 fop_free(f);
 }
 
-void freeze_release(struct sandbox *s)
+void ask_release(struct sandbox *s)
 {
         bool silent = s->mgr->freeing; /* nobody is left to tell */
         /* File operations under way end with an error. */
