@@ -20,6 +20,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/epoll.h>
@@ -31,9 +32,11 @@
 #define HEADER_VALUE_MAX  8192
 #define ASKED_MAX         64 /* hosts a run remembers the person's answer for */
 #define TO_REMOTE_MAX     (EGRESS_WINDOW + EGRESS_CHUNK)
-#define LOOKUPS_MAX       64  /* names being resolved at once, all runs together */
-#define ADDRESSES_MAX     8   /* of a name, handed to libcurl */
-#define DENIALS_AUDITED   100 /* per run; code in a loop must not fill the disk */
+#define LOOKUPS_MAX       64          /* names being resolved at once, all runs together */
+#define LOOKUP_SWEEP_MS   1000        /* the backstop sweep of lookups under way */
+#define FLUSH_MAX         (128 << 10) /* frames to the runtime per write, about */
+#define ADDRESSES_MAX     8           /* of a name, handed to libcurl */
+#define DENIALS_AUDITED   100         /* per run; code in a loop must not fill the disk */
 
 static const int default_ports[] = {80, 443};
 
@@ -66,6 +69,13 @@ struct egress {
         size_t n_lookups;
         int lookup_fd;
         struct watch *lookup_w;
+        /* Notifications still to come (a cancelled lookup sends none):
+         * lookup_fd is closed only when none is, so that no late write
+         * lands in another file that took its number. */
+        size_t owed;
+        /* A sweep every LOOKUP_SWEEP_MS while lookups are under way, for
+         * a notification glibc could not send (no thread for it). */
+        struct timer *sweep_t;
 };
 
 struct lookup {
@@ -355,7 +365,10 @@ void egress_free(struct egress *g)
         list_for_each_safe(l, next, &g->lookups, node)
         {
                 /* One whose thread still runs is left to it (corral exits). */
-                if (gai_cancel(&l->cb) == EAI_CANCELED || gai_error(&l->cb) != EAI_INPROGRESS) {
+                int cancel = gai_cancel(&l->cb);
+                if (cancel == EAI_CANCELED && g->owed)
+                        g->owed--;
+                if (cancel == EAI_CANCELED || gai_error(&l->cb) != EAI_INPROGRESS) {
                         if (l->cb.ar_result)
                                 freeaddrinfo(l->cb.ar_result);
                         list_del(&l->node);
@@ -363,9 +376,10 @@ void egress_free(struct egress *g)
                 }
         }
         watch_remove(g->lookup_w);
-        /* A thread still resolving will write to it when done: the number
-         * must not be another file's by then. */
-        if (list_empty(&g->lookups) && g->lookup_fd >= 0)
+        timer_remove(g->sweep_t);
+        /* A notification still to come writes to it: the number must not
+         * be another file's by then (corral is exiting: it stays open). */
+        if (!g->owed && g->lookup_fd >= 0)
                 close(g->lookup_fd);
         curl_loop_free(g->cl);
         free(g);
@@ -413,21 +427,44 @@ static void retry_flush(struct timer *t, void *userdata)
         flush(userdata);
 }
 
+/* The length of the frame at p (of those this file writes: a line, or a
+ * data frame "#CONN SIZE" and SIZE bytes), at most n. */
+static size_t frame_len(const char *p, size_t n)
+{
+        const char *nl = memchr(p, '\n', n);
+        size_t k = nl ? (size_t)(nl - p) + 1 : n;
+        const char *sp = p[0] == '#' ? memchr(p, ' ', k) : NULL;
+        if (sp)
+                k += strtoull(sp + 1, NULL, 10);
+        return k < n ? k : n;
+}
+
 static void flush(void *userdata)
 {
         struct egress_run *r = userdata;
-        if (!r->outbox.len)
-                return;
-        int rc = r->send(r->userdata, r->outbox.data, r->outbox.len);
-        if (rc == -ENOBUFS) {
-                /* The runtime is behind on its input: the frames wait here
-                 * (the windows bound them) and go a moment later. */
-                timer_set(r->g->loop, &r->retry, retry_flush, r, 5);
-                return;
+        size_t sent = 0;
+        /* In pieces of whole frames, at most FLUSH_MAX each (one always
+         * fits the attach stream's queue, even at the smallest max_frame),
+         * as far as the runtime's input queue takes them. */
+        while (sent < r->outbox.len) {
+                size_t piece = 0;
+                do
+                        piece +=
+                            frame_len(r->outbox.data + sent + piece, r->outbox.len - sent - piece);
+                while (sent + piece < r->outbox.len && piece < FLUSH_MAX);
+                int rc = r->send(r->userdata, r->outbox.data + sent, piece);
+                if (rc == -ENOBUFS) {
+                        /* The runtime is behind on its input: the rest waits
+                         * here (the windows bound it) and goes a moment later. */
+                        buf_consume(&r->outbox, sent);
+                        timer_set(r->g->loop, &r->retry, retry_flush, r, 5);
+                        return;
+                }
+                if (rc < 0)
+                        log_warn("network: sandbox %s: %zu bytes of frames not sent (%s)",
+                                 r->sandbox, piece, strerror(-rc));
+                sent += piece;
         }
-        if (rc < 0)
-                log_warn("network: sandbox %s: %zu bytes of frames not sent (%s)", r->sandbox,
-                         r->outbox.len, strerror(-rc));
         r->outbox.len = 0;
 }
 
@@ -592,6 +629,8 @@ static void conn_free(struct conn *c)
                 if (gai_cancel(&l->cb) == EAI_CANCELED) {
                         list_del(&l->node);
                         l->g->n_lookups--;
+                        if (l->g->owed)
+                                l->g->owed--;
                         free(l);
                 } else {
                         l->c = NULL; /* its thread has it: the poll frees it */
@@ -1097,14 +1136,9 @@ static void lookup_finished(union sigval v)
         (void)k;
 }
 
-static void lookups_done(struct watch *w, uint32_t events, void *userdata)
+/* Every finished lookup, its connection told (one given up on freed). */
+static void lookups_sweep(struct egress *g)
 {
-        struct egress *g = userdata;
-        uint64_t count;
-        (void)w;
-        (void)events;
-        while (read(g->lookup_fd, &count, sizeof(count)) > 0)
-                ;
         struct lookup *l, *next;
         list_for_each_safe(l, next, &g->lookups, node)
         {
@@ -1123,6 +1157,25 @@ static void lookups_done(struct watch *w, uint32_t events, void *userdata)
         }
 }
 
+static void lookups_done(struct watch *w, uint32_t events, void *userdata)
+{
+        struct egress *g = userdata;
+        uint64_t count;
+        (void)w;
+        (void)events;
+        while (read(g->lookup_fd, &count, sizeof(count)) == sizeof(count))
+                g->owed -= count < g->owed ? count : g->owed;
+        lookups_sweep(g);
+}
+
+static void lookups_backstop(struct timer *t, void *userdata)
+{
+        struct egress *g = userdata;
+        lookups_sweep(g);
+        if (!list_empty(&g->lookups))
+                timer_arm(t, LOOKUP_SWEEP_MS);
+}
+
 static bool is_address(const char *host)
 {
         unsigned char a[16];
@@ -1139,6 +1192,8 @@ static void go(struct conn *c, const char *decision)
                         conn_answer(c, 502, "cannot start the connection", decision);
                 return;
         }
+        if (g->n_lookups >= LOOKUPS_MAX)
+                lookups_sweep(g); /* finished ones whose notice was lost */
         if (g->n_lookups >= LOOKUPS_MAX) {
                 conn_answer(c, 503, "too many names are being resolved at once; try again",
                             decision);
@@ -1158,11 +1213,27 @@ static void go(struct conn *c, const char *decision)
         struct sigevent done = {.sigev_notify = SIGEV_THREAD,
                                 .sigev_value.sival_int = g->lookup_fd,
                                 .sigev_notify_function = lookup_finished};
+        bool first = list_empty(&g->lookups);
         if (getaddrinfo_a(GAI_NOWAIT, list, 1, &done) != 0) {
-                free(l);
+                /* Out of memory for its notice, glibc may have queued it
+                 * all the same: then it is kept, given up on, for a sweep. */
+                bool queued = gai_error(&l->cb) == EAI_INPROGRESS;
+                if (queued) {
+                        l->c = NULL;
+                        list_append(&g->lookups, &l->node);
+                        g->n_lookups++;
+                        if (first)
+                                timer_set(g->loop, &g->sweep_t, lookups_backstop, g,
+                                          LOOKUP_SWEEP_MS);
+                } else {
+                        free(l);
+                }
                 conn_answer(c, 503, "cannot start resolving the name", decision);
                 return;
         }
+        g->owed++;
+        if (first && timer_set(g->loop, &g->sweep_t, lookups_backstop, g, LOOKUP_SWEEP_MS) < 0)
+                log_warn("network: cannot set the lookups' backstop timer");
         list_append(&g->lookups, &l->node);
         g->n_lookups++;
         c->lookup = l;
