@@ -19,7 +19,7 @@ import sys
 import time
 
 CHUNK = 64 * 1024                  # read size and max UTF-8 bytes of `data`
-FRAME_READ = 1 << 20               # read size of the frame channel (net/data frames are 87 KiB)
+FRAME_READ = 1 << 20               # read size of the frame channel
 EXIT_INPUT_LOST = 75               # PID 1's status when stdin ends in the middle of a run (never 0 then)
 FROM_DAEMON = 1 << TO_RUNTIME_SEQ_BIT  # the bit set in the numbers of the daemon's tags
 KEY_LINE_MAX = 4096                # bytes of a line before sandbox/key: longer ones are not it
