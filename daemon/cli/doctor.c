@@ -19,6 +19,7 @@
 #include <sys/statfs.h>
 #include <sys/stat.h>
 #include <sys/utsname.h>
+#include <unistd.h>
 
 #ifndef CGROUP2_SUPER_MAGIC
 #define CGROUP2_SUPER_MAGIC 0x63677270
@@ -222,6 +223,51 @@ static void check_sandbox(struct loop *l, const struct config *cfg, struct engin
 
 /* Every `corral serve` of this user, by its status file, and how confined
  * it runs. */
+/* A number from one of the kernel's KSM files, or -1. */
+static long long ksm_value(const char *name)
+{
+        char path[128];
+        long long v = -1;
+        snprintf(path, sizeof(path), "/sys/kernel/mm/ksm/%s", name);
+        FILE *f = fopen(path, "r");
+        if (f && fscanf(f, "%lld", &v) != 1)
+                v = -1;
+        if (f)
+                fclose(f);
+        return v;
+}
+
+/* Page merging (memory_merge): ready sandboxes offer their preloaded heap
+ * to KSM, which merges only while the host runs it. */
+static void check_merge(const struct config *cfg)
+{
+        char detail[300];
+        long long run = ksm_value("run");
+        if (!cfg->memory_merge) {
+                note("page merging", "off (memory_merge: false): each ready sandbox keeps its "
+                                     "own copy of its preloaded modules");
+                return;
+        }
+        if (run < 0) {
+                note("page merging", "off: this kernel has no KSM (/sys/kernel/mm/ksm)");
+                return;
+        }
+        if (!(run & 1)) {
+                note("page merging",
+                     "off: the host's merger is stopped (/sys/kernel/mm/ksm/run is 0); "
+                     "contrib/setup starts it, or: echo 1 | sudo tee /sys/kernel/mm/ksm/run");
+                return;
+        }
+        long long sharing = ksm_value("pages_sharing");
+        long page = sysconf(_SC_PAGESIZE);
+        snprintf(detail, sizeof(detail),
+                 "on: ready sandboxes offer their preloaded heap to the kernel's merger; it "
+                 "saves %.1f MiB now (pages_sharing %lld)",
+                 sharing > 0 ? (double)sharing * (double)page / (1 << 20) : 0.0,
+                 sharing > 0 ? sharing : 0);
+        note("page merging", detail);
+}
+
 static void check_instances(void)
 {
         char dir[256], detail[700];
@@ -431,6 +477,7 @@ int cli_doctor(int argc, char **argv)
         }
 
         check_instances();
+        check_merge(&cfg);
         /* doctor confines itself as serve does, and shows what that means. */
         if (cli_confine(&cfg) == 0) {
                 char desc[400];

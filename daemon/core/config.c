@@ -26,6 +26,7 @@ static const struct config_key {
     {"mounts", K_LIST, offsetof(struct config, mounts), 0, 0},
     {"mounts_unsafe", K_BOOL, offsetof(struct config, mounts_unsafe), 0, 0},
     {"preload", K_LIST, offsetof(struct config, preload), 0, 0},
+    {"memory_merge", K_BOOL, offsetof(struct config, memory_merge), 0, 0},
     {"memory", K_SIZE, offsetof(struct config, memory), 6 << 20, 1e15},
     {"pids", K_LONG, offsetof(struct config, pids), 8, 1 << 22},
     {"cpus", K_DOUBLE, offsetof(struct config, cpus), 0.01, 1024},
@@ -128,6 +129,9 @@ void config_defaults(struct config *c)
             .log_level = LOG_INFO,
             .host_servers = true,
             .confine = true,
+            /* Ready sandboxes offer their preloaded heap to the kernel's
+             * page merging (it does nothing unless the host runs it). */
+            .memory_merge = true,
             /* The service: a few hundred clients, idle ones gone after an
              * hour; no client takes more than half the slots. */
             .max_clients = 256,

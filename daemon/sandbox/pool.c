@@ -136,15 +136,26 @@ static void cost_inspected(void *userdata, long status, json_t *body, const stru
         update_target(m);
 }
 
-/* Now and then, the host memory of the sandbox that just became ready. */
-static void cost_measure(struct sandbox *s)
+/* Now and then (when a sandbox becomes ready), the host memory of the
+ * ready sandbox of the default image that has been ready longest: with
+ * page merging (memory_merge) its preloaded heap has had the most time to
+ * be merged with the others', and PSS counts a merged page once across
+ * all who share it. */
+static void cost_measure(struct sandbox_mgr *m)
 {
-        struct sandbox_mgr *m = s->mgr;
         char path[256];
-        if (m->cost_req || s->image || (m->cost_at_ms && now_ms() - m->cost_at_ms < COST_EVERY_MS))
+        struct sandbox *s, *oldest = NULL;
+        if (m->cost_req || (m->cost_at_ms && now_ms() - m->cost_at_ms < COST_EVERY_MS))
+                return;
+        list_for_each(s, &m->ready, place) /* newest first */
+        {
+                if (!s->image)
+                        oldest = s;
+        }
+        if (!oldest)
                 return;
         m->cost_at_ms = now_ms();
-        snprintf(path, sizeof(path), "/containers/%s/json", s->id);
+        snprintf(path, sizeof(path), "/containers/%s/json", oldest->id);
         if (engine_request(m->eng, "GET", path, NULL, cost_inspected, m, &m->cost_req) < 0)
                 m->cost_req = NULL;
 }
@@ -237,7 +248,7 @@ void pool_ready(struct sandbox *s)
         list_push(&m->ready, &s->place);
         m->n_ready++;
         log_debug("sandbox %s ready for the pool in %lld ms", s->short_id, ms);
-        cost_measure(s);
+        cost_measure(m);
         /* The first one started alone (pool_refill): the rest need not
          * wait for the next tick. */
         if (m->n_refill == 1)

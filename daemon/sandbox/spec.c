@@ -165,6 +165,9 @@ json_t *sandbox_create_body(const struct config *cfg, const struct sandbox_profi
         json_t *env = body ? json_object_get(body, "Env") : NULL;
         if (env && preload && json_array_append_new(env, json_string("CORRAL_PRELOAD=1")) < 0)
                 return NULL;
+        if (env && preload && cfg->memory_merge &&
+            json_array_append_new(env, json_string("CORRAL_MERGE=1")) < 0)
+                return NULL;
         if (env && preload && cfg->preload) {
                 struct buf list;
                 buf_init(&list, 16 << 10);

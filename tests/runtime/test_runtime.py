@@ -484,6 +484,38 @@ def preload():
           'preloaded worker: top-level await, a clean __main__ (the rehearsal left nothing)', (out, res))
 
 
+# --- page merging: a pool sandbox's worker offers what it holds before its
+# call (VmFlags "mg" in smaps), nothing the call maps later ---------------
+MERGE_PROBE = """import mmap, os
+def marked():
+    n = 0
+    for line in open('/proc/self/smaps'):
+        if line.startswith('VmFlags:') and ' mg' in line:
+            n += 1
+    return n
+before = marked()
+m = mmap.mmap(-1, 1 << 20)
+m.write(b'x' * (1 << 20))
+print(before, marked() - before, 'CORRAL_MERGE' in os.environ)
+"""
+
+
+@case
+def merge_heap():
+    out, res, rt, _ = run(MERGE_PROBE, env={'CORRAL_PRELOAD': '1', 'CORRAL_MERGE': '1'})
+    got = text(out, 'stdout').split()
+    check(res.get('status') == 'ok' and len(got) == 3 and int(got[0]) > 0 and got[1:] == ['0', 'False']
+          and 'page merging:' in rt.err and 'KiB of the preloaded heap offered' in rt.err,
+          'CORRAL_MERGE=1: the worker offers its mappings before the call, none the call makes; '
+          'the variable is gone; the log says how much', (out, res, rt.err[-500:]))
+    out, res, rt, _ = run(MERGE_PROBE, env={'CORRAL_PRELOAD': '1'})
+    check(text(out, 'stdout') == '0 0 False\n' and 'page merging' not in rt.err,
+          'without CORRAL_MERGE nothing is offered', (out, res, rt.err[-300:]))
+    out, res, rt, _ = run(MERGE_PROBE, env={'CORRAL_MERGE': '1'})
+    check(text(out, 'stdout') == '0 0 False\n',
+          'a sandbox made for a call (no CORRAL_PRELOAD) offers nothing', (out, res, rt.err[-300:]))
+
+
 # --- a child forked without exec ends first: the run goes on -------------
 @case
 def forked_child_ends_first():

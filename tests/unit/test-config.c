@@ -49,7 +49,7 @@ static void test_defaults(void)
         size_t n = 0;
         while (names[n])
                 n++;
-        is_int(n, 65, "config_key_names lists 65 keys, NULL-terminated");
+        is_int(n, 66, "config_key_names lists 66 keys, NULL-terminated");
         is_str(names[0], "engine", "... starting with engine");
 }
 

@@ -307,13 +307,18 @@ static void check_body(const struct config *cfg, const char *what)
         ok(s && strlen(s) > 100, "%s: the body encodes", what);
         free(s);
 
-        /* The same body for the pool, plus the preload flag and nothing else. */
+        /* The same body for the pool, plus the preload flag (and with
+         * memory_merge the merge flag) and nothing else. */
         struct sandbox_spec pool = {.preload = true};
         json_t *p =
             sandbox_create_body(cfg, &prof, "0123456789abcdef", runtime, &pool, ENGINE_PODMAN);
         json_t *penv = json_object_get(p, "Env");
         ok(array_has(penv, "CORRAL_PRELOAD=1"), "%s: a pool sandbox gets CORRAL_PRELOAD=1", what);
-        is_int((long long)json_array_size(penv), (long long)json_array_size(env) + 1,
+        ok(array_has(penv, "CORRAL_MERGE=1") == cfg->memory_merge,
+           "%s: CORRAL_MERGE=1 exactly when memory_merge is on", what);
+        ok(!array_has(env, "CORRAL_MERGE=1"), "%s: a call's sandbox offers nothing to merge", what);
+        is_int((long long)json_array_size(penv),
+               (long long)json_array_size(env) + 1 + (cfg->memory_merge ? 1 : 0),
                "%s: and no other difference in Env", what);
         ok(json_equal(json_object_get(p, "HostConfig"), hc),
            "%s: a pool sandbox has the same HostConfig", what);
@@ -504,6 +509,7 @@ int main(void)
         config_set(&cfg, "workspace_size", "1g", "test", &e);
         config_set(&cfg, "max_frame", "1m", "test", &e);
         config_set(&cfg, "image", "registry.example/corral-python:1", "test", &e);
+        config_set(&cfg, "memory_merge", "false", "test", &e);
         check_body(&cfg, "custom");
         check_pids_runsc(&cfg);
 
