@@ -59,7 +59,10 @@ def worker(sup, pipes, api_fd, go_r, set_w=None):
                     pass
             rehearse(main, api_fd, sup.max_frame)
             if _merge['asked']:
-                said = merge_heap()
+                try:
+                    said = merge_heap()
+                except Exception as e:  # no ctypes, say: the sandbox serves all the same
+                    said = 'page merging: %s: %s' % (type(e).__name__, e)
                 try:
                     os.write(set_w, (said + '\n').encode())
                 except OSError:
@@ -405,33 +408,35 @@ def merge_heap():
     """Offers the worker's private anonymous memory, as it is now, to the
     kernel's page merging (KSM, madvise MADV_MERGEABLE): what the preloaded
     modules built, the same in every pool sandbox of an image, is then kept
-    once on the host (the merger must run: /sys/kernel/mm/ksm/run).  Only
-    the mappings that exist before any call are offered: a call's own
-    allocations land in new ones, whose pages are never compared with
-    another sandbox's (README.md, "Page merging").  Returns a line
-    for the log."""
+    once on the host (the merger must run: /sys/kernel/mm/ksm/run).  The
+    mappings stay offered during the call, and what the call allocates may
+    land in them (README.md, "Page merging": why memory_merge is opt-in).
+    Returns a line for the log."""
     import ctypes
     libc = ctypes.CDLL(None, use_errno=True)
     libc.madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
-    offered, refused = 0, None
+    offered, refused = 0, {}
     try:
         with open('/proc/self/maps') as f:
             maps = f.read(1 << 20).splitlines()
     except OSError as e:
         return 'page merging: cannot read /proc/self/maps: %s' % e
     for line in maps:
-        part = line.split()
-        if len(part) < 5 or part[1] != 'rw-p' or (len(part) > 5 and part[5] != '[heap]'):
+        part = line.split(None, 5)
+        name = part[5].strip() if len(part) > 5 else ''
+        if len(part) < 5 or part[1] != 'rw-p' or (name and name != '[heap]' and not name.startswith('[anon:')):
             continue
         lo, _, hi = part[0].partition('-')
         lo, hi = int(lo, 16), int(hi, 16)
         if libc.madvise(lo, hi - lo, 12) == 0:  # MADV_MERGEABLE
             offered += hi - lo
         else:
-            refused = os.strerror(ctypes.get_errno())
-    if not offered:
-        return 'page merging: the kernel refused (%s)' % refused
-    return 'page merging: %d KiB of the preloaded heap offered' % (offered >> 10)
+            err = os.strerror(ctypes.get_errno())
+            refused[err] = refused.get(err, 0) + 1
+    said = 'page merging: %d KiB offered' % (offered >> 10)
+    if refused:
+        said += '; refused: %s' % ', '.join('%s (%d mappings)' % kv for kv in sorted(refused.items()))
+    return said
 
 
 def prepare_python():

@@ -221,8 +221,6 @@ static void check_sandbox(struct loop *l, const struct config *cfg, struct engin
                        "profile's file (Podman) and that seccomp is enabled in its kernel");
 }
 
-/* Every `corral serve` of this user, by its status file, and how confined
- * it runs. */
 /* A number from one of the kernel's KSM files, or -1. */
 static long long ksm_value(const char *name)
 {
@@ -244,8 +242,11 @@ static void check_merge(const struct config *cfg)
         char detail[300];
         long long run = ksm_value("run");
         if (!cfg->memory_merge) {
-                note("page merging", "off (memory_merge: false): each ready sandbox keeps its "
-                                     "own copy of its preloaded modules");
+                note("page merging",
+                     run == 1 ? "off (memory_merge: false; the host's merger runs): each ready "
+                                "sandbox keeps its own copy of its preloaded modules"
+                              : "off (memory_merge: false): each ready sandbox keeps its own "
+                                "copy of its preloaded modules");
                 return;
         }
         if (run < 0) {
@@ -254,20 +255,23 @@ static void check_merge(const struct config *cfg)
         }
         if (!(run & 1)) {
                 note("page merging",
-                     "off: the host's merger is stopped (/sys/kernel/mm/ksm/run is 0); "
-                     "contrib/setup starts it, or: echo 1 | sudo tee /sys/kernel/mm/ksm/run");
+                     "off: memory_merge is true but the host's merger is stopped "
+                     "(/sys/kernel/mm/ksm/run is 0); CORRAL_SETUP_KSM=1 contrib/setup starts it, "
+                     "or: echo 1 | sudo tee /sys/kernel/mm/ksm/run");
                 return;
         }
         long long sharing = ksm_value("pages_sharing");
         long page = sysconf(_SC_PAGESIZE);
         snprintf(detail, sizeof(detail),
-                 "on: ready sandboxes offer their preloaded heap to the kernel's merger; it "
-                 "saves %.1f MiB now (pages_sharing %lld)",
+                 "on: ready sandboxes offer their preloaded heap to the kernel's merger, "
+                 "which saves %.1f MiB on this host now (pages_sharing %lld; not under gVisor)",
                  sharing > 0 ? (double)sharing * (double)page / (1 << 20) : 0.0,
                  sharing > 0 ? sharing : 0);
         note("page merging", detail);
 }
 
+/* Every `corral serve` of this user, by its status file, and how confined
+ * it runs. */
 static void check_instances(void)
 {
         char dir[256], detail[700];

@@ -129,9 +129,6 @@ void config_defaults(struct config *c)
             .log_level = LOG_INFO,
             .host_servers = true,
             .confine = true,
-            /* Ready sandboxes offer their preloaded heap to the kernel's
-             * page merging (it does nothing unless the host runs it). */
-            .memory_merge = true,
             /* The service: a few hundred clients, idle ones gone after an
              * hour; no client takes more than half the slots. */
             .max_clients = 256,

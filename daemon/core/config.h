@@ -69,7 +69,7 @@ struct config {
          * (upstream/registry.h); NULL: none. */
         char **project_servers;
         bool confine;      /* corral confines itself (no_new_privs, no capabilities, seccomp) */
-        bool memory_merge; /* ready sandboxes offer their preloaded heap to KSM */
+        bool memory_merge; /* ready sandboxes offer their heap to KSM (a loosening: opt in) */
         char *config_file; /* the file that was read, if any */
         /* The service (mcp/http.h). */
         char **listen;             /* "unix:PATH", "tcp:HOST:PORT"; NULL: stdio */

@@ -407,6 +407,72 @@ def container_memory(engine, cid, parent):
     return {'pss_kb': pss, 'rss_kb': rss, 'processes': len(pids)}
 
 
+KSM = '/sys/kernel/mm/ksm/'
+MERGE_POOL = 8  # ready data sandboxes whose memory is measured, merged and not
+
+
+def ksm_read(name):
+    try:
+        with open(KSM + name) as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return None
+
+
+def ksmd_cpu_s():
+    """CPU seconds the kernel's merger thread has used, or None."""
+    for name in os.listdir('/proc'):
+        if name.isdigit():
+            try:
+                with open('/proc/%s/stat' % name) as f:
+                    st = f.read()
+            except OSError:
+                continue
+            if st.split('(', 1)[1].startswith('ksmd)'):
+                fields = st.rsplit(')', 1)[1].split()
+                return (int(fields[11]) + int(fields[12])) / os.sysconf('SC_CLK_TCK')
+    return None
+
+
+def pool_memory(a, start, merge):
+    """MERGE_POOL ready data sandboxes of one corral (memory_merge on or
+    off): PSS per sandbox (all of them, with their monitors, over their
+    number); with merging, once the merger has settled (two full scans
+    since all were ready, then pages_sharing still for 3 s; at most 90 s):
+    how long that took, whether the bound cut it short, and the CPU the
+    merger's thread used meanwhile."""
+    c = start({'CORRAL_IMAGE': DATA_IMAGE, 'CORRAL_POOL_MIN': str(MERGE_POOL),
+               'CORRAL_POOL_MEMORY': '4g', 'CORRAL_MEMORY_MERGE': 'true' if merge else 'false'})
+    out, leaked = {}, []
+    try:
+        c.wait_ready(quiet=True)
+        t0, cpu0, scans0 = time.monotonic(), ksmd_cpu_s(), ksm_read('full_scans')
+        if merge and ksm_read('run') == 1 and scans0 is not None:
+            last, still = ksm_read('pages_sharing'), time.monotonic()
+            while time.monotonic() - t0 < 90:
+                time.sleep(0.5)
+                now = ksm_read('pages_sharing')
+                if now != last:
+                    last, still = now, time.monotonic()
+                if (ksm_read('full_scans') or 0) >= scans0 + 2 and time.monotonic() - still >= 3:
+                    break
+            out['settle_s'] = time.monotonic() - t0
+            out['cut_short'] = time.monotonic() - t0 >= 90
+            cpu1 = ksmd_cpu_s()
+            out['ksmd_cpu_s'] = None if cpu0 is None or cpu1 is None else cpu1 - cpu0
+        q = urllib.parse.quote(json.dumps({'label': ['io.corral.pid=%d' % c.pid], 'status': ['running']}))
+        _, found = engine_get(a.engine, 'GET', '/containers/json?filters=' + q)
+        parent = proc_parents()
+        mems = [m for m in (container_memory(a.engine, x['Id'], parent) for x in found or []) if m]
+        if mems:
+            out['sandboxes'] = len(mems)
+            out['pss_kb'] = sum(m['pss_kb'] for m in mems) / len(mems)
+            out['rss_kb'] = sum(m['rss_kb'] for m in mems) / len(mems)
+    finally:
+        leaked = c.close()
+    return out, leaked
+
+
 def measure_data(a, n, R, lat, cli, start):
     """The data image: warm (paced) and cold calls of DATA_CODE, the same
     program under `podman run --rm`, and the host memory of one ready
@@ -432,6 +498,10 @@ def measure_data(a, n, R, lat, cli, start):
     cold = start(dict(COLD_ENV, CORRAL_IMAGE=DATA_IMAGE))
     lat['data_cold'] = [cold.tool('run_python', args, ok) for _ in range(n['data_cold'] + 1)][1:]
     leaked += cold.close()
+    R['merge'] = {'ksm_run': ksm_read('run')}
+    for key, merge in (('off', False), ('on', True)):
+        R['merge'][key], more = pool_memory(a, start, merge)
+        leaked += more
     lat['data_podman'] = timed_cmd(cli + ['run', '--rm', '-e', 'MPLBACKEND=Agg', '-e', 'MPLCONFIGDIR=/tmp/matplotlib']
                                    + FLAGS + [DATA_IMAGE, 'python3', '-c', DATA_PRELUDE + DATA_CODE],
                                    n['data_podman'], want=b'50\n')
@@ -556,6 +626,20 @@ def report(R, lat):
         if ds:
             print('one ready data sandbox on the host: PSS %.1f MiB (RSS %.1f MiB), %d processes with its monitor'
                   % (ds['pss_kb'] / 1024, ds['rss_kb'] / 1024, ds['processes']))
+        mg = R.get('merge') or {}
+        off, on = mg.get('off') or {}, mg.get('on') or {}
+        if off.get('pss_kb') and on.get('pss_kb'):
+            run = mg.get('ksm_run')
+            print('%d ready data sandboxes, PSS per sandbox: %.1f MiB with memory_merge off, %.1f MiB on%s'
+                  % (on.get('sandboxes', 0), off['pss_kb'] / 1024, on['pss_kb'] / 1024,
+                     '' if run == 1 else ' (the host\'s merger is %s: nothing merges)'
+                     % ('stopped' if run == 0 else 'missing')))
+            if 'settle_s' in on:
+                print('  the merger settled %.1f s after the last was ready%s, its thread using %s of CPU; '
+                      'target: at most 30 MiB merged: %s'
+                      % (on['settle_s'], ' (cut short: still merging)' if on.get('cut_short') else '',
+                         '%.2f s' % on['ksmd_cpu_s'] if on.get('ksmd_cpu_s') is not None else 'n/a',
+                         'PASS' if on['pss_kb'] <= 30 * 1024 else 'MISSED'))
     hits = lambda k: '   (pool hits %(hits)d, misses %(misses)d)' % R['pool_hits'][k] if R['pool_hits'][k] else ''
     if pool:
         print('pool: min %d, max %d; paced calls %s' % (pool['min'], pool['max'], hits('paced').strip()))

@@ -11,7 +11,7 @@
 import assert from 'node:assert/strict';
 import { CallToolResultSchema } from '@modelcontextprotocol/sdk/types.js';
 import { createHash } from 'node:crypto';
-import { existsSync, mkdirSync, realpathSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, realpathSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:http';
 import path from 'node:path';
 import { BIN, clip, corralContainers, ENGINE, inspectorCli, isInt, MiB, run, test, waitFor } from './lib/harness.mjs';
@@ -779,6 +779,19 @@ test('bridge: a project\'s .mcp.json and .vscode/mcp.json run and send nothing u
   assert.match(doc.stdout, /^ok {3}servers: 0 MCP server\(s\) for sandboxed code, 3 skipped$/m, 'doctor counts them');
   assert.match(doc.stdout, /^note server projstdio: skipped: defined in .*\.mcp\.json and not approved/m, 'and says why');
   assert.equal(existsSync(marker), false, 'doctor ran nothing either');
+  // And whether ready sandboxes' pages are merged (README, "Page merging"):
+  // off by default; asked for, what this host's kernel allows.
+  const docEnv = (merge) => ({ ...process.env, ...env, CORRAL_ENGINE: 'unix:///nonexistent.sock', CORRAL_MEMORY_MERGE: merge });
+  const docOff = await run(BIN, ['doctor'], { env: docEnv('false'), cwd: repo });
+  assert.match(docOff.stdout, /^note page merging: off \(memory_merge: false/m, 'doctor: merging is off unless asked for');
+  let ksm = null;
+  try { ksm = readFileSync('/sys/kernel/mm/ksm/run', 'utf8').trim(); } catch { /* no KSM */ }
+  const docOn = await run(BIN, ['doctor'], { env: docEnv('true'), cwd: repo });
+  t.note('doctor, memory_merge true', docOn.stdout);
+  assert.match(docOn.stdout, ksm === null ? /^note page merging: off: this kernel has no KSM/m
+    : ksm === '1' ? /^note page merging: on: .* saves [0-9.]+ MiB on this host now/m
+      : /^note page merging: off: memory_merge is true but the host's merger is stopped .*CORRAL_SETUP_KSM=1 contrib\/setup/m,
+  `doctor: asked for, merging is on only where the host's merger runs (ksm run: ${ksm})`);
 
   // The person approves in Claude Code's user settings, outside the repository.
   mkdirSync(path.join(b.home, '.claude'));

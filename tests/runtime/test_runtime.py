@@ -484,8 +484,8 @@ def preload():
           'preloaded worker: top-level await, a clean __main__ (the rehearsal left nothing)', (out, res))
 
 
-# --- page merging: a pool sandbox's worker offers what it holds before its
-# call (VmFlags "mg" in smaps), nothing the call maps later ---------------
+# --- page merging: a pool sandbox's worker offers the mappings it holds
+# before its call (VmFlags "mg" in smaps), not one the call maps later ----
 MERGE_PROBE = """import mmap, os
 def marked():
     n = 0
@@ -505,9 +505,9 @@ def merge_heap():
     out, res, rt, _ = run(MERGE_PROBE, env={'CORRAL_PRELOAD': '1', 'CORRAL_MERGE': '1'})
     got = text(out, 'stdout').split()
     check(res.get('status') == 'ok' and len(got) == 3 and int(got[0]) > 0 and got[1:] == ['0', 'False']
-          and 'page merging:' in rt.err and 'KiB of the preloaded heap offered' in rt.err,
-          'CORRAL_MERGE=1: the worker offers its mappings before the call, none the call makes; '
-          'the variable is gone; the log says how much', (out, res, rt.err[-500:]))
+          and 'page merging:' in rt.err and 'KiB offered' in rt.err,
+          'CORRAL_MERGE=1: the worker offers its mappings before the call, not a new one the call '
+          'makes; the variable is gone; the log says how much', (out, res, rt.err[-500:]))
     out, res, rt, _ = run(MERGE_PROBE, env={'CORRAL_PRELOAD': '1'})
     check(text(out, 'stdout') == '0 0 False\n' and 'page merging' not in rt.err,
           'without CORRAL_MERGE nothing is offered', (out, res, rt.err[-300:]))

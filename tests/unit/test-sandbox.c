@@ -509,7 +509,7 @@ int main(void)
         config_set(&cfg, "workspace_size", "1g", "test", &e);
         config_set(&cfg, "max_frame", "1m", "test", &e);
         config_set(&cfg, "image", "registry.example/corral-python:1", "test", &e);
-        config_set(&cfg, "memory_merge", "false", "test", &e);
+        config_set(&cfg, "memory_merge", "true", "test", &e);
         check_body(&cfg, "custom");
         check_pids_runsc(&cfg);
 
