@@ -244,52 +244,20 @@ class Job:
 
 
 class LineReader:
-    """Splits a byte stream into lines of at most max_frame bytes (newline
-    excluded); an over-long line gives None once, as soon as it passes the
-    limit, and is skipped up to its newline.  Blank lines are dropped."""
+    """Splits a byte stream into lines of at most max_line bytes (newline
+    excluded).  feed() gives a list: a line (bytes, no newline), or None
+    for a line over max_line (once, as soon as it passes the limit; it is
+    skipped up to its newline); blank lines are dropped.  With data_frames
+    (the daemon's frames on our stdin, after the key) it also takes data
+    frames, a tagged line "#CONN SIZE", SIZE raw bytes and a second tag
+    (runtime/README.md, "Frame protocol"): ('head', line) as soon as the
+    line is in (so that its tag is checked before its bytes are waited
+    for), then ('data', line, bytes, tag) once they are.  A line that
+    starts with '#' but announces no data frame (a bad SIZE) is handed on
+    as a plain line."""
 
-    def __init__(self, max_frame):
-        self.max_frame = max_frame
-        self.buf, self.scanned, self.skipping = bytearray(), 0, False
-
-    def feed(self, data):
-        buf = self.buf
-        buf += data
-        while True:
-            i = buf.find(b'\n', self.scanned)  # only scan new bytes: lines may be huge
-            if i < 0:
-                self.scanned = len(buf)
-                if not self.skipping and len(buf) > self.max_frame:
-                    self.skipping = True  # answer now, the newline may never come
-                    yield None
-                if self.skipping:
-                    del buf[:]
-                    self.scanned = 0
-                return
-            line = bytes(buf[:i])
-            del buf[:i + 1]
-            self.scanned = 0
-            if self.skipping:
-                self.skipping = False
-            elif len(line) > self.max_frame:
-                yield None
-            elif line.strip():
-                yield line
-
-
-class FrameReader:
-    """The daemon's frames on our stdin, after the key: tagged lines of at
-    most max_line bytes, and data frames, a tagged line "#CONN SIZE", SIZE
-    raw bytes and a second tag (runtime/README.md, "Frame protocol").
-    feed() gives a list: a line (bytes, no newline), None for a line over
-    max_line (once, as soon as it passes the limit; it is skipped up to
-    its newline), ('head', line) as soon as a data frame's line is in (so
-    that its tag is checked before its bytes are waited for), then
-    ('data', line, bytes, tag) once they are.  A line that starts with '#'
-    but announces no data frame (a bad SIZE) is handed on as a plain line."""
-
-    def __init__(self, max_line):
-        self.max_line = max_line
+    def __init__(self, max_line, data_frames=False):
+        self.max_line, self.data_frames = max_line, data_frames
         self.buf, self.scanned, self.skipping = bytearray(), 0, False
         self.head, self.want = None, 0  # a data frame's line, its bytes awaited
 
@@ -318,7 +286,7 @@ class FrameReader:
                 self.skipping = False
             elif i - start > self.max_line:
                 out.append(None)
-            elif len(line) > TAG_HEX + 1 and line[TAG_HEX + 1] == 0x23:  # '#'
+            elif self.data_frames and len(line) > TAG_HEX + 1 and line[TAG_HEX + 1] == 0x23:  # '#'
                 size = data_size(line[TAG_HEX + 2:])
                 if size:
                     self.head, self.want = line, size + TAG_HEX
@@ -702,7 +670,7 @@ class Supervisor:
         self.out_chunk = min(CHUNK, self.max_frame // 8)
         self.text_budget = min(TRACEBACK_CAP, self.max_frame // 16)
         # The daemon's lines carry a tag too: TAG_HEX digits and a space.
-        self.lines, self.eof = FrameReader(self.max_frame + TAG_HEX + 1), False
+        self.lines, self.eof = LineReader(self.max_frame + TAG_HEX + 1, data_frames=True), False
         self.in_seq = 0       # the number the daemon's next line carries
         self.job = None
         self.pre = None       # the worker forked ahead, waiting for its first request
