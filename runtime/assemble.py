@@ -100,11 +100,29 @@ def loader(source):
     frames behind it too), checks its SHA-256, and runs it in __main__
     under the name `-c` code has, '<string>', so that it behaves as it did
     when it was the -c argument itself.  Short or wrong: one line on
-    stderr and exit status LOADER_FAILED."""
+    stderr and exit status LOADER_FAILED.
+
+    A pool sandbox with page merging (CORRAL_MERGE=1) first executes
+    itself again, once (the new one is not -I), with address randomization
+    off (personality ADDR_NO_RANDOMIZE) and hash seed 0, so that the heaps
+    its preloads build are the same, byte for byte, in every such sandbox;
+    the interpreter's PYTHON* variables are passed renamed CORRAL_KEPT_*
+    (the runtime puts them back: ignored, as under -I).  Refused (no
+    personality syscall) or before Python 3.11 (no -P): it goes on as it
+    is, merging less."""
     data = source.encode('utf-8')
     return ('def _l():\n'
             ' import os,sys,hashlib\n'
             ' del globals()["_l"]\n'
+            ' if sys.flags.isolated and os.environ.get("CORRAL_MERGE")=="1" and sys.version_info>=(3,11):\n'
+            '  try:\n'
+            '   import ctypes\n'
+            '   if ctypes.CDLL(None).personality(0x40000)!=-1:\n'
+            '    a=open("/proc/self/cmdline","rb").read().split(b"\\0")\n'
+            '    e={("CORRAL_KEPT_"+k if k[:6]=="PYTHON" else k):v for k,v in os.environ.items()}\n'
+            '    e["PYTHONHASHSEED"]="0"\n'
+            '    os.execve(sys.executable,[sys.executable,"-s","-S","-B","-P","-c",a[a.index(b"-c")+1]],e)\n'
+            '  except Exception:pass\n'
             ' b=bytearray()\n'
             ' while len(b)<%d:\n'
             '  c=os.read(0,%d-len(b))\n'

@@ -1122,6 +1122,14 @@ class Supervisor:
             log(line)
         os.close(set_r)
         self.pre = w
+        if _merge['asked'] and self.pooled is not None:
+            # Our own heap too: the same in every pool sandbox of the image
+            # but for the frames' key, and no longer shared with the worker's
+            # once the merger took the worker's copy.
+            try:
+                log(merge_heap('page merging (supervisor)'))
+            except Exception as e:
+                log('page merging (supervisor): %s: %s' % (type(e).__name__, e))
 
     def fork_worker(self, ahead=False):
         """A new worker (a Worker), or None when the fork failed (logged)."""

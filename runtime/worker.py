@@ -297,6 +297,12 @@ def warm_up():
     set_thread_counts()
     modules = apply_image_profile()
     _merge['asked'] = os.environ.pop('CORRAL_MERGE', '') == '1'
+    if _merge['asked'] and not sys.flags.isolated:
+        # The loader started us again for merging (assemble.py, loader()):
+        # user code and its programs get the environment as it was.
+        os.environ.pop('PYTHONHASHSEED', None)
+        for k in [k for k in os.environ if k.startswith('CORRAL_KEPT_PYTHON')]:
+            os.environ[k[12:]] = os.environ.pop(k)
     if os.environ.pop('CORRAL_PRELOAD', '') != '1':
         return None
     import asyncio  # noqa: F401
@@ -404,14 +410,14 @@ def preload(modules):
     return failed
 
 
-def merge_heap():
-    """Offers the worker's private anonymous memory, as it is now, to the
-    kernel's page merging (KSM, madvise MADV_MERGEABLE): what the preloaded
+def merge_heap(who='page merging'):
+    """Offers this process's private anonymous memory (the worker's, then
+    the supervisor's), as it is now, to the kernel's page merging (KSM, madvise MADV_MERGEABLE): what the preloaded
     modules built, the same in every pool sandbox of an image, is then kept
     once on the host (the merger must run: /sys/kernel/mm/ksm/run).  The
     mappings stay offered during the call, and what the call allocates may
     land in them (README.md, "Page merging": why memory_merge is opt-in).
-    Returns a line for the log."""
+    Returns a line for the log, starting with who."""
     import ctypes
     libc = ctypes.CDLL(None, use_errno=True)
     libc.madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
@@ -420,7 +426,7 @@ def merge_heap():
         with open('/proc/self/maps') as f:
             maps = f.read(1 << 20).splitlines()
     except OSError as e:
-        return 'page merging: cannot read /proc/self/maps: %s' % e
+        return '%s: cannot read /proc/self/maps: %s' % (who, e)
     for line in maps:
         part = line.split(None, 5)
         name = part[5].strip() if len(part) > 5 else ''
@@ -433,7 +439,13 @@ def merge_heap():
         else:
             err = os.strerror(ctypes.get_errno())
             refused[err] = refused.get(err, 0) + 1
-    said = 'page merging: %d KiB offered' % (offered >> 10)
+    said = '%s: %d KiB offered' % (who, offered >> 10)
+    try:
+        with open('/proc/self/personality') as f:
+            fixed = int(f.read().strip() or '0', 16) & 0x40000
+    except (OSError, ValueError):
+        fixed = 0
+    said += ', addresses %s' % ('fixed' if fixed and not sys.flags.hash_randomization else 'randomized')
     if refused:
         said += '; refused: %s' % ', '.join('%s (%d mappings)' % kv for kv in sorted(refused.items()))
     return said

@@ -496,23 +496,34 @@ def marked():
 before = marked()
 m = mmap.mmap(-1, 1 << 20)
 m.write(b'x' * (1 << 20))
-print(before, marked() - before, 'CORRAL_MERGE' in os.environ)
+import sys
+fixed = int(open('/proc/self/personality').read(), 16) & 0x40000 != 0
+print(before, marked() - before, 'CORRAL_MERGE' in os.environ, fixed, sys.flags.hash_randomization,
+      os.environ.get('PYTHONKEPT'), 'PYTHONHASHSEED' in os.environ, sorted(k for k in os.environ if k.startswith('CORRAL_KEPT')))
 """
 
 
 @case
 def merge_heap():
-    out, res, rt, _ = run(MERGE_PROBE, env={'CORRAL_PRELOAD': '1', 'CORRAL_MERGE': '1'})
+    # The loader starts a merging sandbox again with addresses fixed and
+    # hash seed 0 (the heaps then match across sandboxes); the interpreter's
+    # PYTHON* variables come back for user code, PYTHONHASHSEED does not.
+    env = {'CORRAL_PRELOAD': '1', 'CORRAL_MERGE': '1', 'PYTHONKEPT': 'k'}
+    out, res, rt, _ = run(MERGE_PROBE, env=env)
     got = text(out, 'stdout').split()
-    check(res.get('status') == 'ok' and len(got) == 3 and int(got[0]) > 0 and got[1:] == ['0', 'False']
-          and 'page merging:' in rt.err and 'KiB offered' in rt.err,
-          'CORRAL_MERGE=1: the worker offers its mappings before the call, not a new one the call '
-          'makes; the variable is gone; the log says how much', (out, res, rt.err[-500:]))
-    out, res, rt, _ = run(MERGE_PROBE, env={'CORRAL_PRELOAD': '1'})
-    check(text(out, 'stdout') == '0 0 False\n' and 'page merging' not in rt.err,
-          'without CORRAL_MERGE nothing is offered', (out, res, rt.err[-300:]))
+    check(res.get('status') == 'ok' and len(got) == 8 and int(got[0]) > 0
+          and got[1:] == ['0', 'False', 'True', '0', 'k', 'False', '[]']
+          and 'page merging:' in rt.err and 'KiB offered, addresses fixed' in rt.err
+          and 'page merging (supervisor): ' in rt.err,
+          'CORRAL_MERGE=1: addresses fixed, hash seed 0, the worker (and the supervisor) offer their '
+          'mappings before the call, not a new one the call makes; the environment as it was; the '
+          'log says how much', 
+          (out, res, rt.err[-500:]))
+    out, res, rt, _ = run(MERGE_PROBE, env={'CORRAL_PRELOAD': '1', 'PYTHONKEPT': 'k'})
+    check(text(out, 'stdout') == "0 0 False False 1 k False []\n" and 'page merging' not in rt.err,
+          'without CORRAL_MERGE nothing is offered, addresses randomized', (out, res, rt.err[-300:]))
     out, res, rt, _ = run(MERGE_PROBE, env={'CORRAL_MERGE': '1'})
-    check(text(out, 'stdout') == '0 0 False\n',
+    check(text(out, 'stdout') == '0 0 False True 0 None False []\n' and 'page merging' not in rt.err,
           'a sandbox made for a call (no CORRAL_PRELOAD) offers nothing', (out, res, rt.err[-300:]))
 
 
