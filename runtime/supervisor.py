@@ -973,6 +973,12 @@ class Supervisor:
                 self.send({'jsonrpc': '2.0', 'id': rid, 'result': result})
         elif method in ('sandbox/file/read', 'sandbox/file/write'):
             self.file_request(rid, method, msg.get('params'))
+        elif method == 'sandbox/memory':
+            kb, n = memory_pss()
+            if n == 0:
+                self.reply_error(rid, -32000, 'no process memory to read here')
+            else:
+                self.send({'jsonrpc': '2.0', 'id': rid, 'result': {'pss_kb': kb, 'processes': n}})
         elif method != 'sandbox/exec':
             self.reply_error(rid, -32601, 'method not found: %s' % method[:100])
         elif self.job is not None:

@@ -229,7 +229,7 @@ char *xdg_path(const char *var, const char *home_dir, const char *rel)
 
 /* The parent of a process, from /proc/PID/stat (after the command's
  * closing parenthesis: state, then ppid). */
-static long proc_ppid(long pid)
+long proc_ppid(long pid)
 {
         char path[64], line[512];
         snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
@@ -246,7 +246,7 @@ static long proc_ppid(long pid)
         return ppid;
 }
 
-static long long proc_pss_kb(long pid)
+long long proc_pss_kb(long pid)
 {
         char path[64], line[256];
         long long kb = -1, v;

@@ -91,6 +91,11 @@ int proc_comm(long pid, char *buf, size_t size);
  * conmon, containerd-shim) and every process under that parent. Returns
  * the number of processes counted, or negative errno. */
 int proc_tree_pss(long pid, long long *ret_kb);
+/* The parent of `pid`, or -1 (no such process). */
+long proc_ppid(long pid);
+/* One process's PSS in kB (its RSS where smaps_rollup cannot be read: not
+ * ours, or no such file), 0 for one with no memory, -1 when it is gone. */
+long long proc_pss_kb(long pid);
 
 /* corral's private directory for this user ($XDG_RUNTIME_DIR/corral, else
  * /tmp/corral-UID), created 0700 and checked to be ours: it holds the private

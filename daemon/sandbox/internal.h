@@ -29,7 +29,8 @@
 
 #define POOL_FAIL_FAST 3 /* failed starts in a row before calls fail fast */
 /* After an answer, the work it leaves (the container's removal, the
- * pool's refill) waits this long: the caller reads its answer first. */
+ * pool's refill) waits this long: the caller reads its answer first; and
+ * during a burst, until the burst is answered (pool_burst_hold). */
 #define AFTER_ANSWER_MS 5
 
 /* Every state a sandbox passes through; only sandbox_set_state assigns one
@@ -118,6 +119,7 @@ struct sandbox {
         bool killing;      /* its result waits for the engine's word that it is gone */
         bool stream_ended; /* attach EOF while the start request was out */
         long long t_created;
+        long long ksm_scans;    /* the merger's full scans when it became ready; -1: unknown */
         char *id;               /* the container's */
         char short_id[13];      /* for messages and results */
         struct engine_req *req; /* one engine request at a time */
@@ -196,9 +198,18 @@ struct sandbox_mgr {
         const char *target_why;
         struct pool_burst last_burst, burst; /* calls from demand 0 back to 0 */
         /* What a ready sandbox costs the host (pool.c), measured now and
-         * then from /proc: its processes and the engine's monitor. */
+         * then: its processes (their runtime's word, or /proc) and the
+         * engine's monitor (/proc). */
         long long cost_kb, cost_at_ms;
         int cost_procs;
+        /* With page merging a new ready sandbox costs more than one the
+         * merger has been through: the most measured, and the merger's
+         * full scans (/sys/kernel/mm/ksm/full_scans, read on the tick). */
+        long long cost_fresh_kb, ksm_scans;
+        struct sandbox_ask *cost_ask; /* sandbox/memory to the measured one */
+        long long cost_rt_kb;         /* its answer; -1: none */
+        int cost_rt_n;
+        char cost_id[129]; /* the measured container */
         struct engine_req *cost_req;
         /* The engine's health (health.c): the last answer, when it came,
          * the request in flight and who waits for it. */
@@ -286,6 +297,10 @@ struct sandbox *pool_take(struct sandbox_mgr *m);
 bool pool_starting(const struct sandbox *s);
 void pool_refill(struct sandbox_mgr *m);
 void pool_refill_soon(struct sandbox_mgr *m);
+/* While the calls of a burst are being answered, at most BURST_HOLD_MS
+ * from its first: how long work that can wait (a refill, a used
+ * sandbox's removal) should wait before it looks again; 0: go. */
+long long pool_burst_hold(const struct sandbox_mgr *m);
 /* A call for the default image came (hit: a ready sandbox took it), or its
  * answer went. */
 void pool_demand_came(struct sandbox_mgr *m, struct run *r, bool hit);

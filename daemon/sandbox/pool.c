@@ -20,6 +20,13 @@
  * high side (the data image's is about this). */
 #define COST_GUESS_KB (128LL << 10)
 #define COST_EVERY_MS 60000 /* measured again after this long */
+/* With page merging the cost falls as the merger goes through the ready
+ * sandboxes (tens of seconds): measured more often. */
+#define COST_EVERY_MERGING_MS 10000
+/* A refill, and the removal of a used sandbox, wait while a burst's calls
+ * are still being answered (the engine's and the kernel's work would take
+ * the CPU from them), at most this long after the burst's first call. */
+#define BURST_HOLD_MS 500
 
 /* A pool sandbox on its way to ready, with no call yet. */
 bool pool_starting(const struct sandbox *s)
@@ -65,15 +72,50 @@ long pool_target(long min, long max, long demand, long budget_n, const char **wh
         return t;
 }
 
-/* How many ready sandboxes pool_memory pays for; before one was measured,
- * at least one, so that one is (a guess must not keep the pool empty). */
-static long budget_n(const struct sandbox_mgr *m)
+long pool_budget_n(unsigned long long budget_kb, long long cost_kb, long long fresh_kb,
+                   unsigned long long merged)
 {
-        long long cost = m->cost_kb > 0 ? m->cost_kb : COST_GUESS_KB;
-        unsigned long long n = (m->cfg->pool_memory >> 10) / (unsigned long long)cost;
-        if (n == 0 && m->cost_kb <= 0)
+        unsigned long long cost = cost_kb > 0 ? (unsigned long long)cost_kb : COST_GUESS_KB, n;
+        if (fresh_kb > 0 && (unsigned long long)fresh_kb > cost) {
+                if (merged * cost > budget_kb)
+                        merged = budget_kb / cost;
+                n = merged + (budget_kb - merged * cost) / (unsigned long long)fresh_kb;
+        } else {
+                n = budget_kb / cost;
+        }
+        if (n == 0 && cost_kb <= 0)
                 n = 1;
         return n > 4096 ? 4096 : (long)n;
+}
+
+/* The merger's full scans so far, or -1 (not there, or not readable). */
+static long long ksm_full_scans(void)
+{
+        long long n = -1;
+        FILE *f = fopen("/sys/kernel/mm/ksm/full_scans", "re");
+        if (f) {
+                if (fscanf(f, "%lld", &n) != 1)
+                        n = -1;
+                fclose(f);
+        }
+        return n;
+}
+
+/* With page merging, the measured cost holds for the ready sandboxes the
+ * merger has been through: two full scans since one became ready (the
+ * first finds a page, the second merges it if it has not changed). */
+static long budget_n(const struct sandbox_mgr *m)
+{
+        unsigned long long merged = 0;
+        const struct sandbox *s;
+        if (!m->cfg->memory_merge)
+                return pool_budget_n(m->cfg->pool_memory >> 10, m->cost_kb, 0, 0);
+        list_for_each(s, &m->ready, place)
+        {
+                if (!s->image && s->ksm_scans >= 0 && m->ksm_scans >= s->ksm_scans + 2)
+                        merged++;
+        }
+        return pool_budget_n(m->cfg->pool_memory >> 10, m->cost_kb, m->cost_fresh_kb, merged);
 }
 
 static long update_target(struct sandbox_mgr *m)
@@ -117,51 +159,93 @@ void pool_demand_left(struct sandbox_mgr *m, struct run *r)
 
 /* ---- what a ready sandbox costs */
 
+/* Its processes' PSS as its runtime reads them (corral cannot: the
+ * supervisor is not dumpable and corral keeps no capability to read
+ * another user's smaps; it would read their RSS, which counts every
+ * merged page in full), and the engine's monitor's, which runs as us. A
+ * sandbox that never ran code answers; a number it could not have is
+ * not taken. Without an answer, /proc as far as corral can read it. */
 static void cost_inspected(void *userdata, long status, json_t *body, const struct err *e)
 {
         struct sandbox_mgr *m = userdata;
         (void)e;
         m->cost_req = NULL;
         json_t *pid = json_object_get(json_object_get(body, "State"), "Pid");
-        long long kb;
-        int n;
-        if (status != 200 || !json_is_integer(pid) || json_integer_value(pid) <= 1 ||
-            (n = proc_tree_pss((long)json_integer_value(pid), &kb)) <= 0) {
+        long long kb = 0;
+        int n = 0;
+        long init = json_is_integer(pid) ? (long)json_integer_value(pid) : 0;
+        if (status == 200 && init > 1 && m->cost_rt_kb >= 0) {
+                long monitor = proc_ppid(init);
+                long long mk = monitor > 1 ? proc_pss_kb(monitor) : -1;
+                kb = m->cost_rt_kb + (mk > 0 ? mk : 0);
+                n = m->cost_rt_n + (mk > 0);
+        } else if (status != 200 || init <= 1 || (n = proc_tree_pss(init, &kb)) <= 0) {
                 log_debug("pool: cannot measure a ready sandbox's memory (HTTP %ld)", status);
                 return;
         }
         m->cost_kb = kb;
         m->cost_procs = n;
-        log_debug("pool: a ready sandbox costs the host %lld KiB (%d processes)", kb, n);
+        if (kb > m->cost_fresh_kb)
+                m->cost_fresh_kb = kb;
+        log_debug("pool: a ready sandbox costs the host %lld KiB (%d processes%s)", kb, n,
+                  m->cost_rt_kb >= 0 ? ", PSS from its runtime" : "");
         update_target(m);
 }
 
-/* Now and then (when a sandbox becomes ready), the host memory of the
- * ready sandbox of the default image that has been ready longest: with
- * page merging (memory_merge) its preloaded heap has had the most time to
- * be merged with the others', and PSS counts a merged page once across
- * all who share it. */
-static void cost_measure(struct sandbox_mgr *m)
+static void cost_inspect(struct sandbox_mgr *m)
 {
         char path[256];
+        snprintf(path, sizeof(path), "/containers/%s/json", m->cost_id);
+        if (engine_request(m->eng, "GET", path, NULL, cost_inspected, m, &m->cost_req) < 0)
+                m->cost_req = NULL;
+}
+
+static void cost_answered(void *userdata, json_t *result, const struct err *e)
+{
+        struct sandbox_mgr *m = userdata;
+        m->cost_ask = NULL;
+        json_t *kb = json_object_get(result, "pss_kb"), *n = json_object_get(result, "processes");
+        m->cost_rt_kb = -1;
+        if (!e && json_is_integer(kb) && json_is_integer(n) && json_integer_value(kb) > 0 &&
+            json_integer_value(kb) < (1LL << 40) && json_integer_value(n) > 0 &&
+            json_integer_value(n) <= 1 << 16) {
+                m->cost_rt_kb = json_integer_value(kb);
+                m->cost_rt_n = (int)json_integer_value(n);
+        }
+        cost_inspect(m);
+}
+
+/* Now and then (when a sandbox becomes ready, and on the pool's tick),
+ * the host memory of the ready sandbox of the default image that has been
+ * ready longest: with page merging (memory_merge) its preloaded heap has
+ * had the most time to be merged with the others', and PSS counts a
+ * merged page once across all who share it. */
+static void cost_measure(struct sandbox_mgr *m)
+{
         struct sandbox *s, *oldest = NULL;
-        if (m->cost_req || (m->cost_at_ms && now_ms() - m->cost_at_ms < COST_EVERY_MS))
+        long long every = m->cfg->memory_merge ? COST_EVERY_MERGING_MS : COST_EVERY_MS;
+        if (m->cost_req || m->cost_ask || (m->cost_at_ms && now_ms() - m->cost_at_ms < every))
                 return;
         list_for_each(s, &m->ready, place) /* newest first */
         {
                 if (!s->image)
                         oldest = s;
         }
-        if (!oldest)
+        if (!oldest || !oldest->id)
                 return;
         m->cost_at_ms = now_ms();
-        snprintf(path, sizeof(path), "/containers/%s/json", oldest->id);
-        if (engine_request(m->eng, "GET", path, NULL, cost_inspected, m, &m->cost_req) < 0)
-                m->cost_req = NULL;
+        snprintf(m->cost_id, sizeof(m->cost_id), "%s", oldest->id);
+        if (sandbox_ask(oldest, "sandbox/memory", NULL, cost_answered, m, &m->cost_ask) < 0) {
+                m->cost_ask = NULL;
+                m->cost_rt_kb = -1;
+                cost_inspect(m);
+        }
 }
 
 void pool_cost_cancel(struct sandbox_mgr *m)
 {
+        sandbox_ask_cancel(m->cost_ask);
+        m->cost_ask = NULL;
         engine_request_cancel(m->cost_req);
         m->cost_req = NULL;
 }
@@ -216,10 +300,22 @@ void pool_refill(struct sandbox_mgr *m)
         }
 }
 
+long long pool_burst_hold(const struct sandbox_mgr *m)
+{
+        long long held = now_ms() - m->burst.t0_ms;
+        if (m->demand <= 0 || held >= BURST_HOLD_MS || held < 0 || m->shutting_down)
+                return 0;
+        return BURST_HOLD_MS - held < 20 ? BURST_HOLD_MS - held : 20;
+}
+
 static void refill_now(struct timer *t, void *userdata)
 {
         struct sandbox_mgr *m = userdata;
-        (void)t;
+        long long hold = pool_burst_hold(m);
+        if (hold > 0) {
+                timer_arm(t, hold);
+                return;
+        }
         m->refill_armed = false;
         pool_refill(m);
 }
@@ -244,6 +340,7 @@ void pool_ready(struct sandbox *s)
         m->n_refill++;
         m->consecutive_failures = 0;
         timer_stop(s->start_timer); /* the start bound no longer applies */
+        s->ksm_scans = m->cfg->memory_merge ? ksm_full_scans() : -1;
         sandbox_set_state(s, S_READY);
         list_push(&m->ready, &s->place);
         m->n_ready++;
@@ -287,6 +384,8 @@ static void on_tick(struct timer *t, void *userdata)
         timer_arm(t, 1000);
         if (m->shutting_down)
                 return;
+        if (m->cfg->memory_merge)
+                m->ksm_scans = ksm_full_scans();
         long long now = now_ms(), window = (long long)(m->cfg->pool_idle_s * 1000);
         /* Idle: the demand is forgotten, the pool shrinks to pool_min. A
          * window ended: its peak becomes the last one. */
@@ -306,6 +405,7 @@ static void on_tick(struct timer *t, void *userdata)
                 sandbox_kill(s, ST_CANCELLED, "the pool shrank");
         }
         pool_refill(m);
+        cost_measure(m);
 }
 
 void sandbox_mgr_start_pool(struct sandbox_mgr *m)

@@ -301,7 +301,11 @@ static void send_remove(struct sandbox *s);
 static void remove_again(struct timer *t, void *userdata)
 {
         struct sandbox *s = userdata;
-        (void)t;
+        long long hold = t && s->remove_tries == 0 ? pool_burst_hold(s->mgr) : 0;
+        if (hold > 0) {
+                timer_arm(t, hold); /* its answer is out: the rest of the burst first */
+                return;
+        }
         attach_close(s->attach);
         s->attach = NULL;
         send_remove(s);
@@ -1005,6 +1009,7 @@ void sandbox_mgr_free(struct sandbox_mgr *m)
         if (!m)
                 return;
         m->freeing = true;
+        pool_cost_cancel(m); /* before its sandbox, which frees its ask silently */
         while (!list_empty(&m->all))
                 sandbox_release(list_first(&m->all, struct sandbox, all_node));
         while (!list_empty(&m->done))

@@ -290,3 +290,10 @@ const struct sandbox_profile *sandbox_mgr_profile(const struct sandbox_mgr *m);
  * *why names what decided: "demand", "pool_min", "pool_max" or
  * "pool_memory". */
 long pool_target(long min, long max, long demand, long budget_n, const char **why);
+/* How many ready sandboxes a budget (kB) pays for at cost_kb each (<= 0:
+ * not measured yet, a guess on the high side; then at least one). With
+ * page merging, cost_kb holds for the `merged` sandboxes the merger has
+ * been through, and fresh_kb (when larger) for any other: before the
+ * merger reaches them, they hold their pages alone. */
+long pool_budget_n(unsigned long long budget_kb, long long cost_kb, long long fresh_kb,
+                   unsigned long long merged);

@@ -527,6 +527,28 @@ def merge_heap():
           'a sandbox made for a call (no CORRAL_PRELOAD) offers nothing', (out, res, rt.err[-300:]))
 
 
+# --- sandbox/memory: the sandbox's PSS as the runtime reads it (the daemon
+# cannot read a non-dumpable supervisor's smaps) ---------------------------
+@case
+def memory_report():
+    rt = Runtime({'CORRAL_PRELOAD': '1'})
+    rt.ready()
+    rt.send({'jsonrpc': '2.0', 'id': 'ask-1', 'method': 'sandbox/memory'})
+    _, resp = rt.response('ask-1')
+    res = (resp or {}).get('result') or {}
+    mine = 0
+    for pid in [rt.proc.pid] + [int(p) for p in open('/proc/%d/task/%d/children' % (rt.proc.pid, rt.proc.pid))
+                                .read().split()]:
+        for line in open('/proc/%d/smaps_rollup' % pid):
+            if line.startswith('Pss:'):
+                mine += int(line.split()[1])
+    rt.close()
+    check(isinstance(res.get('pss_kb'), int) and isinstance(res.get('processes'), int)
+          and res['processes'] >= 2 and mine * 0.8 <= res['pss_kb'] <= mine * 1.5 + 4096,
+          'sandbox/memory: the PSS of the supervisor and its worker (%s kB; read here: %d kB)'
+          % (res.get('pss_kb'), mine), resp)
+
+
 # --- a child forked without exec ends first: the run goes on -------------
 @case
 def forked_child_ends_first():

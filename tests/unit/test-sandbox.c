@@ -547,5 +547,26 @@ int main(void)
                    "pool size: min %ld, max %ld, demand %ld, budget %ld: %ld (%s)", sizes[i].min,
                    sizes[i].max, sizes[i].demand, sizes[i].budget, t, why ? why : "-");
         }
+
+        /* What pool_memory pays for; with page merging, a sandbox the
+         * merger has not been through yet at its unmerged cost. */
+        static const struct {
+                unsigned long long budget;
+                long long cost, fresh;
+                unsigned long long merged;
+                long want;
+        } budgets[] = {
+            {1024, 100, 0, 0, 10},  {1024, 0, 0, 0, 8},          {100, 0, 0, 0, 1},
+            {100, 200, 0, 0, 0},    {1024, 25, 0, 0, 40},        {1024, 25, 115, 0, 8},
+            {1024, 25, 115, 8, 15}, {1024, 25, 115, 40, 40},     {1024, 25, 115, 99, 40},
+            {1024, 115, 25, 3, 8},  {1ULL << 40, 1, 0, 0, 4096},
+        };
+        for (size_t i = 0; i < ARRAY_SIZE(budgets); i++) {
+                long n = pool_budget_n(budgets[i].budget << 10, budgets[i].cost << 10,
+                                       budgets[i].fresh << 10, budgets[i].merged);
+                is_int(n, budgets[i].want,
+                       "pool_memory %llu MiB at %lld MiB (%lld unmerged), %llu merged",
+                       budgets[i].budget, budgets[i].cost, budgets[i].fresh, budgets[i].merged);
+        }
         return done_testing();
 }
