@@ -119,6 +119,9 @@ struct sandbox {
         bool killing;      /* its result waits for the engine's word that it is gone */
         bool stream_ended; /* attach EOF while the start request was out */
         long long t_created;
+        /* When it entered each state up to S_STARTED (us; 0: never), for
+         * where a call's wait for its sandbox went (run.c, log_steps). */
+        long long t_state_us[S_STARTED + 1];
         long long ksm_scans;    /* the merger's full scans when it became ready; -1: unknown */
         char *id;               /* the container's */
         char short_id[13];      /* for messages and results */
@@ -193,6 +196,11 @@ struct sandbox_mgr {
          * most at once in this window of pool_idle_s and in the last one,
          * and the pool size they ask for (and why that size). */
         long demand, peak_cur, peak_prev;
+        /* Calls one after another: when the latest came (newest last), and
+         * the ready sandboxes their pace asks for, per window as above. */
+        long long arrive_ms[64];
+        unsigned n_arrive;
+        long pace_cur, pace_prev;
         long long window_ms; /* when peak_cur's window began */
         long target;
         const char *target_why;

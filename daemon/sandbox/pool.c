@@ -57,6 +57,44 @@ static void pool_counts(const struct sandbox_mgr *m, long *ret_starting, long *r
                 *ret_waiting = waiting;
 }
 
+/* How far back the pace of calls is read. */
+#define PACE_WINDOW_MS 10000
+
+long pool_pace_need(const long long *arrive, size_t n, long long now, long long refill_ms)
+{
+        long long first = now;
+        long count = 0;
+        for (size_t i = 0; i < n; i++)
+                if (arrive[i] > now - PACE_WINDOW_MS && arrive[i] <= now) {
+                        count++;
+                        if (arrive[i] < first)
+                                first = arrive[i];
+                }
+        /* A pace is read over a second at least: calls that came together
+         * are a burst, which the peak of calls in flight covers. */
+        long long span = now - first;
+        if (count < 3 || refill_ms <= 0 || span < 1000)
+                return 0;
+        long long need = ((count - 1) * refill_ms + span - 1) / span + 1;
+        return need > 4096 ? 4096 : (long)need;
+}
+
+/* The median of the latest refills (creation to ready), or 0. */
+static long long refill_recent_ms(const struct sandbox_mgr *m)
+{
+        long long v[16];
+        size_t n = m->n_refill < ARRAY_SIZE(v) ? m->n_refill : ARRAY_SIZE(v);
+        for (size_t i = 0; i < n; i++)
+                v[i] = m->refill_ms[(m->n_refill - 1 - i) % ARRAY_SIZE(m->refill_ms)];
+        for (size_t i = 1; i < n; i++) /* insertion sort: 16 at most */
+                for (size_t j = i; j > 0 && v[j - 1] > v[j]; j--) {
+                        long long t = v[j];
+                        v[j] = v[j - 1];
+                        v[j - 1] = t;
+                }
+        return n ? v[n / 2] : 0;
+}
+
 long pool_target(long min, long max, long demand, long budget_n, const char **why)
 {
         long t = demand > min ? demand : min;
@@ -118,10 +156,22 @@ static long budget_n(const struct sandbox_mgr *m)
         return pool_budget_n(m->cfg->pool_memory >> 10, m->cost_kb, m->cost_fresh_kb, merged);
 }
 
-static long update_target(struct sandbox_mgr *m)
+/* The size the pool keeps: the most calls in flight at once, or the
+ * ready sandboxes the pace of calls asks for, over this window and the
+ * last (pool_target says the rest). */
+static long target_of(const struct sandbox_mgr *m, const char **why)
 {
         long peak = m->peak_cur > m->peak_prev ? m->peak_cur : m->peak_prev;
-        m->target = pool_target(m->pool_min, m->pool_max, peak, budget_n(m), &m->target_why);
+        long pace = m->pace_cur > m->pace_prev ? m->pace_cur : m->pace_prev;
+        long t = pool_target(m->pool_min, m->pool_max, pace > peak ? pace : peak, budget_n(m), why);
+        if (pace > peak && strcmp(*why, "demand") == 0)
+                *why = "pace";
+        return t;
+}
+
+static long update_target(struct sandbox_mgr *m)
+{
+        m->target = target_of(m, &m->target_why);
         return m->target;
 }
 
@@ -136,6 +186,12 @@ void pool_demand_came(struct sandbox_mgr *m, struct run *r, bool hit)
         m->burst.hits += hit;
         if (m->demand > m->peak_cur)
                 m->peak_cur = m->demand;
+        long long now = now_ms();
+        m->arrive_ms[m->n_arrive++ % ARRAY_SIZE(m->arrive_ms)] = now;
+        size_t n = m->n_arrive < ARRAY_SIZE(m->arrive_ms) ? m->n_arrive : ARRAY_SIZE(m->arrive_ms);
+        long pace = pool_pace_need(m->arrive_ms, n, now, refill_recent_ms(m));
+        if (pace > m->pace_cur)
+                m->pace_cur = pace;
         update_target(m);
 }
 
@@ -391,10 +447,13 @@ static void on_tick(struct timer *t, void *userdata)
          * window ended: its peak becomes the last one. */
         if (now - m->last_call_ms > window) {
                 m->peak_cur = m->peak_prev = m->demand;
+                m->pace_cur = m->pace_prev = 0;
                 m->window_ms = now;
         } else if (now - m->window_ms >= window) {
                 m->peak_prev = m->peak_cur;
                 m->peak_cur = m->demand;
+                m->pace_prev = m->pace_cur;
+                m->pace_cur = 0;
                 m->window_ms = now;
         }
         long target = update_target(m);
@@ -454,14 +513,16 @@ json_t *sandbox_mgr_status(const struct sandbox_mgr *m)
         /* The size it keeps, and why: the demand, and what a ready sandbox
          * costs against the budget. */
         long peak = m->peak_cur > m->peak_prev ? m->peak_cur : m->peak_prev;
+        long pace = m->pace_cur > m->pace_prev ? m->pace_cur : m->pace_prev;
         const struct pool_burst *b = &m->last_burst;
         const char *why;
-        long target = pool_target(m->pool_min, m->pool_max, peak, budget_n(m), &why);
+        long target = target_of(m, &why);
         json_object_set_new(pool, "target", json_integer(target));
         json_object_set_new(pool, "target_reason", json_string(why));
         json_object_set_new(pool, "demand",
-                            json_pack("{s:I, s:I, s:f}", "in_flight", (json_int_t)m->demand, "peak",
-                                      (json_int_t)peak, "window_s", m->cfg->pool_idle_s));
+                            json_pack("{s:I, s:I, s:I, s:f}", "in_flight", (json_int_t)m->demand,
+                                      "peak", (json_int_t)peak, "pace", (json_int_t)pace,
+                                      "window_s", m->cfg->pool_idle_s));
         json_object_set_new(
             pool, "memory",
             json_pack("{s:I, s:o, s:b, s:I, s:I}", "budget_bytes", (json_int_t)m->cfg->pool_memory,

@@ -210,10 +210,42 @@ static long long step_us(const struct run *r, enum run_step a, enum run_step b)
         return r->t_us[a] && r->t_us[b] ? r->t_us[b] - r->t_us[a] : -1;
 }
 
+/* Microseconds from a sandbox's state a to state b (an S_ up to
+ * S_STARTED, or S_READY: the runtime's word that it is ready, which is
+ * the run's RS_READY), or -1 when it did not pass through both. */
+static long long state_us(const struct run *r, const struct sandbox *s, enum sandbox_state a,
+                          enum sandbox_state b)
+{
+        long long ta = s->t_state_us[a];
+        long long tb = b == S_READY ? r->t_us[RS_READY] : s->t_state_us[b];
+        return ta && tb && tb >= ta ? tb - ta : -1;
+}
+
+/* A call that waited this long for its sandbox says where the wait went
+ * in the log, at info level: a loaded host or engine shows there. */
+#define SLOW_SANDBOX_US 5000000LL
+
 /* Where the call's time went, at debug level: what a warm call spends
- * that a session's does not shows here (tests/bench/README.md). */
+ * that a session's does not shows here (tests/bench/README.md). A call
+ * whose sandbox was started for it also has that start's steps, and at
+ * info level when it waited SLOW_SANDBOX_US or more. */
 static void log_steps(const struct run *r, const char *id)
 {
+        const struct sandbox *s = r->sb;
+        long long wait = step_us(r, RS_CALL, RS_READY);
+        if (s && !s->pooled && s->t_state_us[S_CREATING] &&
+            (log_max_level >= LOG_DEBUG || wait >= SLOW_SANDBOX_US)) {
+                long long queued =
+                    s->t_state_us[S_QUEUED] ? state_us(r, s, S_QUEUED, S_CREATING) : 0;
+                log_msg(
+                    wait >= SLOW_SANDBOX_US ? LOG_INFO : LOG_DEBUG,
+                    "sandbox %s: the call waited %lld ms for its sandbox: queued for a slot %lld, "
+                    "engine create %lld, attach %lld, start %lld, runtime until ready %lld",
+                    id, wait / 1000, queued / 1000, state_us(r, s, S_CREATING, S_ATTACHING) / 1000,
+                    state_us(r, s, S_ATTACHING, S_STARTING) / 1000,
+                    state_us(r, s, S_STARTING, S_STARTED) / 1000,
+                    state_us(r, s, S_STARTED, S_READY) / 1000);
+        }
         if (log_max_level < LOG_DEBUG)
                 return;
         log_debug("sandbox %s: call path (us): sandbox %lld, exec %lld, runtime %lld "

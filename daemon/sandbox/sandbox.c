@@ -81,6 +81,8 @@ void sandbox_set_state(struct sandbox *s, enum sandbox_state to)
                 log_debug("sandbox #%lu %s: %s -> %s", s->seq, s->short_id,
                           sandbox_state_name(from), sandbox_state_name(to));
         s->state = to;
+        if (to <= S_STARTED)
+                s->t_state_us[to] = now_us();
 }
 
 /* ---- the manager */

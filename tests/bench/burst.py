@@ -10,13 +10,14 @@ the host memory of its ready sandboxes against pool_memory, and how long
 it took to shrink back. Exit 0 whatever the verdicts; 1 when a
 measurement itself broke.
 """
-import argparse, json, os, subprocess, sys, threading, time, urllib.parse
+import argparse, json, os, re, subprocess, sys, threading, time, urllib.parse
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import bench  # noqa: E402  the Corral client, engine helpers, machine facts
 
 SIZES = (4, 8, 16)
+PACED = 20  # one-shot calls 0.5 s apart after the bursts, and session calls
 TODAY_LAST_16_MS = 2031  # the issue's figure for a burst of 16 before the pool learned
 
 
@@ -25,16 +26,40 @@ def burst(c, n):
     seconds to each answer, sorted. Each is timed from its own request's
     write (the writes of a burst take microseconds), to its answer as the
     client's reader thread saw it."""
-    waits = [c.send('tools/call', {'name': 'run_python', 'arguments': {'code': bench.CODE}})
-             for _ in range(n)]
+    waits = [(c.send('tools/call', {'name': 'run_python', 'arguments': {'code': bench.CODE}}),
+              time.perf_counter()) for _ in range(n)]
     times = []
-    for w in waits:
+    for w, t0 in waits:
         msg, secs = w()
         sc = (msg.get('result') or {}).get('structuredContent') or {}
+        if sc.get('status') == 'running' and sc.get('job_id'):
+            # Still running after sync_wait_s (a loaded host): a job now.
+            # Its end is the answer; the log says where the time went.
+            c.jobs += 1
+            while sc.get('status') == 'running':
+                msg, _ = c.request('tools/call', {'name': 'job_result',
+                                                  'arguments': {'job_id': sc['job_id'], 'wait_s': 60}})
+                sc = (msg.get('result') or {}).get('structuredContent') or {}
+            secs = time.perf_counter() - t0
         if sc.get('status') != 'ok' or sc.get('stdout') != '1\n':
             raise bench.Broken('a burst call did not answer ok: %s' % json.dumps(msg)[:400])
         times.append(secs)
     return sorted(times)
+
+
+WAITED = re.compile(r'sandbox (\S+): the call waited (\d+) ms for its sandbox: (.*)')
+
+
+def slowest_start(c):
+    """From a corral's log: the call that waited longest for a sandbox
+    started for it, as (ms, where the wait went), or None."""
+    found = []
+    with open(c.log.name, errors='replace') as f:
+        for line in f:
+            m = WAITED.search(line)
+            if m:
+                found.append((int(m.group(2)), m.group(3).strip()))
+    return max(found) if found else None
 
 
 def engine_burst(engine, kind, n, image):
@@ -134,7 +159,9 @@ def main():
     left = []
 
     # Warm: bursts of every size teach the pool; then each size from idle.
+    jobs, slow = 0, {}
     c = bench.Corral(a.corral, a.engine, env)
+    c.jobs = 0
     try:
         c.initialize()
         wait_quiet(c)
@@ -159,6 +186,22 @@ def main():
             runs.sort(key=lambda xs: xs[-1])
             warm[n] = runs[len(runs) // 2]  # the burst of median last answer
             R['bursts']['warm_%d' % n] = runs
+        # One-shot calls paced 0.5 s apart after the bursts (the pool has
+        # learned 16), against calls in an open session: what a warm call
+        # costs beyond a session's while refills run beside it.
+        if merge:
+            learn_merged(c, max(SIZES), a.idle)
+        wait_quiet(c)
+        paced = []
+        for _ in range(PACED):
+            t0 = time.monotonic()
+            paced.append(burst(c, 1)[0])
+            time.sleep(max(0.0, 0.5 - (time.monotonic() - t0)))
+        ok = lambda sc: sc.get('status') == 'ok'
+        c.tool('run_python', {'code': 'x = 0', 'session': 'paced'}, ok)
+        session = [c.tool('run_python', {'code': bench.CODE, 'session': 'paced'}, ok) for _ in range(PACED)]
+        c.tool('session_close', {'session': 'paced'}, lambda sc: sc.get('closed') is True)
+        R['paced_0_5s'], R['session'] = paced, session
         # Shrinking back: no call for pool_idle_s.
         t0 = time.monotonic()
         while True:
@@ -171,17 +214,24 @@ def main():
             time.sleep(0.5)
         R['shrink_s'] = time.monotonic() - t0
         R['after_shrink'] = {'ready': p['ready'], 'target': p['target'], 'reason': p['target_reason']}
+        # At info level a call that waited 5 s or more for its sandbox says why.
+        slow['warm'] = slowest_start(c)
+        jobs += c.jobs
     finally:
         left += c.close()
 
-    # Cold: a corral that has just started gets the burst at once.
+    # Cold: a corral that has just started gets the burst at once. Its
+    # debug log says where each call's wait for its sandbox went.
     cold = {}
     for n in SIZES:
-        c = bench.Corral(a.corral, a.engine, env)
+        c = bench.Corral(a.corral, a.engine, dict(env, CORRAL_LOG_LEVEL='debug'))
+        c.jobs = 0
         try:
             c.initialize()
             cold[n] = burst(c, n)
             R['bursts']['cold_%d' % n] = [cold[n]]
+            slow[n] = slowest_start(c)
+            jobs += c.jobs
         finally:
             left += c.close()
 
@@ -197,6 +247,20 @@ def main():
         print(row('corral, %d from idle after warm-up' % n, warm[n]))
         print(row('corral, %d into a fresh corral' % n, cold[n]))
         print(row('%s run --rm, %d at once' % (kind, n), eng[n]))
+    print()
+    print('the call of each corral that waited longest for a sandbox started for it (ms):')
+    for key in SIZES + ('warm',):
+        what = 'corral after warm-up (calls that waited 5 s or more)' if key == 'warm' \
+            else 'fresh corral, burst of %d' % key
+        got = slow.get(key)
+        print('  %-52s %s' % (what, '%d: %s' % got if got else 'none'))
+    R['slowest_start'] = {str(k): v for k, v in slow.items()}
+    if jobs:
+        print('%d call(s) ran past sync_wait_s and became jobs: counted until their end' % jobs)
+    R['jobs'] = jobs
+    paced_p50, session_p50 = bench.pct(R['paced_0_5s'], 50), bench.pct(R['session'], 50)
+    print('one-shot calls 0.5 s apart after the bursts: p50 %.1f ms, p95 %.1f ms; a call in an open '
+          'session: p50 %.1f ms' % (paced_p50, bench.pct(R['paced_0_5s'], 95), session_p50))
     L = R['learned']
     print()
     if merge:
@@ -219,6 +283,8 @@ def main():
          '%.0f ms' % (warm[16][-1] * 1000)) if data else
         ('a burst of 16 from idle after warm-up: last answer <= half of %d ms' % TODAY_LAST_16_MS,
          warm[16][-1] * 1000 <= TODAY_LAST_16_MS / 2, '%.0f ms' % (warm[16][-1] * 1000)),
+        ('one-shot paced 0.5 s after the bursts: p50 <= 1.5x a session call\'s', paced_p50 <= 1.5 * session_p50,
+         '%.1f / %.1f ms = %.2f' % (paced_p50, session_p50, paced_p50 / session_p50)),
         ('ready sandboxes within pool_memory', L['host_pss_kb'] * 1024 <= m['budget_bytes'],
          '%.1f of %.0f MiB' % (L['host_pss_kb'] / 1024, m['budget_bytes'] / 2**20)),
         ('shrinks back to pool_min after pool_idle_s', R['after_shrink']['reason'] == 'pool_min'

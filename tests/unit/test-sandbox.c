@@ -568,5 +568,30 @@ int main(void)
                        "pool_memory %llu MiB at %lld MiB (%lld unmerged), %llu merged",
                        budgets[i].budget, budgets[i].cost, budgets[i].fresh, budgets[i].merged);
         }
+
+        /* The pace of calls one after another: as many ready as arrive
+         * while one refills, and one more. */
+        static const long long every_s[] = {0, 1000, 2000, 3000, 4000};
+        static const long long every_half_s[] = {8000, 8500, 9000, 9500, 10000};
+        static const long long burst[] = {10000, 10001, 10002, 10003, 10004, 10005};
+        static const long long old_and_two[] = {-5000, 9000, 10000};
+        static const struct {
+                const long long *arrive;
+                size_t n;
+                long long now, refill;
+                long want;
+        } paces[] = {
+            {every_s, 5, 4000, 3500, 5},       /* runsc: 1 a second, 3.5 s a refill */
+            {every_s, 5, 4000, 300, 2},        /* runc: a refill is quicker than the pace */
+            {every_half_s, 5, 10000, 1300, 4}, /* data image, 2 a second */
+            {burst, 6, 10005, 1300, 0},        /* together: a burst, not a pace */
+            {every_s, 2, 1000, 3500, 0},       /* two calls are no pace yet */
+            {old_and_two, 3, 10000, 3500, 0},  /* one is older than the window */
+            {every_s, 5, 4000, 0, 0},          /* no refill measured yet */
+        };
+        for (size_t i = 0; i < ARRAY_SIZE(paces); i++)
+                is_int(pool_pace_need(paces[i].arrive, paces[i].n, paces[i].now, paces[i].refill),
+                       paces[i].want, "pace: %zu calls, refill %lld ms", paces[i].n,
+                       paces[i].refill);
         return done_testing();
 }
