@@ -26,19 +26,33 @@ def _meminfo_used(path='/proc/meminfo'):
 
 
 def memory_pss():
-    """(kB, processes): the PSS of every process of the sandbox, for the
-    daemon's pool (sandbox/memory).  It cannot read our smaps itself: we
-    are not dumpable (the frames' key) and it keeps no capability to.  A
-    process whose smaps cannot be read (gone meanwhile; none under some
-    runtimes) is not counted."""
-    kb = n = 0
+    """(kB, processes): the PSS of this process and every process under
+    it, for the daemon's pool (sandbox/memory).  It cannot read our smaps
+    itself: we are not dumpable (the frames' key) and it keeps no
+    capability to.  A process whose smaps cannot be read (gone meanwhile;
+    none under gVisor) is not counted."""
+    parent = {}
     try:
-        pids = [name for name in os.listdir('/proc') if name.isdigit()]
+        names = [name for name in os.listdir('/proc') if name.isdigit()]
     except OSError:
-        pids = []
-    for pid in pids:
+        names = []
+    for name in names:
         try:
-            with open('/proc/%s/smaps_rollup' % pid) as f:
+            with open('/proc/%s/stat' % name, 'rb') as f:
+                stat = f.read(4096)
+            parent[int(name)] = int(stat[stat.rindex(b')') + 2:].split()[1])
+        except (OSError, ValueError, IndexError):
+            pass
+    ours, todo = [os.getpid()], [os.getpid()]
+    while todo:
+        p = todo.pop()
+        kids = [c for c, pp in parent.items() if pp == p]
+        ours += kids
+        todo += kids
+    kb = n = 0
+    for pid in ours:
+        try:
+            with open('/proc/%d/smaps_rollup' % pid) as f:
                 for line in f:
                     if line.startswith('Pss:'):
                         kb += int(line.split()[1])

@@ -134,6 +134,7 @@ struct sandbox {
         struct line_reader diag;
         unsigned long long diag_logged;
         int remove_tries;
+        long long remove_due_ms;     /* its removal came due (sandbox_retire) */
         struct timer *start_timer;   /* start_timeout_s */
         struct timer *remove_timer;  /* asks the engine again */
         struct timer *inspect_timer; /* asks again for a container still running */
@@ -185,6 +186,7 @@ struct sandbox_mgr {
         struct timer *tick;
         struct timer *refill_timer; /* pool_refill_soon */
         bool refill_armed;
+        long long refill_since_ms; /* when the armed refill came due */
         long long last_call_ms;
         unsigned long long hits, misses, failures;
         int consecutive_failures; /* starts that failed in a row */
@@ -214,6 +216,7 @@ struct sandbox_mgr {
          * merger has been through: the most measured, and the merger's
          * full scans (/sys/kernel/mm/ksm/full_scans, read on the tick). */
         long long cost_fresh_kb, ksm_scans;
+        bool cost_unmerged;           /* the one being measured: not merged yet */
         struct sandbox_ask *cost_ask; /* sandbox/memory to the measured one */
         long long cost_rt_kb;         /* its answer; -1: none */
         int cost_rt_n;
@@ -305,10 +308,11 @@ struct sandbox *pool_take(struct sandbox_mgr *m);
 bool pool_starting(const struct sandbox *s);
 void pool_refill(struct sandbox_mgr *m);
 void pool_refill_soon(struct sandbox_mgr *m);
-/* While the calls of a burst are being answered, at most BURST_HOLD_MS
- * from its first: how long work that can wait (a refill, a used
+/* While the calls of a burst (two or more) are being answered and none
+ * waits for a slot, at most BURST_HOLD_MS from since_ms (when the work
+ * first came due): how long work that can wait (a refill, a used
  * sandbox's removal) should wait before it looks again; 0: go. */
-long long pool_burst_hold(const struct sandbox_mgr *m);
+long long pool_burst_hold(const struct sandbox_mgr *m, long long since_ms);
 /* A call for the default image came (hit: a ready sandbox took it), or its
  * answer went. */
 void pool_demand_came(struct sandbox_mgr *m, struct run *r, bool hit);

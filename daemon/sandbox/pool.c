@@ -60,19 +60,32 @@ static void pool_counts(const struct sandbox_mgr *m, long *ret_starting, long *r
 /* How far back the pace of calls is read. */
 #define PACE_WINDOW_MS 10000
 
+#define PACE_TOGETHER_MS 100
+
+static int cmp_ll(const void *a, const void *b)
+{
+        long long x = *(const long long *)a, y = *(const long long *)b;
+        return x < y ? -1 : x > y;
+}
+
 long pool_pace_need(const long long *arrive, size_t n, long long now, long long refill_ms)
 {
-        long long first = now;
+        long long t[64];
+        size_t k = 0;
+        for (size_t i = 0; i < n && k < ARRAY_SIZE(t); i++)
+                if (arrive[i] > now - PACE_WINDOW_MS && arrive[i] <= now)
+                        t[k++] = arrive[i];
+        qsort(t, k, sizeof(t[0]), cmp_ll);
+        /* Arrivals: calls that came together count once. */
         long count = 0;
-        for (size_t i = 0; i < n; i++)
-                if (arrive[i] > now - PACE_WINDOW_MS && arrive[i] <= now) {
-                        count++;
-                        if (arrive[i] < first)
-                                first = arrive[i];
+        long long first = 0, last = 0;
+        for (size_t i = 0; i < k; i++)
+                if (i == 0 || t[i] - last >= PACE_TOGETHER_MS) {
+                        if (count++ == 0)
+                                first = t[i];
+                        last = t[i];
                 }
-        /* A pace is read over a second at least: calls that came together
-         * are a burst, which the peak of calls in flight covers. */
-        long long span = now - first;
+        long long span = last - first;
         if (count < 3 || refill_ms <= 0 || span < 1000)
                 return 0;
         long long need = ((count - 1) * refill_ms + span - 1) / span + 1;
@@ -139,21 +152,28 @@ static long long ksm_full_scans(void)
         return n;
 }
 
+/* Whether the merger has been through a ready sandbox: two full scans
+ * since it became ready (the first finds a page, the second merges it if
+ * it has not changed). */
+static bool merged(const struct sandbox_mgr *m, const struct sandbox *s)
+{
+        return s->ksm_scans >= 0 && m->ksm_scans >= s->ksm_scans + 2;
+}
+
 /* With page merging, the measured cost holds for the ready sandboxes the
- * merger has been through: two full scans since one became ready (the
- * first finds a page, the second merges it if it has not changed). */
+ * merger has been through. */
 static long budget_n(const struct sandbox_mgr *m)
 {
-        unsigned long long merged = 0;
+        unsigned long long n = 0;
         const struct sandbox *s;
         if (!m->cfg->memory_merge)
                 return pool_budget_n(m->cfg->pool_memory >> 10, m->cost_kb, 0, 0);
         list_for_each(s, &m->ready, place)
         {
-                if (!s->image && s->ksm_scans >= 0 && m->ksm_scans >= s->ksm_scans + 2)
-                        merged++;
+                if (!s->image && merged(m, s))
+                        n++;
         }
-        return pool_budget_n(m->cfg->pool_memory >> 10, m->cost_kb, m->cost_fresh_kb, merged);
+        return pool_budget_n(m->cfg->pool_memory >> 10, m->cost_kb, m->cost_fresh_kb, n);
 }
 
 /* The size the pool keeps: the most calls in flight at once, or the
@@ -241,7 +261,9 @@ static void cost_inspected(void *userdata, long status, json_t *body, const stru
         }
         m->cost_kb = kb;
         m->cost_procs = n;
-        if (kb > m->cost_fresh_kb)
+        /* The unmerged cost: from one the merger had not been through, or
+         * any that costs more. */
+        if (m->cost_unmerged || kb > m->cost_fresh_kb)
                 m->cost_fresh_kb = kb;
         log_debug("pool: a ready sandbox costs the host %lld KiB (%d processes%s)", kb, n,
                   m->cost_rt_kb >= 0 ? ", PSS from its runtime" : "");
@@ -290,6 +312,7 @@ static void cost_measure(struct sandbox_mgr *m)
         if (!oldest || !oldest->id)
                 return;
         m->cost_at_ms = now_ms();
+        m->cost_unmerged = !merged(m, oldest);
         snprintf(m->cost_id, sizeof(m->cost_id), "%s", oldest->id);
         if (sandbox_ask(oldest, "sandbox/memory", NULL, cost_answered, m, &m->cost_ask) < 0) {
                 m->cost_ask = NULL;
@@ -356,10 +379,13 @@ void pool_refill(struct sandbox_mgr *m)
         }
 }
 
-long long pool_burst_hold(const struct sandbox_mgr *m)
+long long pool_burst_hold(const struct sandbox_mgr *m, long long since_ms)
 {
-        long long held = now_ms() - m->burst.t0_ms;
-        if (m->demand <= 0 || held >= BURST_HOLD_MS || held < 0 || m->shutting_down)
+        long long held = now_ms() - since_ms;
+        /* Not for one call alone, nor while calls wait for a slot: a
+         * removal frees one. */
+        if (m->demand <= 0 || m->burst.calls < 2 || m->queued > 0 || m->shutting_down ||
+            held >= BURST_HOLD_MS || held < 0)
                 return 0;
         return BURST_HOLD_MS - held < 20 ? BURST_HOLD_MS - held : 20;
 }
@@ -367,7 +393,7 @@ long long pool_burst_hold(const struct sandbox_mgr *m)
 static void refill_now(struct timer *t, void *userdata)
 {
         struct sandbox_mgr *m = userdata;
-        long long hold = pool_burst_hold(m);
+        long long hold = pool_burst_hold(m, m->refill_since_ms);
         if (hold > 0) {
                 timer_arm(t, hold);
                 return;
@@ -386,6 +412,7 @@ void pool_refill_soon(struct sandbox_mgr *m)
                 return;
         }
         m->refill_armed = true;
+        m->refill_since_ms = now_ms();
 }
 
 void pool_ready(struct sandbox *s)
@@ -463,7 +490,8 @@ static void on_tick(struct timer *t, void *userdata)
                           m->target_why);
                 sandbox_kill(s, ST_CANCELLED, "the pool shrank");
         }
-        pool_refill(m);
+        if (pool_burst_hold(m, m->burst.t0_ms) == 0)
+                pool_refill(m);
         cost_measure(m);
 }
 
@@ -479,12 +507,6 @@ void sandbox_mgr_start_pool(struct sandbox_mgr *m)
         if (m->pool_on && timer_add(m->loop, on_tick, m, &m->tick) == 0)
                 timer_arm(m->tick, 1000);
         pool_refill(m);
-}
-
-static int cmp_ll(const void *a, const void *b)
-{
-        long long x = *(const long long *)a, y = *(const long long *)b;
-        return x < y ? -1 : x > y;
 }
 
 json_t *sandbox_mgr_status(const struct sandbox_mgr *m)

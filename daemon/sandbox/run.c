@@ -233,7 +233,9 @@ static void log_steps(const struct run *r, const char *id)
 {
         const struct sandbox *s = r->sb;
         long long wait = step_us(r, RS_CALL, RS_READY);
+        /* Its first run only: a session's later runs did not wait for it. */
         if (s && !s->pooled && s->t_state_us[S_CREATING] &&
+            r->t_us[RS_CALL] <= s->t_state_us[S_CREATING] &&
             (log_max_level >= LOG_DEBUG || wait >= SLOW_SANDBOX_US)) {
                 long long queued =
                     s->t_state_us[S_QUEUED] ? state_us(r, s, S_QUEUED, S_CREATING) : 0;

@@ -303,7 +303,7 @@ static void send_remove(struct sandbox *s);
 static void remove_again(struct timer *t, void *userdata)
 {
         struct sandbox *s = userdata;
-        long long hold = t && s->remove_tries == 0 ? pool_burst_hold(s->mgr) : 0;
+        long long hold = t && s->remove_tries == 0 ? pool_burst_hold(s->mgr, s->remove_due_ms) : 0;
         if (hold > 0) {
                 timer_arm(t, hold); /* its answer is out: the rest of the burst first */
                 return;
@@ -385,6 +385,7 @@ void sandbox_retire(struct sandbox *s)
         s->req = NULL;
         sandbox_set_state(s, S_REMOVING);
         run_deliver(s);
+        s->remove_due_ms = now_ms();
         if (timer_set(m->loop, &s->remove_timer, remove_again, s, AFTER_ANSWER_MS) < 0)
                 remove_again(NULL, s);
 }

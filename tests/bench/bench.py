@@ -543,11 +543,11 @@ def measure_runsc(a, n, R, lat):
     finally:
         leaked += warm.close()
     # One call a second, runc then runsc, each on a corral of its own.
-    for key, c in (('paced_1s', Corral(a.corral, a.engine, {'CORRAL_IMAGE': IMAGE})),
-                   ('runsc_paced_1s', start({'CORRAL_IMAGE': IMAGE}))):
+    for key, engine, env in (('paced_1s', a.engine, {}), ('runsc_paced_1s', a.runsc_engine,
+                                                            {'CORRAL_RUNTIME': 'runsc'})):
+        c = Corral(a.corral, engine, dict(env, CORRAL_IMAGE=IMAGE))
         try:
-            if key == 'paced_1s':
-                c.initialize()
+            c.initialize()
             lat[key] = paced_1s(c, n['paced'])
             st = c.status()['pool']
             out.setdefault('paced', {})[key] = {'hits': st['hits'], 'misses': st['misses'],

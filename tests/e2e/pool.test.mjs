@@ -352,3 +352,37 @@ test('demand: a burst of 6 teaches the pool to keep 6 ready; pool_memory caps it
   assert.equal(r.structuredContent.stdout, 'cold\n', 'calls still run, cold');
   await tight.close();
 }, { timeoutMs: 180000 });
+
+test('memory_merge: a pool sandbox runs with addresses fixed and hash seed 0 and offers its heap; its code\'s programs get a random seed', async (t) => {
+  // README, "Page merging": the loader starts the runtime again with
+  // personality ADDR_NO_RANDOMIZE (allowed by corral's seccomp profile)
+  // and PYTHONHASHSEED=0, so that the preloaded heaps match page for page.
+  // gVisor refuses the personality: the runtime goes on randomized.
+  const runsc = process.env.CORRAL_RUNTIME === 'runsc';
+  const d = await t.daemon('merge', { CORRAL_MEMORY_MERGE: 'true' });
+  const w = await waitPool(t, d, (p) => p.ready >= p.min && p.memory.measured);
+  assert.ok(w.done, 'the pool fills and its cost is measured');
+  const probe = [
+    'import os, subprocess, sys',
+    "try:\n    pers = open('/proc/self/personality').read().strip()\nexcept OSError:\n    pers = 'none'",
+    "mg = sum(1 for l in open('/proc/self/smaps') if l.startswith('VmFlags:') and ' mg' in l) if os.path.exists('/proc/self/smaps') else -1",
+    "child = subprocess.run([sys.executable, '-c', 'import sys; print(sys.flags.hash_randomization)'], capture_output=True, text=True).stdout.strip()",
+    "print(pers, sys.flags.hash_randomization, mg > 0, child, 'PYTHONHASHSEED' in os.environ, sorted(k for k in os.environ if k.startswith(('CORRAL_MERGE', 'CORRAL_KEPT', 'CORRAL_PRELOAD'))))",
+  ].join('\n');
+  const r = await d.call(t, 'run_python', { code: probe });
+  const sc = r.structuredContent;
+  t.note('probe', sc.stdout);
+  assert.equal(sc.status, 'ok', 'the probe runs');
+  const [pers, seed, offered, child, envSeed, corralEnv] = sc.stdout.trim().split(' ', 6);
+  if (runsc) {
+    assert.equal(seed, '1', 'under gVisor the personality is refused: the runtime keeps a random hash seed');
+  } else {
+    assert.deepEqual([pers, seed, offered], ['00040000', '0', 'True'],
+      'addresses fixed, hash seed 0, the worker\'s mappings offered to the merger');
+  }
+  assert.deepEqual([child, envSeed, corralEnv], ['1', 'False', '[]'],
+    'a Python the code starts gets a random seed; neither the merging variables nor PYTHONHASHSEED reach the code');
+  const m = (await d.status(t)).pool.memory;
+  assert.ok(m.sandbox_bytes > (1 << 20) && m.sandbox_bytes < (1 << 30), `a plausible measured cost: ${m.sandbox_bytes}`);
+  await d.close();
+}, { timeoutMs: 120000 });

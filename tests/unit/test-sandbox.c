@@ -575,19 +575,23 @@ int main(void)
         static const long long every_half_s[] = {8000, 8500, 9000, 9500, 10000};
         static const long long burst[] = {10000, 10001, 10002, 10003, 10004, 10005};
         static const long long old_and_two[] = {-5000, 9000, 10000};
+        static const long long burst_then_one[] = {9000, 9001, 9002, 9003, 9004, 10000};
+        static const long long burst_then_two[] = {8000, 8001, 8002, 8003, 9000, 10000};
         static const struct {
                 const long long *arrive;
                 size_t n;
                 long long now, refill;
                 long want;
         } paces[] = {
-            {every_s, 5, 4000, 3500, 5},       /* runsc: 1 a second, 3.5 s a refill */
-            {every_s, 5, 4000, 300, 2},        /* runc: a refill is quicker than the pace */
-            {every_half_s, 5, 10000, 1300, 4}, /* data image, 2 a second */
-            {burst, 6, 10005, 1300, 0},        /* together: a burst, not a pace */
-            {every_s, 2, 1000, 3500, 0},       /* two calls are no pace yet */
-            {old_and_two, 3, 10000, 3500, 0},  /* one is older than the window */
-            {every_s, 5, 4000, 0, 0},          /* no refill measured yet */
+            {every_s, 5, 4000, 3500, 5},         /* runsc: 1 a second, 3.5 s a refill */
+            {every_s, 5, 4000, 300, 2},          /* runc: a refill is quicker than the pace */
+            {every_half_s, 5, 10000, 1300, 4},   /* data image, 2 a second */
+            {burst, 6, 10005, 1300, 0},          /* together: a burst, not a pace */
+            {every_s, 2, 1000, 3500, 0},         /* two calls are no pace yet */
+            {old_and_two, 3, 10000, 3500, 0},    /* one is older than the window */
+            {every_s, 5, 4000, 0, 0},            /* no refill measured yet */
+            {burst_then_one, 6, 10000, 1300, 0}, /* a burst and one call: two arrivals */
+            {burst_then_two, 6, 10000, 1300, 3}, /* a burst counts once in a pace */
         };
         for (size_t i = 0; i < ARRAY_SIZE(paces); i++)
                 is_int(pool_pace_need(paces[i].arrive, paces[i].n, paces[i].now, paces[i].refill),
