@@ -57,9 +57,9 @@ static void pool_counts(const struct sandbox_mgr *m, long *ret_starting, long *r
                 *ret_waiting = waiting;
 }
 
-/* How far back the pace of calls is read. */
-#define PACE_WINDOW_MS 10000
-
+/* How far back the pace of calls is read, and how close calls count as
+ * one arrival (a burst is the peak's business, not the pace's). */
+#define PACE_WINDOW_MS   10000
 #define PACE_TOGETHER_MS 100
 
 static int cmp_ll(const void *a, const void *b)
@@ -99,12 +99,7 @@ static long long refill_recent_ms(const struct sandbox_mgr *m)
         size_t n = m->n_refill < ARRAY_SIZE(v) ? m->n_refill : ARRAY_SIZE(v);
         for (size_t i = 0; i < n; i++)
                 v[i] = m->refill_ms[(m->n_refill - 1 - i) % ARRAY_SIZE(m->refill_ms)];
-        for (size_t i = 1; i < n; i++) /* insertion sort: 16 at most */
-                for (size_t j = i; j > 0 && v[j - 1] > v[j]; j--) {
-                        long long t = v[j];
-                        v[j] = v[j - 1];
-                        v[j - 1] = t;
-                }
+        qsort(v, n, sizeof(v[0]), cmp_ll);
         return n ? v[n / 2] : 0;
 }
 
