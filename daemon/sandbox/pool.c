@@ -76,7 +76,8 @@ long pool_pace_need(const long long *arrive, size_t n, long long now, long long 
                 if (arrive[i] > now - PACE_WINDOW_MS && arrive[i] <= now)
                         t[k++] = arrive[i];
         qsort(t, k, sizeof(t[0]), cmp_ll);
-        /* Arrivals: calls that came together count once. */
+        /* Arrivals: calls within PACE_TOGETHER_MS of the first of a group
+         * count once. */
         long count = 0;
         long long first = 0, last = 0;
         for (size_t i = 0; i < k; i++)
@@ -307,7 +308,9 @@ static void cost_measure(struct sandbox_mgr *m)
         if (!oldest || !oldest->id)
                 return;
         m->cost_at_ms = now_ms();
-        m->cost_unmerged = !merged(m, oldest);
+        /* Unmerged only if no full scan has ended since it was ready (the
+         * first can already merge pages with those the merger shares). */
+        m->cost_unmerged = oldest->ksm_scans >= 0 && ksm_full_scans() == oldest->ksm_scans;
         snprintf(m->cost_id, sizeof(m->cost_id), "%s", oldest->id);
         if (sandbox_ask(oldest, "sandbox/memory", NULL, cost_answered, m, &m->cost_ask) < 0) {
                 m->cost_ask = NULL;
@@ -389,10 +392,8 @@ static void refill_now(struct timer *t, void *userdata)
 {
         struct sandbox_mgr *m = userdata;
         long long hold = pool_burst_hold(m, m->refill_since_ms);
-        if (hold > 0) {
-                timer_arm(t, hold);
+        if (hold > 0 && timer_arm(t, hold) == 0)
                 return;
-        }
         m->refill_armed = false;
         pool_refill(m);
 }

@@ -304,10 +304,8 @@ static void remove_again(struct timer *t, void *userdata)
 {
         struct sandbox *s = userdata;
         long long hold = t && s->remove_tries == 0 ? pool_burst_hold(s->mgr, s->remove_due_ms) : 0;
-        if (hold > 0) {
-                timer_arm(t, hold); /* its answer is out: the rest of the burst first */
-                return;
-        }
+        if (hold > 0 && timer_arm(t, hold) == 0)
+                return; /* its answer is out: the rest of the burst first */
         attach_close(s->attach);
         s->attach = NULL;
         send_remove(s);

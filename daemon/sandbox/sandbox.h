@@ -292,10 +292,11 @@ const struct sandbox_profile *sandbox_mgr_profile(const struct sandbox_mgr *m);
 long pool_target(long min, long max, long demand, long budget_n, const char **why);
 /* Ready sandboxes that calls arriving at the pace of `arrive` (times in
  * ms, any order, n of them) ask for when a refill takes refill_ms: as many
- * as arrive while one refills, and one more. Calls less than
- * PACE_TOGETHER_MS (100 ms) apart count as one (a burst is the peak's
- * business); 0 with fewer than 3 such arrivals, or less than a second
- * from the first to the last, in the last PACE_WINDOW_MS (10 s). */
+ * as arrive while one refills, and one more. Calls within
+ * PACE_TOGETHER_MS (100 ms) of the first of a group count as one (a
+ * burst is the peak's business); 0 with fewer than 3 such arrivals, or
+ * less than a second from the first to the last, in the last
+ * PACE_WINDOW_MS (10 s). */
 long pool_pace_need(const long long *arrive, size_t n, long long now, long long refill_ms);
 /* How many ready sandboxes a budget (kB) pays for at cost_kb each (<= 0:
  * not measured yet, a guess on the high side; then at least one). With
