@@ -31,24 +31,7 @@ def memory_pss():
     itself: we are not dumpable (the frames' key) and it keeps no
     capability to.  A process whose smaps cannot be read (gone meanwhile;
     none under gVisor) is not counted."""
-    parent = {}
-    try:
-        names = [name for name in os.listdir('/proc') if name.isdigit()]
-    except OSError:
-        names = []
-    for name in names:
-        try:
-            with open('/proc/%s/stat' % name, 'rb') as f:
-                stat = f.read(4096)
-            parent[int(name)] = int(stat[stat.rindex(b')') + 2:].split()[1])
-        except (OSError, ValueError, IndexError):
-            pass
-    ours, todo = [os.getpid()], [os.getpid()]
-    while todo:
-        p = todo.pop()
-        kids = [c for c, pp in parent.items() if pp == p]
-        ours += kids
-        todo += kids
+    ours = [os.getpid()] + descendants(os.getpid())  # supervisor.py
     kb = n = 0
     for pid in ours:
         try:

@@ -1357,7 +1357,8 @@ class Supervisor:
 
 
 def descendants(root):
-    """Pids of root's descendants, from /proc (outside a container only)."""
+    """Pids of root's descendants, from /proc (the sweep of a run's
+    leftovers outside a container, and memory_pss)."""
     parent = {}
     try:
         names = os.listdir('/proc')
