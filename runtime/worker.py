@@ -412,9 +412,10 @@ def preload(modules):
 
 def merge_heap(who='page merging'):
     """Offers this process's private anonymous memory (the worker's, then
-    the supervisor's), as it is now, to the kernel's page merging (KSM, madvise MADV_MERGEABLE): what the preloaded
-    modules built, the same in every pool sandbox of an image, is then kept
-    once on the host (the merger must run: /sys/kernel/mm/ksm/run).  The
+    the supervisor's), as it is now, to the kernel's page merging (KSM,
+    madvise MADV_MERGEABLE): what the preloaded modules built, the same in
+    every pool sandbox of an image, is then kept once on the host (the
+    merger must run: /sys/kernel/mm/ksm/run).  The
     mappings stay offered during the call, and what the call allocates may
     land in them (README.md, "Page merging": why memory_merge is opt-in).
     Returns a line for the log, starting with who."""

@@ -237,8 +237,7 @@ static void log_steps(const struct run *r, const char *id)
         if (s && !s->pooled && s->t_state_us[S_CREATING] &&
             r->t_us[RS_CALL] <= s->t_state_us[S_CREATING] &&
             (log_max_level >= LOG_DEBUG || wait >= SLOW_SANDBOX_US)) {
-                long long queued =
-                    s->t_state_us[S_QUEUED] ? state_us(r, s, S_QUEUED, S_CREATING) : 0;
+                long long queued = state_us(r, s, S_QUEUED, S_CREATING); /* -1: never queued */
                 log_msg(
                     wait >= SLOW_SANDBOX_US ? LOG_INFO : LOG_DEBUG,
                     "sandbox %s: the call waited %lld ms for its sandbox: queued for a slot %lld, "
