@@ -549,6 +549,39 @@ def memory_report():
           % (res.get('pss_kb'), mine), resp)
 
 
+# --- a pool sandbox rehearses an exec in PID 1 before it says ready ------
+def minor_faults(pid):
+    return int(open('/proc/%d/stat' % pid).read().rsplit(')', 1)[1].split()[7])
+
+
+@case
+def exec_rehearsed():
+    faults, kids = {}, {}
+    for pooled, env in ((True, {'CORRAL_PRELOAD': '1'}), (False, None)):
+        rt = Runtime(env)
+        first = rt.ready()
+        pid = rt.proc.pid
+        kids[pooled] = open('/proc/%d/task/%d/children' % (pid, pid)).read().split()
+        before = minor_faults(pid)
+        rt.send({'jsonrpc': '2.0', 'id': 1, 'method': 'sandbox/exec',
+                 'params': {'language': 'python', 'code': 'print(6 * 7)'}})
+        out, resp = rt.response(1)
+        faults[pooled] = minor_faults(pid) - before
+        rc, err = rt.close()
+        res = (resp or {}).get('result') or {}
+        ids = [f.get('id') for f in rt.frames if 'id' in f]
+        check(first.get('method') == 'sandbox/ready' and text(out, 'stdout') == '42\n'
+              and res.get('exit_code') == 0 and ids == [1] and not rt.bad and rc == 0
+              and 'rehearsed exec failed' not in err,
+              'pooled=%s: ready first, the exec answered, no frame of a rehearsal sent' % pooled,
+              (first, out, res, ids, rt.bad, err[-300:]))
+    check(len(kids[True]) == 1 and len(kids[False]) == 1,
+          "at ready, the worker forked ahead is PID 1's only child: the rehearsal's is gone", kids)
+    check(faults[True] * 2 <= faults[False],
+          "the pool sandbox's first exec copies few of PID 1's pages: the rehearsal did "
+          "(%d minor faults, against %d unrehearsed)" % (faults[True], faults[False]), faults)
+
+
 # --- a child forked without exec ends first: the run goes on -------------
 @case
 def forked_child_ends_first():
