@@ -674,6 +674,7 @@ class Supervisor:
         self.in_seq = 0       # the number the daemon's next line carries
         self.job = None
         self.pre = None       # the worker forked ahead, waiting for its first request
+        self.parked = None    # the same, set aside while PID 1 rehearses an exec
         self.worker = None    # a session's worker, kept between runs
         self.lost = False     # a session's worker ended: its next run starts afresh
         self.spent = None     # a single-use run answered: its worker, left for kill_leftovers
@@ -729,6 +730,14 @@ class Supervisor:
         self.prefork()
         if self.pooled is not None and self.pre is not None and self.key is None:
             self.rehearse()
+        if _merge['asked'] and self.pooled is not None:
+            # Our own heap too, once rehearsed: the same in every pool
+            # sandbox of the image but for the frames' key, and no longer
+            # shared with the worker's once the merger took the worker's copy.
+            try:
+                log(merge_heap('page merging (supervisor)'))
+            except Exception as e:
+                log('page merging (supervisor): %s: %s' % (type(e).__name__, e))
         self.send({'jsonrpc': '2.0', 'method': 'sandbox/ready',
                    'params': {'protocol': PROTOCOL, 'runtime': 'corral-runtime',
                               'python': sys.version.split()[0]}})
@@ -1130,14 +1139,6 @@ class Supervisor:
             log(line)
         os.close(set_r)
         self.pre = w
-        if _merge['asked'] and self.pooled is not None:
-            # Our own heap too: the same in every pool sandbox of the image
-            # but for the frames' key, and no longer shared with the worker's
-            # once the merger took the worker's copy.
-            try:
-                log(merge_heap('page merging (supervisor)'))
-            except Exception as e:
-                log('page merging (supervisor): %s: %s' % (type(e).__name__, e))
 
     def rehearse(self):
         """A pool sandbox walks an exec's path once, here in PID 1, with a
@@ -1149,6 +1150,8 @@ class Supervisor:
         slower under gVisor, where the sentry handles every fault.  Its
         frames are encoded, tagged and dropped; none reaches the daemon."""
         pre, self.pre = self.pre, None
+        self.parked = pre  # reap() still knows it
+        out_was = os.path.isdir(OUT_DIR)
         # The frames' path too, under a key of its own: the daemon's comes
         # in the frame loop, after this (no worker forked here holds it).
         seq, self.key = self.in_seq, bytearray(os.urandom(32))
@@ -1164,7 +1167,10 @@ class Supervisor:
                 self.reap()
                 job = self.job
                 if job.done():
+                    rec = job.record
                     self.finish()
+                    if not isinstance(rec, dict) or rec.get('end') != 0:
+                        log('the rehearsed exec failed: its worker ended without a clean record')
                     break
                 poller = select.poll()
                 for fd in [self.wake_r] + job.worker.open_fds():
@@ -1194,7 +1200,24 @@ class Supervisor:
                 except OSError:
                     pass
                 w.close()
-            self.pre = pre
+            # A worker forked for it that neither job nor spent still held
+            # (an exception between the fork and the record): none is kept.
+            keep = {pre.pid} | set(descendants(pre.pid)) if pre is not None else set()
+            for pid in descendants(os.getpid()):
+                if pid not in keep:
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                        os.waitpid(pid, 0)
+                    except OSError:  # not our child: reaped by the loop once it ends
+                        pass
+            if not out_was:  # as in a sandbox made for a call: no out/ before the exec
+                try:
+                    os.rmdir(OUT_DIR)
+                except OSError:
+                    pass
+            if pre is not None:  # what the rehearsal may have set off counts for nobody
+                pre.oom_before = oom_kills()
+            self.pre, self.parked = pre, None
 
     def fork_worker(self, ahead=False):
         """A new worker (a Worker), or None when the fork failed (logged)."""
@@ -1327,7 +1350,7 @@ class Supervisor:
             if pid == 0:
                 return
             job = self.job
-            for w in (job.worker if job is not None else None, self.worker, self.pre):
+            for w in (job.worker if job is not None else None, self.worker, self.pre, self.parked):
                 if w is not None and w.pid == pid:
                     w.wait_status = st
             if job is not None and pid == job.pid:
