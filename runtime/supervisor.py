@@ -675,6 +675,7 @@ class Supervisor:
         self.job = None
         self.pre = None       # the worker forked ahead, waiting for its first request
         self.parked = None    # the same, set aside while PID 1 rehearses an exec
+        self.forked = None    # while it does: the workers forked for it
         self.worker = None    # a session's worker, kept between runs
         self.lost = False     # a session's worker ended: its next run starts afresh
         self.spent = None     # a single-use run answered: its worker, left for kill_leftovers
@@ -730,7 +731,7 @@ class Supervisor:
         self.prefork()
         if self.pooled is not None and self.pre is not None and self.key is None:
             self.rehearse()
-        if _merge['asked'] and self.pooled is not None:
+        if _merge['asked'] and self.pooled is not None and self.pre is not None:
             # Our own heap too, once rehearsed: the same in every pool
             # sandbox of the image but for the frames' key, and no longer
             # shared with the worker's once the merger took the worker's copy.
@@ -1151,6 +1152,7 @@ class Supervisor:
         frames are encoded, tagged and dropped; none reaches the daemon."""
         pre, self.pre = self.pre, None
         self.parked = pre  # reap() still knows it
+        self.forked = []
         out_was = os.path.isdir(OUT_DIR)
         # The frames' path too, under a key of its own: the daemon's comes
         # in the frame loop, after this (no worker forked here holds it).
@@ -1186,10 +1188,9 @@ class Supervisor:
             del self.send_line
             self.key[:] = bytes(32)
             self.key, self.in_seq = None, seq
-            w = self.spent or (self.job.worker if self.job is not None else None)
             self.job, self.spent, self.lost = None, None, False
-            if w is not None:
-                for kill in (os.killpg, os.kill):  # its group only: the worker forked ahead lives on
+            for w in self.forked:  # its group only: the worker forked ahead lives on
+                for kill in (os.killpg, os.kill):
                     try:
                         kill(w.pid, signal.SIGKILL)
                         break
@@ -1200,16 +1201,7 @@ class Supervisor:
                 except OSError:
                     pass
                 w.close()
-            # A worker forked for it that neither job nor spent still held
-            # (an exception between the fork and the record): none is kept.
-            keep = {pre.pid} | set(descendants(pre.pid)) if pre is not None else set()
-            for pid in descendants(os.getpid()):
-                if pid not in keep:
-                    try:
-                        os.kill(pid, signal.SIGKILL)
-                        os.waitpid(pid, 0)
-                    except OSError:  # not our child: reaped by the loop once it ends
-                        pass
+            self.forked = None
             if not out_was:  # as in a sandbox made for a call: no out/ before the exec
                 try:
                     os.rmdir(OUT_DIR)
@@ -1261,6 +1253,8 @@ class Supervisor:
             os.close(fd)
         w = Worker(self, pid, out_r, err_r, rep_r, go_w, api_r, oom_before)
         w.set_r = set_r
+        if self.forked is not None:
+            self.forked.append(w)
         return w
 
     def start(self, rid, params):
