@@ -234,9 +234,14 @@ class Job:
             status = 'ok'
         else:  # e.g. a shell whose child was OOM-killed exits 137
             status = 'oom' if self.oom_killed() else 'error'
-        return {'status': status, 'exit_code': code, 'signal': signum,
-                'stdout_bytes': self.streams['stdout'].total,
-                'stderr_bytes': self.streams['stderr'].total, 'error': error}
+        out = {'status': status, 'exit_code': code, 'signal': signum,
+               'stdout_bytes': self.streams['stdout'].total,
+               'stderr_bytes': self.streams['stderr'].total, 'error': error}
+        if self.language == 'state':
+            # what the worker says it saved or loaded (the daemon checks it)
+            said = rec.get('globals') if rec is not None else None
+            out['globals'] = said if isinstance(said, dict) else None
+        return out
 
     def oom_killed(self):
         after = oom_kills()
@@ -1267,14 +1272,20 @@ class Supervisor:
         if not isinstance(out_inline, int) or isinstance(out_inline, bool) or out_inline < 0:
             out_inline = 0
         self.out_inline = out_inline  # for the Job made below
-        if language not in ('python', 'shell') or not isinstance(code, str) \
+        if language not in ('python', 'shell', 'state') or not isinstance(code, str) \
+                or (language == 'state' and (code not in ('save', 'load') or not keep)) \
                 or not isinstance(limit, int) or isinstance(limit, bool) or limit < 0 \
                 or not isinstance(keep, bool) or not (time_limit is None or (
                     isinstance(time_limit, int) and not isinstance(time_limit, bool)
                     and 0 < time_limit <= TIME_LIMIT_MAX_S * 1000)):
-            return self.reply_error(rid, -32602, 'invalid params: want language "python"|"shell", '
-                                    'code string, output_limit >= 0, keep boolean, '
+            return self.reply_error(rid, -32602, 'invalid params: want language "python"|"shell" '
+                                    'and code string, or language "state", code "save"|"load" '
+                                    'and keep true; output_limit >= 0, keep boolean, '
                                     'time_limit_ms 1..%d' % (TIME_LIMIT_MAX_S * 1000))
+        if language == 'state' and code == 'save' and self.worker is None:
+            # only a session's worker has state: a fresh one would save nothing
+            return self.reply_error(rid, -32000, 'no session state to save: this sandbox has no '
+                                    'session worker%s' % (' (it was lost)' if self.lost else ''))
         servers = check_servers(p.get('servers'))
         if servers is None:
             return self.reply_error(rid, -32602, 'invalid params: want servers a list of '
@@ -1303,8 +1314,11 @@ class Supervisor:
             pass
         # taken before the worker has the request: it may be done at once
         out_before = out_scan() if os.path.isdir(OUT_DIR) else {}
-        # A session's worker, else the one forked ahead, else a new one.
-        for w in (self.worker, self.pre):
+        # A session's worker, else the one forked ahead, else a new one;
+        # a save only the session's (a fresh one would save nothing over
+        # the last good state).
+        save = language == 'state' and code == 'save'
+        for w in (self.worker,) if save else (self.worker, self.pre):
             if w is None:
                 continue
             if w is self.worker:
@@ -1320,6 +1334,8 @@ class Supervisor:
             if w.alive():
                 self.kill_worker(w)
             w.close()
+        if save:
+            return self.reply_error(rid, -32000, 'no session state to save: the session worker is gone')
         w = self.fork_worker()
         if w is None or not w.send(request):
             if w is not None:

@@ -88,11 +88,14 @@ def worker(sup, pipes, api_fd, go_r, set_w=None):
         signum, error = None, None
         if not keep:           # the last request: user code gets no handle on the pipe
             os.close(go_r)
+        state = None
         if language == 'shell' and not keep:
             os.close(api_fd)   # exec would close it anyway: no API for shells
             exec_shell(code, report_w, token)
         elif language == 'shell':
             status, signum, error = run_shell(code, report_w, token)
+        elif language == 'state':
+            status, error, state = run_state(main, code)
         else:
             status, error = run_python(main, code, (api_fd, sup.max_frame, servers), keep)
         if keep and os.getpid() != me:
@@ -109,7 +112,7 @@ def worker(sup, pipes, api_fd, go_r, set_w=None):
                 except OSError:
                     pass
         sent = report(report_w, {'end': status, 'signal': signum, 'pid': os.getpid(), 'token': token,
-                                 'error': error})
+                                 'error': error, 'globals': state})
         if keep and sent:
             continue           # the session goes on: fds 0-2 stay
         if sent and os.getpid() == me:
@@ -539,6 +542,222 @@ def run_python(main, code, api, keep=False):
         except BaseException:
             pass
     return status, record
+
+
+# ---- a session's Python state, saved and loaded inside the sandbox
+
+STATE_FILE = WORKSPACE + '/.corral/state'
+STATE_MAGIC = b'corral-state 1\n'
+STATE_NAMES_MAX = 1000       # entries listed in each list of a report
+STATE_NAME_CAP = 200         # chars of a name, of a type, of a reason
+STATE_REPORT_CAP = 256 * 1024  # bytes of JSON a report's lists take, at most (REPORT_CAP is 1 MiB)
+STATE_HEAD_CAP = 4096        # bytes of a record's header line
+RUNTIME_NAMES = ('__builtins__', '__name__', '__doc__', '__loader__', '__spec__', '__package__')
+
+
+def run_state(main, what):
+    """A session's `sandbox/exec` of language "state": "save" writes main's
+    globals to STATE_FILE, "load" puts them back in main.  Returns (exit
+    status, error record or None, report).  The bytes never leave the
+    sandbox as anything but a file: they are made and read only here."""
+    report, status, record = None, 0, None
+    try:
+        arm_interrupt()
+        report = state_save(main) if what == 'save' else state_load(main)
+    except BaseException as e:  # noqa: B036  KeyboardInterrupt too: the session goes on
+        disarm_interrupt()
+        report, status = None, 1
+        try:
+            record = error_record(e)
+        except BaseException:  # noqa: B036
+            record = {'type': type(e).__name__, 'message': '', 'traceback': ''}
+    finally:
+        disarm_interrupt()
+    return status, record, report
+
+
+def state_pickler():
+    """dill where the image has it (it keeps lambdas and what the session
+    defined), pickle otherwise."""
+    try:
+        import dill
+        return dill, 'dill'
+    except Exception:  # noqa: BLE001  not there, or broken
+        import pickle
+        return pickle, 'pickle'
+
+
+def state_reason(e):
+    try:
+        return ('%s: %s' % (type(e).__name__, e))[:STATE_NAME_CAP]
+    except BaseException:  # noqa: B036  its __str__ raised
+        return type(e).__name__[:STATE_NAME_CAP]
+
+
+def state_entry(name, kind, reason):
+    return {'name': str(name)[:STATE_NAME_CAP], 'type': str(kind)[:STATE_NAME_CAP],
+            'reason': reason[:STATE_NAME_CAP]}
+
+
+def state_report(op, how, size, **lists):
+    """The answer's `globals`: each list kept while the whole stays within
+    STATE_REPORT_CAP of JSON and STATE_NAMES_MAX entries; `counts` are
+    their true lengths, in the order given."""
+    out = {'op': op, 'pickler': how, 'bytes': size, 'counts': [len(v) for v in lists.values()]}
+    room = STATE_REPORT_CAP
+    for key, items in lists.items():
+        kept = []
+        for item in items[:STATE_NAMES_MAX]:
+            item = item[:STATE_NAME_CAP] if isinstance(item, str) else item
+            room -= len(json.dumps(item)) + 2
+            if room < 0:
+                break
+            kept.append(item)
+        out[key] = kept
+    return out
+
+
+class SessionDefined(Exception):
+    pass
+
+
+SESSION_DEFINED = ('defined in the session: pickle keeps only its name (dill, which keeps it '
+                   'whole, is not in this image)')
+
+
+def state_save(main):
+    """Every global of main that pickles, each alone (so one that fails
+    costs only itself), as records after STATE_MAGIC: an 8-byte length
+    (little-endian) of the rest, a JSON line [name, module or null,
+    type], and for a value its pickle.  Modules go by name, imported again
+    on load.  Written to a temporary name and renamed: a save cut short
+    leaves the last one."""
+    pk, how = state_pickler()
+    saved, modules, lost = [], [], []
+    os.makedirs(os.path.dirname(STATE_FILE), mode=0o700, exist_ok=True)
+    tmp = STATE_FILE + '.new'
+    try:
+        size = state_write(tmp, main, pk, how, saved, modules, lost)
+        os.replace(tmp, STATE_FILE)
+    except BaseException:  # noqa: B036  a full /workspace, an interrupt: no half file left
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    return state_report('save', how, size, saved=saved, modules=modules, not_saved=lost)
+
+
+class StateFile:
+    """The file being written: a failed write is the save's failure, while
+    an OSError that a value's own pickling raises is only that value's."""
+
+    def __init__(self, f):
+        self.f, self.failed = f, None
+
+    def write(self, data):
+        try:
+            return self.f.write(data)
+        except OSError as e:
+            self.failed = e
+            raise
+
+
+def state_write(tmp, main, pk, how, saved, modules, lost):
+    import pickle
+    import types
+
+    class Pickler(pickle.Pickler):
+        # Under pickle, what the session defined (a function, a class, and
+        # so any instance of one, wherever it sits) would come back as a
+        # name that a new interpreter cannot find: refused here instead.
+        def reducer_override(self, obj):
+            if isinstance(obj, (type, types.FunctionType)) and \
+                    getattr(obj, '__module__', None) == '__main__':
+                raise SessionDefined(SESSION_DEFINED)
+            return NotImplemented
+
+    with open(tmp, 'wb') as f:
+        out = StateFile(f)
+        f.write(STATE_MAGIC)
+        for name, value in list(main.__dict__.items()):
+            if not isinstance(name, str):
+                lost.append(state_entry(repr(name)[:STATE_NAME_CAP], '?', 'not a name (set through globals())'))
+                continue
+            if name in RUNTIME_NAMES or _api_globals.get(name) is value:
+                continue  # the runtime's own: every run gets them anew
+            at, kind = f.tell(), '?'
+            try:
+                kind = type(value).__name__[:STATE_NAME_CAP]
+                module = value.__name__ if isinstance(value, types.ModuleType) else None
+                if module is not None and not isinstance(module, str):
+                    raise TypeError('a module whose __name__ is not a string')
+                f.write(bytes(8))
+                f.write(json.dumps([name, module, kind]).encode() + b'\n')
+                if module is None and how == 'pickle':
+                    Pickler(out, protocol=pickle.HIGHEST_PROTOCOL).dump(value)
+                elif module is None:
+                    pk.dump(value, out, protocol=pickle.HIGHEST_PROTOCOL)
+            except (KeyboardInterrupt, MemoryError):
+                raise
+            except BaseException as e:  # noqa: B036  whatever its __reduce__ raises
+                if out.failed is not None:
+                    raise out.failed
+                f.seek(at)
+                f.truncate()
+                lost.append(state_entry(name, kind, str(e) if isinstance(e, SessionDefined)
+                                        else state_reason(e)))
+                continue
+            end = f.tell()
+            f.seek(at)
+            f.write((end - at - 8).to_bytes(8, 'little'))
+            f.seek(end)
+            (saved if module is None else modules).append(name)
+        f.flush()
+        return f.tell()
+
+
+def state_load(main):
+    """STATE_FILE's globals into main (merged with what is there): modules
+    imported again, values unpickled one by one from their record's
+    bytes; a value that fails is named, the rest come back.  A record
+    whose frame is damaged ends the load with an error."""
+    import importlib
+    pk, how = state_pickler()
+    restored, modules, lost = [], [], []
+    with open(STATE_FILE, 'rb') as f:
+        if f.read(len(STATE_MAGIC)) != STATE_MAGIC:
+            raise ValueError('%s is not a saved session state' % STATE_FILE)
+        total = os.fstat(f.fileno()).st_size
+        while True:
+            head = f.read(8)
+            if not head:
+                break
+            n = int.from_bytes(head, 'little')
+            at = f.tell()
+            line = f.readline(min(n, STATE_HEAD_CAP)) if len(head) == 8 and n <= total - at else b''
+            try:
+                name, module, kind = json.loads(line.decode()) if line.endswith(b'\n') else (0, 0, 0)
+            except ValueError:
+                name = module = kind = 0
+            if not isinstance(name, str) or not isinstance(kind, str) or \
+                    not (module is None or isinstance(module, str)):
+                raise ValueError('%s is damaged or cut short at byte %d' % (STATE_FILE, at - 8))
+            try:
+                if name in RUNTIME_NAMES:
+                    raise ValueError('a name the runtime sets')
+                if module is not None:
+                    value = importlib.import_module(module)
+                else:
+                    value = pk.loads(f.read(at + n - f.tell()))
+                main.__dict__[name] = value
+                (restored if module is None else modules).append(name)
+            except KeyboardInterrupt:
+                raise
+            except BaseException as e:  # noqa: B036  MemoryError too: this value's, not the load's
+                lost.append(state_entry(name, kind, state_reason(e)))
+            f.seek(at + n)
+    return state_report('load', how, total, restored=restored, modules=modules, not_restored=lost)
 
 
 def exit_status(e):

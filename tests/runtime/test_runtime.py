@@ -25,6 +25,7 @@ import hashlib
 import hmac
 import json
 import os
+import pickle
 import re
 import resource
 import select
@@ -2043,6 +2044,168 @@ def session_time_limits():
     check(pgid > 0 and took < 2.0 and group_gone(pgid),
           'session: stdin EOF while a shell that traps signals runs kills it and ends the runtime (%.2fs)' % took,
           (out, rc, took, err[-500:]))
+
+
+# --- a session's globals saved to /workspace/.corral/state and loaded back ---
+STATE_SETUP = """
+import json as j, socket, threading
+rows = [{'id': i, 'v': i * 0.5} for i in range(1000)]
+blob = bytes(range(256)) * 4
+shared = {'rows': rows}
+label = 'spring'
+f = lambda x: x + 1
+def g(): return 1
+class Foo: pass
+foo = Foo()
+items = [1, Foo()]
+fh = open('/dev/null')
+sock = socket.socket()
+gen = (i for i in range(3))
+lock = threading.Lock()
+print('set')
+"""
+
+
+def state_names(res, key):
+    return sorted(e['name'] if isinstance(e, dict) else e for e in ((res.get('globals') or {}).get(key) or []))
+
+
+@case
+def session_globals_saved():
+    ws = workspace()
+    ses = Session()
+    o1, _, r1, _ = ses.run(STATE_SETUP)
+    _, _, rs, _ = ses.run('save', language='state')
+    g = rs.get('globals') or {}
+    lost = {e['name']: e['reason'] for e in g.get('not_saved') or []}
+    check(o1 == 'set\n' and rs.get('status') == 'ok' and rs.get('state') == 'kept'
+          and state_names(rs, 'saved') == ['blob', 'label', 'rows', 'shared']
+          and state_names(rs, 'modules') == ['j', 'socket', 'threading']
+          and sorted(lost) == ['Foo', 'f', 'fh', 'foo', 'g', 'gen', 'items', 'lock', 'sock']
+          and 'defined in the session' in lost['f'] and 'defined in the session' in lost['items']
+          and 'TextIOWrapper' in lost['fh'] and 'generator' in lost['gen'] and 'socket' in lost['sock']
+          and g.get('pickler') == 'pickle' and g.get('counts') == [4, 3, 9]
+          and os.path.getsize(os.path.join(ws, '.corral', 'state')) == g.get('bytes'),
+          'state: save pickles every global that pickles (inside the sandbox), names the rest and why', (o1, rs))
+    o2, _, r2, _ = ses.run("print(label, len(rows), foo.__class__.__name__)")
+    check(o2 == 'spring 1000 Foo\n' and r2.get('state') == 'kept',
+          'state: the session goes on after a save, every global still there', (o2, r2))
+    end(ses)
+    # A new sandbox on the same /workspace: what a resume does.
+    ses = Session()
+    _, _, rl, _ = ses.run('load', language='state')
+    o3, _, r3, _ = ses.run("print(label, len(rows), rows[999]['v'], blob[-1], j.dumps(shared['rows'][1]), "
+                           "'f' in globals(), 'foo' in globals())")
+    check(rl.get('status') == 'ok' and rl.get('state') == 'kept'
+          and state_names(rl, 'restored') == ['blob', 'label', 'rows', 'shared']
+          and state_names(rl, 'modules') == ['j', 'socket', 'threading'] and state_names(rl, 'not_restored') == []
+          and o3 == 'spring 1000 499.5 255 {"id": 1, "v": 0.5} False False\n',
+          'state: load in a fresh runtime brings the saved globals back and imports the modules again', (rl, o3, r3))
+    end(ses)
+
+
+@case
+def session_globals_refused():
+    ses = Session()
+    _, _, r1, _ = ses.run('print(1)')
+    bad = []
+    for params in ({'language': 'state', 'code': 'save', 'keep': False},
+                   {'language': 'state', 'code': 'drop', 'keep': True},
+                   {'language': 'state', 'code': 1, 'keep': True}):
+        resp = ses.request('sandbox/exec', params, rid='bad')
+        bad.append(((resp or {}).get('error') or {}).get('code'))
+    o2, _, r2, _ = ses.run('print(2)')
+    check(bad == [-32602] * 3 and o2 == '2\n' and r2.get('state') == 'kept',
+          'state: save without keep, an unknown op or a non-string one -> -32602, the session goes on', (bad, r2))
+    end(ses)
+    fresh = Session()
+    resp = fresh.request('sandbox/exec', {'language': 'state', 'code': 'save', 'keep': True}, rid='s')
+    err = (resp or {}).get('error') or {}
+    check(err.get('code') == -32000 and 'no session state' in err.get('message', ''),
+          'state: save in a sandbox with no session worker -> -32000 (a fresh worker would save nothing)', resp)
+    end(fresh)
+
+
+@case
+def session_globals_damaged():
+    ws = workspace()
+    path = os.path.join(ws, '.corral', 'state')
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    os.chmod(os.path.dirname(path), 0o777)
+
+    def record(head, body):
+        rest = (json.dumps(head) + '\n').encode() + body
+        return len(rest).to_bytes(8, 'little') + rest
+    good = pickle.dumps([1, 2, 3])
+    with open(path, 'wb') as fp:  # a value that does not unpickle between two that do
+        fp.write(b'corral-state 1\n' + record(['a', None, 'list'], good)
+                 + record(['b', None, 'Gone'], b'\x80\x04cnowhere\nGone\n.') + record(['c', None, 'list'], good))
+    os.chmod(path, 0o666)
+    ses = Session()
+    _, _, rl, _ = ses.run('load', language='state')
+    o1, _, _, _ = ses.run("print(a, c, 'b' in globals())")
+    lost = (rl.get('globals') or {}).get('not_restored') or [{}]
+    check(rl.get('status') == 'ok' and state_names(rl, 'restored') == ['a', 'c'] and o1 == '[1, 2, 3] [1, 2, 3] False\n'
+          and lost[0].get('name') == 'b' and lost[0].get('type') == 'Gone' and 'nowhere' in lost[0].get('reason', ''),
+          'state: a value that does not unpickle is named in not_restored, the others come back', (rl, o1))
+    for data, what in ((b'not a state file', 'is not a saved session state'),
+                       (b'corral-state 1\n' + (1 << 40).to_bytes(8, 'little') + b'x', 'cut short')):
+        with open(path, 'wb') as fp:
+            fp.write(data)
+        _, _, rb, _ = ses.run('load', language='state')
+        o2, _, r2, _ = ses.run('print(a)')
+        check(rb.get('status') == 'error' and what in ((rb.get('error') or {}).get('message') or '')
+              and rb.get('globals') is None and o2 == '[1, 2, 3]\n' and r2.get('state') == 'kept',
+              'state: a load of a damaged file (%s) fails with the reason, the session goes on' % what, (rb, o2))
+    with open(path, 'wb') as fp:  # the runtime's own name, then a good one
+        fp.write(b'corral-state 1\n' + record(['__builtins__', None, 'list'], good) + record(['a', None, 'list'], good))
+    _, _, rh, _ = ses.run('load', language='state')
+    o3, _, r3, _ = ses.run('print(a, len("ok"))')
+    lost = (rh.get('globals') or {}).get('not_restored') or [{}]
+    check(rh.get('status') == 'ok' and lost[0].get('name') == '__builtins__' and 'runtime sets' in lost[0].get('reason', '')
+          and o3 == '[1, 2, 3] 2\n' and r3.get('status') == 'ok',
+          'state: a saved name the runtime sets (__builtins__) is not loaded, later runs work', (rh, o3, r3))
+    with open(path, 'wb') as fp:  # zero-length records: damaged, not a million lost names
+        fp.write(b'corral-state 1\n' + bytes(1 << 20))
+    t0 = time.monotonic()
+    _, _, rz, _ = ses.run('load', language='state')
+    took = time.monotonic() - t0
+    check(rz.get('status') == 'error' and 'damaged' in ((rz.get('error') or {}).get('message') or '') and took < 2,
+          'state: a file of empty records ends the load at once as damaged (%.2fs)' % took, (rz, took))
+    end(ses)
+    os.unlink(path)
+
+
+@case
+def session_globals_bounds():
+    ws = workspace()
+    path = os.path.join(ws, '.corral', 'state')
+    ses = Session()
+    _, _, r1, _ = ses.run("for i in range(1100): globals()['n%04d_' % i + '\u00e9' * 400] = i\nok = 1")
+    _, _, rs, took = ses.run('save', language='state', timeout=20)
+    g = rs.get('globals') or {}
+    names = g.get('saved') or []
+    check(rs.get('status') == 'ok' and g.get('counts', [0])[0] == 1102 and 0 < len(names) <= 1000
+          and all(len(n) <= 200 for n in names) and len(json.dumps(rs)) < 512 * 1024,
+          'state: 1,102 globals with long non-ASCII names: the report is bounded, counts are true (%d listed, %.1fs)'
+          % (len(names), took), (r1, {k: v for k, v in g.items() if k != 'saved'}, len(json.dumps(rs))))
+    with open(path, 'rb') as fp:
+        before = fp.read()
+    o2, _, r2, _ = ses.run("import copyreg, fractions\n"
+                           "def stop(x): raise KeyboardInterrupt\n"
+                           "copyreg.pickle(fractions.Fraction, stop)\n"
+                           "half = fractions.Fraction(1, 2)\nprint('armed')")
+    _, _, rb, _ = ses.run('save', language='state')
+    with open(path, 'rb') as fp:
+        after = fp.read()
+    o3, _, r3, _ = ses.run('print(ok, half)')
+    check(o2 == 'armed\n' and rb.get('status') == 'error' and (rb.get('error') or {}).get('type') == 'KeyboardInterrupt'
+          and rb.get('state') == 'kept' and after == before and not os.path.exists(path + '.new')
+          and o3 == '1 1/2\n' and r3.get('state') == 'kept',
+          'state: a save cut short (an interrupt while pickling) keeps the last state file, leaves no half one, '
+          'and the session goes on', (o2, rb, len(before), len(after), o3, r3))
+    end(ses)
+    os.unlink(path)
 
 
 # a one-shot exec (no keep) after nothing: the runtime still ends after it
