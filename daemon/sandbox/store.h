@@ -1,0 +1,55 @@
+/* The store of hibernated sessions (issue 29): one directory a session,
+ * <root>/<owner>/<name>/, holding an index (index.json, what corral needs
+ * to resume it) and the state files the sandbox made (opaque bytes: corral
+ * never parses them). Two services may share a root, so every index read
+ * back is untrusted input: bounded, validated, refused whole when wrong.
+ *
+ * Not wired to sessions yet: the hibernation that writes here, and the
+ * resume that reads, come next (runtime/README.md, language "state"). */
+#pragma once
+
+#include "core/util.h"
+#include "sandbox/session.h"
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#define STORE_INDEX       "index.json"
+#define STORE_INDEX_MAX   (64 * 1024) /* bytes of an index read back */
+#define STORE_FORMAT      1
+#define STORE_IMAGE_MAX   255
+#define STORE_BYTES_LIMIT (1ULL << 50) /* larger is not a figure corral wrote */
+
+struct store_entry {
+        char owner[SESSION_OWNER_MAX + 1]; /* "" for the stdio client */
+        char name[SESSION_NAME_MAX + 1];
+        char image[STORE_IMAGE_MAX + 1];
+        long long saved_ms;       /* wall clock (ms since the epoch) of the save */
+        unsigned long long bytes; /* the session's files in the store */
+        json_t *grant;            /* the servers its code may call: array of strings, or NULL */
+        json_t *network;          /* the hosts it may reach: array of strings, or NULL */
+};
+
+/* Parses an index (len bytes, not NUL-terminated). On success fills e (its
+ * arrays owned by e: store_entry_clear) and returns 0; else a message in
+ * err and -EINVAL, e left clear. */
+int store_index_parse(const char *text, size_t len, struct store_entry *e, struct err *err);
+
+/* The index of e as compact JSON (malloc'd), or NULL (no memory). */
+char *store_index_format(const struct store_entry *e);
+
+void store_entry_clear(struct store_entry *e);
+
+/* The directory of a session: <root>/<owner as lower-case hex, or "_" for
+ * "">/<name>. -ENAMETOOLONG when it does not fit, -EINVAL for a name or
+ * owner corral would not make, and for "." and "..". */
+int store_dir(const char *root, const char *owner, const char *name, char *out, size_t size);
+
+/* Which entries go, oldest save first, so that those left are within
+ * max_bytes (0: no bound) and none is older than keep_ms (0: no bound) at
+ * now_ms; never the entry at index `keep` (the session being resumed; n
+ * or more: none). Writes the indexes that go to out (room for n) and
+ * returns how many. */
+size_t store_evict_pick(const struct store_entry *v, size_t n, unsigned long long max_bytes,
+                        long long keep_ms, long long now_ms, size_t keep, size_t *out);

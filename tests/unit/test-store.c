@@ -1,0 +1,143 @@
+/* The hibernated sessions' store (sandbox/store.h): what an index read back
+ * takes and refuses, its round trip, the directory a session gets, and
+ * which sessions a full or aged store evicts. */
+#include "sandbox/store.h"
+
+#include "tap.h"
+
+#include <string.h>
+
+static const char good[] = "{\"format\":1,\"owner\":\"c-17\",\"name\":\"eda\",\"image\":"
+                           "\"corral-data:latest\",\"saved_ms\":1764000000000,\"bytes\":18000000,"
+                           "\"grant\":[\"github\"],\"network\":null}";
+
+static int parse(const char *text, struct store_entry *e, struct err *err)
+{
+        return store_index_parse(text, strlen(text), e, err);
+}
+
+static void index_rows(void)
+{
+        struct store_entry e;
+        struct err err = {0};
+        is_int(parse(good, &e, &err), 0, "a good index parses (%s)", err.msg);
+        is_str(e.owner, "c-17", "its owner");
+        is_str(e.name, "eda", "its name");
+        is_str(e.image, "corral-data:latest", "its image");
+        ok(e.saved_ms == 1764000000000LL && e.bytes == 18000000ULL, "its time and size");
+        ok(json_array_size(e.grant) == 1 && e.network == NULL, "its grant; no network");
+        char *again = store_index_format(&e);
+        ok(again && strcmp(again, good) != 0, "formatted again (keys sorted)");
+        struct store_entry f;
+        is_int(parse(again, &f, &err), 0, "and that parses");
+        char *third = store_index_format(&f);
+        ok(again && third && strcmp(again, third) == 0, "to the same index");
+        free(again);
+        free(third);
+        store_entry_clear(&f);
+        store_entry_clear(&e);
+
+        static const struct {
+                const char *text, *field;
+        } bad[] = {
+            {"[]", "not a JSON object"},
+            {"{\"format\":1", "not a JSON object"},
+            {"{\"format\":2,\"owner\":\"\",\"name\":\"a\",\"image\":\"i\",\"saved_ms\":0,\"bytes\":"
+             "0}",
+             "\"format\""},
+            {"{\"format\":1,\"owner\":\"a "
+             "b\",\"name\":\"a\",\"image\":\"i\",\"saved_ms\":0,\"bytes\":0}",
+             "\"owner\""},
+            {"{\"format\":1,\"owner\":\"0123456789012345678901234567890123456789\",\"name\":\"a\","
+             "\"image\":\"i\",\"saved_ms\":0,\"bytes\":0}",
+             "\"owner\""},
+            {"{\"format\":1,\"owner\":\"\",\"name\":\"../"
+             "x\",\"image\":\"i\",\"saved_ms\":0,\"bytes\":0}",
+             "\"name\""},
+            {"{\"format\":1,\"owner\":\"\",\"name\":\"a\\u0000b\",\"image\":\"i\",\"saved_ms\":0,"
+             "\"bytes\":0}",
+             "not a JSON object"},
+            {"{\"format\":1,\"owner\":\"\",\"name\":\"a\",\"image\":\"\",\"saved_ms\":0,\"bytes\":"
+             "0}",
+             "\"image\""},
+            {"{\"format\":1,\"owner\":\"\",\"name\":\"a\",\"image\":\"i\",\"saved_ms\":-1,"
+             "\"bytes\":0}",
+             "\"saved_ms\""},
+            {"{\"format\":1,\"owner\":\"\",\"name\":\"a\",\"image\":\"i\",\"saved_ms\":0,\"bytes\":"
+             "2251799813685249}",
+             "\"bytes\""},
+            {"{\"format\":1,\"owner\":\"\",\"name\":\"a\",\"image\":\"i\",\"saved_ms\":0,\"bytes\":"
+             "0,"
+             "\"grant\":[\"x\",\"x\"]}",
+             "\"grant\""},
+            {"{\"format\":1,\"owner\":\"\",\"name\":\"a\",\"image\":\"i\",\"saved_ms\":0,\"bytes\":"
+             "0,"
+             "\"network\":\"x\"}",
+             "\"network\""},
+            {"{\"format\":1,\"format\":1,\"owner\":\"\",\"name\":\"a\",\"image\":\"i\",\"saved_"
+             "ms\":0,"
+             "\"bytes\":0}",
+             "not a JSON object"},
+        };
+        for (size_t i = 0; i < ARRAY_SIZE(bad); i++) {
+                struct err be = {0};
+                int r = parse(bad[i].text, &e, &be);
+                ok(r == -EINVAL && strstr(be.msg, bad[i].field) && !e.grant && !e.network,
+                   "refused: %s (%s)", bad[i].text, be.msg);
+        }
+        char big[STORE_INDEX_MAX + 2];
+        memset(big, ' ', sizeof(big));
+        struct err be = {0};
+        ok(store_index_parse(big, sizeof(big), &e, &be) == -EINVAL && strstr(be.msg, "at most"),
+           "an index over %d bytes is refused unread (%s)", STORE_INDEX_MAX, be.msg);
+}
+
+static void dir_rows(void)
+{
+        char p[128];
+        is_int(store_dir("/s", "", "eda", p, sizeof(p)), 0, "the stdio client's session");
+        is_str(p, "/s/_/eda", "under _");
+        is_int(store_dir("/s", "a/.b", "x.1", p, sizeof(p)), 0, "an owner with / and .");
+        is_str(p, "/s/612f2e62/x.1", "hex: no / or . of the owner's in the path");
+        is_int(store_dir("/s", "", "..", p, sizeof(p)), -EINVAL,
+               "\"..\", a valid session name, is refused as a directory");
+        is_int(store_dir("/s", "", ".", p, sizeof(p)), -EINVAL, "so is \".\"");
+        is_int(store_dir("/s", "", "..a", p, sizeof(p)), 0, "\"..a\" is a name like any other");
+        is_int(store_dir("/s", "", "a/b", p, sizeof(p)), -EINVAL, "a name with / is refused");
+        is_int(store_dir("/s", "", "eda", p, 6), -ENAMETOOLONG, "a path that does not fit");
+}
+
+static void evict_rows(void)
+{
+        struct store_entry v[5] = {0};
+        long long t[] = {500, 100, 400, 200, 300};
+        for (size_t i = 0; i < 5; i++) {
+                v[i].saved_ms = t[i];
+                v[i].bytes = 10;
+        }
+        size_t out[5], k;
+        k = store_evict_pick(v, 5, 0, 0, 1000, 5, out);
+        is_int((long)k, 0, "no bound: nothing goes");
+        k = store_evict_pick(v, 5, 30, 0, 1000, 5, out);
+        ok(k == 2 && out[0] == 1 && out[1] == 3, "a full store: the two oldest go, oldest first");
+        k = store_evict_pick(v, 5, 30, 0, 1000, 1, out);
+        ok(k == 2 && out[0] == 3 && out[1] == 4,
+           "never the one being resumed, even when it is the oldest");
+        k = store_evict_pick(v, 5, 5, 0, 1000, 2, out);
+        ok(k == 4 && out[0] == 1 && out[1] == 3 && out[2] == 4 && out[3] == 0,
+           "the one being resumed stays when it alone is over the bound");
+        k = store_evict_pick(v, 5, 0, 750, 1000, 5, out);
+        ok(k == 2 && out[0] == 1 && out[1] == 3, "older than keep_ms: gone");
+        k = store_evict_pick(v, 5, 0, 750, 1000, 3, out);
+        ok(k == 1 && out[0] == 1, "an old one being resumed stays");
+        k = store_evict_pick(v, 0, 1, 1, 1000, 0, out);
+        is_int((long)k, 0, "an empty store");
+}
+
+int main(void)
+{
+        index_rows();
+        dir_rows();
+        evict_rows();
+        return done_testing();
+}
