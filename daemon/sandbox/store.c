@@ -1,9 +1,25 @@
 #include "sandbox/store.h"
 
+#include "core/log.h"
+
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+/* A save's time is the wall clock's: another host reads it. */
+static long long wall_ms(void)
+{
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
 
 void store_entry_clear(struct store_entry *e)
 {
@@ -163,4 +179,288 @@ size_t store_evict_pick(const struct store_entry *v, size_t n, unsigned long lon
                 total -= v[oldest].bytes;
         }
         return k;
+}
+
+/* ---- on disk */
+
+int store_read(const char *root, const char *owner, const char *name, struct store_entry *e,
+               struct err *err)
+{
+        char dir[PATH_MAX], path[PATH_MAX + 32], text[STORE_INDEX_MAX + 1];
+        memset(e, 0, sizeof(*e));
+        int r = store_dir(root, owner, name, dir, sizeof(dir));
+        if (r < 0)
+                return err_set(err, ERR_INVALID, r, "no store directory for session \"%s\"", name);
+        snprintf(path, sizeof(path), "%s/" STORE_INDEX, dir);
+        int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+        if (fd < 0)
+                return err_set(err, errno == ENOENT ? ERR_REFUSED : ERR_INTERNAL, -errno,
+                               "cannot open %s: %s", path, strerror(errno));
+        struct stat st;
+        ssize_t got = 0;
+        if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size > STORE_INDEX_MAX) {
+                close(fd);
+                return err_set(err, ERR_INVALID, -EINVAL,
+                               "%s is not an index (a regular file of "
+                               "at most %d bytes)",
+                               path, STORE_INDEX_MAX);
+        }
+        while ((size_t)got < sizeof(text)) {
+                ssize_t k = read(fd, text + got, sizeof(text) - (size_t)got);
+                if (k < 0 && errno == EINTR)
+                        continue;
+                if (k <= 0)
+                        break;
+                got += k;
+        }
+        close(fd);
+        if ((size_t)got > STORE_INDEX_MAX)
+                return err_set(err, ERR_INVALID, -EINVAL, "%s grew past %d bytes", path,
+                               STORE_INDEX_MAX);
+        struct err pe = {0};
+        if (store_index_parse(text, (size_t)got, e, &pe) < 0)
+                return err_set(err, ERR_INVALID, -EINVAL, "%s: %s", path, pe.msg);
+        if (strcmp(e->owner, owner) != 0 || strcmp(e->name, name) != 0) {
+                store_entry_clear(e);
+                return err_set(err, ERR_INVALID, -EINVAL,
+                               "%s names another session than the one whose directory it is in",
+                               path);
+        }
+        return 0;
+}
+
+/* The sizes of the regular files in dir but the index; -errno. */
+static long long dir_bytes(const char *dir)
+{
+        DIR *d = opendir(dir);
+        if (!d)
+                return -errno;
+        long long total = 0;
+        struct dirent *de;
+        while ((de = readdir(d))) {
+                struct stat st;
+                if (de->d_name[0] == '.' || strcmp(de->d_name, STORE_INDEX) == 0)
+                        continue;
+                if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+                    S_ISREG(st.st_mode))
+                        total += st.st_size;
+        }
+        closedir(d);
+        return total;
+}
+
+int store_write(const char *root, struct store_entry *e, struct err *err)
+{
+        char dir[PATH_MAX], path[PATH_MAX + 32], tmp[PATH_MAX + 32];
+        int r = store_dir(root, e->owner, e->name, dir, sizeof(dir));
+        if (r < 0)
+                return err_set(err, ERR_INVALID, r, "no store directory for session \"%s\"",
+                               e->name);
+        snprintf(path, sizeof(path), "%s/" STORE_INDEX, dir);
+        snprintf(tmp, sizeof(tmp), "%s/.%s.new", dir, STORE_INDEX);
+        if ((r = mkdir_parents(path)) < 0 || (mkdir(dir, 0700) < 0 && errno != EEXIST))
+                return err_set(err, ERR_INTERNAL, r < 0 ? r : -errno, "cannot make %s: %s", dir,
+                               strerror(r < 0 ? -r : errno));
+        long long bytes = dir_bytes(dir);
+        if (bytes < 0)
+                return err_set(err, ERR_INTERNAL, (int)bytes, "cannot read %s: %s", dir,
+                               strerror((int)-bytes));
+        e->bytes = (unsigned long long)bytes;
+        _cleanup_free_ char *text = store_index_format(e);
+        if (!text)
+                return err_set(err, ERR_INTERNAL, -ENOMEM, "out of memory");
+        int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+        if (fd < 0)
+                return err_set(err, ERR_INTERNAL, -errno, "cannot write %s: %s", tmp,
+                               strerror(errno));
+        size_t len = strlen(text), done = 0;
+        while (done < len) {
+                ssize_t k = write(fd, text + done, len - done);
+                if (k < 0 && errno == EINTR)
+                        continue;
+                if (k <= 0)
+                        break;
+                done += (size_t)k;
+        }
+        int saved = errno;
+        if (done < len || fsync(fd) < 0 || close(fd) < 0) {
+                if (done < len)
+                        errno = saved ? saved : EIO;
+                int e2 = errno;
+                unlink(tmp);
+                return err_set(err, ERR_INTERNAL, -e2, "cannot write %s: %s", tmp, strerror(e2));
+        }
+        if (rename(tmp, path) < 0) {
+                int e2 = errno;
+                unlink(tmp);
+                return err_set(err, ERR_INTERNAL, -e2, "cannot rename %s: %s", tmp, strerror(e2));
+        }
+        return 0;
+}
+
+int store_remove(const char *root, const char *owner, const char *name, struct err *err)
+{
+        char dir[PATH_MAX];
+        int r = store_dir(root, owner, name, dir, sizeof(dir));
+        if (r < 0)
+                return err_set(err, ERR_INVALID, r, "no store directory for session \"%s\"", name);
+        int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+        if (dfd < 0)
+                return errno == ENOENT ? 0
+                                       : err_set(err, ERR_INTERNAL, -errno, "cannot open %s: %s",
+                                                 dir, strerror(errno));
+        DIR *d = fdopendir(dfd);
+        if (!d) {
+                close(dfd);
+                return err_set(err, ERR_INTERNAL, -errno, "cannot read %s: %s", dir,
+                               strerror(errno));
+        }
+        struct dirent *de;
+        int failed = 0;
+        while ((de = readdir(d))) {
+                if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+                        continue;
+                /* Never into a directory (the store makes none in a session's):
+                 * unlinkat without AT_REMOVEDIR fails on one, and a link goes
+                 * itself, not what it points to. */
+                if (unlinkat(dfd, de->d_name, 0) < 0 && errno != ENOENT)
+                        failed = errno;
+        }
+        closedir(d);
+        if (rmdir(dir) < 0 && errno != ENOENT)
+                return err_set(err, ERR_INTERNAL, -(failed ? failed : errno),
+                               "cannot remove %s: %s", dir, strerror(failed ? failed : errno));
+        return 0;
+}
+
+/* The owner a store directory's name stands for ("_": ""), or -EINVAL. */
+static int owner_of_dir(const char *hex, char *out, size_t size)
+{
+        size_t len = strlen(hex);
+        if (strcmp(hex, "_") == 0) {
+                out[0] = '\0';
+                return 0;
+        }
+        if (len == 0 || len % 2 || len / 2 >= size)
+                return -EINVAL;
+        for (size_t i = 0; i < len; i += 2) {
+                unsigned v;
+                char pair[3] = {hex[i], hex[i + 1], 0};
+                if (!strchr("0123456789abcdef", pair[0]) || !strchr("0123456789abcdef", pair[1]) ||
+                    sscanf(pair, "%2x", &v) != 1)
+                        return -EINVAL;
+                out[i / 2] = (char)v;
+        }
+        out[len / 2] = '\0';
+        return owner_ok(out, len / 2) ? 0 : -EINVAL;
+}
+
+static int list_owner(const char *root, const char *owner, struct store_entry **v, size_t *n,
+                      size_t *cap)
+{
+        char dir[PATH_MAX];
+        if (store_dir(root, owner, "x", dir, sizeof(dir)) < 0)
+                return -EINVAL;
+        dir[strlen(dir) - 2] = '\0'; /* the owner's directory */
+        DIR *d = opendir(dir);
+        if (!d)
+                return errno == ENOENT ? 0 : -errno;
+        struct dirent *de;
+        while ((de = readdir(d))) {
+                struct err e = {0};
+                if (de->d_name[0] == '.' && (!de->d_name[1] || strcmp(de->d_name, "..") == 0))
+                        continue;
+                if (*n == *cap) {
+                        size_t c = *cap ? 2 * *cap : 16;
+                        struct store_entry *nv = realloc(*v, c * sizeof(**v));
+                        if (!nv) {
+                                closedir(d);
+                                return -ENOMEM;
+                        }
+                        *v = nv;
+                        *cap = c;
+                }
+                if (store_read(root, owner, de->d_name, &(*v)[*n], &e) < 0) {
+                        log_warn("session store: skipping %s/%s: %s", dir, de->d_name, e.msg);
+                        continue;
+                }
+                (*n)++;
+        }
+        closedir(d);
+        return 0;
+}
+
+int store_list(const char *root, const char *owner, struct store_entry **ret, size_t *ret_n)
+{
+        struct store_entry *v = NULL;
+        size_t n = 0, cap = 0;
+        int r = 0;
+        if (owner) {
+                r = list_owner(root, owner, &v, &n, &cap);
+        } else {
+                DIR *d = opendir(root);
+                struct dirent *de;
+                if (!d && errno != ENOENT)
+                        r = -errno;
+                while (d && r >= 0 && (de = readdir(d))) {
+                        char who[SESSION_OWNER_MAX + 1];
+                        if (de->d_name[0] == '.')
+                                continue;
+                        if (owner_of_dir(de->d_name, who, sizeof(who)) < 0) {
+                                log_warn("session store: skipping %s/%s: not a client's directory",
+                                         root, de->d_name);
+                                continue;
+                        }
+                        r = list_owner(root, who, &v, &n, &cap);
+                }
+                if (d)
+                        closedir(d);
+        }
+        if (r < 0) {
+                for (size_t i = 0; i < n; i++)
+                        store_entry_clear(&v[i]);
+                free(v);
+                return r;
+        }
+        *ret = v;
+        *ret_n = n;
+        return 0;
+}
+
+int store_enforce(const char *root, unsigned long long max_bytes, long long keep_ms,
+                  const char *keep_owner, const char *keep_name)
+{
+        struct store_entry *v;
+        size_t n, keep;
+        int r = store_list(root, NULL, &v, &n);
+        if (r < 0)
+                return r;
+        for (keep = 0; keep < n; keep++)
+                if (keep_name && strcmp(v[keep].owner, keep_owner ? keep_owner : "") == 0 &&
+                    strcmp(v[keep].name, keep_name) == 0)
+                        break;
+        _cleanup_free_ size_t *out = calloc(n ? n : 1, sizeof(*out));
+        size_t k = out ? store_evict_pick(v, n, max_bytes, keep_ms, wall_ms(), keep, out) : 0;
+        int gone = 0;
+        for (size_t i = 0; i < k; i++) {
+                const struct store_entry *e = &v[out[i]];
+                struct err err = {0};
+                if (store_remove(root, e->owner, e->name, &err) < 0) {
+                        log_warn("session store: cannot evict session \"%s\": %s", e->name,
+                                 err.msg);
+                        continue;
+                }
+                gone++;
+                log_event(LOG_INFO, "store",
+                          "evicted hibernated session \"%s\" of client \"%s\" (%llu bytes, saved "
+                          "%lld s ago): %s",
+                          e->name, e->owner, e->bytes, (wall_ms() - e->saved_ms) / 1000,
+                          keep_ms > 0 && wall_ms() - e->saved_ms > keep_ms
+                              ? "older than the store keeps sessions"
+                              : "the store was over its size bound");
+        }
+        for (size_t i = 0; i < n; i++)
+                store_entry_clear(&v[i]);
+        free(v);
+        return out ? gone : -ENOMEM;
 }

@@ -53,3 +53,32 @@ int store_dir(const char *root, const char *owner, const char *name, char *out, 
  * returns how many. */
 size_t store_evict_pick(const struct store_entry *v, size_t n, unsigned long long max_bytes,
                         long long keep_ms, long long now_ms, size_t keep, size_t *out);
+
+/* ---- on disk. Every function takes the store's root; paths under it are
+ * made with store_dir. A directory of the store holds regular files only
+ * (no links, no directories), all written by corral. */
+
+/* Reads <dir>/index.json (not following a link, at most STORE_INDEX_MAX
+ * bytes) and checks that it names the session whose directory it is in. */
+int store_read(const char *root, const char *owner, const char *name, struct store_entry *e,
+               struct err *err);
+
+/* Writes e's index into its directory (made 0700 with its parents if
+ * missing) through a temporary file and a rename, after summing the sizes
+ * of the directory's other files into e->bytes. */
+int store_write(const char *root, struct store_entry *e, struct err *err);
+
+/* Removes a session's directory: its regular files, then itself. A
+ * directory that is not there is not an error. */
+int store_remove(const char *root, const char *owner, const char *name, struct err *err);
+
+/* Every session of the store whose index reads back (owner NULL: every
+ * client's), in *ret (malloc'd; each to store_entry_clear) and *n. One
+ * that does not is skipped with a warning that says why. */
+int store_list(const char *root, const char *owner, struct store_entry **ret, size_t *n);
+
+/* Applies the bounds (store_evict_pick) to the whole store, never evicting
+ * keep_owner's keep_name (NULL: none), logging each eviction. Returns how
+ * many sessions went, or a negative errno. */
+int store_enforce(const char *root, unsigned long long max_bytes, long long keep_ms,
+                  const char *keep_owner, const char *keep_name);

@@ -5,7 +5,12 @@
 
 #include "tap.h"
 
+#include <fcntl.h>
+#include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
 static const char good[] = "{\"format\":1,\"owner\":\"c-17\",\"name\":\"eda\",\"image\":"
                            "\"corral-data:latest\",\"saved_ms\":1764000000000,\"bytes\":18000000,"
@@ -134,10 +139,122 @@ static void evict_rows(void)
         is_int((long)k, 0, "an empty store");
 }
 
+/* A session's directory with one state file of `bytes` bytes, and its
+ * index saved at `saved_ms`. */
+static int put(const char *root, const char *owner, const char *name, size_t bytes,
+               long long saved_ms)
+{
+        char dir[512], path[600];
+        struct store_entry e = {0};
+        struct err err = {0};
+        if (store_dir(root, owner, name, dir, sizeof(dir)) < 0 || mkdir_parents(dir) < 0 ||
+            (mkdir(dir, 0700) < 0 && errno != EEXIST))
+                return -1;
+        snprintf(path, sizeof(path), "%s/state", dir);
+        FILE *f = fopen(path, "w");
+        if (!f)
+                return -1;
+        for (size_t i = 0; i < bytes; i++)
+                fputc('x', f);
+        fclose(f);
+        snprintf(e.owner, sizeof(e.owner), "%s", owner);
+        snprintf(e.name, sizeof(e.name), "%s", name);
+        snprintf(e.image, sizeof(e.image), "corral-data:latest");
+        e.saved_ms = saved_ms;
+        int r = store_write(root, &e, &err);
+        if (r < 0)
+                diag("store_write: %s", err.msg);
+        store_entry_clear(&e);
+        return r;
+}
+
+static long long wall_now(void)
+{
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void disk_rows(void)
+{
+        char root[] = "/tmp/corral-store-XXXXXX", path[600], dir[512];
+        if (!mkdtemp(root)) {
+                skip(12, "no temporary directory");
+                return;
+        }
+        long long now = wall_now();
+        ok(put(root, "", "a", 100, now - 5000) == 0 &&
+               put(root, "c-1", "b", 200, now - 4000) == 0 &&
+               put(root, "c-1", "c", 300, now - 3000) == 0,
+           "three sessions of two clients written");
+        struct store_entry e;
+        struct err err = {0};
+        is_int(store_read(root, "c-1", "c", &e, &err), 0, "one reads back (%s)", err.msg);
+        ok(e.bytes == 300 && e.saved_ms == now - 3000, "with its files' size and its time");
+        store_entry_clear(&e);
+        struct store_entry *v;
+        size_t n;
+        ok(store_list(root, "c-1", &v, &n) == 0 && n == 2, "a client lists its own two");
+        for (size_t i = 0; i < n; i++)
+                store_entry_clear(&v[i]);
+        free(v);
+        ok(store_list(root, NULL, &v, &n) == 0 && n == 3, "the whole store: three");
+        for (size_t i = 0; i < n; i++)
+                store_entry_clear(&v[i]);
+        free(v);
+        /* An index copied into another session's directory names the
+         * wrong session: refused. A link in place of an index: refused. */
+        store_dir(root, "c-1", "b", dir, sizeof(dir));
+        snprintf(path, sizeof(path), "%s/index.json", dir);
+        char other[600];
+        store_dir(root, "", "a", other, sizeof(other));
+        strcat(other, "/index.json");
+        unlink(path);
+        ok(symlink(other, path) == 0 && store_read(root, "c-1", "b", &e, &err) < 0,
+           "an index that is a link is not read (%s)", err.msg);
+        unlink(path);
+        int fd = open(path, O_WRONLY | O_CREAT, 0600);
+        FILE *src = fopen(other, "r");
+        char buf[1024];
+        size_t k = src ? fread(buf, 1, sizeof(buf), src) : 0;
+        if (src)
+                fclose(src);
+        ok(fd >= 0 && write(fd, buf, k) == (ssize_t)k && close(fd) == 0 &&
+               store_read(root, "c-1", "b", &e, &err) < 0 && strstr(err.msg, "another session"),
+           "an index of another session is refused (%s)", err.msg);
+        ok(store_list(root, NULL, &v, &n) == 0 && n == 2, "and skipped by the listing");
+        for (size_t i = 0; i < n; i++)
+                store_entry_clear(&v[i]);
+        free(v);
+        ok(put(root, "c-1", "b", 200, now - 4000) == 0, "written again");
+        /* Bounds: 600 bytes in all; at most 450 keeps the newest two, but the
+         * oldest is being resumed, so the next oldest goes. */
+        struct store_entry gone;
+        is_int(store_enforce(root, 450, 0, "", "a"), 1, "a full store evicts one");
+        ok(store_read(root, "", "a", &e, &err) == 0 &&
+               store_read(root, "c-1", "b", &gone, &err) < 0,
+           "not the one being resumed (the oldest), the next oldest");
+        store_entry_clear(&e);
+        is_int(store_enforce(root, 0, 3500, NULL, NULL), 1, "older than keep_ms: one more goes");
+        ok(store_read(root, "c-1", "c", &e, &err) == 0, "the newest stays");
+        store_entry_clear(&e);
+        ok(store_remove(root, "c-1", "c", &err) == 0 && store_remove(root, "c-1", "c", &err) == 0 &&
+               access(dir, F_OK) < 0,
+           "removed, twice without an error, and gone");
+        store_enforce(root, 1, 0, NULL, NULL);
+        ok(store_list(root, NULL, &v, &n) == 0 && n == 0, "an emptied store lists nothing");
+        free(v);
+        char cmd[600];
+        snprintf(cmd, sizeof(cmd), "rm -rf %s", root);
+        if (system(cmd) != 0)
+                diag("could not remove %s", root);
+}
+
 int main(void)
 {
         index_rows();
         dir_rows();
         evict_rows();
+        disk_rows();
         return done_testing();
 }
