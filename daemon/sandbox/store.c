@@ -1,5 +1,6 @@
 #include "sandbox/store.h"
 
+#include "core/buf.h"
 #include "core/log.h"
 
 #include <dirent.h>
@@ -87,7 +88,19 @@ int store_index_parse(const char *text, size_t len, struct store_entry *e, struc
                *saved = json_object_get(root, "saved_ms"), *bytes = json_object_get(root, "bytes"),
                *grant = json_object_get(root, "grant"), *network = json_object_get(root, "network");
         struct err ne = {0};
-        const char *bad = NULL;
+        const char *bad = NULL, *key;
+        json_t *val;
+        json_object_foreach(root, key, val)
+        {
+                static const char *const known[] = {"format",   "owner", "name",  "image",
+                                                    "saved_ms", "bytes", "grant", "network"};
+                bool found = false;
+                for (size_t i = 0; i < ARRAY_SIZE(known) && !found; i++)
+                        found = strcmp(key, known[i]) == 0;
+                if (!found)
+                        return err_set(err, ERR_INVALID, -EINVAL,
+                                       "index has a field corral does not write");
+        }
         if (!json_is_integer(format) || json_integer_value(format) != STORE_FORMAT)
                 bad = "format";
         else if (!json_is_string(owner) ||
@@ -95,7 +108,9 @@ int store_index_parse(const char *text, size_t len, struct store_entry *e, struc
                 bad = "owner";
         else if (!json_is_string(name) ||
                  strlen(json_string_value(name)) != json_string_length(name) ||
-                 session_name_check(json_string_value(name), &ne) < 0)
+                 session_name_check(json_string_value(name), &ne) < 0 ||
+                 strcmp(json_string_value(name), ".") == 0 ||
+                 strcmp(json_string_value(name), "..") == 0)
                 bad = "name";
         else if (!json_is_string(image) ||
                  !image_ok(json_string_value(image), json_string_length(image)))
@@ -132,6 +147,14 @@ char *store_index_format(const struct store_entry *e)
         return root ? json_dumps(root, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
 }
 
+static void owner_hex(const char *owner, char *hex)
+{
+        hex[0] = '_';
+        hex[1] = '\0';
+        for (size_t i = 0; owner[i]; i++)
+                snprintf(hex + 2 * i, 3, "%02x", (unsigned char)owner[i]);
+}
+
 int store_dir(const char *root, const char *owner, const char *name, char *out, size_t size)
 {
         struct err e = {0};
@@ -142,9 +165,8 @@ int store_dir(const char *root, const char *owner, const char *name, char *out, 
                 return -EINVAL;
         /* Hex: an owner may hold '/', '.' or anything printable; a
          * directory name of [0-9a-f] or "_" holds none of them. */
-        char hex[2 * SESSION_OWNER_MAX + 1] = "_";
-        for (size_t i = 0; owner[i]; i++)
-                snprintf(hex + 2 * i, 3, "%02x", (unsigned char)owner[i]);
+        char hex[2 * SESSION_OWNER_MAX + 1];
+        owner_hex(owner, hex);
         int n = snprintf(out, size, "%s/%s/%s", root, hex, name);
         return n < 0 || (size_t)n >= size ? -ENAMETOOLONG : 0;
 }
@@ -156,8 +178,8 @@ size_t store_evict_pick(const struct store_entry *v, size_t n, unsigned long lon
          * sessions of one store), ties by position. */
         unsigned long long total = 0;
         size_t k = 0;
-        for (size_t i = 0; i < n; i++)
-                total += v[i].bytes;
+        for (size_t i = 0; i < n; i++) /* saturating: sizes come from indexes read back */
+                total = total + v[i].bytes < total ? ~0ULL : total + v[i].bytes;
         for (;;) {
                 size_t oldest = n;
                 for (size_t i = 0; i < n; i++) {
@@ -176,160 +198,284 @@ size_t store_evict_pick(const struct store_entry *v, size_t n, unsigned long lon
                 if (!too_old && !too_big)
                         break;
                 out[k++] = oldest;
-                total -= v[oldest].bytes;
+                if (total != ~0ULL)
+                        total -= v[oldest].bytes;
         }
         return k;
 }
 
-/* ---- on disk */
+/* ---- on disk
+ *
+ * Below the root, every step is taken from a directory descriptor with
+ * O_NOFOLLOW and checked to be a directory of ours: another user of a
+ * shared store, or anything that wrote into it, cannot point corral at a
+ * directory elsewhere through a link. */
+
+#define ORPHAN_MS (3600LL * 1000) /* a directory without an index, left this long, is reaped */
+
+/* A directory `name` under dirfd (made 0700 when create), or -errno;
+ * -ENOTDIR for anything but a directory of this user's. */
+static int open_dir_at(int dirfd, const char *name, bool create)
+{
+        if (create && mkdirat(dirfd, name, 0700) < 0 && errno != EEXIST)
+                return -errno;
+        int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0)
+                return errno == ELOOP ? -ENOTDIR : -errno;
+        struct stat st;
+        if (fstat(fd, &st) < 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid()) {
+                close(fd);
+                return -ENOTDIR;
+        }
+        return fd;
+}
+
+/* The owner's directory (create: made with the root), or -errno. */
+static int open_owner(const char *root, const char *owner, bool create)
+{
+        char hex[2 * SESSION_OWNER_MAX + 1];
+        if (!owner_ok(owner, strlen(owner)))
+                return -EINVAL;
+        owner_hex(owner, hex);
+        if (create) {
+                char probe[PATH_MAX];
+                int n = snprintf(probe, sizeof(probe), "%s/x", root);
+                if (n < 0 || (size_t)n >= sizeof(probe))
+                        return -ENAMETOOLONG;
+                int r = mkdir_parents(probe);
+                if (r < 0)
+                        return r;
+        }
+        int rfd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (rfd < 0)
+                return -errno;
+        int fd = open_dir_at(rfd, hex, create);
+        close(rfd);
+        return fd;
+}
+
+static bool dir_name_ok(const char *name)
+{
+        struct err e = {0};
+        return session_name_check(name, &e) == 0 && strcmp(name, ".") != 0 &&
+               strcmp(name, "..") != 0;
+}
+
+/* A session's directory, and its owner's in *ret_ofd when asked; -errno. */
+static int open_session(const char *root, const char *owner, const char *name, bool create,
+                        int *ret_ofd)
+{
+        if (!dir_name_ok(name))
+                return -EINVAL;
+        int ofd = open_owner(root, owner, create);
+        if (ofd < 0)
+                return ofd;
+        int fd = open_dir_at(ofd, name, create);
+        if (fd < 0 || !ret_ofd)
+                close(ofd);
+        else
+                *ret_ofd = ofd;
+        return fd;
+}
+
+static void printable(const char *s, char *out, size_t size)
+{
+        str_printable(s, out, size);
+}
 
 int store_read(const char *root, const char *owner, const char *name, struct store_entry *e,
                struct err *err)
 {
-        char dir[PATH_MAX], path[PATH_MAX + 32], text[STORE_INDEX_MAX + 1];
+        char text[STORE_INDEX_MAX + 1], shown[80];
         memset(e, 0, sizeof(*e));
-        int r = store_dir(root, owner, name, dir, sizeof(dir));
-        if (r < 0)
-                return err_set(err, ERR_INVALID, r, "no store directory for session \"%s\"", name);
-        snprintf(path, sizeof(path), "%s/" STORE_INDEX, dir);
-        int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+        printable(name, shown, sizeof(shown));
+        int dfd = open_session(root, owner, name, false, NULL);
+        if (dfd < 0)
+                return err_set(err, dfd == -ENOENT ? ERR_REFUSED : ERR_INTERNAL, dfd,
+                               "session \"%s\": no store directory (%s)", shown, strerror(-dfd));
+        int fd = openat(dfd, STORE_INDEX, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+        int r = fd < 0 ? -errno : 0;
+        close(dfd);
         if (fd < 0)
-                return err_set(err, errno == ENOENT ? ERR_REFUSED : ERR_INTERNAL, -errno,
-                               "cannot open %s: %s", path, strerror(errno));
+                return err_set(err, r == -ENOENT ? ERR_REFUSED : ERR_INTERNAL, r,
+                               "session \"%s\": cannot open its index (%s)", shown, strerror(-r));
         struct stat st;
-        ssize_t got = 0;
+        size_t got = 0;
         if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size > STORE_INDEX_MAX) {
                 close(fd);
                 return err_set(err, ERR_INVALID, -EINVAL,
-                               "%s is not an index (a regular file of "
-                               "at most %d bytes)",
-                               path, STORE_INDEX_MAX);
+                               "session \"%s\": its index is not a regular file of at most %d "
+                               "bytes",
+                               shown, STORE_INDEX_MAX);
         }
-        while ((size_t)got < sizeof(text)) {
-                ssize_t k = read(fd, text + got, sizeof(text) - (size_t)got);
+        while (got < sizeof(text)) {
+                ssize_t k = read(fd, text + got, sizeof(text) - got);
                 if (k < 0 && errno == EINTR)
                         continue;
                 if (k <= 0)
                         break;
-                got += k;
+                got += (size_t)k;
         }
         close(fd);
-        if ((size_t)got > STORE_INDEX_MAX)
-                return err_set(err, ERR_INVALID, -EINVAL, "%s grew past %d bytes", path,
-                               STORE_INDEX_MAX);
         struct err pe = {0};
-        if (store_index_parse(text, (size_t)got, e, &pe) < 0)
-                return err_set(err, ERR_INVALID, -EINVAL, "%s: %s", path, pe.msg);
+        if (store_index_parse(text, got, e, &pe) < 0)
+                return err_set(err, ERR_INVALID, -EINVAL, "session \"%s\": %s", shown, pe.msg);
         if (strcmp(e->owner, owner) != 0 || strcmp(e->name, name) != 0) {
                 store_entry_clear(e);
                 return err_set(err, ERR_INVALID, -EINVAL,
-                               "%s names another session than the one whose directory it is in",
-                               path);
+                               "session \"%s\": its index names another session than the one "
+                               "whose directory it is in",
+                               shown);
         }
         return 0;
 }
 
-/* The sizes of the regular files in dir but the index; -errno. */
-static long long dir_bytes(const char *dir)
+/* The space the regular files in dfd take but the index (blocks, not
+ * apparent sizes: a sparse file costs what it holds), at most
+ * STORE_BYTES_LIMIT; -errno. */
+static long long dir_bytes(int dfd)
 {
-        DIR *d = opendir(dir);
-        if (!d)
-                return -errno;
-        long long total = 0;
+        int fd = dup(dfd);
+        DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+        if (!d) {
+                int r = -errno;
+                if (fd >= 0)
+                        close(fd);
+                return r;
+        }
+        unsigned long long total = 0;
         struct dirent *de;
         while ((de = readdir(d))) {
                 struct stat st;
-                if (de->d_name[0] == '.' || strcmp(de->d_name, STORE_INDEX) == 0)
+                if (strcmp(de->d_name, STORE_INDEX) == 0 || strncmp(de->d_name, ".index.", 7) == 0)
                         continue;
-                if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
-                    S_ISREG(st.st_mode))
-                        total += st.st_size;
+                if (fstatat(dfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode))
+                        total += (unsigned long long)st.st_blocks * 512;
+                if (total > STORE_BYTES_LIMIT)
+                        total = STORE_BYTES_LIMIT;
         }
         closedir(d);
-        return total;
+        return (long long)total;
+}
+
+static int write_all(int fd, const char *p, size_t len)
+{
+        while (len > 0) {
+                ssize_t k = write(fd, p, len);
+                if (k < 0 && errno == EINTR)
+                        continue;
+                if (k <= 0)
+                        return k < 0 ? -errno : -EIO;
+                p += k;
+                len -= (size_t)k;
+        }
+        return 0;
 }
 
 int store_write(const char *root, struct store_entry *e, struct err *err)
 {
-        char dir[PATH_MAX], path[PATH_MAX + 32], tmp[PATH_MAX + 32];
-        int r = store_dir(root, e->owner, e->name, dir, sizeof(dir));
-        if (r < 0)
-                return err_set(err, ERR_INVALID, r, "no store directory for session \"%s\"",
-                               e->name);
-        snprintf(path, sizeof(path), "%s/" STORE_INDEX, dir);
-        snprintf(tmp, sizeof(tmp), "%s/.%s.new", dir, STORE_INDEX);
-        if ((r = mkdir_parents(path)) < 0 || (mkdir(dir, 0700) < 0 && errno != EEXIST))
-                return err_set(err, ERR_INTERNAL, r < 0 ? r : -errno, "cannot make %s: %s", dir,
-                               strerror(r < 0 ? -r : errno));
-        long long bytes = dir_bytes(dir);
-        if (bytes < 0)
-                return err_set(err, ERR_INTERNAL, (int)bytes, "cannot read %s: %s", dir,
-                               strerror((int)-bytes));
+        char shown[80], tmp[64];
+        printable(e->name, shown, sizeof(shown));
+        int dfd = open_session(root, e->owner, e->name, true, NULL);
+        if (dfd < 0)
+                return err_set(err, ERR_INTERNAL, dfd,
+                               "session \"%s\": cannot make its store "
+                               "directory (%s)",
+                               shown, strerror(-dfd));
+        long long bytes = dir_bytes(dfd);
+        if (bytes < 0) {
+                close(dfd);
+                return err_set(err, ERR_INTERNAL, (int)bytes,
+                               "session \"%s\": cannot read its "
+                               "store directory (%s)",
+                               shown, strerror((int)-bytes));
+        }
         e->bytes = (unsigned long long)bytes;
         _cleanup_free_ char *text = store_index_format(e);
-        if (!text)
-                return err_set(err, ERR_INTERNAL, -ENOMEM, "out of memory");
-        int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
-        if (fd < 0)
-                return err_set(err, ERR_INTERNAL, -errno, "cannot write %s: %s", tmp,
-                               strerror(errno));
-        size_t len = strlen(text), done = 0;
-        while (done < len) {
-                ssize_t k = write(fd, text + done, len - done);
-                if (k < 0 && errno == EINTR)
-                        continue;
-                if (k <= 0)
+        struct store_entry check;
+        struct err pe = {0};
+        if (!text || store_index_parse(text, strlen(text), &check, &pe) < 0) {
+                close(dfd);
+                return err_set(err, ERR_INTERNAL, text ? -EINVAL : -ENOMEM,
+                               "session \"%s\": no index to write (%s)", shown,
+                               text ? pe.msg : "out of memory");
+        }
+        store_entry_clear(&check);
+        /* A name of its own (two services may save at once), made afresh. */
+        int fd = -1;
+        for (int tries = 0; fd < 0 && tries < 16; tries++) {
+                snprintf(tmp, sizeof(tmp), ".index.%d.%08x", (int)getpid(),
+                         (unsigned)(wall_ms() * 2654435761u + (unsigned)tries));
+                fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+                if (fd < 0 && errno != EEXIST)
                         break;
-                done += (size_t)k;
         }
-        int saved = errno;
-        if (done < len || fsync(fd) < 0 || close(fd) < 0) {
-                if (done < len)
-                        errno = saved ? saved : EIO;
-                int e2 = errno;
-                unlink(tmp);
-                return err_set(err, ERR_INTERNAL, -e2, "cannot write %s: %s", tmp, strerror(e2));
+        if (fd < 0) {
+                int r = -errno;
+                close(dfd);
+                return err_set(err, ERR_INTERNAL, r, "session \"%s\": cannot write its index (%s)",
+                               shown, strerror(-r));
         }
-        if (rename(tmp, path) < 0) {
-                int e2 = errno;
-                unlink(tmp);
-                return err_set(err, ERR_INTERNAL, -e2, "cannot rename %s: %s", tmp, strerror(e2));
-        }
+        int r = write_all(fd, text, strlen(text));
+        if (r == 0 && fsync(fd) < 0)
+                r = -errno;
+        if (close(fd) < 0 && r == 0)
+                r = -errno;
+        if (r == 0 && renameat(dfd, tmp, dfd, STORE_INDEX) < 0)
+                r = -errno;
+        if (r < 0)
+                unlinkat(dfd, tmp, 0);
+        else
+                fsync(dfd);
+        close(dfd);
+        if (r < 0)
+                return err_set(err, ERR_INTERNAL, r, "session \"%s\": cannot write its index (%s)",
+                               shown, strerror(-r));
         return 0;
 }
 
 int store_remove(const char *root, const char *owner, const char *name, struct err *err)
 {
-        char dir[PATH_MAX];
-        int r = store_dir(root, owner, name, dir, sizeof(dir));
-        if (r < 0)
-                return err_set(err, ERR_INVALID, r, "no store directory for session \"%s\"", name);
-        int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+        char shown[80];
+        printable(name, shown, sizeof(shown));
+        int ofd = -1, dfd = open_session(root, owner, name, false, &ofd);
+        if (dfd == -ENOENT)
+                return 0;
         if (dfd < 0)
-                return errno == ENOENT ? 0
-                                       : err_set(err, ERR_INTERNAL, -errno, "cannot open %s: %s",
-                                                 dir, strerror(errno));
+                return err_set(err, ERR_INTERNAL, dfd,
+                               "session \"%s\": cannot open its store "
+                               "directory (%s)",
+                               shown, strerror(-dfd));
         DIR *d = fdopendir(dfd);
         if (!d) {
+                int r = -errno;
                 close(dfd);
-                return err_set(err, ERR_INTERNAL, -errno, "cannot read %s: %s", dir,
-                               strerror(errno));
+                close(ofd);
+                return err_set(err, ERR_INTERNAL, r,
+                               "session \"%s\": cannot read its store "
+                               "directory (%s)",
+                               shown, strerror(-r));
         }
         struct dirent *de;
         int failed = 0;
         while ((de = readdir(d))) {
                 if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
                         continue;
-                /* Never into a directory (the store makes none in a session's):
-                 * unlinkat without AT_REMOVEDIR fails on one, and a link goes
-                 * itself, not what it points to. */
-                if (unlinkat(dfd, de->d_name, 0) < 0 && errno != ENOENT)
+                /* The index first is not possible in readdir order; whatever
+                 * order, a directory left half removed has no index at the end
+                 * or soon after, and store_enforce reaps it. Never into a
+                 * directory: unlinkat without AT_REMOVEDIR fails on one, and a
+                 * link goes itself, not what it points to. */
+                if (unlinkat(dirfd(d), de->d_name, 0) < 0 && errno != ENOENT)
                         failed = errno;
         }
         closedir(d);
-        if (rmdir(dir) < 0 && errno != ENOENT)
-                return err_set(err, ERR_INTERNAL, -(failed ? failed : errno),
-                               "cannot remove %s: %s", dir, strerror(failed ? failed : errno));
+        int r = unlinkat(ofd, name, AT_REMOVEDIR) < 0 && errno != ENOENT ? -errno : 0;
+        close(ofd);
+        if (r < 0 || failed)
+                return err_set(err, ERR_INTERNAL, r < 0 ? r : -failed,
+                               "session \"%s\": cannot remove its store directory (%s)", shown,
+                               strerror(r < 0 ? -r : failed));
         return 0;
 }
 
@@ -355,21 +501,39 @@ static int owner_of_dir(const char *hex, char *out, size_t size)
         return owner_ok(out, len / 2) ? 0 : -EINVAL;
 }
 
-static int list_owner(const char *root, const char *owner, struct store_entry **v, size_t *n,
-                      size_t *cap)
+/* Reads one owner's sessions into *v; with reap, also removes directories
+ * without an index left for ORPHAN_MS (a removal or a save cut short).
+ * -ENOMEM only: whatever else is wrong is skipped with a warning. */
+static int list_owner(const char *root, const char *owner, bool reap, struct store_entry **v,
+                      size_t *n, size_t *cap)
 {
-        char dir[PATH_MAX];
-        if (store_dir(root, owner, "x", dir, sizeof(dir)) < 0)
-                return -EINVAL;
-        dir[strlen(dir) - 2] = '\0'; /* the owner's directory */
-        DIR *d = opendir(dir);
-        if (!d)
-                return errno == ENOENT ? 0 : -errno;
+        char shown[80];
+        int ofd = open_owner(root, owner, false);
+        if (ofd < 0) {
+                if (ofd != -ENOENT) {
+                        printable(owner, shown, sizeof(shown));
+                        log_warn("session store %s: skipping client \"%s\": %s", root, shown,
+                                 strerror(-ofd));
+                }
+                return 0;
+        }
+        DIR *d = fdopendir(ofd);
+        if (!d) {
+                close(ofd);
+                return 0;
+        }
         struct dirent *de;
         while ((de = readdir(d))) {
                 struct err e = {0};
-                if (de->d_name[0] == '.' && (!de->d_name[1] || strcmp(de->d_name, "..") == 0))
+                struct stat st;
+                if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
                         continue;
+                printable(de->d_name, shown, sizeof(shown));
+                if (!dir_name_ok(de->d_name)) {
+                        log_warn("session store %s: skipping \"%s\": not a session name", root,
+                                 shown);
+                        continue;
+                }
                 if (*n == *cap) {
                         size_t c = *cap ? 2 * *cap : 16;
                         struct store_entry *nv = realloc(*v, c * sizeof(**v));
@@ -380,38 +544,67 @@ static int list_owner(const char *root, const char *owner, struct store_entry **
                         *v = nv;
                         *cap = c;
                 }
-                if (store_read(root, owner, de->d_name, &(*v)[*n], &e) < 0) {
-                        log_warn("session store: skipping %s/%s: %s", dir, de->d_name, e.msg);
+                if (store_read(root, owner, de->d_name, &(*v)[*n], &e) == 0) {
+                        /* The size is what the directory holds now, not what
+                         * its index says: an index another wrote could claim
+                         * enough to evict every other session. */
+                        int sfd = open_dir_at(dirfd(d), de->d_name, false);
+                        long long bytes = sfd >= 0 ? dir_bytes(sfd) : -1;
+                        if (sfd >= 0)
+                                close(sfd);
+                        if (bytes >= 0)
+                                (*v)[*n].bytes = (unsigned long long)bytes;
+                        (*n)++;
                         continue;
                 }
-                (*n)++;
+                if (reap && fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+                    S_ISDIR(st.st_mode) && wall_ms() - (long long)st.st_mtime * 1000 > ORPHAN_MS) {
+                        int sfd = open_dir_at(dirfd(d), de->d_name, false);
+                        bool has_index =
+                            sfd >= 0 && faccessat(sfd, STORE_INDEX, F_OK, AT_SYMLINK_NOFOLLOW) == 0;
+                        if (sfd >= 0)
+                                close(sfd);
+                        struct err re = {0};
+                        if (sfd >= 0 && !has_index &&
+                            store_remove(root, owner, de->d_name, &re) == 0) {
+                                log_event(LOG_INFO, "store",
+                                          "removed \"%s\", a session directory without an index "
+                                          "(a save or a removal cut short)",
+                                          shown);
+                                continue;
+                        }
+                }
+                log_warn("session store %s: skipping: %s", root, e.msg);
         }
         closedir(d);
         return 0;
 }
 
-int store_list(const char *root, const char *owner, struct store_entry **ret, size_t *ret_n)
+static int list_all(const char *root, const char *owner, bool reap, struct store_entry **ret,
+                    size_t *ret_n)
 {
         struct store_entry *v = NULL;
         size_t n = 0, cap = 0;
         int r = 0;
         if (owner) {
-                r = list_owner(root, owner, &v, &n, &cap);
+                r = list_owner(root, owner, reap, &v, &n, &cap);
         } else {
                 DIR *d = opendir(root);
                 struct dirent *de;
                 if (!d && errno != ENOENT)
                         r = -errno;
                 while (d && r >= 0 && (de = readdir(d))) {
-                        char who[SESSION_OWNER_MAX + 1];
-                        if (de->d_name[0] == '.')
+                        char who[SESSION_OWNER_MAX + 1], shown[80];
+                        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
                                 continue;
                         if (owner_of_dir(de->d_name, who, sizeof(who)) < 0) {
-                                log_warn("session store: skipping %s/%s: not a client's directory",
-                                         root, de->d_name);
+                                printable(de->d_name, shown, sizeof(shown));
+                                log_warn("session store %s: skipping \"%s\": not a client's "
+                                         "directory",
+                                         root, shown);
                                 continue;
                         }
-                        r = list_owner(root, who, &v, &n, &cap);
+                        r = list_owner(root, who, reap, &v, &n, &cap);
                 }
                 if (d)
                         closedir(d);
@@ -427,12 +620,17 @@ int store_list(const char *root, const char *owner, struct store_entry **ret, si
         return 0;
 }
 
+int store_list(const char *root, const char *owner, struct store_entry **ret, size_t *ret_n)
+{
+        return list_all(root, owner, false, ret, ret_n);
+}
+
 int store_enforce(const char *root, unsigned long long max_bytes, long long keep_ms,
                   const char *keep_owner, const char *keep_name)
 {
         struct store_entry *v;
         size_t n, keep;
-        int r = store_list(root, NULL, &v, &n);
+        int r = list_all(root, NULL, true, &v, &n);
         if (r < 0)
                 return r;
         for (keep = 0; keep < n; keep++)
@@ -444,17 +642,28 @@ int store_enforce(const char *root, unsigned long long max_bytes, long long keep
         int gone = 0;
         for (size_t i = 0; i < k; i++) {
                 const struct store_entry *e = &v[out[i]];
+                struct store_entry now;
                 struct err err = {0};
+                char shown_o[80];
+                /* Saved again since the listing (by another service, say):
+                 * not the session that was judged. */
+                if (store_read(root, e->owner, e->name, &now, &err) < 0)
+                        continue;
+                bool same = now.saved_ms == e->saved_ms;
+                store_entry_clear(&now);
+                if (!same)
+                        continue;
                 if (store_remove(root, e->owner, e->name, &err) < 0) {
                         log_warn("session store: cannot evict session \"%s\": %s", e->name,
                                  err.msg);
                         continue;
                 }
                 gone++;
+                printable(e->owner, shown_o, sizeof(shown_o));
                 log_event(LOG_INFO, "store",
                           "evicted hibernated session \"%s\" of client \"%s\" (%llu bytes, saved "
                           "%lld s ago): %s",
-                          e->name, e->owner, e->bytes, (wall_ms() - e->saved_ms) / 1000,
+                          e->name, shown_o, e->bytes, (wall_ms() - e->saved_ms) / 1000,
                           keep_ms > 0 && wall_ms() - e->saved_ms > keep_ms
                               ? "older than the store keeps sessions"
                               : "the store was over its size bound");

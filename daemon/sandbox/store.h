@@ -54,31 +54,37 @@ int store_dir(const char *root, const char *owner, const char *name, char *out, 
 size_t store_evict_pick(const struct store_entry *v, size_t n, unsigned long long max_bytes,
                         long long keep_ms, long long now_ms, size_t keep, size_t *out);
 
-/* ---- on disk. Every function takes the store's root; paths under it are
- * made with store_dir. A directory of the store holds regular files only
- * (no links, no directories), all written by corral. */
+/* ---- on disk. Every function takes the store's root; below it each
+ * step is opened from a directory descriptor without following a link,
+ * and must be a directory of this user's. A session's directory holds
+ * regular files only, all written by corral. */
 
-/* Reads <dir>/index.json (not following a link, at most STORE_INDEX_MAX
- * bytes) and checks that it names the session whose directory it is in. */
+/* Reads the session's index (not a link, at most STORE_INDEX_MAX bytes)
+ * and checks that it names the session whose directory it is in. */
 int store_read(const char *root, const char *owner, const char *name, struct store_entry *e,
                struct err *err);
 
 /* Writes e's index into its directory (made 0700 with its parents if
- * missing) through a temporary file and a rename, after summing the sizes
- * of the directory's other files into e->bytes. */
+ * missing) through a file of its own name, fsync and a rename, after
+ * setting e->bytes to the space the directory's other files take. */
 int store_write(const char *root, struct store_entry *e, struct err *err);
 
-/* Removes a session's directory: its regular files, then itself. A
- * directory that is not there is not an error. */
+/* Removes a session's directory: its entries (never entering one), then
+ * itself. A directory that is not there is not an error. */
 int store_remove(const char *root, const char *owner, const char *name, struct err *err);
 
 /* Every session of the store whose index reads back (owner NULL: every
- * client's), in *ret (malloc'd; each to store_entry_clear) and *n. One
- * that does not is skipped with a warning that says why. */
+ * client's), in *ret (malloc'd; each to store_entry_clear) and *n, each
+ * with the space its directory takes now (not what its index says). What
+ * does not read back is skipped with a warning that says why; only
+ * -ENOMEM, or an unreadable root, fails. */
 int store_list(const char *root, const char *owner, struct store_entry **ret, size_t *n);
 
 /* Applies the bounds (store_evict_pick) to the whole store, never evicting
- * keep_owner's keep_name (NULL: none), logging each eviction. Returns how
- * many sessions went, or a negative errno. */
+ * keep_owner's keep_name (NULL: none) nor a session saved again since it
+ * was listed, logging each eviction; removes session directories left
+ * without an index for an hour (a save or a removal cut short). Returns
+ * how many sessions were evicted, or a negative errno. Two services
+ * evicting at once can still race (no lock is taken). */
 int store_enforce(const char *root, unsigned long long max_bytes, long long keep_ms,
                   const char *keep_owner, const char *keep_name);

@@ -32,7 +32,11 @@ static void index_rows(void)
         ok(e.saved_ms == 1764000000000LL && e.bytes == 18000000ULL, "its time and size");
         ok(json_array_size(e.grant) == 1 && e.network == NULL, "its grant; no network");
         char *again = store_index_format(&e);
-        ok(again && strcmp(again, good) != 0, "formatted again (keys sorted)");
+        is_str(again,
+               "{\"bytes\":18000000,\"format\":1,\"grant\":[\"github\"],\"image\":"
+               "\"corral-data:latest\",\"name\":\"eda\",\"network\":null,\"owner\":\"c-1"
+               "7\",\"saved_ms\":1764000000000}",
+               "formatted again, keys sorted");
         struct store_entry f;
         is_int(parse(again, &f, &err), 0, "and that parses");
         char *third = store_index_format(&f);
@@ -175,62 +179,91 @@ static long long wall_now(void)
         return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static void disk_rows(void)
+static size_t count_all(const char *root, const char *owner)
 {
-        char root[] = "/tmp/corral-store-XXXXXX", path[600], dir[512];
-        if (!mkdtemp(root)) {
-                skip(12, "no temporary directory");
-                return;
-        }
-        long long now = wall_now();
-        ok(put(root, "", "a", 100, now - 5000) == 0 &&
-               put(root, "c-1", "b", 200, now - 4000) == 0 &&
-               put(root, "c-1", "c", 300, now - 3000) == 0,
-           "three sessions of two clients written");
-        struct store_entry e;
-        struct err err = {0};
-        is_int(store_read(root, "c-1", "c", &e, &err), 0, "one reads back (%s)", err.msg);
-        ok(e.bytes == 300 && e.saved_ms == now - 3000, "with its files' size and its time");
-        store_entry_clear(&e);
         struct store_entry *v;
         size_t n;
-        ok(store_list(root, "c-1", &v, &n) == 0 && n == 2, "a client lists its own two");
+        if (store_list(root, owner, &v, &n) < 0)
+                return (size_t)-1;
         for (size_t i = 0; i < n; i++)
                 store_entry_clear(&v[i]);
         free(v);
-        ok(store_list(root, NULL, &v, &n) == 0 && n == 3, "the whole store: three");
-        for (size_t i = 0; i < n; i++)
-                store_entry_clear(&v[i]);
-        free(v);
-        /* An index copied into another session's directory names the
-         * wrong session: refused. A link in place of an index: refused. */
+        return n;
+}
+
+static void write_text(const char *path, const char *text)
+{
+        FILE *f = fopen(path, "w");
+        if (f) {
+                fputs(text, f);
+                fclose(f);
+        }
+}
+
+#define KB4 4096 /* a block: sizes are counted in the blocks files take */
+
+static void disk_rows(const char *root, const char *victim)
+{
+        char path[700], dir[512], other[800];
+        long long now = wall_now();
+        ok(put(root, "", "a", KB4, now - 5000) == 0 &&
+               put(root, "c-1", "b", 2 * KB4, now - 4000) == 0 &&
+               put(root, "c-1", "c", 3 * KB4, now - 3000) == 0,
+           "three sessions of two clients written");
+        struct store_entry e, gone;
+        struct err err = {0};
+        is_int(store_read(root, "c-1", "c", &e, &err), 0, "one reads back (%s)", err.msg);
+        ok(e.bytes == 3 * KB4 && e.saved_ms == now - 3000, "with its files' size and its time");
+        store_entry_clear(&e);
+        is_int((long)count_all(root, "c-1"), 2, "a client lists its own two");
+        is_int((long)count_all(root, NULL), 3, "the whole store: three");
+
+        /* A link in place of an index, to a good index of this very session
+         * kept elsewhere: not followed. */
         store_dir(root, "c-1", "b", dir, sizeof(dir));
         snprintf(path, sizeof(path), "%s/index.json", dir);
-        char other[600];
-        store_dir(root, "", "a", other, sizeof(other));
-        strcat(other, "/index.json");
-        unlink(path);
-        ok(symlink(other, path) == 0 && store_read(root, "c-1", "b", &e, &err) < 0,
-           "an index that is a link is not read (%s)", err.msg);
-        unlink(path);
-        int fd = open(path, O_WRONLY | O_CREAT, 0600);
-        FILE *src = fopen(other, "r");
+        snprintf(other, sizeof(other), "%s/b-index.json", victim);
+        FILE *src = fopen(path, "r");
         char buf[1024];
-        size_t k = src ? fread(buf, 1, sizeof(buf), src) : 0;
+        size_t k = src ? fread(buf, 1, sizeof(buf) - 1, src) : 0;
         if (src)
                 fclose(src);
-        ok(fd >= 0 && write(fd, buf, k) == (ssize_t)k && close(fd) == 0 &&
-               store_read(root, "c-1", "b", &e, &err) < 0 && strstr(err.msg, "another session"),
+        buf[k] = '\0';
+        write_text(other, buf);
+        unlink(path);
+        ok(symlink(other, path) == 0 && store_read(root, "c-1", "b", &e, &err) < 0,
+           "an index that is a link is not followed (%s)", err.msg);
+        /* An index of another session copied in: refused, and skipped. */
+        unlink(path);
+        store_dir(root, "", "a", other, sizeof(other));
+        strcat(other, "/index.json");
+        src = fopen(other, "r");
+        k = src ? fread(buf, 1, sizeof(buf) - 1, src) : 0;
+        if (src)
+                fclose(src);
+        buf[k] = '\0';
+        write_text(path, buf);
+        ok(store_read(root, "c-1", "b", &e, &err) < 0 && strstr(err.msg, "another session"),
            "an index of another session is refused (%s)", err.msg);
-        ok(store_list(root, NULL, &v, &n) == 0 && n == 2, "and skipped by the listing");
-        for (size_t i = 0; i < n; i++)
-                store_entry_clear(&v[i]);
-        free(v);
-        ok(put(root, "c-1", "b", 200, now - 4000) == 0, "written again");
-        /* Bounds: 600 bytes in all; at most 450 keeps the newest two, but the
+        is_int((long)count_all(root, NULL), 2, "and skipped by the listing");
+        ok(put(root, "c-1", "b", 2 * KB4, now - 4000) == 0, "written again");
+
+        /* An index that claims far more than its directory holds does not
+         * make the others go: sizes are read from the directory. */
+        store_dir(root, "c-1", "c", dir, sizeof(dir));
+        snprintf(path, sizeof(path), "%s/index.json", dir);
+        char claim[512];
+        snprintf(claim, sizeof(claim),
+                 "{\"bytes\":1125899906842624,\"format\":1,\"image\":\"i\",\"name\":\"c\","
+                 "\"owner\":\"c-1\",\"saved_ms\":%lld}",
+                 now - 3000);
+        write_text(path, claim);
+        is_int(store_enforce(root, 7 * KB4, 0, NULL, NULL), 0,
+               "an index claiming 1 PiB: nothing evicted (6 blocks held, 7 allowed)");
+
+        /* Bounds: 6 blocks in all; at most 5 keeps the newest two, but the
          * oldest is being resumed, so the next oldest goes. */
-        struct store_entry gone;
-        is_int(store_enforce(root, 450, 0, "", "a"), 1, "a full store evicts one");
+        is_int(store_enforce(root, 5 * KB4, 0, "", "a"), 1, "a full store evicts one");
         ok(store_read(root, "", "a", &e, &err) == 0 &&
                store_read(root, "c-1", "b", &gone, &err) < 0,
            "not the one being resumed (the oldest), the next oldest");
@@ -238,16 +271,65 @@ static void disk_rows(void)
         is_int(store_enforce(root, 0, 3500, NULL, NULL), 1, "older than keep_ms: one more goes");
         ok(store_read(root, "c-1", "c", &e, &err) == 0, "the newest stays");
         store_entry_clear(&e);
+        store_dir(root, "c-1", "c", dir, sizeof(dir));
         ok(store_remove(root, "c-1", "c", &err) == 0 && store_remove(root, "c-1", "c", &err) == 0 &&
                access(dir, F_OK) < 0,
            "removed, twice without an error, and gone");
-        store_enforce(root, 1, 0, NULL, NULL);
-        ok(store_list(root, NULL, &v, &n) == 0 && n == 0, "an emptied store lists nothing");
-        free(v);
-        char cmd[600];
-        snprintf(cmd, sizeof(cmd), "rm -rf %s", root);
-        if (system(cmd) != 0)
-                diag("could not remove %s", root);
+
+        /* A directory without an index: a save in progress stays, one left
+         * an hour ago is reaped. */
+        store_dir(root, "c-1", "young", dir, sizeof(dir));
+        mkdir(dir, 0700);
+        store_dir(root, "c-1", "old", path, sizeof(path));
+        mkdir(path, 0700);
+        snprintf(other, sizeof(other), "%s/state", path);
+        write_text(other, "half");
+        struct timespec old[2] = {{.tv_sec = (now / 1000) - 7200}, {.tv_sec = (now / 1000) - 7200}};
+        utimensat(AT_FDCWD, path, old, 0);
+        store_enforce(root, 0, 0, NULL, NULL);
+        ok(access(path, F_OK) < 0 && access(dir, F_OK) == 0,
+           "a directory without an index is reaped after an hour, not before");
+        rmdir(dir);
+
+        /* Links planted in place of directories lead nowhere. */
+        snprintf(path, sizeof(path), "%s/proj", victim);
+        mkdir(path, 0700);
+        snprintf(other, sizeof(other), "%s/proj/precious", victim);
+        write_text(other, "keep me");
+        snprintf(path, sizeof(path), "%s/6364", root); /* the owner "cd" */
+        ok(symlink(victim, path) == 0 && store_remove(root, "cd", "proj", &err) < 0 &&
+               access(other, F_OK) == 0,
+           "a client's directory that is a link: nothing removed through it (%s)", err.msg);
+        store_dir(root, "", "b", dir, sizeof(dir));
+        snprintf(other, sizeof(other), "%s/index.json", victim);
+        ok(symlink(victim, dir) == 0 && put(root, "", "b", 1, now) < 0 && access(other, F_OK) < 0,
+           "a session's directory that is a link: nothing written through it");
+        /* Not directories of the store's, at its root: skipped. */
+        snprintf(path, sizeof(path), "%s/6162", root);
+        write_text(path, "not a directory");
+        snprintf(path, sizeof(path), "%s/zz", root);
+        write_text(path, "not a client's");
+        ok(put(root, "c-2", "d", 1, now) == 0 && count_all(root, NULL) == 1 &&
+               store_enforce(root, 1, 0, NULL, NULL) == 1 && count_all(root, NULL) == 0,
+           "files and links among the clients' directories do not stop the listing or the bounds");
+}
+
+static void dotted_rows(void)
+{
+        struct store_entry e;
+        struct err err = {0};
+        static const char *const texts[] = {
+            "{\"format\":1,\"owner\":\"\",\"name\":\"..\",\"image\":\"i\",\"saved_ms\":0,\"bytes\":"
+            "0}",
+            "{\"format\":1,\"owner\":\"\",\"name\":\".\",\"image\":\"i\",\"saved_ms\":0,\"bytes\":"
+            "0}",
+            "{\"format\":1,\"owner\":\"\",\"name\":\"a\",\"image\":\"i\",\"saved_ms\":0,\"bytes\":"
+            "0,"
+            "\"extra\":1}",
+        };
+        for (size_t i = 0; i < ARRAY_SIZE(texts); i++)
+                ok(store_index_parse(texts[i], strlen(texts[i]), &e, &err) == -EINVAL,
+                   "refused: %s (%s)", texts[i], err.msg);
 }
 
 int main(void)
@@ -255,6 +337,16 @@ int main(void)
         index_rows();
         dir_rows();
         evict_rows();
-        disk_rows();
+        dotted_rows();
+        char root[] = "/tmp/corral-store-XXXXXX", victim[] = "/tmp/corral-victim-XXXXXX";
+        if (!mkdtemp(root) || !mkdtemp(victim)) {
+                diag("no temporary directory");
+                return 1;
+        }
+        disk_rows(root, victim);
+        char cmd[200];
+        snprintf(cmd, sizeof(cmd), "rm -rf %s %s", root, victim);
+        if (system(cmd) != 0)
+                diag("could not remove %s", root);
         return done_testing();
 }
