@@ -53,6 +53,10 @@ static const struct config_key {
     {"max_sessions", K_LONG, offsetof(struct config, max_sessions), 0, 4096},
     {"session_idle_s", K_DOUBLE, offsetof(struct config, session_idle_s), 1, 30 * 86400},
     {"session_max_s", K_DOUBLE, offsetof(struct config, session_max_s), 1, 30 * 86400},
+    {"session_hibernate", K_BOOL, offsetof(struct config, session_hibernate), 0, 0},
+    {"session_store", K_STRING, offsetof(struct config, session_store), 0, 0},
+    {"session_store_max", K_SIZE, offsetof(struct config, session_store_max), 1 << 20, 1e15},
+    {"session_keep_s", K_DOUBLE, offsetof(struct config, session_keep_s), 60, 365 * 86400},
     {"file_max_bytes", K_SIZE, offsetof(struct config, file_max_bytes), 1024, 1 << 30},
     {"out_max_bytes", K_SIZE, offsetof(struct config, out_max_bytes), 0, 1 << 30},
     {"log_level", K_LEVEL, offsetof(struct config, log_level), 0, 0},
@@ -124,6 +128,8 @@ void config_defaults(struct config *c)
             .max_sessions = 4,
             .session_idle_s = 600,
             .session_max_s = 4 * 3600,
+            .session_store_max = 4ULL << 30,
+            .session_keep_s = 7 * 86400,
             .file_max_bytes = 16 << 20,
             .out_max_bytes = 8 << 20,
             .log_level = LOG_INFO,
@@ -158,6 +164,8 @@ void config_free(struct config *c)
         free(c->config_file);
         free(c->policy);
         free(c->audit_log);
+        free(c->session_store);
+        c->session_store = NULL;
         free(c->seccomp);
         free(c->runtime);
         free(c->token);
@@ -662,6 +670,11 @@ int config_check(const struct config *c, struct err *e)
                 return err_set(e, ERR_CONFIG, EINVAL,
                                "policy must be the absolute path of a file, not \"%.200s\"",
                                c->policy);
+        if (c->session_store && c->session_store[0] != '/')
+                return err_set(e, ERR_CONFIG, EINVAL,
+                               "session_store must be the absolute path of a directory, not "
+                               "\"%.200s\"",
+                               c->session_store);
         if (c->runtime && strcmp(c->runtime, "runc") != 0 && strcmp(c->runtime, "runsc") != 0)
                 return err_set(e, ERR_CONFIG, EINVAL,
                                "runtime must be runc (the engine's default) or runsc (gVisor), "

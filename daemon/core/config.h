@@ -55,8 +55,12 @@ struct config {
                                               * calls always have a slot. */
         double session_idle_s;               /* a session without calls this long is closed */
         double session_max_s;                /* and any session after this long */
-        unsigned long long file_max_bytes;   /* a file moved in or out of a sandbox */
-        unsigned long long out_max_bytes;    /* /workspace/out files returned with one result */
+        bool session_hibernate;              /* an idle session is saved to the store, not closed */
+        char *session_store; /* the store's directory; NULL: under $XDG_STATE_HOME */
+        unsigned long long session_store_max; /* bytes the store holds at most */
+        double session_keep_s;                /* a hibernated session is kept this long */
+        unsigned long long file_max_bytes;    /* a file moved in or out of a sandbox */
+        unsigned long long out_max_bytes;     /* /workspace/out files returned with one result */
         enum log_level log_level;
         /* The bridge to upstream MCP servers. */
         json_t *servers;   /* "servers" of the config file (mcpServers format), or NULL */

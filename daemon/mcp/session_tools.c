@@ -110,16 +110,32 @@ void tool_session_list(struct mcp_server *s, json_t *id, json_t *args, json_t *p
         struct buf text;
         buf_init(&text, 1 << 20);
         char line[400];
-        snprintf(line, sizeof(line),
-                 "%zu session(s) open (at most %ld; closed after %g s without calls, or %g s "
-                 "after opening)\n",
-                 json_array_size(list), session_max(s->sessions), s->cfg->session_idle_s,
-                 s->cfg->session_max_s);
-        buf_append_some(&text, line, strlen(line));
-        size_t i;
+        size_t i, stored = 0;
         json_t *x;
+        json_array_foreach(list, i, x) stored +=
+            strcmp(json_string_value(json_object_get(x, "state")), "hibernated") == 0;
+        snprintf(line, sizeof(line),
+                 "%zu session(s) open (at most %ld; %s after %g s without calls, or closed %g s "
+                 "after opening)%s",
+                 json_array_size(list) - stored, session_max(s->sessions),
+                 s->cfg->session_hibernate ? "hibernated" : "closed", s->cfg->session_idle_s,
+                 s->cfg->session_max_s, stored ? "" : "\n");
+        buf_append_some(&text, line, strlen(line));
+        if (stored) {
+                snprintf(line, sizeof(line), "; %zu hibernated (a call resumes it)\n", stored);
+                buf_append_some(&text, line, strlen(line));
+        }
         json_array_foreach(list, i, x)
         {
+                if (json_object_get(x, "stored_bytes")) {
+                        snprintf(line, sizeof(line), "%s: hibernated %.0f s ago, %.1f MiB stored\n",
+                                 json_string_value(json_object_get(x, "name")),
+                                 json_real_value(json_object_get(x, "idle_s")),
+                                 (double)json_integer_value(json_object_get(x, "stored_bytes")) /
+                                     (1 << 20));
+                        buf_append_some(&text, line, strlen(line));
+                        continue;
+                }
                 json_t *mem = json_object_get(x, "memory_bytes");
                 char memtext[40] = "memory unknown";
                 if (json_is_integer(mem))

@@ -1000,16 +1000,50 @@ static void add_out_files(json_t *result, json_t *out_files, const struct result
 /* Where the session stands after this call, and a note when it changed. */
 static void add_session(json_t *result, const struct sandbox_result *res, const char *name)
 {
-        const char *state = !res->kept        ? "ended"
+        const char *state = res->not_resumed  ? "hibernated"
+                            : !res->kept      ? "ended"
                             : res->state_lost ? "reset"
+                            : res->resumed    ? "resumed"
                             : res->restarted  ? "restarted"
                                               : "kept";
-        json_object_set_new(
-            json_object_get(result, "structuredContent"), "session",
+        json_t *session =
             json_pack("{s:s, s:s, s:o}", "name", name, "state", state, "memory_bytes",
-                      res->memory_bytes >= 0 ? json_integer(res->memory_bytes) : json_null()));
-        char note[400] = "";
-        if (!res->kept)
+                      res->memory_bytes >= 0 ? json_integer(res->memory_bytes) : json_null());
+        json_t *rep = res->resume_report;
+        if (session && res->resumed && rep) {
+                json_object_set(session, "not_restored", json_object_get(rep, "not_restored"));
+                json_object_set(session, "resume_ms", json_object_get(rep, "resume_ms"));
+                if (json_is_string(json_object_get(rep, "error")))
+                        json_object_set(session, "resume_error", json_object_get(rep, "error"));
+        }
+        json_object_set_new(json_object_get(result, "structuredContent"), "session", session);
+        char note[600] = "";
+        if (res->not_resumed) {
+                /* its error says why and what to do */
+        } else if (res->kept && !res->state_lost && res->resumed && rep) {
+                char names[300] = "";
+                json_t *v;
+                size_t i;
+                json_array_foreach(json_object_get(rep, "not_restored"), i, v)
+                {
+                        size_t at = strlen(names);
+                        if (at > sizeof(names) - 80)
+                                break;
+                        char shown[64]; /* a name the sandbox wrote: shown escaped */
+                        str_printable(json_string_value(v) ? json_string_value(v) : "?", shown,
+                                      sizeof(shown));
+                        snprintf(names + at, sizeof(names) - at, "%s%s", i ? ", " : "", shown);
+                }
+                snprintf(note, sizeof(note),
+                         "\n[session \"%s\" was resumed from hibernation in %lld ms: its files and "
+                         "Python globals are back%s%s%s]",
+                         name, (long long)json_integer_value(json_object_get(rep, "resume_ms")),
+                         names[0] ? "; not restored: " : "", names,
+                         json_is_string(json_object_get(rep, "error"))
+                             ? "; its globals could not be loaded"
+                             : "");
+                utf8_scrub(note);
+        } else if (!res->kept)
                 snprintf(note, sizeof(note),
                          "\n[session \"%s\" ended: its sandbox is gone; the next call with this "
                          "name opens a new one]",

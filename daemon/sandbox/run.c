@@ -176,6 +176,7 @@ void run_free(struct run *r)
         timer_remove(r->grace_timer);
         timer_remove(r->collect_timer);
         json_decref(r->res.out_files);
+        json_decref(r->res.globals);
         buf_free(&r->res.out.data);
         buf_free(&r->res.err.data);
         buf_free(&r->res.out.tail);
@@ -384,8 +385,11 @@ int run_send_exec(struct sandbox *s)
         /* The runtime holds the time limit too (a second later), so that the
          * code stops even when this daemon is killed or stopped meanwhile. */
         json_t *params = json_pack(
-            "{s:s, s:s, s:I, s:I}", "language", r->lang == LANG_PYTHON ? "python" : "shell", "code",
-            r->code, "output_limit",
+            "{s:s, s:s, s:I, s:I}", "language",
+            r->lang == LANG_PYTHON  ? "python"
+            : r->lang == LANG_SHELL ? "shell"
+                                    : "state",
+            "code", r->code, "output_limit",
             (json_int_t)(r->relay_max > cfg->output_limit ? r->relay_max : cfg->output_limit),
             "time_limit_ms", (json_int_t)ms);
         if (params && s->keep)
@@ -504,6 +508,9 @@ static void take_result(struct sandbox *s, json_t *res)
                 json_t *v = json_array_get(us, i);
                 r->runtime_us[i] = json_is_integer(v) ? json_integer_value(v) : -1;
         }
+        json_t *globals = json_object_get(res, "globals");
+        if (json_is_object(globals) && !r->res.globals)
+                r->res.globals = json_incref(globals);
         json_t *mem = json_object_get(res, "memory_bytes");
         r->res.memory_bytes =
             json_is_integer(mem) && json_integer_value(mem) >= 0 ? json_integer_value(mem) : -1;

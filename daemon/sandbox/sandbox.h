@@ -12,7 +12,9 @@
 #include <jansson.h>
 #include <stdbool.h>
 
-enum sandbox_lang { LANG_PYTHON, LANG_SHELL };
+/* LANG_STATE: code "save" or "load", a session's Python globals to or
+ * from /workspace/.corral/state (runtime/README.md). */
+enum sandbox_lang { LANG_PYTHON, LANG_SHELL, LANG_STATE };
 
 enum sandbox_status {
         ST_OK,
@@ -152,6 +154,14 @@ struct sandbox_result {
         bool kept;       /* the sandbox is still there, idle, for the next run */
         bool state_lost; /* the interpreter died in this run: its variables are gone */
         bool restarted;  /* this run began in a new interpreter although the session had one */
+        /* LANG_STATE: what the runtime says it saved or loaded (an object,
+         * unchecked beyond that), or NULL. */
+        json_t *globals;
+        /* Set by the session layer: the session was resumed from the store
+         * for this call; resume_report {restored, not_restored, ms}. */
+        bool resumed;
+        json_t *resume_report;
+        bool not_resumed; /* it could not be: it stays in the store */
 };
 
 struct sandbox;

@@ -2,9 +2,14 @@
 
 #include "core/list.h"
 #include "core/log.h"
+#include "sandbox/files.h"
+#include "sandbox/images.h"
+#include "sandbox/store.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define TOMBSTONES 32 /* sessions that ended unasked, remembered to say so once */
 
@@ -31,6 +36,30 @@ struct session {
         long long t_open, t_last; /* ms */
         unsigned long long calls;
         long long memory_bytes;
+        /* Hibernation (session_hibernate): saving it to the store, busy
+         * meanwhile; the listing of /workspace, the file being read, the
+         * tar being written, the globals the save could not keep. */
+        bool hibernating;
+        struct sandbox_ask *ask;
+        struct sandbox_fop *fop;
+        struct store_pack *pack;
+        json_t *listing;
+        size_t i_listed;
+        unsigned long long packed; /* bytes read into the tar so far */
+        json_t *lost;
+        bool state_saved;
+        long long t_hibernate;
+        /* Resuming: the call to run once its globals are back (its
+         * pointers are the caller's, valid until cb), and what the result
+         * says about it. */
+        bool resuming;
+        struct sandbox_request pending; /* its strings, JSON and files are ours (below) */
+        char *p_code, *p_image;
+        json_t *p_servers, *p_session_servers, *p_network;
+        struct sandbox_file *p_files;
+        size_t p_n_files;
+        json_t *resume_report;
+        long long t_resume;
 };
 
 /* A session that ended with no call to tell: the next call with its name
@@ -58,11 +87,22 @@ struct session_mgr {
         struct list watches; /* struct session_watch */
         bool freeing;        /* session_mgr_free: no one is told any more */
         struct timer *tick;
+        char *store; /* the hibernated sessions' store (session_hibernate), or NULL */
         struct tombstone graves[TOMBSTONES];
         unsigned n_graves; /* written so far; the newest TOMBSTONES are kept */
 };
 
 static void tick(struct timer *t, void *userdata);
+static void hibernate(struct session *x);
+
+/* Whose sessions may outlive this process in the store: the stdio client
+ * ("", the user's own) and a named client ("n:NAME", who is that name on
+ * every service). An anonymous HTTP client's id ("cN") is counted afresh
+ * by each process: another one could hold it next. */
+static bool storable_owner(const char *owner)
+{
+        return owner[0] == '\0' || strncmp(owner, "n:", 2) == 0;
+}
 
 int session_mgr_new(struct loop *l, const struct config *cfg, struct sandbox_mgr *sm,
                     struct session_mgr **ret)
@@ -75,6 +115,17 @@ int session_mgr_new(struct loop *l, const struct config *cfg, struct sandbox_mgr
         m->sm = sm;
         list_init(&m->all);
         list_init(&m->watches);
+        if (cfg->session_hibernate) {
+                m->store = cfg->session_store
+                               ? strdup(cfg->session_store)
+                               : xdg_path("XDG_STATE_HOME", ".local/state", "corral/sessions");
+                if (!m->store)
+                        log_warn("sessions will not hibernate: no directory for their store "
+                                 "(set session_store)");
+                else
+                        log_info("idle sessions hibernate to %s (at most %llu bytes, kept %g s)",
+                                 m->store, cfg->session_store_max, cfg->session_keep_s);
+        }
         int r = timer_add(l, tick, m, &m->tick);
         if (r < 0) {
                 free(m);
@@ -170,8 +221,93 @@ static void notify(struct session_mgr *m, const char *owner, const char *name,
         }
 }
 
+static void hibernation_clear(struct session *x)
+{
+        sandbox_ask_cancel(x->ask);
+        x->ask = NULL;
+        sandbox_fop_cancel(x->fop);
+        x->fop = NULL;
+        if (x->pack)
+                store_pack_end(x->pack, false, NULL);
+        x->pack = NULL;
+        json_decref(x->listing);
+        x->listing = NULL;
+        json_decref(x->lost);
+        x->lost = NULL;
+        x->hibernating = false;
+}
+
+/* The call a resume runs once the globals are back: the caller frees its
+ * request when session_run returns, so what it points to is copied. */
+static bool stored_too_long(const struct session_mgr *m, const struct store_entry *se)
+{
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        long long wall = (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+        return wall - se->saved_ms > (long long)(m->cfg->session_keep_s * 1000);
+}
+
+static void pending_clear(struct session *x)
+{
+        free(x->p_code);
+        free(x->p_image);
+        json_decref(x->p_servers);
+        json_decref(x->p_session_servers);
+        json_decref(x->p_network);
+        store_files_free(x->p_files, x->p_n_files);
+        x->p_code = x->p_image = NULL;
+        x->p_servers = x->p_session_servers = x->p_network = NULL;
+        x->p_files = NULL;
+        x->p_n_files = 0;
+        memset(&x->pending, 0, sizeof(x->pending));
+}
+
+static int pending_take(struct session *x, const struct sandbox_request *req)
+{
+        struct sandbox_request *q = &x->pending;
+        *q = *req;
+        q->session = x->name;
+        q->owner = x->owner;
+        x->p_code = req->code ? strdup(req->code) : NULL;
+        x->p_image = req->image ? strdup(req->image) : NULL;
+        x->p_servers = req->servers ? json_deep_copy(req->servers) : NULL;
+        x->p_session_servers = req->session_servers ? json_deep_copy(req->session_servers) : NULL;
+        x->p_network = req->network ? json_deep_copy(req->network) : NULL;
+        x->p_files = req->n_files ? calloc(req->n_files, sizeof(*x->p_files)) : NULL;
+        bool ok = (!req->code || x->p_code) && (!req->image || x->p_image) &&
+                  (!req->servers || x->p_servers) &&
+                  (!req->session_servers || x->p_session_servers) &&
+                  (!req->network || x->p_network) && (!req->n_files || x->p_files);
+        for (size_t i = 0; ok && i < req->n_files; i++) {
+                char *path = strdup(req->files[i].path);
+                char *data = malloc(req->files[i].len ? req->files[i].len : 1);
+                if (!path || !data) {
+                        free(path);
+                        free(data);
+                        ok = false;
+                        break;
+                }
+                memcpy(data, req->files[i].data, req->files[i].len);
+                x->p_files[x->p_n_files++] =
+                    (struct sandbox_file){.path = path, .data = data, .len = req->files[i].len};
+        }
+        q->code = x->p_code;
+        q->image = x->p_image;
+        q->servers = x->p_servers;
+        q->session_servers = x->p_session_servers;
+        q->network = x->p_network;
+        q->files = x->p_files;
+        q->n_files = x->p_n_files;
+        if (!ok)
+                pending_clear(x);
+        return ok ? 0 : -ENOMEM;
+}
+
 static void session_free(struct session *x)
 {
+        hibernation_clear(x);
+        pending_clear(x);
+        json_decref(x->resume_report);
         list_del(&x->node);
         if (x->sb)
                 sandbox_set_owner(x->sb, NULL, NULL);
@@ -232,6 +368,9 @@ static void tick(struct timer *t, void *userdata)
                                  "(session_max_s)",
                                  m->cfg->session_max_s);
                         expire(x, why);
+                } else if (now - x->t_last >= (long long)(m->cfg->session_idle_s * 1000) &&
+                           m->store && x->sb && storable_owner(x->owner)) {
+                        hibernate(x);
                 } else if (now - x->t_last >= (long long)(m->cfg->session_idle_s * 1000)) {
                         snprintf(why, sizeof(why),
                                  "it was closed after %g s without calls (session_idle_s)",
@@ -242,12 +381,23 @@ static void tick(struct timer *t, void *userdata)
         arm(m);
 }
 
-static void session_done(void *userdata, const struct sandbox_result *res)
+static void session_done(void *userdata, const struct sandbox_result *res_in)
 {
         struct session *x = userdata;
         struct session_mgr *m = x->mgr;
         sandbox_done_cb cb = x->cb;
         void *ud = x->userdata;
+        /* The first call after a resume says so (the report lives until
+         * the callback returned). */
+        struct sandbox_result copy = *res_in;
+        json_t *report = x->resume_report;
+        x->resume_report = NULL;
+        if (report) {
+                copy.resumed = true;
+                copy.resume_report = report;
+        }
+        const struct sandbox_result *res = &copy;
+        json_auto_t *report_ref = report;
         x->cb = NULL;
         x->busy = false;
         x->t_last = now_ms();
@@ -288,6 +438,244 @@ static void session_done(void *userdata, const struct sandbox_result *res)
                 return;
         }
         cb(ud, res);
+}
+
+/* ---- hibernation: an idle session saved to the store, resumed by name
+ *
+ * Its globals are pickled inside its sandbox (a "state" exec, runtime/
+ * README.md), its /workspace listed and read through the runtime, file by
+ * file, into a tar in its store directory, and its index written last; then
+ * its container goes. A save that fails ends the session as before, with
+ * the reason. */
+
+#define HIBERNATE_SAVE_S 120 /* the globals' save, at most */
+#define HIBERNATE_LIST   10000
+#define RESUME_LOAD_S    120
+
+static void hibernate_next(struct session *x);
+
+/* The session is gone, or was closed while it was being saved. */
+static bool hibernate_stop(struct session *x)
+{
+        if (!x->closed && x->sb)
+                return false;
+        if (!x->closed)
+                bury(x->mgr, x->owner, x->name, "its sandbox ended while it was being saved");
+        hibernation_clear(x);
+        x->busy = false;
+        x->sb = NULL;
+        session_free(x);
+        return true;
+}
+
+static void hibernate_failed(struct session *x, const char *what)
+{
+        char why[400];
+        snprintf(why, sizeof(why),
+                 "it was closed after %g s without calls (session_idle_s), and saving it failed: "
+                 "%s",
+                 x->mgr->cfg->session_idle_s, what);
+        log_warn("session %s: %s", x->name, why);
+        hibernation_clear(x);
+        x->busy = false;
+        expire(x, why);
+}
+
+static void hibernate_done(struct session *x)
+{
+        struct session_mgr *m = x->mgr;
+        struct err e = {0};
+        if (store_pack_end(x->pack, true, &e) < 0) {
+                x->pack = NULL;
+                hibernate_failed(x, e.msg);
+                return;
+        }
+        x->pack = NULL;
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        struct store_entry se = {.saved_ms = (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000,
+                                 .grant = x->grant,
+                                 .network = x->network,
+                                 .lost = x->lost};
+        snprintf(se.owner, sizeof(se.owner), "%s", x->owner);
+        snprintf(se.name, sizeof(se.name), "%s", x->name);
+        snprintf(se.image, sizeof(se.image), "%s", x->image);
+        if (store_write(m->store, &se, &e) < 0) {
+                hibernate_failed(x, e.msg);
+                return;
+        }
+        log_info("session %s: hibernated after %g s without calls: %llu bytes in %s, in %lld ms",
+                 x->name, m->cfg->session_idle_s, se.bytes, m->store, now_ms() - x->t_hibernate);
+        store_enforce(m->store, m->cfg->session_store_max,
+                      (long long)(m->cfg->session_keep_s * 1000), x->owner, x->name);
+        struct sandbox *sb = x->sb;
+        x->busy = false;
+        session_free(x); /* no tombstone: the store has it */
+        sandbox_close(sb);
+}
+
+static void hibernate_read(void *userdata, const struct files_result *r)
+{
+        struct session *x = userdata;
+        x->fop = NULL;
+        if (hibernate_stop(x))
+                return;
+        json_t *entry = json_array_get(x->listing, x->i_listed++);
+        if (r->error == -ENOENT) { /* gone since the listing (code left running) */
+                hibernate_next(x);
+                return;
+        }
+        if (r->error) {
+                hibernate_failed(x, r->message ? r->message : "a file could not be read");
+                return;
+        }
+        unsigned mode = 0644;
+        const char *ms = json_string_value(json_object_get(entry, "mode"));
+        if (ms)
+                mode = (unsigned)strtoul(ms, NULL, 8) & 0777;
+        struct err e = {0};
+        /* The listing's sizes are the sandbox's word; what was read counts. */
+        x->packed += r->len;
+        if (x->packed > x->mgr->cfg->session_store_max ||
+            x->packed > x->mgr->cfg->workspace_size + (64 << 20)) {
+                hibernate_failed(x, "its files grew past what the store holds (session_store_max)");
+                return;
+        }
+        const char *rel = json_string_value(json_object_get(entry, "rel"));
+        if (store_pack_add(x->pack, rel, mode, r->data, r->len, &e) < 0) {
+                hibernate_failed(x, e.msg);
+                return;
+        }
+        hibernate_next(x);
+}
+
+static void hibernate_next(struct session *x)
+{
+        if (x->i_listed >= json_array_size(x->listing)) {
+                hibernate_done(x);
+                return;
+        }
+        const char *path =
+            json_string_value(json_object_get(json_array_get(x->listing, x->i_listed), "path"));
+        if (sandbox_read_file(x->sb, path, x->mgr->cfg->workspace_size, hibernate_read, x,
+                              &x->fop) < 0) {
+                x->fop = NULL;
+                hibernate_failed(x, "out of memory");
+        }
+}
+
+static void hibernate_listed(void *userdata, json_t *result, const struct err *e)
+{
+        struct session *x = userdata;
+        struct session_mgr *m = x->mgr;
+        x->ask = NULL;
+        if (hibernate_stop(x))
+                return;
+        if (e) {
+                hibernate_failed(x, e->msg);
+                return;
+        }
+        if (json_is_true(json_object_get(result, "truncated"))) {
+                hibernate_failed(x, "/workspace holds more entries than a save lists (10000)");
+                return;
+        }
+        /* Regular files under /workspace; links and empty directories are
+         * not kept, nor a state file that this save did not write. */
+        json_t *files = json_array(), *entry;
+        unsigned long long total = 0;
+        size_t i;
+        json_array_foreach(json_object_get(result, "entries"), i, entry)
+        {
+                const char *path = json_string_value(json_object_get(entry, "path"));
+                json_t *size = json_object_get(entry, "size");
+                char checked[FILES_PATH_MAX + 16];
+                struct err pe = {0};
+                /* Paths come relative to /workspace, as the sandbox wrote
+                 * them: each is checked as any path from outside. */
+                if (!path || !json_is_string(json_object_get(entry, "type")) ||
+                    strcmp(json_string_value(json_object_get(entry, "type")), "file") != 0 ||
+                    files_path(path, false, checked, sizeof(checked), &pe) < 0)
+                        continue;
+                if (!x->state_saved && strcmp(checked, FILES_ROOT "/.corral/state") == 0)
+                        continue;
+                if (json_is_integer(size) && json_integer_value(size) > 0)
+                        total += (unsigned long long)json_integer_value(size);
+                json_array_append_new(files, json_pack("{s:s, s:s, s:O?}", "path", checked, "rel",
+                                                       checked + strlen(FILES_ROOT "/"), "mode",
+                                                       json_object_get(entry, "mode")));
+        }
+        if (total > m->cfg->session_store_max) {
+                json_decref(files);
+                char what[200];
+                snprintf(what, sizeof(what),
+                         "its files take %llu bytes, more than the store holds (session_store_max)",
+                         total);
+                hibernate_failed(x, what);
+                return;
+        }
+        x->listing = files;
+        x->i_listed = 0;
+        x->packed = 0;
+        struct err pe = {0};
+        if (store_pack_begin(m->store, x->owner, x->name, &x->pack, &pe) < 0) {
+                x->pack = NULL;
+                hibernate_failed(x, pe.msg);
+                return;
+        }
+        hibernate_next(x);
+}
+
+static void hibernate_saved(void *userdata, const struct sandbox_result *res)
+{
+        struct session *x = userdata;
+        if (!res->kept)
+                x->sb = NULL; /* its sandbox is gone with this run */
+        if (hibernate_stop(x))
+                return;
+        /* The globals that were not saved come back as not restored. */
+        x->state_saved = res->status == ST_OK && res->globals;
+        json_decref(x->lost);
+        x->lost = json_array();
+        json_t *v;
+        size_t i;
+        json_array_foreach(json_object_get(res->globals, "not_saved"), i, v)
+        {
+                const char *name = json_string_value(json_object_get(v, "name"));
+                if (name && *name && strlen(name) <= SESSION_NAME_MAX * 4 &&
+                    json_array_size(x->lost) < 1000) {
+                        json_t *n = json_string(name);
+                        bool dup = false;
+                        json_t *w;
+                        size_t j;
+                        json_array_foreach(x->lost, j, w) dup = dup || json_equal(w, n);
+                        if (!dup)
+                                json_array_append(x->lost, n);
+                        json_decref(n);
+                }
+        }
+        if (!x->state_saved)
+                log_warn("session %s: its Python globals could not be saved (%s): only its files "
+                         "will come back",
+                         x->name, res->error_message ? res->error_message : "no report");
+        json_t *params = json_pack("{s:s, s:b, s:i}", "path", FILES_ROOT, "recursive", 1, "limit",
+                                   HIBERNATE_LIST);
+        if (!params ||
+            sandbox_ask(x->sb, "sandbox/list", params, hibernate_listed, x, &x->ask) < 0) {
+                x->ask = NULL;
+                hibernate_failed(x, "cannot list /workspace");
+        }
+}
+
+static void hibernate(struct session *x)
+{
+        struct sandbox_request q = {
+            .lang = LANG_STATE, .code = "save", .timeout_s = HIBERNATE_SAVE_S, .keep = true};
+        x->busy = x->hibernating = true;
+        x->t_hibernate = now_ms();
+        log_info("session %s: saving it after %g s without calls (session_hibernate)", x->name,
+                 x->mgr->cfg->session_idle_s);
+        if (sandbox_exec(x->sb, &q, hibernate_saved, x) < 0)
+                hibernate_failed(x, "its sandbox cannot run the save");
 }
 
 #define GRANT_MAX 64 /* servers one session may hold */
@@ -410,6 +798,203 @@ int session_check_servers(struct session_mgr *m, const struct sandbox_request *r
         return x ? grant_check(x, req, e) : 0;
 }
 
+/* ---- resume: a hibernated session's files put back, then its globals
+ * loaded, then the call that named it run */
+
+static void resume_failed(struct session *x, const struct sandbox_result *res, const char *why)
+{
+        sandbox_done_cb cb = x->cb;
+        void *ud = x->userdata;
+        struct sandbox_result out = res ? *res : (struct sandbox_result){.status = ST_ERROR};
+        char msg[600];
+        log_warn("session %s: not resumed: %s", x->name, why);
+        /* Not "ended": the stored copy stays, and the next call tries again. */
+        snprintf(msg, sizeof(msg),
+                 "session \"%s\" could not be resumed: %s%s%s. It stays hibernated: the next call "
+                 "tries again, and session_close removes it",
+                 x->name, why, res && res->error_message ? ": " : "",
+                 res && res->error_message ? res->error_message : "");
+        if (res && (res->status == ST_CANCELLED || res->status == ST_TIMEOUT)) {
+                /* the call's own end: said as for any call */
+        } else {
+                out.status = ST_ERROR;
+                out.error_type = "SessionNotResumed";
+                out.error_message = msg;
+                out.error_traceback = NULL;
+                out.memory_bytes = -1;
+        }
+        out.kept = false;
+        out.globals = NULL;
+        out.not_resumed = true;
+        struct sandbox *sb = x->sb;
+        x->cb = NULL;
+        x->busy = false;
+        session_free(x);
+        cb(ud, &out);
+        if (sb)
+                sandbox_close(sb);
+}
+
+static void resume_loaded(void *userdata, const struct sandbox_result *res)
+{
+        struct session *x = userdata;
+        struct session_mgr *m = x->mgr;
+        x->resuming = false;
+        if (!res->kept)
+                x->sb = NULL;
+        if (x->closed || !x->sb) {
+                resume_failed(x, res, "its sandbox ended while its state was loaded");
+                return;
+        }
+        if (res->status == ST_CANCELLED || res->status == ST_TIMEOUT) {
+                resume_failed(x, res, "the call ended while its state was loaded");
+                return;
+        }
+        /* What came back and what did not: the globals the save could not
+         * keep, and those the load could not. */
+        json_t *g = res->globals;
+        json_t *not_restored = x->lost ? json_deep_copy(x->lost) : json_array(), *v;
+        size_t i;
+        json_array_foreach(json_object_get(g, "not_restored"), i, v)
+        {
+                /* Names the sandbox wrote: bounded, each once. */
+                json_t *name = json_object_get(v, "name"), *w;
+                size_t j;
+                bool dup = false;
+                if (!not_restored || !json_is_string(name) || json_string_length(name) > 200 ||
+                    json_array_size(not_restored) >= 1000)
+                        continue;
+                json_array_foreach(not_restored, j, w) dup = dup || json_equal(w, name);
+                if (!dup)
+                        json_array_append(not_restored, name);
+        }
+        json_t *restored = json_object_get(g, "restored");
+        x->resume_report = json_pack(
+            "{s:O, s:o, s:I, s:s?}", "restored", json_is_array(restored) ? restored : json_null(),
+            "not_restored", not_restored ? not_restored : json_array(), "resume_ms",
+            (json_int_t)(now_ms() - x->t_resume), "error",
+            res->status == ST_OK ? NULL
+                                 : (res->error_message ? res->error_message
+                                                       : "its Python globals could not be loaded"));
+        json_decref(x->lost);
+        x->lost = NULL;
+        struct err e = {0};
+        if (store_remove(m->store, x->owner, x->name, &e) < 0)
+                log_warn("session %s: resumed, but its stored copy stays: %s", x->name, e.msg);
+        log_info("session %s: resumed in %lld ms", x->name, now_ms() - x->t_resume);
+        x->open = true;
+        notify(m, x->owner, x->name, SESSION_OPENED);
+        struct sandbox_request q = x->pending;
+        q.keep = true;
+        if (x->granted)
+                q.network = x->network;
+        int r = sandbox_exec(x->sb, &q, session_done, x);
+        pending_clear(x); /* the sandbox has its copy */
+        if (r < 0) {
+                struct sandbox_result out = {.status = ST_ERROR,
+                                             .error_type = "SessionError",
+                                             .error_message =
+                                                 "the resumed session cannot run a call now",
+                                             .memory_bytes = -1,
+                                             .kept = true};
+                session_done(x, &out);
+        }
+}
+
+static int session_resume(struct session_mgr *m, const struct sandbox_request *req,
+                          struct store_entry *se, sandbox_done_cb cb, void *userdata,
+                          struct sandbox **ret, struct err *e)
+{
+        const char *name = req->session;
+        if (req->image && strcmp(req->image, se->image) != 0)
+                return err_set(e, ERR_INVALID, -EINVAL,
+                               "session \"%s\" (hibernated) runs image %s, and a session keeps "
+                               "the image it opened with: call without \"image\", or use another "
+                               "session name for %s",
+                               name, se->image, req->image);
+        long max = session_max(m);
+        if (count(m) >= max)
+                return err_set(e, ERR_REFUSED, -EUSERS,
+                               "%ld sessions are open, the most allowed (max_sessions)", count(m));
+        if (strcmp(se->image, m->cfg->image) != 0 &&
+            !sandbox_images_find(sandbox_mgr_images(m->sm), se->image))
+                return err_set(e, ERR_REFUSED, -ENOLINK,
+                               "session \"%s\" is hibernated with image %s, which this corral does "
+                               "not offer (images): it cannot be resumed here (session_close "
+                               "removes it)",
+                               name, se->image);
+        struct sandbox_file *files = NULL;
+        size_t n_files = 0;
+        struct err ue = {0};
+        if (store_unpack(m->store, owner_of(req->owner), name, m->cfg->workspace_size, &files,
+                         &n_files, &ue) < 0)
+                return err_set(e, ERR_REFUSED, -ENOLINK,
+                               "session \"%s\" is hibernated but cannot be resumed: %s "
+                               "(session_close removes it)",
+                               name, ue.msg);
+        struct session *x = calloc(1, sizeof(*x));
+        if (!x) {
+                store_files_free(files, n_files);
+                return err_set(e, ERR_INTERNAL, -ENOMEM, "out of memory");
+        }
+        x->mgr = m;
+        /* The MCP servers and hosts: the resuming call's, checked against
+         * the policy as a first call's are (grant_take), never the index's,
+         * which another service could have written. */
+        x->grant = json_array();
+        x->lost = se->lost ? json_deep_copy(se->lost) : NULL;
+        snprintf(x->owner, sizeof(x->owner), "%s", owner_of(req->owner));
+        snprintf(x->name, sizeof(x->name), "%s", name);
+        snprintf(x->image, sizeof(x->image), "%s", se->image);
+        int r = x->grant ? grant_check(x, req, e) : -ENOMEM;
+        if (r < 0) {
+                store_files_free(files, n_files);
+                json_decref(x->grant);
+                json_decref(x->network);
+                json_decref(x->lost);
+                free(x);
+                return r == -ENOMEM ? err_set(e, ERR_INTERNAL, r, "out of memory") : r;
+        }
+        x->t_open = x->t_last = x->t_resume = now_ms();
+        x->memory_bytes = -1;
+        x->busy = x->resuming = true;
+        x->calls = 1;
+        x->cb = cb;
+        x->userdata = userdata;
+        if (pending_take(x, req) < 0) {
+                store_files_free(files, n_files);
+                session_free(x);
+                return err_set(e, ERR_INTERNAL, -ENOMEM, "out of memory");
+        }
+        list_push(&m->all, &x->node);
+        struct sandbox_request q = {.lang = LANG_STATE,
+                                    .code = "load",
+                                    .timeout_s = RESUME_LOAD_S,
+                                    .keep = true,
+                                    .files = files,
+                                    .n_files = n_files,
+                                    .image =
+                                        strcmp(se->image, m->cfg->image) == 0 ? NULL : x->image};
+        r = sandbox_run(m->sm, &q, resume_loaded, x, ret);
+        store_files_free(files, n_files);
+        if (r < 0) {
+                session_free(x);
+                if (r == -EBUSY)
+                        return err_set(e, ERR_REFUSED, -EAGAIN,
+                                       "every sandbox slot is in use (%ld) and %ld calls are "
+                                       "already waiting",
+                                       m->cfg->max_sandboxes, m->cfg->max_queue);
+                return err_set(e, ERR_INTERNAL, r, "cannot resume session \"%s\": %s", name,
+                               strerror(-r));
+        }
+        log_info("session %s resuming from the store (%zu files)", name, n_files);
+        grant_take(x, req);
+        x->sb = *ret;
+        sandbox_set_owner(x->sb, gone, x);
+        arm(m);
+        return 0;
+}
+
 int session_run(struct session_mgr *m, const struct sandbox_request *req, sandbox_done_cb cb,
                 void *userdata, struct sandbox **ret, struct err *e)
 {
@@ -426,6 +1011,11 @@ int session_run(struct session_mgr *m, const struct sandbox_request *req, sandbo
                     name, x->image, req->image);
         }
         if (x) {
+                if (x->hibernating)
+                        return err_set(e, ERR_REFUSED, -EBUSY,
+                                       "session \"%s\" is being saved to the store after %g s "
+                                       "without calls: call again in a moment (it resumes then)",
+                                       name, m->cfg->session_idle_s);
                 if (x->busy || !x->open || !x->sb || !sandbox_idle(x->sb)) {
                         return err_set(e, ERR_REFUSED, -EBUSY,
                                        "session \"%s\" is running another call", name);
@@ -455,6 +1045,21 @@ int session_run(struct session_mgr *m, const struct sandbox_request *req, sandbo
                 return 0;
         }
         char why[400];
+        struct store_entry se;
+        struct err se_err = {0};
+        if (m->store && store_read(m->store, owner_of(req->owner), name, &se, &se_err) == 0) {
+                if (stored_too_long(m, &se)) {
+                        store_entry_clear(&se);
+                        store_remove(m->store, owner_of(req->owner), name, &se_err);
+                        return err_set(e, ERR_REFUSED, -ENOLINK,
+                                       "session \"%s\" was hibernated longer than the store keeps "
+                                       "sessions (session_keep_s %g s), and is removed.",
+                                       name, m->cfg->session_keep_s);
+                }
+                r = session_resume(m, req, &se, cb, userdata, ret, e);
+                store_entry_clear(&se);
+                return r;
+        }
         if (exhume(m, req->owner, name, true, why, sizeof(why))) {
                 return err_set(e, ERR_REFUSED, -ENOLINK,
                                "session \"%s\" ended since its last call: %s.", name, why);
@@ -513,6 +1118,15 @@ int session_sandbox(struct session_mgr *m, const char *owner, const char *name,
         struct session *x = find(m, owner, name);
         char why[400];
         if (!x) {
+                struct store_entry se;
+                struct err se_err = {0};
+                if (m->store && store_read(m->store, owner_of(owner), name, &se, &se_err) == 0) {
+                        store_entry_clear(&se);
+                        return err_set(e, ERR_REFUSED, -EAGAIN,
+                                       "session \"%s\" is hibernated: a call that runs code in "
+                                       "it resumes it",
+                                       name);
+                }
                 if (exhume(m, owner, name, false, why, sizeof(why))) {
                         return err_set(e, ERR_REFUSED, -ENOLINK, "session \"%s\" ended: %s", name,
                                        why);
@@ -522,6 +1136,11 @@ int session_sandbox(struct session_mgr *m, const char *owner, const char *name,
         if (!x->open || !x->sb) {
                 return err_set(e, ERR_REFUSED, -EAGAIN, "session \"%s\" is still starting", name);
         }
+        if (x->hibernating) /* a file written now would miss the save */
+                return err_set(e, ERR_REFUSED, -EAGAIN,
+                               "session \"%s\" is being saved to the store: a call that runs code "
+                               "in it resumes it",
+                               name);
         x->t_last = now_ms();
         *ret = x->sb;
         return 0;
@@ -556,6 +1175,17 @@ static void close_now(struct session *x)
 int session_close(struct session_mgr *m, const char *owner, const char *name, struct err *e)
 {
         struct session *x = find(m, owner, name);
+        struct store_entry se;
+        struct err se_err = {0};
+        if (!x && m->store && store_read(m->store, owner_of(owner), name, &se, &se_err) == 0) {
+                store_entry_clear(&se);
+                if (store_remove(m->store, owner_of(owner), name, e) < 0)
+                        return -EIO;
+                log_info("session %s: closed by the client while hibernated; its stored state "
+                         "is removed",
+                         name);
+                return 0;
+        }
         if (!x) {
                 char why[400];
                 if (exhume(m, owner, name, true, why, sizeof(why))) {
@@ -565,6 +1195,11 @@ int session_close(struct session_mgr *m, const char *owner, const char *name, st
                 return err_set(e, ERR_INVALID, -ENOENT, "no session \"%s\"", name);
         }
         log_info("session %s: closed by the client", name);
+        if (x->resuming && m->store) { /* its stored copy is not gone yet */
+                struct err re = {0};
+                if (store_remove(m->store, x->owner, x->name, &re) < 0)
+                        log_warn("session %s: %s", name, re.msg);
+        }
         close_now(x);
         return 0;
 }
@@ -622,6 +1257,27 @@ json_t *session_list(struct session_mgr *m, const char *owner)
                               x->memory_bytes >= 0 ? json_integer(x->memory_bytes) : json_null(),
                               "container", id ? id : "", id ? (size_t)12 : (size_t)0));
         }
+        struct store_entry *v = NULL;
+        size_t n = 0;
+        if (list && m->store && store_list(m->store, owner, &v, &n) == 0) {
+                struct timespec ts;
+                clock_gettime(CLOCK_REALTIME, &ts);
+                long long wall = (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+                for (size_t i = 0; i < n; i++) {
+                        if (!find(m, owner, v[i].name))
+                                json_array_append_new(
+                                    list,
+                                    json_pack("{s:s, s:s, s:o, s:s, s:f, s:I, s:I}", "name",
+                                              v[i].name, "image", v[i].image, "servers",
+                                              v[i].grant ? json_incref(v[i].grant) : json_array(),
+                                              "state", "hibernated", "idle_s",
+                                              (double)(wall - v[i].saved_ms) / 1000.0,
+                                              "stored_bytes", (json_int_t)v[i].bytes, "calls",
+                                              (json_int_t)0));
+                        store_entry_clear(&v[i]);
+                }
+                free(v);
+        }
         return list;
 }
 
@@ -665,5 +1321,6 @@ void session_mgr_free(struct session_mgr *m)
         while (!list_empty(&m->all))
                 session_free(list_first(&m->all, struct session, node));
         timer_remove(m->tick);
+        free(m->store);
         free(m);
 }

@@ -2,7 +2,10 @@
 
 #include "core/buf.h"
 #include "core/log.h"
+#include "sandbox/files.h"
 
+#include <archive.h>
+#include <archive_entry.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -26,6 +29,7 @@ void store_entry_clear(struct store_entry *e)
 {
         json_decref(e->grant);
         json_decref(e->network);
+        json_decref(e->lost);
         memset(e, 0, sizeof(*e));
 }
 
@@ -86,14 +90,16 @@ int store_index_parse(const char *text, size_t len, struct store_entry *e, struc
         json_t *format = json_object_get(root, "format"), *owner = json_object_get(root, "owner"),
                *name = json_object_get(root, "name"), *image = json_object_get(root, "image"),
                *saved = json_object_get(root, "saved_ms"), *bytes = json_object_get(root, "bytes"),
-               *grant = json_object_get(root, "grant"), *network = json_object_get(root, "network");
+               *grant = json_object_get(root, "grant"), *network = json_object_get(root, "network"),
+               *lost = json_object_get(root, "lost");
         struct err ne = {0};
         const char *bad = NULL, *key;
         json_t *val;
         json_object_foreach(root, key, val)
         {
-                static const char *const known[] = {"format",   "owner", "name",  "image",
-                                                    "saved_ms", "bytes", "grant", "network"};
+                static const char *const known[] = {"format", "owner",    "name",
+                                                    "image",  "saved_ms", "bytes",
+                                                    "grant",  "network",  "lost"};
                 bool found = false;
                 for (size_t i = 0; i < ARRAY_SIZE(known) && !found; i++)
                         found = strcmp(key, known[i]) == 0;
@@ -125,6 +131,8 @@ int store_index_parse(const char *text, size_t len, struct store_entry *e, struc
                 bad = "grant";
         else if (!string_list(network, 256, 256))
                 bad = "network";
+        else if (!string_list(lost, 1000, SESSION_NAME_MAX * 4))
+                bad = "lost";
         if (bad)
                 return err_set(err, ERR_INVALID, -EINVAL, "index field \"%s\" is missing or wrong",
                                bad);
@@ -135,6 +143,7 @@ int store_index_parse(const char *text, size_t len, struct store_entry *e, struc
         e->bytes = (unsigned long long)json_integer_value(bytes);
         e->grant = json_is_array(grant) ? json_incref(grant) : NULL;
         e->network = json_is_array(network) ? json_incref(network) : NULL;
+        e->lost = json_is_array(lost) ? json_incref(lost) : NULL;
         return 0;
 }
 
@@ -144,6 +153,8 @@ char *store_index_format(const struct store_entry *e)
             "{s:i, s:s, s:s, s:s, s:I, s:I, s:O?, s:O?}", "format", STORE_FORMAT, "owner", e->owner,
             "name", e->name, "image", e->image, "saved_ms", (json_int_t)e->saved_ms, "bytes",
             (json_int_t)e->bytes, "grant", e->grant, "network", e->network);
+        if (root && e->lost)
+                json_object_set(root, "lost", e->lost);
         return root ? json_dumps(root, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
 }
 
@@ -672,4 +683,195 @@ int store_enforce(const char *root, unsigned long long max_bytes, long long keep
                 store_entry_clear(&v[i]);
         free(v);
         return out ? gone : -ENOMEM;
+}
+
+/* ---- a session's /workspace as a tar */
+
+struct store_pack {
+        int dfd, fd;
+        char tmp[64];
+        struct archive *a;
+};
+
+int store_pack_begin(const char *root, const char *owner, const char *name, struct store_pack **ret,
+                     struct err *err)
+{
+        char shown[80];
+        printable(name, shown, sizeof(shown));
+        struct store_pack *p = calloc(1, sizeof(*p));
+        if (!p)
+                return err_set(err, ERR_INTERNAL, -ENOMEM, "out of memory");
+        p->fd = -1;
+        p->dfd = open_session(root, owner, name, true, NULL);
+        if (p->dfd < 0) {
+                int r = p->dfd;
+                free(p);
+                return err_set(err, ERR_INTERNAL, r,
+                               "session \"%s\": cannot make its store "
+                               "directory (%s)",
+                               shown, strerror(-r));
+        }
+        snprintf(p->tmp, sizeof(p->tmp), ".%s.%d.new", STORE_TAR, (int)getpid());
+        unlinkat(p->dfd, p->tmp, 0); /* one of ours a crash left */
+        p->fd = openat(p->dfd, p->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+        p->a = p->fd >= 0 ? archive_write_new() : NULL;
+        if (!p->a || archive_write_set_format_pax_restricted(p->a) != ARCHIVE_OK ||
+            archive_write_open_fd(p->a, p->fd) != ARCHIVE_OK) {
+                int r = p->fd < 0 ? -errno : -EIO;
+                store_pack_end(p, false, NULL);
+                return err_set(err, ERR_INTERNAL, r, "session \"%s\": cannot write its files (%s)",
+                               shown, strerror(-r));
+        }
+        *ret = p;
+        return 0;
+}
+
+int store_pack_add(struct store_pack *p, const char *rel, unsigned mode, const void *data,
+                   size_t len, struct err *err)
+{
+        struct archive_entry *e = archive_entry_new();
+        if (!e)
+                return err_set(err, ERR_INTERNAL, -ENOMEM, "out of memory");
+        archive_entry_set_pathname(e, rel);
+        archive_entry_set_filetype(e, AE_IFREG);
+        archive_entry_set_perm(e, mode & 0777);
+        archive_entry_set_size(e, (la_int64_t)len);
+        int r = archive_write_header(p->a, e);
+        archive_entry_free(e);
+        if (r == ARCHIVE_OK && len > 0 && archive_write_data(p->a, data, len) != (la_ssize_t)len)
+                r = ARCHIVE_FATAL;
+        if (r != ARCHIVE_OK)
+                return err_set(err, ERR_INTERNAL, -EIO, "cannot write %s to the store: %s", rel,
+                               archive_error_string(p->a) ? archive_error_string(p->a) : "error");
+        return 0;
+}
+
+int store_pack_end(struct store_pack *p, bool commit, struct err *err)
+{
+        int r = 0;
+        if (p->a) {
+                if (archive_write_close(p->a) != ARCHIVE_OK)
+                        r = -EIO;
+                archive_write_free(p->a);
+        }
+        if (p->fd >= 0) {
+                if (commit && r == 0 && fsync(p->fd) < 0)
+                        r = -errno;
+                close(p->fd);
+        }
+        if (commit && r == 0 && renameat(p->dfd, p->tmp, p->dfd, STORE_TAR) < 0)
+                r = -errno;
+        if (!commit || r < 0)
+                unlinkat(p->dfd, p->tmp, 0);
+        close(p->dfd);
+        free(p);
+        if (commit && r < 0)
+                return err_set(err, ERR_INTERNAL, r, "cannot finish the stored files (%s)",
+                               strerror(-r));
+        return 0;
+}
+
+void store_files_free(struct sandbox_file *v, size_t n)
+{
+        for (size_t i = 0; i < n; i++) {
+                free((char *)v[i].path);
+                free((char *)v[i].data);
+        }
+        free(v);
+}
+
+int store_unpack(const char *root, const char *owner, const char *name,
+                 unsigned long long max_bytes, struct sandbox_file **ret, size_t *ret_n,
+                 struct err *err)
+{
+        char shown[80];
+        printable(name, shown, sizeof(shown));
+        *ret = NULL;
+        *ret_n = 0;
+        int dfd = open_session(root, owner, name, false, NULL);
+        int fd = dfd < 0 ? -1 : openat(dfd, STORE_TAR, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        if (dfd >= 0)
+                close(dfd);
+        if (fd < 0)
+                return errno == ENOENT ? 0 /* no files */
+                                       : err_set(err, ERR_INTERNAL, -errno,
+                                                 "session \"%s\": cannot read its files (%s)",
+                                                 shown, strerror(errno));
+        struct archive *a = archive_read_new();
+        struct sandbox_file *v = NULL;
+        size_t n = 0;
+        unsigned long long total = 0;
+        int r = 0;
+        if (!a) {
+                close(fd);
+                return err_set(err, ERR_INTERNAL, -ENOMEM, "out of memory");
+        }
+        archive_read_support_format_tar(a);
+        if (archive_read_open_fd(a, fd, 1 << 16) != ARCHIVE_OK)
+                r = err_set(err, ERR_INVALID, -EINVAL,
+                            "session \"%s\": its stored files are not a "
+                            "tar",
+                            shown);
+        struct archive_entry *e;
+        int h = ARCHIVE_OK;
+        while (r == 0 && (h = archive_read_next_header(a, &e)) == ARCHIVE_OK) {
+                char path[FILES_PATH_MAX + 16];
+                struct err pe = {0};
+                const char *rel = archive_entry_pathname(e);
+                la_int64_t size = archive_entry_size(e);
+                if (archive_entry_filetype(e) != AE_IFREG || !rel || size < 0 ||
+                    files_path(rel, false, path, sizeof(path), &pe) < 0) {
+                        r = err_set(err, ERR_INVALID, -EINVAL,
+                                    "session \"%s\": its stored files hold an entry that is not a "
+                                    "file under /workspace",
+                                    shown);
+                        break;
+                }
+                if ((unsigned long long)size > max_bytes - total) {
+                        r = err_set(err, ERR_INVALID, -EFBIG,
+                                    "session \"%s\": its stored files hold more than %llu bytes",
+                                    shown, max_bytes);
+                        break;
+                }
+                struct sandbox_file *nv = realloc(v, (n + 1) * sizeof(*v));
+                char *data = malloc(size ? (size_t)size : 1);
+                char *copy = strdup(path);
+                if (nv)
+                        v = nv;
+                if (!nv || !data || !copy) {
+                        free(data);
+                        free(copy);
+                        r = err_set(err, ERR_INTERNAL, -ENOMEM, "out of memory");
+                        break;
+                }
+                size_t got = 0;
+                while (got < (size_t)size) {
+                        la_ssize_t k = archive_read_data(a, data + got, (size_t)size - got);
+                        if (k <= 0)
+                                break;
+                        got += (size_t)k;
+                }
+                v[n++] = (struct sandbox_file){.path = copy, .data = data, .len = got};
+                if (got != (size_t)size) {
+                        r = err_set(err, ERR_INVALID, -EINVAL,
+                                    "session \"%s\": its stored files are cut short", shown);
+                        break;
+                }
+                total += got;
+        }
+        if (r == 0 && h != ARCHIVE_EOF) /* not the end: a damaged header */
+                r = err_set(err, ERR_INVALID, -EINVAL,
+                            "session \"%s\": its stored files are "
+                            "damaged (%s)",
+                            shown,
+                            archive_error_string(a) ? archive_error_string(a) : "a bad header");
+        archive_read_free(a);
+        close(fd);
+        if (r < 0) {
+                store_files_free(v, n);
+                return r;
+        }
+        *ret = v;
+        *ret_n = n;
+        return 0;
 }

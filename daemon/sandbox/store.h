@@ -4,8 +4,8 @@
  * never parses them). Two services may share a root, so every index read
  * back is untrusted input: bounded, validated, refused whole when wrong.
  *
- * Not wired to sessions yet: the hibernation that writes here, and the
- * resume that reads, come next (runtime/README.md, language "state"). */
+ * sandbox/session.c writes here when a session hibernates and reads back
+ * when a call resumes it (runtime/README.md, language "state"). */
 #pragma once
 
 #include "core/util.h"
@@ -29,6 +29,7 @@ struct store_entry {
         unsigned long long bytes; /* the session's files in the store */
         json_t *grant;            /* the servers its code may call: array of strings, or NULL */
         json_t *network;          /* the hosts it may reach: array of strings, or NULL */
+        json_t *lost;             /* globals the save could not keep: array of names, or NULL */
 };
 
 /* Parses an index (len bytes, not NUL-terminated). On success fills e (its
@@ -88,3 +89,28 @@ int store_list(const char *root, const char *owner, struct store_entry **ret, si
  * evicting at once can still race (no lock is taken). */
 int store_enforce(const char *root, unsigned long long max_bytes, long long keep_ms,
                   const char *keep_owner, const char *keep_name);
+
+/* ---- a session's /workspace, as a tar in its directory (STORE_TAR) */
+
+#define STORE_TAR "workspace.tar"
+
+struct store_pack;
+
+/* Starts writing the session's tar (under a temporary name; its directory
+ * made if missing). */
+int store_pack_begin(const char *root, const char *owner, const char *name, struct store_pack **ret,
+                     struct err *err);
+/* Adds a regular file: `rel` relative to /workspace, mode bits 0777 at most. */
+int store_pack_add(struct store_pack *p, const char *rel, unsigned mode, const void *data,
+                   size_t len, struct err *err);
+/* Ends it: renamed into place when commit, else removed. Frees p. */
+int store_pack_end(struct store_pack *p, bool commit, struct err *err);
+
+/* The session's files from its tar, each checked (a regular file, a path
+ * files_path takes under /workspace) and in all at most max_bytes: *ret
+ * (malloc'd paths and data: store_files_free) and *n. */
+struct sandbox_file;
+int store_unpack(const char *root, const char *owner, const char *name,
+                 unsigned long long max_bytes, struct sandbox_file **ret, size_t *n,
+                 struct err *err);
+void store_files_free(struct sandbox_file *v, size_t n);

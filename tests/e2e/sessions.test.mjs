@@ -9,11 +9,11 @@
 
 import { CallToolResultSchema } from '@modelcontextprotocol/sdk/types.js';
 import assert from 'node:assert/strict';
-import { mkdirSync, readFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { bridgeSetup, everythingServer, filesystemServer } from './lib/bridge.mjs';
 import {
-  checkResult, containerState, engineRequest, jobCall, sleep, test, toolCall, waitFor, waitGone, withTimeout,
+  CONFIG_HOME, checkResult, containerState, engineRequest, jobCall, sleep, test, toolCall, waitFor, waitGone, withTimeout,
 } from './lib/harness.mjs';
 
 test('sessions: globals and files persist within a session, other sessions and clients cannot see them, session_close removes the container', async (t) => {
@@ -380,3 +380,63 @@ test('sessions: earlier code takes over later calls (sys._getframe), but gets no
   assert.ok(audit.some((l) => l.server === 'fs' && l.tool === 'list_allowed_directories' && l.decision === 'allowed'),
     'and the call the earlier code made to fs is audited as any call');
 }, { timeoutMs: 120000 });
+
+test('sessions: an idle session hibernates to the store and the next call resumes it, in another corral too; what does not pickle is named; session_close removes the stored state', async (t) => {
+  const store = mkdtempSync(path.join(CONFIG_HOME, 'store-'));
+  const env = { CORRAL_IMAGE: 'corral-data:latest', CORRAL_SESSION_HIBERNATE: 'true', CORRAL_SESSION_IDLE_S: '3',
+    CORRAL_SESSION_STORE: store, CORRAL_POOL_MIN: '1' };
+  const d = await t.daemon('session-hibernate', env);
+  const setup = await d.call(t, 'run_python', { session: 'eda', timeout_s: 120, code: [
+    'import numpy as np, pandas as pd, socket',
+    'from sklearn.linear_model import LinearRegression',
+    'rng = np.random.default_rng(7)',
+    'df = pd.DataFrame({"a": rng.random(1_000_000), "b": rng.integers(0, 100, 1_000_000)})',
+    'model = LinearRegression().fit(df[["a"]].values[:1000], df["a"].values[:1000] * 2 + 1)',
+    'square = lambda v: v * v',
+    'sock = socket.socket()',
+    'open("notes.txt", "w").write("kept on disk")',
+    'print(df.shape)'].join('\n') }, { timeoutMs: 180000 });
+  assert.equal(setup.structuredContent.status, 'ok', `the session loads its data (${setup.structuredContent.stderr?.slice(-300)})`);
+  assert.equal(setup.structuredContent.stdout, '(1000000, 2)\n');
+  const first = setup.structuredContent.container;
+  // Idle past session_idle_s: saved, listed as hibernated, its container gone.
+  const w = await waitFor(async () => {
+    const l = await toolCall(t, d, 'session_list', {});
+    const s = l.structuredContent.sessions.find((x) => x.name === 'eda');
+    return { done: s?.state === 'hibernated', s };
+  }, { timeoutMs: 60000, intervalMs: 500 });
+  assert.ok(w.done, `the idle session is listed as hibernated (${JSON.stringify(w.s)})`);
+  assert.ok(w.s.stored_bytes > 10e6, `with its stored size (${w.s.stored_bytes} bytes: the DataFrame's pickle)`);
+  assert.ok((await waitGone(first)).done, `its container ${first} is removed`);
+  const dir = path.join(store, '_', 'eda');
+  assert.ok(existsSync(path.join(dir, 'index.json')) && existsSync(path.join(dir, 'workspace.tar')), 'its state is on disk');
+  await d.close();
+
+  // A new corral on the same store (a restart): the next call resumes it.
+  const d2 = await t.daemon('session-resume', env);
+  const back = await d2.call(t, 'run_python', { session: 'eda', timeout_s: 120,
+    code: 'print(df.shape, round(float(model.predict([[0.5]])[0]), 3), open("notes.txt").read())' }, { timeoutMs: 180000 });
+  const s = back.structuredContent.session;
+  assert.equal(back.structuredContent.status, 'ok', `the call after it runs (${back.structuredContent.stderr?.slice(-300)})`);
+  assert.equal(back.structuredContent.stdout, '(1000000, 2) 2.0 kept on disk\n', 'its DataFrame, model and files are back');
+  assert.equal(s.state, 'resumed', 'its result says resumed');
+  assert.deepEqual([...s.not_restored].sort(), ['sock', 'square'], 'the socket and the lambda are named as not restored');
+  assert.ok(Number.isInteger(s.resume_ms) && s.resume_ms > 0, `the time to resume is given (${s.resume_ms} ms)`);
+  t.note('resume_ms', s.resume_ms);
+  console.log(`# resume of a session holding a 1,000,000-row DataFrame and a model: ${s.resume_ms} ms (${w.s.stored_bytes} bytes stored)`);
+  assert.match(back.content.map((c) => c.text).join(''), /resumed from hibernation in \d+ ms.*not restored: (sock, square|square, sock)/, 'the text says so too');
+  assert.ok(!existsSync(dir), 'the stored copy goes once the session lives again');
+  const again = await d2.call(t, 'run_python', { session: 'eda', code: 'print(int(df["b"].sum() > 0))' });
+  assert.equal(again.structuredContent.session.state, 'kept', 'the next call is an ordinary session call');
+
+  // Hibernated again, then closed: the stored state is removed from disk.
+  const w2 = await waitFor(async () => ({ done: existsSync(path.join(dir, 'index.json')) }), { timeoutMs: 60000, intervalMs: 500 });
+  assert.ok(w2.done, 'idle again, it is saved again');
+  const other = await toolCall(t, d2, 'read_file', { session: 'eda', path: 'notes.txt' });
+  assert.match(other.content[0].text, /hibernated: a call that runs code in it resumes it/, 'file tools say how to resume it');
+  const closed = await toolCall(t, d2, 'session_close', { session: 'eda' });
+  assert.equal(closed.structuredContent.closed, true, 'session_close closes a hibernated session');
+  assert.ok(!existsSync(dir), 'and its stored state is gone from disk');
+  const fresh = await d2.call(t, 'run_python', { session: 'eda', code: 'print("df" in globals())' });
+  assert.equal(fresh.structuredContent.stdout, 'False\n', 'the next call opens a new, empty session');
+}, { timeoutMs: 600000 });

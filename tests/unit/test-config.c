@@ -33,6 +33,10 @@ static void test_defaults(void)
         is_int(c.max_sessions, 4, "default max_sessions 4");
         ok(c.session_idle_s == 600, "default session_idle_s 600");
         ok(c.session_max_s == 14400, "default session_max_s 4 h");
+        ok(!c.session_hibernate && !c.session_store,
+           "default: no hibernation, the store under XDG");
+        ok(c.session_store_max == 4ULL << 30 && c.session_keep_s == 7 * 86400,
+           "default session_store_max 4 GiB, session_keep_s 7 days");
         is_int(c.file_max_bytes, 16 << 20, "default file_max_bytes 16 MiB");
         is_int(c.out_max_bytes, 8 << 20, "default out_max_bytes 8 MiB");
         ok(c.config_file == NULL, "no config file read yet");
@@ -49,7 +53,7 @@ static void test_defaults(void)
         size_t n = 0;
         while (names[n])
                 n++;
-        is_int(n, 66, "config_key_names lists 66 keys, NULL-terminated");
+        is_int(n, 70, "config_key_names lists 70 keys, NULL-terminated");
         is_str(names[0], "engine", "... starting with engine");
 }
 
@@ -585,6 +589,17 @@ static void test_check(void)
                         is_int(rc, -EINVAL, "config_check #%zu fails", i);
                         like(e.msg, cases[i].why, "... because %s", cases[i].why);
                 }
+                config_free(&c);
+        }
+        /* The session store: absolute, or the working directory chooses it. */
+        for (int rel = 0; rel < 2; rel++) {
+                struct config c;
+                struct err e = {0};
+                config_defaults(&c);
+                c.session_store = strdup(rel ? "state/sessions" : "/var/lib/corral/sessions");
+                int rc = config_check(&c, &e);
+                ok(rel ? rc == -EINVAL && strstr(e.msg, "session_store") : rc == 0,
+                   "session_store %s: %s", c.session_store, rel ? "refused" : "taken");
                 config_free(&c);
         }
         /* The policy file: absolute, or a clone's working directory would

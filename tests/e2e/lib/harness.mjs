@@ -318,7 +318,11 @@ export function checkResult(r) {
   }
   if (sc.session !== undefined) {
     assert.equal(typeof sc.session.name, 'string', 'session.name is a string');
-    assert.ok(['kept', 'reset', 'restarted', 'ended'].includes(sc.session.state), `session.state ${sc.session.state}`);
+    assert.ok(['kept', 'reset', 'restarted', 'ended', 'resumed'].includes(sc.session.state), `session.state ${sc.session.state}`);
+    if (sc.session.state === 'resumed') {
+      assert.ok(Array.isArray(sc.session.not_restored), 'a resumed session names what was not restored');
+      assert.ok(isInt(sc.session.resume_ms) && sc.session.resume_ms >= 0, 'and how long resuming took');
+    }
   }
   if (fine) assert.equal(sc.error, null, `a call with status ${sc.status} has error null`);
   else if (sc.status === 'error' && sc.error === null)
