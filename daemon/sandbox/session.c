@@ -798,6 +798,20 @@ int session_check_servers(struct session_mgr *m, const struct sandbox_request *r
         return x ? grant_check(x, req, e) : 0;
 }
 
+/* A session's sandbox could not be had (sandbox_run's r): the error. */
+static int start_failed(struct session_mgr *m, int r, const char *verb, const char *name,
+                        struct err *e)
+{
+        /* -EAGAIN: -EBUSY would say that the session itself is busy. */
+        if (r == -EBUSY)
+                return err_set(e, ERR_REFUSED, -EAGAIN,
+                               "every sandbox slot is in use (%ld) and %ld calls are already "
+                               "waiting",
+                               m->cfg->max_sandboxes, m->cfg->max_queue);
+        return err_set(e, ERR_INTERNAL, r, "cannot %s session \"%s\": %s", verb, name,
+                       strerror(-r));
+}
+
 /* ---- resume: a hibernated session's files put back, then its globals
  * loaded, then the call that named it run */
 
@@ -979,13 +993,7 @@ static int session_resume(struct session_mgr *m, const struct sandbox_request *r
         store_files_free(files, n_files);
         if (r < 0) {
                 session_free(x);
-                if (r == -EBUSY)
-                        return err_set(e, ERR_REFUSED, -EAGAIN,
-                                       "every sandbox slot is in use (%ld) and %ld calls are "
-                                       "already waiting",
-                                       m->cfg->max_sandboxes, m->cfg->max_queue);
-                return err_set(e, ERR_INTERNAL, r, "cannot resume session \"%s\": %s", name,
-                               strerror(-r));
+                return start_failed(m, r, "resume", name, e);
         }
         log_info("session %s resuming from the store (%zu files)", name, n_files);
         grant_take(x, req);
@@ -1095,14 +1103,7 @@ int session_run(struct session_mgr *m, const struct sandbox_request *req, sandbo
         r = sandbox_run(m->sm, &q, session_done, x, ret);
         if (r < 0) {
                 session_free(x);
-                /* -EAGAIN: -EBUSY would say that the session itself is busy. */
-                if (r == -EBUSY)
-                        return err_set(e, ERR_REFUSED, -EAGAIN,
-                                       "every sandbox slot is in use (%ld) and %ld calls are "
-                                       "already waiting",
-                                       m->cfg->max_sandboxes, m->cfg->max_queue);
-                return err_set(e, ERR_INTERNAL, r, "cannot open session \"%s\": %s", name,
-                               strerror(-r));
+                return start_failed(m, r, "open", name, e);
         }
         log_info("session %s opening", name);
         grant_take(x, req);
