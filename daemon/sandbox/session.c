@@ -9,7 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #define TOMBSTONES 32 /* sessions that ended unasked, remembered to say so once */
 
@@ -237,16 +236,13 @@ static void hibernation_clear(struct session *x)
         x->hibernating = false;
 }
 
-/* The call a resume runs once the globals are back: the caller frees its
- * request when session_run returns, so what it points to is copied. */
 static bool stored_too_long(const struct session_mgr *m, const struct store_entry *se)
 {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        long long wall = (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-        return wall - se->saved_ms > (long long)(m->cfg->session_keep_s * 1000);
+        return store_wall_ms() - se->saved_ms > (long long)(m->cfg->session_keep_s * 1000);
 }
 
+/* The call a resume runs once the globals are back: the caller frees its
+ * request when session_run returns, so what it points to is copied. */
 static void pending_clear(struct session *x)
 {
         free(x->p_code);
@@ -491,12 +487,8 @@ static void hibernate_done(struct session *x)
                 return;
         }
         x->pack = NULL;
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        struct store_entry se = {.saved_ms = (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000,
-                                 .grant = x->grant,
-                                 .network = x->network,
-                                 .lost = x->lost};
+        struct store_entry se = {
+            .saved_ms = store_wall_ms(), .grant = x->grant, .network = x->network, .lost = x->lost};
         snprintf(se.owner, sizeof(se.owner), "%s", x->owner);
         snprintf(se.name, sizeof(se.name), "%s", x->name);
         snprintf(se.image, sizeof(se.image), "%s", x->image);
@@ -1261,9 +1253,7 @@ json_t *session_list(struct session_mgr *m, const char *owner)
         struct store_entry *v = NULL;
         size_t n = 0;
         if (list && m->store && store_list(m->store, owner, &v, &n) == 0) {
-                struct timespec ts;
-                clock_gettime(CLOCK_REALTIME, &ts);
-                long long wall = (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+                long long wall = store_wall_ms();
                 for (size_t i = 0; i < n; i++) {
                         if (!find(m, owner, v[i].name))
                                 json_array_append_new(

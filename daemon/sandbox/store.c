@@ -17,8 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
-/* A save's time is the wall clock's: another host reads it. */
-static long long wall_ms(void)
+long long store_wall_ms(void)
 {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
@@ -416,7 +415,7 @@ int store_write(const char *root, struct store_entry *e, struct err *err)
         int fd = -1;
         for (int tries = 0; fd < 0 && tries < 16; tries++) {
                 snprintf(tmp, sizeof(tmp), ".index.%d.%08x", (int)getpid(),
-                         (unsigned)(wall_ms() * 2654435761u + (unsigned)tries));
+                         (unsigned)(store_wall_ms() * 2654435761u + (unsigned)tries));
                 fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
                 if (fd < 0 && errno != EEXIST)
                         break;
@@ -569,7 +568,8 @@ static int list_owner(const char *root, const char *owner, bool reap, struct sto
                         continue;
                 }
                 if (reap && fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
-                    S_ISDIR(st.st_mode) && wall_ms() - (long long)st.st_mtime * 1000 > ORPHAN_MS) {
+                    S_ISDIR(st.st_mode) &&
+                    store_wall_ms() - (long long)st.st_mtime * 1000 > ORPHAN_MS) {
                         int sfd = open_dir_at(dirfd(d), de->d_name, false);
                         bool has_index =
                             sfd >= 0 && faccessat(sfd, STORE_INDEX, F_OK, AT_SYMLINK_NOFOLLOW) == 0;
@@ -649,7 +649,7 @@ int store_enforce(const char *root, unsigned long long max_bytes, long long keep
                     strcmp(v[keep].name, keep_name) == 0)
                         break;
         _cleanup_free_ size_t *out = calloc(n ? n : 1, sizeof(*out));
-        size_t k = out ? store_evict_pick(v, n, max_bytes, keep_ms, wall_ms(), keep, out) : 0;
+        size_t k = out ? store_evict_pick(v, n, max_bytes, keep_ms, store_wall_ms(), keep, out) : 0;
         int gone = 0;
         for (size_t i = 0; i < k; i++) {
                 const struct store_entry *e = &v[out[i]];
@@ -674,8 +674,8 @@ int store_enforce(const char *root, unsigned long long max_bytes, long long keep
                 log_event(LOG_INFO, "store",
                           "evicted hibernated session \"%s\" of client \"%s\" (%llu bytes, saved "
                           "%lld s ago): %s",
-                          e->name, shown_o, e->bytes, (wall_ms() - e->saved_ms) / 1000,
-                          keep_ms > 0 && wall_ms() - e->saved_ms > keep_ms
+                          e->name, shown_o, e->bytes, (store_wall_ms() - e->saved_ms) / 1000,
+                          keep_ms > 0 && store_wall_ms() - e->saved_ms > keep_ms
                               ? "older than the store keeps sessions"
                               : "the store was over its size bound");
         }

@@ -42,6 +42,9 @@ char *store_index_format(const struct store_entry *e);
 
 void store_entry_clear(struct store_entry *e);
 
+/* Now, as saved_ms counts it: the wall clock (another host reads it). */
+long long store_wall_ms(void);
+
 /* The directory of a session: <root>/<owner as lower-case hex, or "_" for
  * "">/<name>. -ENAMETOOLONG when it does not fit, -EINVAL for a name or
  * owner corral would not make, and for "." and "..". */

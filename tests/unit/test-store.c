@@ -9,7 +9,6 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 static const char good[] = "{\"format\":1,\"owner\":\"c-17\",\"name\":\"eda\",\"image\":"
@@ -172,13 +171,6 @@ static int put(const char *root, const char *owner, const char *name, size_t byt
         return r;
 }
 
-static long long wall_now(void)
-{
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static size_t count_all(const char *root, const char *owner)
 {
         struct store_entry *v;
@@ -205,7 +197,7 @@ static void write_text(const char *path, const char *text)
 static void disk_rows(const char *root, const char *victim)
 {
         char path[700], dir[512], other[800];
-        long long now = wall_now();
+        long long now = store_wall_ms();
         ok(put(root, "", "a", KB4, now - 5000) == 0 &&
                put(root, "c-1", "b", 2 * KB4, now - 4000) == 0 &&
                put(root, "c-1", "c", 3 * KB4, now - 3000) == 0,
