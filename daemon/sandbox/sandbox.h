@@ -158,7 +158,7 @@ struct sandbox_result {
          * unchecked beyond that), or NULL. */
         json_t *globals;
         /* Set by the session layer: the session was resumed from the store
-         * for this call; resume_report {restored, not_restored, ms}. */
+         * for this call; resume_report {not_restored, resume_ms, error}. */
         bool resumed;
         json_t *resume_report;
         bool not_resumed; /* it could not be: it stays in the store */

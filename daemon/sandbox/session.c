@@ -874,11 +874,9 @@ static void resume_loaded(void *userdata, const struct sandbox_result *res)
                 if (!dup)
                         json_array_append(not_restored, name);
         }
-        json_t *restored = json_object_get(g, "restored");
         x->resume_report = json_pack(
-            "{s:O, s:o, s:I, s:s?}", "restored", json_is_array(restored) ? restored : json_null(),
-            "not_restored", not_restored ? not_restored : json_array(), "resume_ms",
-            (json_int_t)(now_ms() - x->t_resume), "error",
+            "{s:o, s:I, s:s?}", "not_restored", not_restored ? not_restored : json_array(),
+            "resume_ms", (json_int_t)(now_ms() - x->t_resume), "error",
             res->status == ST_OK ? NULL
                                  : (res->error_message ? res->error_message
                                                        : "its Python globals could not be loaded"));
