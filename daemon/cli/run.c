@@ -23,27 +23,16 @@ static void drained(void *userdata)
         loop_quit(r->loop);
 }
 
-static void write_all(int fd, const char *p, size_t n)
-{
-        while (n > 0) {
-                ssize_t k = write(fd, p, n);
-                if (k < 0) {
-                        if (errno == EINTR)
-                                continue;
-                        return;
-                }
-                p += k;
-                n -= (size_t)k;
-        }
-}
-
 static void done(void *userdata, const struct sandbox_result *res)
 {
         struct run *r = userdata;
         r->done = true;
         r->sb = NULL;
-        write_all(STDOUT_FILENO, res->out.data.data ? res->out.data.data : "", res->out.data.len);
-        write_all(STDERR_FILENO, res->err.data.data ? res->err.data.data : "", res->err.data.len);
+        /* A closed stdout or stderr: nothing to tell, the exit status says the rest. */
+        (void)write_all(STDOUT_FILENO, res->out.data.data ? res->out.data.data : "",
+                        res->out.data.len);
+        (void)write_all(STDERR_FILENO, res->err.data.data ? res->err.data.data : "",
+                        res->err.data.len);
         if (res->out.truncated)
                 fprintf(stderr, "corral: stdout truncated: %zu of %llu bytes shown\n",
                         res->out.data.len, res->out.total);

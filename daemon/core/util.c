@@ -62,6 +62,21 @@ int runtime_dir(char *buf, size_t size, struct err *e)
         return 0;
 }
 
+int write_all(int fd, const void *data, size_t n)
+{
+        const char *p = data;
+        while (n) {
+                ssize_t w = write(fd, p, n);
+                if (w < 0 && errno == EINTR)
+                        continue;
+                if (w <= 0)
+                        return w < 0 ? -errno : -EIO;
+                p += w;
+                n -= (size_t)w;
+        }
+        return 0;
+}
+
 int mkdir_parents(const char *path)
 {
         _cleanup_free_ char *dir = strdup(path);

@@ -106,6 +106,10 @@ int runtime_dir(char *buf, size_t size, struct err *e);
  * negative errno. */
 int mkdir_parents(const char *path);
 
+/* Writes all n bytes to fd (retrying short writes and EINTR): 0, or a
+ * negative errno (-EIO when write made no progress). */
+int write_all(int fd, const void *p, size_t n);
+
 /* Whether something accepts connections on the unix socket at `path` (a
  * socket file left by a process that died accepts none). */
 bool unix_socket_answers(const char *path);

@@ -358,21 +358,6 @@ unsigned long long kept_bytes(const struct kept_run *k, bool is_stderr)
         return k ? k->s[STREAM_OF(is_stderr)].len : 0;
 }
 
-/* Writes it all, or says why not. */
-static int write_all(int fd, const char *p, size_t n)
-{
-        while (n) {
-                ssize_t w = write(fd, p, n);
-                if (w < 0 && errno == EINTR)
-                        continue;
-                if (w <= 0)
-                        return w < 0 ? -errno : -EIO;
-                p += w;
-                n -= (size_t)w;
-        }
-        return 0;
-}
-
 static void stop_stream(struct kept_run *k, struct kept_stream *ks, const char *why)
 {
         ks->full = true;

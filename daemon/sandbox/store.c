@@ -368,20 +368,6 @@ static long long dir_bytes(int dfd)
         return (long long)total;
 }
 
-static int write_all(int fd, const char *p, size_t len)
-{
-        while (len > 0) {
-                ssize_t k = write(fd, p, len);
-                if (k < 0 && errno == EINTR)
-                        continue;
-                if (k <= 0)
-                        return k < 0 ? -errno : -EIO;
-                p += k;
-                len -= (size_t)k;
-        }
-        return 0;
-}
-
 int store_write(const char *root, struct store_entry *e, struct err *err)
 {
         char shown[80], tmp[64];
