@@ -288,17 +288,12 @@ static int open_session(const char *root, const char *owner, const char *name, b
         return fd;
 }
 
-static void printable(const char *s, char *out, size_t size)
-{
-        str_printable(s, out, size);
-}
-
 int store_read(const char *root, const char *owner, const char *name, struct store_entry *e,
                struct err *err)
 {
         char text[STORE_INDEX_MAX + 1], shown[80];
         memset(e, 0, sizeof(*e));
-        printable(name, shown, sizeof(shown));
+        str_printable(name, shown, sizeof(shown));
         int dfd = open_session(root, owner, name, false, NULL);
         if (dfd < 0)
                 return err_set(err, dfd == -ENOENT ? ERR_REFUSED : ERR_INTERNAL, dfd,
@@ -371,7 +366,7 @@ static long long dir_bytes(int dfd)
 int store_write(const char *root, struct store_entry *e, struct err *err)
 {
         char shown[80], tmp[64];
-        printable(e->name, shown, sizeof(shown));
+        str_printable(e->name, shown, sizeof(shown));
         int dfd = open_session(root, e->owner, e->name, true, NULL);
         if (dfd < 0)
                 return err_set(err, ERR_INTERNAL, dfd,
@@ -433,7 +428,7 @@ int store_write(const char *root, struct store_entry *e, struct err *err)
 int store_remove(const char *root, const char *owner, const char *name, struct err *err)
 {
         char shown[80];
-        printable(name, shown, sizeof(shown));
+        str_printable(name, shown, sizeof(shown));
         int ofd = -1, dfd = open_session(root, owner, name, false, &ofd);
         if (dfd == -ENOENT)
                 return 0;
@@ -507,7 +502,7 @@ static int list_owner(const char *root, const char *owner, bool reap, struct sto
         int ofd = open_owner(root, owner, false);
         if (ofd < 0) {
                 if (ofd != -ENOENT) {
-                        printable(owner, shown, sizeof(shown));
+                        str_printable(owner, shown, sizeof(shown));
                         log_warn("session store %s: skipping client \"%s\": %s", root, shown,
                                  strerror(-ofd));
                 }
@@ -524,7 +519,7 @@ static int list_owner(const char *root, const char *owner, bool reap, struct sto
                 struct stat st;
                 if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
                         continue;
-                printable(de->d_name, shown, sizeof(shown));
+                str_printable(de->d_name, shown, sizeof(shown));
                 if (!dir_name_ok(de->d_name)) {
                         log_warn("session store %s: skipping \"%s\": not a session name", root,
                                  shown);
@@ -595,7 +590,7 @@ static int list_all(const char *root, const char *owner, bool reap, struct store
                         if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
                                 continue;
                         if (owner_of_dir(de->d_name, who, sizeof(who)) < 0) {
-                                printable(de->d_name, shown, sizeof(shown));
+                                str_printable(de->d_name, shown, sizeof(shown));
                                 log_warn("session store %s: skipping \"%s\": not a client's "
                                          "directory",
                                          root, shown);
@@ -656,7 +651,7 @@ int store_enforce(const char *root, unsigned long long max_bytes, long long keep
                         continue;
                 }
                 gone++;
-                printable(e->owner, shown_o, sizeof(shown_o));
+                str_printable(e->owner, shown_o, sizeof(shown_o));
                 log_event(LOG_INFO, "store",
                           "evicted hibernated session \"%s\" of client \"%s\" (%llu bytes, saved "
                           "%lld s ago): %s",
@@ -683,7 +678,7 @@ int store_pack_begin(const char *root, const char *owner, const char *name, stru
                      struct err *err)
 {
         char shown[80];
-        printable(name, shown, sizeof(shown));
+        str_printable(name, shown, sizeof(shown));
         struct store_pack *p = calloc(1, sizeof(*p));
         if (!p)
                 return err_set(err, ERR_INTERNAL, -ENOMEM, "out of memory");
@@ -771,7 +766,7 @@ int store_unpack(const char *root, const char *owner, const char *name,
                  struct err *err)
 {
         char shown[80];
-        printable(name, shown, sizeof(shown));
+        str_printable(name, shown, sizeof(shown));
         *ret = NULL;
         *ret_n = 0;
         int dfd = open_session(root, owner, name, false, NULL);
