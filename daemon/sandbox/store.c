@@ -470,6 +470,93 @@ int store_remove(const char *root, const char *owner, const char *name, struct e
         return 0;
 }
 
+int store_copy(const char *root, const char *owner, const char *from, const char *to,
+               struct store_entry *ret, struct err *err)
+{
+        char shown[80], shown_to[80], tmp[64];
+        str_printable(from, shown, sizeof(shown));
+        str_printable(to, shown_to, sizeof(shown_to));
+        struct store_entry e;
+        int r = store_read(root, owner, from, &e, err);
+        if (r < 0)
+                return r;
+        struct store_entry there;
+        struct err te = {0};
+        if (store_read(root, owner, to, &there, &te) == 0) {
+                store_entry_clear(&there);
+                store_entry_clear(&e);
+                return err_set(err, ERR_REFUSED, -EEXIST,
+                               "session \"%s\" is already in the store: close it first", shown_to);
+        }
+        int sfd = open_session(root, owner, from, false, NULL);
+        int dfd = sfd < 0 ? sfd : open_session(root, owner, to, true, NULL);
+        if (sfd < 0 || dfd < 0) {
+                r = sfd < 0 ? sfd : dfd;
+                if (sfd >= 0)
+                        close(sfd);
+                store_entry_clear(&e);
+                return err_set(err, ERR_INTERNAL, r,
+                               "session \"%s\": cannot open its store directory (%s)",
+                               sfd < 0 ? shown : shown_to, strerror(-r));
+        }
+        /* The files under a name of their own, then the index: a copy cut
+         * short has no index, and store_enforce reaps it. */
+        int in = openat(sfd, STORE_TAR, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        r = in < 0 && errno != ENOENT ? -errno : 0;
+        if (in >= 0) {
+                struct stat st;
+                snprintf(tmp, sizeof(tmp), ".%s.%d.copy", STORE_TAR, (int)getpid());
+                unlinkat(dfd, tmp, 0);
+                int out = -1;
+                if (fstat(in, &st) < 0)
+                        r = -errno;
+                else if (!S_ISREG(st.st_mode))
+                        r = -EINVAL;
+                else if ((out =
+                              openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW,
+                                     0600)) < 0)
+                        r = -errno;
+                char buf[1 << 16];
+                while (r == 0) {
+                        ssize_t k = read(in, buf, sizeof(buf));
+                        if (k < 0 && errno == EINTR)
+                                continue;
+                        if (k < 0)
+                                r = -errno;
+                        if (k <= 0)
+                                break;
+                        r = write_all(out, buf, (size_t)k);
+                }
+                if (out >= 0) {
+                        if (r == 0 && fsync(out) < 0)
+                                r = -errno;
+                        if (close(out) < 0 && r == 0)
+                                r = -errno;
+                        if (r == 0 && renameat(dfd, tmp, dfd, STORE_TAR) < 0)
+                                r = -errno;
+                        if (r < 0)
+                                unlinkat(dfd, tmp, 0);
+                }
+                close(in);
+        }
+        close(sfd);
+        close(dfd);
+        if (r < 0) {
+                store_entry_clear(&e);
+                store_remove(root, owner, to, NULL);
+                return err_set(err, ERR_INTERNAL, r, "session \"%s\": cannot copy its files (%s)",
+                               shown, strerror(-r));
+        }
+        snprintf(e.name, sizeof(e.name), "%s", to);
+        e.saved_ms = store_wall_ms();
+        r = store_write(root, &e, err);
+        if (r < 0 || !ret)
+                store_entry_clear(&e);
+        else
+                *ret = e;
+        return r;
+}
+
 /* The owner a store directory's name stands for ("_": ""), or -EINVAL. */
 static int owner_of_dir(const char *hex, char *out, size_t size)
 {

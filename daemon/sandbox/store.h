@@ -77,6 +77,13 @@ int store_write(const char *root, struct store_entry *e, struct err *err);
  * itself. A directory that is not there is not an error. */
 int store_remove(const char *root, const char *owner, const char *name, struct err *err);
 
+/* Copies session `from`'s files and index to session `to` of the same
+ * owner (a fork), saved now: -EEXIST (and *err) when `to` is in the store
+ * already, else as store_read and store_write. The new index in *ret
+ * (NULL: not wanted; else to store_entry_clear). */
+int store_copy(const char *root, const char *owner, const char *from, const char *to,
+               struct store_entry *ret, struct err *err);
+
 /* Every session of the store whose index reads back (owner NULL: every
  * client's), in *ret (malloc'd; each to store_entry_clear) and *n, each
  * with the space its directory takes now (not what its index says). What

@@ -306,6 +306,66 @@ static void disk_rows(const char *root, const char *victim)
            "files and links among the clients' directories do not stop the listing or the bounds");
 }
 
+/* session_fork's copy: files and index under the new name, never over a
+ * session there, never through a link. */
+static void copy_rows(const char *root, const char *victim)
+{
+        struct store_pack *p;
+        struct store_entry e = {0}, got;
+        struct err err = {0};
+        ok(store_pack_begin(root, "n:al", "src", &p, &err) == 0 &&
+               store_pack_add(p, "data.txt", 0640, "loaded once", 11, &err) == 0 &&
+               store_pack_end(p, true, &err) == 0,
+           "a session's files packed (%s)", err.msg);
+        snprintf(e.owner, sizeof(e.owner), "n:al");
+        snprintf(e.name, sizeof(e.name), "src");
+        snprintf(e.image, sizeof(e.image), "corral-data:latest");
+        e.saved_ms = store_wall_ms() - 60000;
+        e.lost = json_pack("[s]", "sock");
+        ok(store_write(root, &e, &err) == 0, "and its index");
+        is_int(store_copy(root, "n:al", "src", "dst", &got, &err), 0, "copied (%s)", err.msg);
+        ok(strcmp(got.name, "dst") == 0 && strcmp(got.image, e.image) == 0 &&
+               got.saved_ms > e.saved_ms && json_equal(got.lost, e.lost) && got.bytes > 0,
+           "the copy's index: its own name, the image and what was lost, saved now, its size");
+        store_entry_clear(&got);
+        ok(store_read(root, "n:al", "dst", &got, &err) == 0 && strcmp(got.name, "dst") == 0,
+           "and it reads back under the new name");
+        store_entry_clear(&got);
+        struct sandbox_file *files = NULL;
+        size_t n = 0;
+        ok(store_unpack(root, "n:al", "dst", 1 << 20, &files, &n, &err) == 0 && n == 1 &&
+               files[0].len == 11 && memcmp(files[0].data, "loaded once", 11) == 0,
+           "with the same files");
+        store_files_free(files, n);
+        is_int(store_copy(root, "n:al", "src", "dst", NULL, &err), -EEXIST,
+               "not over a session in the store (%s)", err.msg);
+        ok(store_copy(root, "n:al", "none", "x", NULL, &err) < 0, "nor from one not there (%s)",
+           err.msg);
+        ok(store_copy(root, "n:bo", "src", "x", NULL, &err) < 0,
+           "nor from another client's session of that name");
+        /* A tar that is a link, to a file elsewhere: not copied through. */
+        char dir[512], path[700], other[700];
+        store_dir(root, "n:al", "src", dir, sizeof(dir));
+        snprintf(path, sizeof(path), "%s/%s", dir, STORE_TAR);
+        snprintf(other, sizeof(other), "%s/secret", victim);
+        write_text(other, "not the store's");
+        unlink(path);
+        ok(symlink(other, path) == 0 && store_copy(root, "n:al", "src", "lnk", NULL, &err) < 0,
+           "a tar that is a link is not followed (%s)", err.msg);
+        struct store_entry none;
+        store_dir(root, "n:al", "lnk", dir, sizeof(dir));
+        ok(store_read(root, "n:al", "lnk", &none, &err) < 0 && access(dir, F_OK) < 0,
+           "and nothing is left of the copy");
+        unlink(path);
+        is_int(store_copy(root, "n:al", "src", "bare", NULL, &err), 0,
+               "a session without files copies (%s)", err.msg);
+        store_entry_clear(&e);
+        store_remove(root, "n:al", "src", &err);
+        store_remove(root, "n:al", "dst", &err);
+        store_remove(root, "n:al", "bare", &err);
+        store_remove(root, "n:al", "lnk", &err);
+}
+
 static void dotted_rows(void)
 {
         struct store_entry e;
@@ -336,6 +396,7 @@ int main(void)
                 return 1;
         }
         disk_rows(root, victim);
+        copy_rows(root, victim);
         char cmd[200];
         snprintf(cmd, sizeof(cmd), "rm -rf %s %s", root, victim);
         if (system(cmd) != 0)
