@@ -30,6 +30,7 @@ struct serve {
         struct bridge *bridge;
         int draining; /* parts still stopping: sandboxes, upstreams */
         bool stopping;
+        bool saving; /* sessions are being saved to the store before the rest stops */
         struct timer *status_timer;
         char status_path[300]; /* read by `corral status`; empty: none */
 };
@@ -79,21 +80,39 @@ static void drained(void *userdata)
                 loop_quit(s->loop);
 }
 
+static void stop_rest(struct serve *s)
+{
+        s->saving = false;
+        log_info("removing every sandbox");
+        s->draining = s->ups ? 2 : 1;
+        sandbox_mgr_shutdown(s->mgr, drained, s);
+        if (s->ups)
+                upstream_set_shutdown(s->ups, drained, s);
+}
+
+static void sessions_saved(void *userdata)
+{
+        struct serve *s = userdata;
+        if (s->saving)
+                stop_rest(s);
+}
+
+/* No new calls; with session_hibernate, the sessions are saved to the
+ * store (the next corral resumes them); then the sandboxes go. */
 static void stop(struct serve *s, const char *why)
 {
         if (s->stopping)
                 return;
         s->stopping = true;
-        log_info("stopping (%s): removing every sandbox", why);
+        log_info("stopping (%s)", why);
         /* `corral status` shows running corrals: not this one now. */
         status_stop(s);
         systemd_notify("STOPPING=1");
         mcp_server_stop(s->srv);
         mcp_http_stop(s->http);
-        s->draining = s->ups ? 2 : 1;
-        sandbox_mgr_shutdown(s->mgr, drained, s);
-        if (s->ups)
-                upstream_set_shutdown(s->ups, drained, s);
+        s->saving = true;
+        if (session_mgr_save_all(s->sessions, sessions_saved, s) == 0)
+                stop_rest(s);
 }
 
 static void on_eof(void *userdata)
@@ -124,6 +143,11 @@ static void on_signal(int signo, void *userdata)
                 log_info("%s: draining (a second signal stops at once)", strsignal(signo));
                 systemd_notify("STOPPING=1");
                 return;
+        }
+        if (s->saving) {
+                log_warn("%s while saving sessions: the saves not finished are abandoned",
+                         strsignal(signo));
+                stop_rest(s);
         }
         if (s->stopping) {
                 /* A host that closed stdin sends SIGTERM when corral has

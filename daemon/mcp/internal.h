@@ -238,6 +238,8 @@ void tool_search_tools(struct mcp_server *s, json_t *id, json_t *args, json_t *p
 
 void tool_session_list(struct mcp_server *s, json_t *id, json_t *args, json_t *params);
 void tool_session_close(struct mcp_server *s, json_t *id, json_t *args, json_t *params);
+void tool_session_save(struct mcp_server *s, json_t *id, json_t *args, json_t *params);
+void tool_session_fork(struct mcp_server *s, json_t *id, json_t *args, json_t *params);
 /* Opens the session when there is none: its first run writes the file. */
 void tool_write_file(struct mcp_server *s, json_t *id, json_t *args, json_t *params);
 void tool_read_file(struct mcp_server *s, json_t *id, json_t *args, json_t *params);
@@ -320,6 +322,7 @@ enum failed {
         FAILED_SANDBOX_RUN,   /* sandbox_run */
         FAILED_SESSION_RUN,   /* session_run (sandbox/session.h) */
         FAILED_SESSION_CLOSE, /* session_close */
+        FAILED_SESSION_SAVE,  /* session_save, session_fork, and their end */
         FAILED_SESSION_GET,   /* session_sandbox, or no engine to reach it */
         FAILED_FILE_START,    /* sandbox_read_file, sandbox_write_file */
         FAILED_FILE,          /* a file operation's end (files_result.error) */

@@ -1,4 +1,5 @@
-/* The session tools: session_list and session_close, and the files of a
+/* The session tools: session_list, session_close, session_save and
+ * session_fork, and the files of a
  * session's /workspace: write_file, read_file, list_files. */
 #include "mcp/internal.h"
 
@@ -174,6 +175,158 @@ void tool_session_close(struct mcp_server *s, json_t *id, json_t *args, json_t *
         snprintf(text, sizeof(text), "session \"%s\" closed: its sandbox is being removed", name);
         mcp_send_result(
             s, id, tools_text_result(json_pack("{s:s, s:b}", "session", name, "closed", 1), text));
+}
+
+/* A session_save or session_fork on its way: the save, once started,
+ * cannot be stopped halfway, so its end frees this. */
+struct save_call {
+        struct request req;
+        bool waiting;
+        bool fork;
+        char session[SESSION_NAME_MAX + 1];
+        char to[SESSION_NAME_MAX + 1];
+};
+
+static void scall_free(struct save_call *sc)
+{
+        request_end(&sc->req);
+        free(sc);
+}
+
+static void scall_gone(struct request *r)
+{
+        struct save_call *sc = request_of(r, struct save_call);
+        if (!sc->waiting)
+                scall_free(sc);
+}
+
+static const struct request_ops scall_ops = {
+    .what = "a session save",
+    .withdraw = scall_gone,
+    .drop = scall_gone,
+};
+
+static json_t *saved_result(const struct save_call *sc, const struct session_saved *r)
+{
+        char text[1400], lost[600] = "";
+        size_t i;
+        json_t *v;
+        json_array_foreach(r->not_saved, i, v)
+        {
+                char shown[80];
+                str_printable(json_string_value(v), shown, sizeof(shown));
+                size_t len = strlen(lost);
+                if (len + strlen(shown) + 8 >= sizeof(lost)) {
+                        snprintf(lost + len, sizeof(lost) - len, ", ...");
+                        break;
+                }
+                snprintf(lost + len, sizeof(lost) - len, "%s%s", i ? ", " : "", shown);
+        }
+        double mib = (double)r->bytes / (1 << 20);
+        if (sc->fork)
+                snprintf(text, sizeof(text),
+                         "session \"%s\" forked from \"%s\": %.1f MiB stored; it is hibernated, "
+                         "and the next call naming it resumes it. \"%s\" is unchanged.%s%s",
+                         sc->to, sc->session, mib, sc->session, lost[0] ? " Not saved: " : "",
+                         lost);
+        else
+                snprintf(text, sizeof(text),
+                         "session \"%s\" %s: %.1f MiB stored in %lld ms. %s%s%s", sc->session,
+                         r->kept ? "checkpointed (it runs on)"
+                                 : "hibernated (its container is gone)",
+                         mib, r->ms,
+                         r->kept ? "If it ends, the next call naming it resumes from this copy."
+                                 : "The next call naming it resumes it.",
+                         lost[0] ? " Not saved (they will not come back): " : "", lost);
+        utf8_scrub(text);
+        json_t *st = json_pack(
+            "{s:s, s:s, s:I, s:I, s:O?}", "session", sc->fork ? sc->to : sc->session, "state",
+            r->kept ? "checkpointed" : "hibernated", "stored_bytes", (json_int_t)r->bytes,
+            "save_ms", (json_int_t)r->ms, "not_saved", r->not_saved);
+        if (st && sc->fork)
+                json_object_set_new(st, "forked_from", json_string(sc->session));
+        return st ? tools_text_result(st, text) : NULL;
+}
+
+static void save_done(void *userdata, const struct session_saved *r)
+{
+        struct save_call *sc = userdata;
+        if (request_live(&sc->req)) {
+                if (r->error) {
+                        char msg[700];
+                        snprintf(msg, sizeof(msg), "session \"%s\" was not %s: %s", sc->session,
+                                 sc->fork ? "forked" : "saved", r->error);
+                        request_answer(&sc->req,
+                                       error_result(FAILED_SESSION_SAVE, -EIO, utf8_scrub(msg)));
+                } else {
+                        struct session_saved shown = *r;
+                        if (sc->fork)
+                                shown.kept = false; /* the fork is hibernated */
+                        request_answer(&sc->req, saved_result(sc, &shown));
+                }
+        }
+        scall_free(sc);
+}
+
+static void save_or_fork(struct mcp_server *s, json_t *id, json_t *args, bool fork)
+{
+        static const char *const save_keys[] = {"session", "keep_running", NULL};
+        static const char *const fork_keys[] = {"session", "new_session", NULL};
+        const char *tool = fork ? "session_fork" : "session_save";
+        if (!only_keys(s, id, args, tool, fork ? fork_keys : save_keys))
+                return;
+        const char *name = session_arg(s, id, args, tool);
+        if (!name)
+                return;
+        json_t *keep = json_object_get(args, "keep_running");
+        const char *to = json_string_value(json_object_get(args, "new_session"));
+        if (keep && !json_is_boolean(keep)) {
+                mcp_send_result(s, id, arguments_error("\"keep_running\" is true or false"));
+                return;
+        }
+        if (fork && !to) {
+                mcp_send_result(s, id,
+                                arguments_error("session_fork needs \"new_session\", the new "
+                                                "session's name"));
+                return;
+        }
+        struct save_call *sc = calloc(1, sizeof(*sc));
+        if (!sc) {
+                mcp_send_error(s, id, JRPC_INTERNAL_ERROR, "out of memory");
+                return;
+        }
+        sc->fork = fork;
+        snprintf(sc->session, sizeof(sc->session), "%s", name);
+        snprintf(sc->to, sizeof(sc->to), "%s", to ? to : "");
+        struct session_saved done = {0};
+        struct err e = {0};
+        int r = fork ? session_fork(s->sessions, s->owner, name, to, save_done, sc, &done, &e)
+                     : session_save(s->sessions, s->owner, name, json_is_true(keep), save_done, sc,
+                                    &done, &e);
+        if (r < 0) {
+                mcp_send_result(s, id, err_result(FAILED_SESSION_SAVE, r, &e));
+                free(sc);
+                return;
+        }
+        request_begin(s, &sc->req, id, &scall_ops);
+        if (r == 1) { /* hibernated already, or forked from a hibernated one */
+                request_answer(&sc->req, saved_result(sc, &done));
+                scall_free(sc);
+                return;
+        }
+        sc->waiting = true;
+}
+
+void tool_session_save(struct mcp_server *s, json_t *id, json_t *args, json_t *params)
+{
+        (void)params;
+        save_or_fork(s, id, args, false);
+}
+
+void tool_session_fork(struct mcp_server *s, json_t *id, json_t *args, json_t *params)
+{
+        (void)params;
+        save_or_fork(s, id, args, true);
 }
 
 static void fcall_free(struct file_call *fc)

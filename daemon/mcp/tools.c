@@ -355,6 +355,25 @@ static json_t *describe_session_close(const char *name, const struct tools_conte
                               json_pack("[s]", "session"), false, true, true);
 }
 
+static json_t *describe_session_save(const char *name, const struct tools_context *x)
+{
+        (void)x;
+        return annotated_tool(
+            name, "Save a session to disk; a call resumes it (keep_running: a checkpoint).",
+            json_pack("{s:o, s:{s:s}}", "session", session_prop(), "keep_running", "type",
+                      "boolean"),
+            json_pack("[s]", "session"), false, false, true);
+}
+
+static json_t *describe_session_fork(const char *name, const struct tools_context *x)
+{
+        (void)x;
+        return annotated_tool(
+            name, "A new session from another's saved state.",
+            json_pack("{s:o, s:o}", "session", session_prop(), "new_session", session_prop()),
+            json_pack("[s,s]", "session", "new_session"), false, false, false);
+}
+
 static json_t *describe_write_file(const char *name, const struct tools_context *x)
 {
         (void)x;
@@ -407,6 +426,8 @@ static const struct mcp_tool tools[] = {
     {"write_file", describe_write_file, tool_write_file, false},
     {"read_file", describe_read_file, tool_read_file, false},
     {"list_files", describe_list_files, tool_list_files, false},
+    {"session_save", describe_session_save, tool_session_save, false},
+    {"session_fork", describe_session_fork, tool_session_fork, false},
 };
 
 const struct mcp_tool *tools_find(const char *name)

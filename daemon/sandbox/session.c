@@ -12,6 +12,11 @@
 
 #define TOMBSTONES 32 /* sessions that ended unasked, remembered to say so once */
 
+/* Why a session is saved: idle past session_idle_s, corral stopping,
+ * session_save asking to hibernate now, or to checkpoint and keep running
+ * (session_save keep_running, session_fork of a live session). */
+enum save_kind { SAVE_IDLE, SAVE_STOP, SAVE_NOW, SAVE_CHECKPOINT };
+
 struct session {
         struct session_mgr *mgr;
         struct list node; /* in mgr->all, until closed */
@@ -39,6 +44,10 @@ struct session {
          * meanwhile; the listing of /workspace, the file being read, the
          * tar being written, the globals the save could not keep. */
         bool hibernating;
+        enum save_kind save;      /* why it is being saved */
+        session_saved_cb save_cb; /* who asked for the save (session_save, _fork) */
+        void *save_ud;
+        char fork_to[SESSION_NAME_MAX + 1]; /* a checkpoint for session_fork: its new name */
         struct sandbox_ask *ask;
         struct sandbox_fop *fop;
         struct store_pack *pack;
@@ -86,13 +95,17 @@ struct session_mgr {
         struct list watches; /* struct session_watch */
         bool freeing;        /* session_mgr_free: no one is told any more */
         struct timer *tick;
-        char *store; /* the hibernated sessions' store (session_hibernate), or NULL */
+        char *store; /* the hibernated sessions' store, or NULL (no directory for it) */
+        /* session_mgr_save_all: told once no save is left. */
+        void (*saved_all)(void *userdata);
+        void *saved_all_ud;
+        struct timer *saved_timer;
         struct tombstone graves[TOMBSTONES];
         unsigned n_graves; /* written so far; the newest TOMBSTONES are kept */
 };
 
 static void tick(struct timer *t, void *userdata);
-static void hibernate(struct session *x);
+static void hibernate(struct session *x, enum save_kind kind);
 
 /* Whose sessions may outlive this process in the store: the stdio client
  * ("", the user's own) and a named client ("n:NAME", who is that name on
@@ -114,17 +127,17 @@ int session_mgr_new(struct loop *l, const struct config *cfg, struct sandbox_mgr
         m->sm = sm;
         list_init(&m->all);
         list_init(&m->watches);
-        if (cfg->session_hibernate) {
-                m->store = cfg->session_store
-                               ? strdup(cfg->session_store)
-                               : xdg_path("XDG_STATE_HOME", ".local/state", "corral/sessions");
-                if (!m->store)
-                        log_warn("sessions will not hibernate: no directory for their store "
-                                 "(set session_store)");
-                else
-                        log_info("idle sessions hibernate to %s (at most %llu bytes, kept %g s)",
-                                 m->store, cfg->session_store_max, cfg->session_keep_s);
-        }
+        /* The store is there for session_save and session_fork even when
+         * idle sessions do not hibernate (nothing is written unasked). */
+        m->store = cfg->session_store
+                       ? strdup(cfg->session_store)
+                       : xdg_path("XDG_STATE_HOME", ".local/state", "corral/sessions");
+        if (!m->store)
+                log_warn("sessions cannot be saved: no directory for their store (set "
+                         "session_store)");
+        else if (cfg->session_hibernate)
+                log_info("idle sessions hibernate to %s (at most %llu bytes, kept %g s)", m->store,
+                         cfg->session_store_max, cfg->session_keep_s);
         int r = timer_add(l, tick, m, &m->tick);
         if (r < 0) {
                 free(m);
@@ -233,6 +246,10 @@ static void hibernation_clear(struct session *x)
         x->listing = NULL;
         json_decref(x->lost);
         x->lost = NULL;
+        x->fork_to[0] = '\0';
+        x->save_cb = NULL;
+        if (x->hibernating && x->mgr->saved_all)
+                timer_arm(x->mgr->saved_timer, 1); /* counted from the loop */
         x->hibernating = false;
 }
 
@@ -365,8 +382,9 @@ static void tick(struct timer *t, void *userdata)
                                  m->cfg->session_max_s);
                         expire(x, why);
                 } else if (now - x->t_last >= (long long)(m->cfg->session_idle_s * 1000) &&
-                           m->store && x->sb && storable_owner(x->owner)) {
-                        hibernate(x);
+                           m->cfg->session_hibernate && m->store && x->sb &&
+                           storable_owner(x->owner)) {
+                        hibernate(x, SAVE_IDLE);
                 } else if (now - x->t_last >= (long long)(m->cfg->session_idle_s * 1000)) {
                         snprintf(why, sizeof(why),
                                  "it was closed after %g s without calls (session_idle_s)",
@@ -450,6 +468,22 @@ static void session_done(void *userdata, const struct sandbox_result *res_in)
 
 static void hibernate_next(struct session *x);
 
+/* Tells whoever asked for the save (session_save, session_fork), once. */
+static void save_tell(struct session *x, const char *error, unsigned long long bytes)
+{
+        session_saved_cb cb = x->save_cb;
+        if (!cb)
+                return;
+        x->save_cb = NULL;
+        struct session_saved r = {.error = error,
+                                  .kept = x->save == SAVE_CHECKPOINT && !error,
+                                  .forked = x->fork_to[0] && !error ? x->fork_to : NULL,
+                                  .bytes = bytes,
+                                  .ms = now_ms() - x->t_hibernate,
+                                  .not_saved = error ? NULL : x->lost};
+        cb(x->save_ud, &r);
+}
+
 /* The session is gone, or was closed while it was being saved. */
 static bool hibernate_stop(struct session *x)
 {
@@ -457,6 +491,10 @@ static bool hibernate_stop(struct session *x)
                 return false;
         if (!x->closed)
                 bury(x->mgr, x->owner, x->name, "its sandbox ended while it was being saved");
+        save_tell(x,
+                  x->closed ? "it was closed while it was being saved"
+                            : "its sandbox ended while it was being saved",
+                  0);
         hibernation_clear(x);
         x->busy = false;
         x->sb = NULL;
@@ -467,14 +505,42 @@ static bool hibernate_stop(struct session *x)
 static void hibernate_failed(struct session *x, const char *what)
 {
         char why[400];
-        snprintf(why, sizeof(why),
-                 "it was closed after %g s without calls (session_idle_s), and saving it failed: "
-                 "%s",
-                 x->mgr->cfg->session_idle_s, what);
+        struct session_mgr *m = x->mgr;
+        if (x->save == SAVE_NOW || x->save == SAVE_CHECKPOINT) {
+                /* Asked for: the session runs on, and the client hears why. */
+                log_warn("session %s: saving it failed: %s", x->name, what);
+                save_tell(x, what, 0);
+                hibernation_clear(x);
+                x->busy = false;
+                x->t_last = now_ms();
+                return;
+        }
+        if (x->save == SAVE_STOP)
+                snprintf(why, sizeof(why), "corral stopped, and saving it failed: %s", what);
+        else
+                snprintf(why, sizeof(why),
+                         "it was closed after %g s without calls (session_idle_s), and saving it "
+                         "failed: %s",
+                         m->cfg->session_idle_s, what);
         log_warn("session %s: %s", x->name, why);
         hibernation_clear(x);
         x->busy = false;
         expire(x, why);
+}
+
+static const char *save_reason(const struct session *x)
+{
+        switch (x->save) {
+        case SAVE_IDLE:
+                return "without calls (session_idle_s)";
+        case SAVE_STOP:
+                return "as corral stopped";
+        case SAVE_NOW:
+                return "as its client asked (session_save)";
+        case SAVE_CHECKPOINT:
+                break;
+        }
+        return "as a checkpoint (it runs on)";
 }
 
 static void hibernate_done(struct session *x)
@@ -496,10 +562,29 @@ static void hibernate_done(struct session *x)
                 hibernate_failed(x, e.msg);
                 return;
         }
-        log_info("session %s: hibernated after %g s without calls: %llu bytes in %s, in %lld ms",
-                 x->name, m->cfg->session_idle_s, se.bytes, m->store, now_ms() - x->t_hibernate);
+        log_info("session %s: saved %s: %llu bytes in %s, in %lld ms", x->name, save_reason(x),
+                 se.bytes, m->store, now_ms() - x->t_hibernate);
         store_enforce(m->store, m->cfg->session_store_max,
                       (long long)(m->cfg->session_keep_s * 1000), x->owner, x->name);
+        if (x->save == SAVE_CHECKPOINT) {
+                x->busy = false;
+                x->t_last = now_ms();
+                if (x->fork_to[0]) {
+                        struct store_entry fe;
+                        if (store_copy(m->store, x->owner, x->name, x->fork_to, &fe, &e) < 0) {
+                                save_tell(x, e.msg, 0);
+                        } else {
+                                log_info("session %s: forked from %s (%llu bytes)", fe.name,
+                                         x->name, fe.bytes);
+                                save_tell(x, NULL, fe.bytes);
+                                store_entry_clear(&fe);
+                        }
+                }
+                save_tell(x, NULL, se.bytes);
+                hibernation_clear(x);
+                return;
+        }
+        save_tell(x, NULL, se.bytes);
         struct sandbox *sb = x->sb;
         x->busy = false;
         session_free(x); /* no tombstone: the store has it */
@@ -658,14 +743,15 @@ static void hibernate_saved(void *userdata, const struct sandbox_result *res)
         }
 }
 
-static void hibernate(struct session *x)
+static void hibernate(struct session *x, enum save_kind kind)
 {
         struct sandbox_request q = {
             .lang = LANG_STATE, .code = "save", .timeout_s = HIBERNATE_SAVE_S, .keep = true};
         x->busy = x->hibernating = true;
+        x->save = kind;
+        x->state_saved = false;
         x->t_hibernate = now_ms();
-        log_info("session %s: saving it after %g s without calls (session_hibernate)", x->name,
-                 x->mgr->cfg->session_idle_s);
+        log_info("session %s: saving it %s", x->name, save_reason(x));
         if (sandbox_exec(x->sb, &q, hibernate_saved, x) < 0)
                 hibernate_failed(x, "its sandbox cannot run the save");
 }
@@ -1186,12 +1272,172 @@ int session_close(struct session_mgr *m, const char *owner, const char *name, st
                 return err_set(e, ERR_INVALID, -ENOENT, "no session \"%s\"", name);
         }
         log_info("session %s: closed by the client", name);
-        if (x->resuming && m->store) { /* its stored copy is not gone yet */
+        if (m->store) { /* a checkpoint, or the copy a resume has not removed yet */
                 struct err re = {0};
                 if (store_remove(m->store, x->owner, x->name, &re) < 0)
                         log_warn("session %s: %s", name, re.msg);
         }
         close_now(x);
+        return 0;
+}
+
+/* The open session a save or a fork starts from, ready to save: NULL
+ * after *e. */
+static struct session *savable(struct session_mgr *m, const char *owner, const char *name,
+                               struct err *e)
+{
+        struct session *x = find(m, owner, name);
+        if (!m->store) {
+                err_set(e, ERR_REFUSED, -ENOTSUP,
+                        "sessions cannot be saved here: no directory for the store (set "
+                        "session_store)");
+                return NULL;
+        }
+        if (!storable_owner(owner_of(owner))) {
+                err_set(e, ERR_REFUSED, -EPERM,
+                        "session \"%s\" belongs to an anonymous client, whose sessions end with "
+                        "its MCP session: connect with a Corral-Client name to save sessions",
+                        name);
+                return NULL;
+        }
+        if (!x) {
+                char why[400];
+                if (exhume(m, owner, name, false, why, sizeof(why)))
+                        err_set(e, ERR_REFUSED, -ENOLINK, "session \"%s\" ended: %s", name, why);
+                else
+                        err_set(e, ERR_INVALID, -ENOENT, "no session \"%s\"", name);
+                return NULL;
+        }
+        if (x->hibernating) {
+                err_set(e, ERR_REFUSED, -EBUSY, "session \"%s\" is being saved already", name);
+                return NULL;
+        }
+        if (!x->open || !x->sb) {
+                err_set(e, ERR_REFUSED, -EAGAIN, "session \"%s\" is still starting", name);
+                return NULL;
+        }
+        if (x->busy || !sandbox_idle(x->sb)) {
+                err_set(e, ERR_REFUSED, -EBUSY,
+                        "session \"%s\" is running a call: save it once the call ended", name);
+                return NULL;
+        }
+        return x;
+}
+
+/* A session hibernated in the store and not open: 1 and its size, else 0. */
+static int stored_only(struct session_mgr *m, const char *owner, const char *name,
+                       struct session_saved *done)
+{
+        struct store_entry se;
+        struct err se_err = {0};
+        if (find(m, owner, name) || !m->store || !storable_owner(owner_of(owner)) ||
+            store_read(m->store, owner_of(owner), name, &se, &se_err) < 0)
+                return 0;
+        *done = (struct session_saved){.bytes = se.bytes, .ms = 0};
+        store_entry_clear(&se);
+        return 1;
+}
+
+int session_save(struct session_mgr *m, const char *owner, const char *name, bool keep,
+                 session_saved_cb cb, void *userdata, struct session_saved *done, struct err *e)
+{
+        int r = session_name_check(name, e);
+        if (r < 0)
+                return r;
+        if (stored_only(m, owner, name, done))
+                return 1;
+        struct session *x = savable(m, owner, name, e);
+        if (!x)
+                return e->code;
+        x->save_cb = cb;
+        x->save_ud = userdata;
+        hibernate(x, keep ? SAVE_CHECKPOINT : SAVE_NOW);
+        return 0;
+}
+
+int session_fork(struct session_mgr *m, const char *owner, const char *from, const char *to,
+                 session_saved_cb cb, void *userdata, struct session_saved *done, struct err *e)
+{
+        int r = session_name_check(from, e);
+        if (r == 0)
+                r = session_name_check(to, e);
+        if (r < 0)
+                return r;
+        struct store_entry se;
+        struct err se_err = {0};
+        if (strcmp(from, to) == 0)
+                return err_set(e, ERR_INVALID, -EEXIST, "a fork needs a new name, not \"%s\"", to);
+        if (find(m, owner, to) ||
+            (m->store && store_read(m->store, owner_of(owner), to, &se, &se_err) == 0)) {
+                if (!find(m, owner, to))
+                        store_entry_clear(&se);
+                return err_set(e, ERR_REFUSED, -EEXIST,
+                               "session \"%s\" exists already: fork into a new name, or close it "
+                               "first",
+                               to);
+        }
+        struct session_saved dummy;
+        if (stored_only(m, owner, from, &dummy)) {
+                r = store_copy(m->store, owner_of(owner), from, to, &se, e);
+                if (r < 0)
+                        return r;
+                log_info("session %s: forked from %s (hibernated, %llu bytes)", to, from, se.bytes);
+                *done = (struct session_saved){.forked = NULL, .bytes = se.bytes};
+                store_entry_clear(&se);
+                return 1;
+        }
+        struct session *x = savable(m, owner, from, e);
+        if (!x)
+                return e->code;
+        x->save_cb = cb;
+        x->save_ud = userdata;
+        snprintf(x->fork_to, sizeof(x->fork_to), "%s", to);
+        hibernate(x, SAVE_CHECKPOINT);
+        return 0;
+}
+
+static long saves_left(struct session_mgr *m)
+{
+        long n = 0;
+        struct session *x;
+        list_for_each(x, &m->all, node) n += x->hibernating;
+        return n;
+}
+
+static void saved_tick(struct timer *t, void *userdata)
+{
+        struct session_mgr *m = userdata;
+        (void)t;
+        if (!m->saved_all || saves_left(m) > 0)
+                return;
+        void (*done)(void *) = m->saved_all;
+        m->saved_all = NULL;
+        done(m->saved_all_ud);
+}
+
+int session_mgr_save_all(struct session_mgr *m, void (*done)(void *userdata), void *userdata)
+{
+        if (!m->cfg->session_hibernate || !m->store)
+                return 0;
+        struct session *x, *next;
+        list_for_each_safe(x, next, &m->all, node)
+        {
+                if (!storable_owner(x->owner) || x->hibernating)
+                        continue;
+                if (x->busy || !x->open || !x->sb) {
+                        log_warn("session %s: not saved: %s when corral stopped", x->name,
+                                 x->open ? "a call ran in it" : "it was still starting");
+                        continue;
+                }
+                hibernate(x, SAVE_STOP);
+        }
+        long n = saves_left(m);
+        if (n > 0 && (m->saved_timer || timer_add(m->loop, saved_tick, m, &m->saved_timer) == 0)) {
+                m->saved_all = done;
+                m->saved_all_ud = userdata;
+                log_info("stopping: saving %ld session(s) to %s first", n, m->store);
+                return (int)n;
+        }
         return 0;
 }
 
@@ -1310,6 +1556,7 @@ void session_mgr_free(struct session_mgr *m)
         while (!list_empty(&m->all))
                 session_free(list_first(&m->all, struct session, node));
         timer_remove(m->tick);
+        timer_remove(m->saved_timer);
         free(m->store);
         free(m);
 }

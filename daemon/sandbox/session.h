@@ -95,6 +95,44 @@ void session_unwatch(struct session_watch *w);
  * `name` (write_file): its watchers are told. */
 void session_files_changed(struct session_mgr *m, const char *owner, const char *name);
 
+/* ---- the store (sandbox/store.h): saving a session, forking one */
+
+/* What a save or a fork came to. */
+struct session_saved {
+        const char *error;        /* NULL when it was saved */
+        bool kept;                /* the session still runs (a checkpoint) */
+        const char *forked;       /* session_fork: the new session's name */
+        unsigned long long bytes; /* what the store holds of it */
+        long long ms;             /* the save's time */
+        json_t *not_saved;        /* names of globals that could not be kept (borrowed), or NULL */
+};
+typedef void (*session_saved_cb)(void *userdata, const struct session_saved *r);
+
+/* Saves session `name` of `owner` to the store: its Python globals, its
+ * /workspace, its image and servers. `keep`: a checkpoint (it runs on,
+ * and a call after its end resumes from the copy); else it hibernates now
+ * (its container goes; the next call naming it resumes it). 0: `cb`
+ * follows once, from the loop. 1: it is hibernated already (*done says
+ * how big; no cb). Else *e and
+ *   -ENOENT, -ENOLINK  no such session, or it ended
+ *   -EBUSY    a call, or a save, runs in it
+ *   -EAGAIN   it is still starting
+ *   -EPERM    its client is anonymous (only the stdio client's and named
+ *             clients' sessions outlive this process)
+ *   -ENOTSUP  no store */
+int session_save(struct session_mgr *m, const char *owner, const char *name, bool keep,
+                 session_saved_cb cb, void *userdata, struct session_saved *done, struct err *e);
+/* A new session `to` from `from`'s saved state, hibernated until a call
+ * names it: a live `from` is checkpointed first (0, then cb), a
+ * hibernated one copied at once (1, *done filled). Errors as
+ * session_save, and -EEXIST when `to` is open or stored. */
+int session_fork(struct session_mgr *m, const char *owner, const char *from, const char *to,
+                 session_saved_cb cb, void *userdata, struct session_saved *done, struct err *e);
+/* Corral is stopping: with session_hibernate, every idle session whose
+ * client outlives this process is saved. Returns how many saves are under
+ * way (then `done` follows once they all ended), or 0 (no `done`). */
+int session_mgr_save_all(struct session_mgr *m, void (*done)(void *userdata), void *userdata);
+
 /* [{name, image, servers (its grant), state (starting|idle|busy), age_s,
  * idle_s, calls, memory_bytes, container}] (new reference). */
 json_t *session_list(struct session_mgr *m, const char *owner);

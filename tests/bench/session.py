@@ -49,7 +49,7 @@ def hibernated(c, session, timeout_s=120):
 
 
 def saved_ms(log, session):
-    m = re.findall(r'session %s: hibernated after .*? in (\d+) ms' % re.escape(session), log)
+    m = re.findall(r'session %s: saved .*? in (\d+) ms' % re.escape(session), log)
     return int(m[-1]) if m else None
 
 

@@ -63,9 +63,9 @@ test('tools/list: run_python and run_shell with input and output schemas, sandbo
 });
 
 // A host pays for tools/list in every conversation: the whole result, as
-// corral writes it (schemas, annotations and all), stays within 8 KiB with
+// corral writes it (schemas, annotations and all), stays within 9 KiB with
 // a server configured, and a host still lists and calls as before.
-test('tools/list: the whole result is at most 8 KiB as sent; a host lists and calls run_python and run_shell as before', async (t) => {
+test('tools/list: the whole result is at most 9 KiB as sent; a host lists and calls run_python and run_shell as before', async (t) => {
   const b = bridgeSetup(t, { servers: (root) => ({ everything: everythingServer(root) }) });
   const d = await t.daemon('lean', b.env);
   // The bytes on corral's stdout, beside the SDK's own reading of them
@@ -86,7 +86,7 @@ test('tools/list: the whole result is at most 8 KiB as sent; a host lists and ca
   const bytes = Buffer.byteLength(result, 'utf8');
   out(`# tools/list result: ${bytes} bytes as sent (${Buffer.byteLength(line)} with its JSON-RPC envelope), ${tools.length} tools`);
   t.note('tools_list_bytes', bytes);
-  assert.ok(bytes <= 8192, `tools/list result is ${bytes} bytes, over 8192`);
+  assert.ok(bytes <= 9216, `tools/list result is ${bytes} bytes, over 9216`);
   assert.deepEqual(tools.map((x) => x.name).sort(), CORRAL_TOOLS, 'every tool is still there');
   const rp = tools.find((x) => x.name === 'run_python');
   assert.match(rp.description, /Servers: everything\./, 'run_python names the configured server');

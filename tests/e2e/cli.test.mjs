@@ -48,7 +48,7 @@ test('cli: `corral run -c` prints output and returns the exit code', async (t) =
   }
 }, { timeoutMs: 120000 });
 
-test('MCP Inspector CLI: tools/list shows the 14 tools and tools/call returns 42', async (t) => {
+test('MCP Inspector CLI: tools/list shows the 16 tools and tools/call returns 42', async (t) => {
   const env = { CORRAL_ENGINE: ENGINE, XDG_CONFIG_HOME: CONFIG_HOME };
   if (process.env.CORRAL_IMAGE) env.CORRAL_IMAGE = process.env.CORRAL_IMAGE;
   const list = await inspectorCli([BIN, '--method', 'tools/list'], env);

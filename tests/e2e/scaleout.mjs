@@ -17,7 +17,9 @@
 //     host's next corral removes every container the dead one left;
 //   - one host drained (SIGTERM): a call running there finishes, new
 //     sessions go elsewhere at once, its clients move, it stops with none
-//     of its containers left; the other clients notice nothing.
+//     of its containers left; the other clients notice nothing; a named
+//     client's session there is saved to the store the hosts share, and
+//     resumed on another host by that client's next call.
 //
 // Environment: CORRAL_ENGINE (required), CORRAL_BIN, CORRAL_IMAGE,
 // E2E_VERBOSE=1. Exit status: 0 passed, 1 failed, 77 skipped (not root, no
@@ -28,6 +30,8 @@ import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/
 import { CallToolResultSchema } from '@modelcontextprotocol/sdk/types.js';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Cluster, HAPROXY_CFG, clusterMissing, engineGetter } from './lib/cluster.mjs';
@@ -231,11 +235,40 @@ test('a host SIGKILLed mid-run: its clients get a clear error and move; no other
   await cl.waitStates({ [victim.name]: 'UP' });
 });
 
-test('a host drained (SIGTERM): a running call finishes, new sessions go elsewhere, its clients move, none of its containers stay', async (cl, ctx) => {
+test('a host drained (SIGTERM): a running call finishes, new sessions go elsewhere, its clients move, none of its containers stay; a named client\'s session there is resumed on another host', async (cl, ctx) => {
   const host = cl.hosts[2];
   const i = 2;
   let hit = ctx.workers.filter((w) => w.host === host.name);
   assert.ok(hit.length > 0, `no client on ${host.name}`);
+  // A named client with a session there (named clients' sessions are
+  // saved when their host stops): MCP sessions opened until one lands on
+  // it, the others held open meanwhile (the balancer picks the host with
+  // the fewest connections).
+  let keeper = null;
+  let keeperName = null;
+  const tries = [];
+  for (let k = 0; k < 30 && !keeper; k++) {
+    const { served, options } = cl.clientOptions(`keeper-${k}`);
+    const c = new Client({ name: `keeper-${k}`, version: '1' });
+    c.onerror = () => {};
+    await c.connect(new StreamableHTTPClientTransport(cl.url, options));
+    if (served.host === host.name) {
+      keeper = c;
+      keeperName = `keeper-${k}`;
+    } else {
+      tries.push(c);
+    }
+  }
+  for (const c of tries) {
+    await c.transport?.terminateSession().catch(() => {});
+    await c.close().catch(() => {});
+  }
+  assert.ok(keeper, `no named client landed on ${host.name}`);
+  const secret = `kept on ${host.name} at ${Date.now()}`;
+  const set = await keeper.callTool({ name: 'run_python', arguments: { session: 'notebook', code: `secret = ${JSON.stringify(secret)}` } },
+    CallToolResultSchema, { timeout: 60000 });
+  assert.equal(set.structuredContent?.status, 'ok', JSON.stringify(set).slice(0, 300));
+  await keeper.close().catch(() => {});
   // One of its clients, held between steps, runs a 2 s call there.
   const own = hit[0];
   await own.pause();
@@ -279,6 +312,24 @@ test('a host drained (SIGTERM): a running call finishes, new sessions go elsewhe
   for (const w of hit) assert.notEqual(w.host, host.name, `worker ${w.id} is still on the drained host`);
   for (const w of others) assert.equal(w.errors.length, errsBefore.get(w), `worker ${w.id} on ${w.host} noticed the drain: ${JSON.stringify(w.errors.slice(-1))}`);
   assert.equal(await cl.containersOf(i, engineGetter(ENGINE)), 0, 'containers of the drained corral are left');
+  // The named client's session was saved as the host stopped; its next
+  // call, through the balancer to a live host, resumes it there.
+  assert.match(host.log, /session notebook: saved as corral stopped/);
+  const { served, options } = cl.clientOptions(keeperName);
+  const back = new Client({ name: keeperName, version: '1' });
+  back.onerror = () => {};
+  await back.connect(new StreamableHTTPClientTransport(cl.url, options));
+  try {
+    const r2 = await back.callTool({ name: 'run_python', arguments: { session: 'notebook', code: 'print(secret)' } },
+      CallToolResultSchema, { timeout: 60000 });
+    note(`the drained host's named session resumed on ${served.host} in ${r2.structuredContent?.session?.resume_ms} ms`);
+    assert.notEqual(served.host, host.name);
+    assert.equal(r2.structuredContent?.stdout, `${secret}\n`, JSON.stringify(r2).slice(0, 300));
+    assert.equal(r2.structuredContent.session.state, 'resumed');
+    await back.callTool({ name: 'session_close', arguments: { session: 'notebook' } });
+  } finally {
+    await back.close().catch(() => {});
+  }
 });
 
 test('after both failures: every client answered, no session file lost', async (cl, ctx) => {
@@ -302,8 +353,10 @@ test('after both failures: every client answered, no session file lost', async (
 
 out('TAP version 13');
 out(`1..${tests.length}`);
+// The hosts share one session store, as the HAProxy recipe says.
+const STORE = mkdtempSync(path.join(tmpdir(), 'corral-store-'));
 const cluster = new Cluster({ bin: BIN, engine: ENGINE, image: IMAGE,
-  env: { CORRAL_MAX_SESSIONS: '12', CORRAL_DRAIN_S: '20' } });
+  env: { CORRAL_MAX_SESSIONS: '12', CORRAL_DRAIN_S: '20', CORRAL_SESSION_HIBERNATE: 'true', CORRAL_SESSION_STORE: STORE } });
 let failed = 0;
 try {
   await cluster.start();
@@ -335,4 +388,5 @@ for (const w of ctx.workers || []) w.running = false;
 await Promise.all(ctx.runs || []);
 for (const w of ctx.workers || []) await w.drop();
 await cluster.stop();
+rmSync(STORE, { recursive: true, force: true });
 process.exit(failed ? 1 : 0);

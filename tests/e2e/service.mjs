@@ -9,9 +9,10 @@
 // What it shows: the access checks (no token, a wrong token, a foreign
 // Origin or Host, another uid on the unix socket), the MCP session rules
 // (Mcp-Session-Id, MCP-Protocol-Version, DELETE), calls, progress,
-// cancellation, tasks, sessions and files over both ways in, and two
+// cancellation, tasks, sessions and files over both ways in, two
 // clients at once that can neither see nor touch each other's sessions,
-// jobs or tasks.
+// jobs or tasks, and sessions saved on SIGTERM that the next service
+// resumes for their client only.
 //
 // Environment: CORRAL_ENGINE (required; exit 77 without it), CORRAL_BIN
 // (default ../../build/corral), CORRAL_IMAGE, E2E_ONLY (a regex of test
@@ -668,6 +669,78 @@ test('SIGTERM drains: not ready, no new sessions, a running call ends; past drai
     await a.close().catch(() => {});
     await b.close().catch(() => {});
     await svc.stop();
+  }
+});
+
+// A client named with Corral-Client: its sessions belong to the name.
+async function namedClient(svc, name) {
+  const c = new Client({ name, version: '1' });
+  await c.connect(new StreamableHTTPClientTransport(new URL(svc.url),
+    { requestInit: { headers: { Authorization: `Bearer ${svc.token}`, 'Corral-Client': name } } }));
+  return c;
+}
+
+test('sessions survive a restart: SIGTERM saves them, the next service resumes them for their client; another client cannot see, resume, fork or close them', async () => {
+  const store = mkdtempSync(path.join(ROOT, 'store-'));
+  const env = { CORRAL_SESSION_HIBERNATE: 'true', CORRAL_SESSION_STORE: store, CORRAL_DRAIN_S: '5' };
+  const svc = await new Service(env).start();
+  const alice = await namedClient(svc, 'alice');
+  const anon = await httpClient(svc, 'anon');
+  let svc2 = null;
+  try {
+    const set = await py(alice, 'import socket\nplan = {"rows": 3}\nsock = socket.socket()\nopen("notes.txt", "w").write("from before")\nprint("set")',
+      { session: 'work' });
+    assert.equal(set.structuredContent.status, 'ok', JSON.stringify(set));
+    // An anonymous client's sessions end with its MCP session: not saved.
+    await py(anon, 'y = 1', { session: 'scratch' });
+    const refused = await anon.callTool({ name: 'session_save', arguments: { session: 'scratch' } });
+    assert.ok(refused.isError && refused.structuredContent.error.type === 'NotSavable', JSON.stringify(refused.structuredContent));
+    await anon.close();
+    await alice.close();
+    const t0 = Date.now();
+    assert.equal(await svc.stop(), 0, svc.log.slice(-1500));
+    out(`# SIGTERM to exit with one session saved: ${Date.now() - t0} ms`);
+    assert.match(svc.log, /stopping: saving 1 session\(s\)/);
+    assert.match(svc.log, /session work: saved as corral stopped/);
+
+    svc2 = await new Service(env).start();
+    // Another client: the session is not in its list, and it can neither
+    // fork, save nor close it; a call with that name opens its own.
+    const bob = await namedClient(svc2, 'bob');
+    try {
+      const list = (await bob.callTool({ name: 'session_list', arguments: {} })).structuredContent.sessions;
+      assert.deepEqual(list, [], `bob sees none of alice's sessions (${JSON.stringify(list)})`);
+      for (const [tool, args] of [['session_fork', { session: 'work', new_session: 'mine' }], ['session_save', { session: 'work' }],
+        ['session_close', { session: 'work' }], ['read_file', { session: 'work', path: 'notes.txt' }]]) {
+        const r = await bob.callTool({ name: tool, arguments: args });
+        assert.ok(r.isError, `bob's ${tool} of alice's session is refused: ${JSON.stringify(r.structuredContent)}`);
+      }
+      const own = await py(bob, 'print(globals().get("plan"))', { session: 'work' });
+      assert.equal(own.structuredContent.stdout, 'None\n', 'bob\'s "work" is a new session of his own');
+      assert.equal(own.structuredContent.session.state, 'kept');
+      await bob.callTool({ name: 'session_close', arguments: { session: 'work' } });
+    } finally {
+      await bob.close();
+    }
+    const alice2 = await namedClient(svc2, 'alice');
+    try {
+      const listed = (await alice2.callTool({ name: 'session_list', arguments: {} })).structuredContent.sessions;
+      assert.equal(listed.find((s) => s.name === 'work')?.state, 'hibernated', JSON.stringify(listed));
+      const back = await py(alice2, 'print(plan["rows"], open("notes.txt").read())', { session: 'work' });
+      assert.equal(back.structuredContent.status, 'ok', JSON.stringify(back));
+      assert.equal(back.structuredContent.stdout, '3 from before\n', 'its globals and files are back');
+      assert.equal(back.structuredContent.session.state, 'resumed');
+      assert.deepEqual(back.structuredContent.session.not_restored, ['sock']);
+      out(`# resumed after the restart in ${back.structuredContent.session.resume_ms} ms`);
+      await alice2.callTool({ name: 'session_close', arguments: { session: 'work' } });
+    } finally {
+      await alice2.close();
+    }
+  } finally {
+    await alice.close().catch(() => {});
+    await anon.close().catch(() => {});
+    await svc.stop();
+    if (svc2) await svc2.stop();
   }
 });
 

@@ -440,3 +440,69 @@ test('sessions: an idle session hibernates to the store and the next call resume
   const fresh = await d2.call(t, 'run_python', { session: 'eda', code: 'print("df" in globals())' });
   assert.equal(fresh.structuredContent.stdout, 'False\n', 'the next call opens a new, empty session');
 }, { timeoutMs: 600000 });
+
+test('sessions: session_save checkpoints or hibernates a session now, session_fork gives two sessions that diverge, session_close removes each stored copy', async (t) => {
+  // Hibernation of idle sessions is off: saving is asked for.
+  const store = mkdtempSync(path.join(CONFIG_HOME, 'store-'));
+  const d = await t.daemon('session-save', { CORRAL_SESSION_STORE: store });
+  const dirOf = (name) => path.join(store, '_', name);
+  const base = await d.call(t, 'run_python', { session: 'base',
+    code: 'import socket\nx = 1\nsock = socket.socket()\nopen("data.txt", "w").write("loaded once")\nprint("ready")' });
+  assert.equal(base.structuredContent.stdout, 'ready\n');
+  const container = base.structuredContent.container;
+
+  // A checkpoint: saved, and the session runs on in the same container.
+  const cp = await toolCall(t, d, 'session_save', { session: 'base', keep_running: true });
+  assert.ok(!cp.isError, JSON.stringify(cp));
+  assert.equal(cp.structuredContent.state, 'checkpointed');
+  assert.ok(cp.structuredContent.stored_bytes > 0, `its stored size is given (${cp.structuredContent.stored_bytes})`);
+  assert.deepEqual(cp.structuredContent.not_saved, ['sock'], 'the socket is named as not saved');
+  assert.match(cp.content[0].text, /checkpointed \(it runs on\).*Not saved.*sock/);
+  assert.ok(existsSync(path.join(dirOf('base'), 'index.json')), 'the checkpoint is on disk');
+  const still = await d.call(t, 'run_python', { session: 'base', code: 'print(x, sock.fileno() > 0)' });
+  assert.equal(still.structuredContent.stdout, '1 True\n', 'its globals, the socket too, are still live');
+  assert.equal(still.structuredContent.container, container, 'in the same container');
+
+  // A fork of the running session: two sessions that diverge.
+  const fork = await toolCall(t, d, 'session_fork', { session: 'base', new_session: 'b2' });
+  assert.ok(!fork.isError, JSON.stringify(fork));
+  assert.deepEqual({ session: fork.structuredContent.session, from: fork.structuredContent.forked_from, state: fork.structuredContent.state },
+    { session: 'b2', from: 'base', state: 'hibernated' });
+  const again = await toolCall(t, d, 'session_fork', { session: 'base', new_session: 'b2' });
+  assert.ok(again.isError && again.structuredContent.error.type === 'SessionExists', `a fork into a name in use is refused (${JSON.stringify(again.structuredContent)})`);
+  const a = await d.call(t, 'run_python', { session: 'base', code: 'x += 10\nprint(x)' });
+  const b = await d.call(t, 'run_python', { session: 'b2', code: 'x += 100\nprint(x, open("data.txt").read())' });
+  assert.equal(a.structuredContent.stdout, '11\n');
+  assert.equal(b.structuredContent.stdout, '101 loaded once\n', 'the fork has the globals and files of the checkpoint');
+  assert.equal(b.structuredContent.session.state, 'resumed', 'its first call resumes it');
+  assert.deepEqual(b.structuredContent.session.not_restored, ['sock']);
+  assert.notEqual(b.structuredContent.container, container, 'in a sandbox of its own');
+  const a2 = await d.call(t, 'run_python', { session: 'base', code: 'print(x)' });
+  const b2 = await d.call(t, 'run_python', { session: 'b2', code: 'print(x)' });
+  assert.deepEqual([a2.structuredContent.stdout, b2.structuredContent.stdout], ['11\n', '101\n'], 'each went its own way');
+
+  // Hibernate now: its container goes, and it is listed as hibernated.
+  const hib = await toolCall(t, d, 'session_save', { session: 'b2' });
+  assert.ok(!hib.isError, JSON.stringify(hib));
+  assert.equal(hib.structuredContent.state, 'hibernated');
+  assert.ok((await waitGone(b2.structuredContent.container)).done, 'its container is removed');
+  const listed = (await toolCall(t, d, 'session_list', {})).structuredContent.sessions;
+  assert.equal(listed.find((s) => s.name === 'b2')?.state, 'hibernated', JSON.stringify(listed));
+  const twice = await toolCall(t, d, 'session_save', { session: 'b2' });
+  assert.ok(!twice.isError && twice.structuredContent.state === 'hibernated', 'saving a hibernated session again says so');
+  // A fork of a hibernated session is a copy of its store.
+  const f3 = await toolCall(t, d, 'session_fork', { session: 'b2', new_session: 'b3' });
+  assert.ok(!f3.isError, JSON.stringify(f3));
+  const b3 = await d.call(t, 'run_python', { session: 'b3', code: 'print(x)' });
+  assert.equal(b3.structuredContent.stdout, '101\n');
+  const none = await toolCall(t, d, 'session_save', { session: 'nothing' });
+  assert.ok(none.isError && none.structuredContent.error.type === 'NoSession', JSON.stringify(none.structuredContent));
+
+  // session_close removes each stored copy from disk: a checkpoint of a
+  // running session, a hibernated one.
+  for (const name of ['base', 'b2', 'b3']) {
+    const c = await toolCall(t, d, 'session_close', { session: name });
+    assert.ok(!c.isError, `${name}: ${JSON.stringify(c)}`);
+  }
+  for (const name of ['base', 'b2', 'b3']) assert.ok(!existsSync(dirOf(name)), `${name}'s stored state is gone`);
+}, { timeoutMs: 240000 });

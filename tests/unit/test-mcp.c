@@ -238,9 +238,10 @@ static void test_list(void)
         json_t *r = call("tools/list", json_object(), 2000);
         json_t *tools = json_object_get(json_object_get(r, "result"), "tools");
         static const char *const names[] = {
-            "run_python", "run_shell",  "sandbox_status", "job_status",    "job_result",
-            "job_cancel", "job_list",   "session_list",   "session_close", "write_file",
-            "read_file",  "list_files", "list_servers",   "search_tools"};
+            "run_python",    "run_shell",    "sandbox_status", "job_status",
+            "job_result",    "job_cancel",   "job_list",       "session_list",
+            "session_close", "write_file",   "read_file",      "list_files",
+            "list_servers",  "search_tools", "session_save",   "session_fork"};
         for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
                 ok(has_tool(tools, names[i]), "tools/list: %s, with its input schema", names[i]);
         json_decref(r);

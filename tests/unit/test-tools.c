@@ -109,7 +109,7 @@ static void test_list_hints(void)
 static void test_list(void)
 {
         json_t *list = tools_list("everything, fs", NULL, NULL, true);
-        if (!ok(json_is_array(list) && json_array_size(list) == 14, "tools_list has 14 tools"))
+        if (!ok(json_is_array(list) && json_array_size(list) == 16, "tools_list has 16 tools"))
                 return;
         /* The session tools: session_list, session_close, write_file,
          * read_file, list_files, each with the session it acts on. */
@@ -143,6 +143,27 @@ static void test_list(void)
                                    json_object_get(json_object_get(props, "session"), "pattern")),
                                "^[A-Za-z0-9_.-]+$", "%s: session names have a pattern",
                                sess[i].name);
+        }
+        /* session_save and session_fork, last: neither read-only nor
+         * destructive (a save keeps everything), each with its session. */
+        static const struct {
+                const char *name, *second;
+                bool idempotent;
+        } saves[] = {{"session_save", "keep_running", true},
+                     {"session_fork", "new_session", false}};
+        for (size_t i = 0; i < ARRAY_SIZE(saves); i++) {
+                json_t *t = json_array_get(list, 14 + i);
+                is_str(json_string_value(json_object_get(t, "name")), saves[i].name,
+                       "tool %zu name", 14 + i);
+                ok(!hint(t, "readOnlyHint") && !hint(t, "destructiveHint") &&
+                       hint(t, "idempotentHint") == saves[i].idempotent &&
+                       !hint(t, "openWorldHint"),
+                   "%s: not read-only, not destructive, idempotentHint %d", saves[i].name,
+                   saves[i].idempotent);
+                json_t *props = json_object_get(json_object_get(t, "inputSchema"), "properties");
+                ok(json_object_size(props) == 2 && json_object_get(props, "session") &&
+                       json_object_get(props, saves[i].second),
+                   "%s: takes session and %s", saves[i].name, saves[i].second);
         }
         /* The job tools: job_status, job_result, job_cancel, job_list. */
         static const struct {
@@ -302,7 +323,7 @@ static void test_list(void)
         json_decref(list);
 }
 
-/* The whole tools/list result stays within 8 KiB (a host sends it in every
+/* The whole tools/list result stays within 9 KiB (a host sends it in every
  * conversation), with two images, the data image's packages, two servers
  * and tasks: tests/e2e measures it as sent. */
 static void test_list_size(void)
@@ -317,7 +338,7 @@ static void test_list_size(void)
         char *s = json_dumps(result, JSON_COMPACT);
         size_t n = s ? strlen(s) : 0;
         diag("tools/list result: %zu bytes", n);
-        ok(s && n <= 8192, "tools/list result within 8192 bytes (%zu)", n);
+        ok(s && n <= 9216, "tools/list result within 9216 bytes (%zu)", n);
         free(s);
         json_decref(result);
         image_v[0].packages = NULL;

@@ -207,14 +207,16 @@ export class Cluster {
   // Options for a StreamableHTTPClientTransport through the balancer, with
   // the token; `served.host` is the host that answered last (the
   // balancer's X-Corral-Server).
-  clientOptions() {
+  // `name`: a Corral-Client name (its sessions belong to the name).
+  clientOptions(name = null) {
     const served = { host: null };
     const fetchTap = async (url, init) => {
       const res = await fetch(url, init);
       served.host = res.headers.get('x-corral-server') || served.host;
       return res;
     };
-    return { served, options: { fetch: fetchTap, requestInit: { headers: { Authorization: `Bearer ${this.token}` } } } };
+    const headers = { Authorization: `Bearer ${this.token}`, ...(name ? { 'Corral-Client': name } : {}) };
+    return { served, options: { fetch: fetchTap, requestInit: { headers } } };
   }
 
   async stop() {

@@ -42,8 +42,8 @@ const SUITE_LIMIT_MS = (GVISOR ? 45 : 20) * 60 * 1000;
 
 // corral's tools, sorted.
 export const CORRAL_TOOLS = ['job_cancel', 'job_list', 'job_result', 'job_status', 'list_files', 'list_servers',
-  'read_file', 'run_python', 'run_shell', 'sandbox_status', 'search_tools', 'session_close', 'session_list',
-  'write_file'];
+  'read_file', 'run_python', 'run_shell', 'sandbox_status', 'search_tools', 'session_close', 'session_fork',
+  'session_list', 'session_save', 'write_file'];
 export const STATUSES = ['ok', 'error', 'timeout', 'oom', 'cancelled', 'engine_error', 'busy',
   'invalid_arguments', 'running', 'session_lost'];
 export const MiB = 1024 * 1024;
