@@ -15,6 +15,10 @@
 #include <string.h>
 
 #define STOP_HURRY_MS 1000 /* a signal while stopping: the engine's last chance */
+/* The sessions' saves as corral stops, at most: over stdio, before the
+ * host's SIGTERM (2 s after it closed stdin); a service, longer. */
+#define STOP_SAVE_STDIO_MS 1500
+#define STOP_SAVE_MS       30000
 
 struct serve {
         struct loop *loop;
@@ -30,7 +34,9 @@ struct serve {
         struct bridge *bridge;
         int draining; /* parts still stopping: sandboxes, upstreams */
         bool stopping;
-        bool saving; /* sessions are being saved to the store before the rest stops */
+        bool saving;  /* sessions are being saved to the store before the rest stops */
+        bool drained; /* a signal began the drain: a second one stops without saving */
+        struct timer *save_timer;
         struct timer *status_timer;
         char status_path[300]; /* read by `corral status`; empty: none */
 };
@@ -83,6 +89,8 @@ static void drained(void *userdata)
 static void stop_rest(struct serve *s)
 {
         s->saving = false;
+        timer_remove(s->save_timer);
+        s->save_timer = NULL;
         log_info("removing every sandbox");
         s->draining = s->ups ? 2 : 1;
         sandbox_mgr_shutdown(s->mgr, drained, s);
@@ -97,9 +105,18 @@ static void sessions_saved(void *userdata)
                 stop_rest(s);
 }
 
+static void saves_late(struct timer *t, void *userdata)
+{
+        struct serve *s = userdata;
+        (void)t;
+        log_warn("the sessions' saves did not end within %d ms: those not finished are abandoned",
+                 s->http ? STOP_SAVE_MS : STOP_SAVE_STDIO_MS);
+        stop_rest(s);
+}
+
 /* No new calls; with session_hibernate, the sessions are saved to the
  * store (the next corral resumes them); then the sandboxes go. */
-static void stop(struct serve *s, const char *why)
+static void stop(struct serve *s, const char *why, bool save)
 {
         if (s->stopping)
                 return;
@@ -111,25 +128,29 @@ static void stop(struct serve *s, const char *why)
         mcp_server_stop(s->srv);
         mcp_http_stop(s->http);
         s->saving = true;
-        if (session_mgr_save_all(s->sessions, sessions_saved, s) == 0)
+        if (!save || session_mgr_save_all(s->sessions, sessions_saved, s) == 0) {
                 stop_rest(s);
+                return;
+        }
+        if (timer_add(s->loop, saves_late, s, &s->save_timer) == 0)
+                timer_arm(s->save_timer, s->http ? STOP_SAVE_MS : STOP_SAVE_STDIO_MS);
 }
 
 static void on_eof(void *userdata)
 {
-        stop(userdata, "stdin closed");
+        stop(userdata, "stdin closed", true);
 }
 
 static void drain_done(void *userdata, long busy)
 {
         struct serve *s = userdata;
         if (busy == 0) {
-                stop(s, "drained");
+                stop(s, "drained", true);
                 return;
         }
         char why[96];
         snprintf(why, sizeof(why), "drain_s passed with calls running in %ld MCP session(s)", busy);
-        stop(s, why);
+        stop(s, why, true);
 }
 
 /* The service drains first (a balancer sees /health fail and sends new
@@ -140,6 +161,7 @@ static void on_signal(int signo, void *userdata)
         struct serve *s = userdata;
         if (s->http && !s->stopping && s->cfg->drain_s > 0 &&
             mcp_http_drain(s->http, s->cfg->drain_s, drain_done, s) == 0) {
+                s->drained = true;
                 log_info("%s: draining (a second signal stops at once)", strsignal(signo));
                 systemd_notify("STOPPING=1");
                 return;
@@ -158,7 +180,7 @@ static void on_signal(int signo, void *userdata)
                 sandbox_mgr_drain_within(s->mgr, STOP_HURRY_MS);
                 return;
         }
-        stop(s, strsignal(signo));
+        stop(s, strsignal(signo), !s->drained);
 }
 
 /* The registry, the policy, the audit log and the upstream clients. A bad

@@ -238,11 +238,21 @@ static json_t *saved_result(const struct save_call *sc, const struct session_sav
                          r->kept ? "If it ends, the next call naming it resumes from this copy."
                                  : "The next call naming it resumes it.",
                          lost[0] ? " Not saved (they will not come back): " : "", lost);
+        if (r->globals_error) {
+                char shown[240];
+                str_printable(r->globals_error, shown, sizeof(shown));
+                size_t len = strlen(text);
+                snprintf(text + len, sizeof(text) - len,
+                         " Its Python globals could not be saved (%s): only its files will come "
+                         "back.",
+                         shown);
+        }
         utf8_scrub(text);
-        json_t *st = json_pack(
-            "{s:s, s:s, s:I, s:I, s:O?}", "session", sc->fork ? sc->to : sc->session, "state",
-            r->kept ? "checkpointed" : "hibernated", "stored_bytes", (json_int_t)r->bytes,
-            "save_ms", (json_int_t)r->ms, "not_saved", r->not_saved);
+        json_t *st =
+            json_pack("{s:s, s:s, s:I, s:I, s:O?, s:b}", "session", sc->fork ? sc->to : sc->session,
+                      "state", r->kept ? "checkpointed" : "hibernated", "stored_bytes",
+                      (json_int_t)r->bytes, "save_ms", (json_int_t)r->ms, "not_saved", r->not_saved,
+                      "globals_saved", r->globals_error == NULL);
         if (st && sc->fork)
                 json_object_set_new(st, "forked_from", json_string(sc->session));
         return st ? tools_text_result(st, text) : NULL;
@@ -308,6 +318,8 @@ static void save_or_fork(struct mcp_server *s, json_t *id, json_t *args, bool fo
                 free(sc);
                 return;
         }
+        /* The save's callback comes from the loop, never from inside
+         * session_save or session_fork. */
         request_begin(s, &sc->req, id, &scall_ops);
         if (r == 1) { /* hibernated already, or forked from a hibernated one */
                 request_answer(&sc->req, saved_result(sc, &done));

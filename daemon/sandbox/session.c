@@ -56,6 +56,7 @@ struct session {
         unsigned long long packed; /* bytes read into the tar so far */
         json_t *lost;
         bool state_saved;
+        char state_error[200]; /* why its globals were not saved, when not */
         long long t_hibernate;
         /* Resuming: the call to run once its globals are back (its
          * pointers are the caller's, valid until cb), and what the result
@@ -105,7 +106,7 @@ struct session_mgr {
 };
 
 static void tick(struct timer *t, void *userdata);
-static void hibernate(struct session *x, enum save_kind kind);
+static bool hibernate(struct session *x, enum save_kind kind);
 
 /* Whose sessions may outlive this process in the store: the stdio client
  * ("", the user's own) and a named client ("n:NAME", who is that name on
@@ -233,8 +234,29 @@ static void notify(struct session_mgr *m, const char *owner, const char *name,
         }
 }
 
+/* Tells whoever asked for the save (session_save, session_fork), once. */
+static void save_tell(struct session *x, const char *error, unsigned long long bytes)
+{
+        session_saved_cb cb = x->save_cb;
+        if (!cb)
+                return;
+        x->save_cb = NULL;
+        struct session_saved r = {.error = error,
+                                  .kept = x->save == SAVE_CHECKPOINT && !error,
+                                  .forked = x->fork_to[0] && !error ? x->fork_to : NULL,
+                                  .bytes = bytes,
+                                  .ms = now_ms() - x->t_hibernate,
+                                  .not_saved = error ? NULL : x->lost,
+                                  .globals_error = error || x->state_saved ? NULL : x->state_error};
+        cb(x->save_ud, &r);
+}
+
 static void hibernation_clear(struct session *x)
 {
+        /* A save that ends here unfinished (its sandbox gone with the
+         * session) still answers whoever asked; not at exit. */
+        if (x->save_cb && !x->mgr->freeing)
+                save_tell(x, "its sandbox ended while it was being saved", 0);
         sandbox_ask_cancel(x->ask);
         x->ask = NULL;
         sandbox_fop_cancel(x->fop);
@@ -468,22 +490,6 @@ static void session_done(void *userdata, const struct sandbox_result *res_in)
 
 static void hibernate_next(struct session *x);
 
-/* Tells whoever asked for the save (session_save, session_fork), once. */
-static void save_tell(struct session *x, const char *error, unsigned long long bytes)
-{
-        session_saved_cb cb = x->save_cb;
-        if (!cb)
-                return;
-        x->save_cb = NULL;
-        struct session_saved r = {.error = error,
-                                  .kept = x->save == SAVE_CHECKPOINT && !error,
-                                  .forked = x->fork_to[0] && !error ? x->fork_to : NULL,
-                                  .bytes = bytes,
-                                  .ms = now_ms() - x->t_hibernate,
-                                  .not_saved = error ? NULL : x->lost};
-        cb(x->save_ud, &r);
-}
-
 /* The session is gone, or was closed while it was being saved. */
 static bool hibernate_stop(struct session *x)
 {
@@ -571,12 +577,22 @@ static void hibernate_done(struct session *x)
                 x->t_last = now_ms();
                 if (x->fork_to[0]) {
                         struct store_entry fe;
-                        if (store_copy(m->store, x->owner, x->name, x->fork_to, &fe, &e) < 0) {
+                        if (find(m, x->owner, x->fork_to)) {
+                                char why[200];
+                                snprintf(why, sizeof(why),
+                                         "session \"%s\" was opened while the fork was saved",
+                                         x->fork_to);
+                                save_tell(x, why, 0);
+                        } else if (store_copy(m->store, x->owner, x->name, x->fork_to, &fe, &e) <
+                                   0) {
                                 save_tell(x, e.msg, 0);
                         } else {
                                 log_info("session %s: forked from %s (%llu bytes)", fe.name,
                                          x->name, fe.bytes);
                                 save_tell(x, NULL, fe.bytes);
+                                store_enforce(m->store, m->cfg->session_store_max,
+                                              (long long)(m->cfg->session_keep_s * 1000), fe.owner,
+                                              fe.name);
                                 store_entry_clear(&fe);
                         }
                 }
@@ -711,6 +727,8 @@ static void hibernate_saved(void *userdata, const struct sandbox_result *res)
                 return;
         /* The globals that were not saved come back as not restored. */
         x->state_saved = res->status == ST_OK && res->globals;
+        snprintf(x->state_error, sizeof(x->state_error), "%s",
+                 res->error_message ? res->error_message : "the runtime gave no report");
         json_decref(x->lost);
         x->lost = json_array();
         json_t *v;
@@ -743,7 +761,9 @@ static void hibernate_saved(void *userdata, const struct sandbox_result *res)
         }
 }
 
-static void hibernate(struct session *x, enum save_kind kind)
+/* Starts a save; false when it could not start (an idle or stopping
+ * one has ended then, an asked-for one runs on). Never calls save_cb. */
+static bool hibernate(struct session *x, enum save_kind kind)
 {
         struct sandbox_request q = {
             .lang = LANG_STATE, .code = "save", .timeout_s = HIBERNATE_SAVE_S, .keep = true};
@@ -752,8 +772,11 @@ static void hibernate(struct session *x, enum save_kind kind)
         x->state_saved = false;
         x->t_hibernate = now_ms();
         log_info("session %s: saving it %s", x->name, save_reason(x));
-        if (sandbox_exec(x->sb, &q, hibernate_saved, x) < 0)
+        if (sandbox_exec(x->sb, &q, hibernate_saved, x) < 0) {
                 hibernate_failed(x, "its sandbox cannot run the save");
+                return false;
+        }
+        return true;
 }
 
 #define GRANT_MAX 64 /* servers one session may hold */
@@ -1349,9 +1372,13 @@ int session_save(struct session_mgr *m, const char *owner, const char *name, boo
         struct session *x = savable(m, owner, name, e);
         if (!x)
                 return e->code;
+        if (!hibernate(x, keep ? SAVE_CHECKPOINT : SAVE_NOW))
+                return err_set(e, ERR_INTERNAL, -EIO,
+                               "session \"%s\" cannot be saved now: its sandbox cannot run the "
+                               "save",
+                               name);
         x->save_cb = cb;
         x->save_ud = userdata;
-        hibernate(x, keep ? SAVE_CHECKPOINT : SAVE_NOW);
         return 0;
 }
 
@@ -1378,10 +1405,22 @@ int session_fork(struct session_mgr *m, const char *owner, const char *from, con
         }
         struct session_saved dummy;
         if (stored_only(m, owner, from, &dummy)) {
+                if (store_read(m->store, owner_of(owner), from, &se, &se_err) == 0) {
+                        bool old = stored_too_long(m, &se);
+                        store_entry_clear(&se);
+                        if (old) /* a fork does not make an old save new */
+                                return err_set(e, ERR_REFUSED, -ENOLINK,
+                                               "session \"%s\" was hibernated longer than the "
+                                               "store keeps sessions (session_keep_s %g s): it "
+                                               "cannot be forked",
+                                               from, m->cfg->session_keep_s);
+                }
                 r = store_copy(m->store, owner_of(owner), from, to, &se, e);
                 if (r < 0)
                         return r;
                 log_info("session %s: forked from %s (hibernated, %llu bytes)", to, from, se.bytes);
+                store_enforce(m->store, m->cfg->session_store_max,
+                              (long long)(m->cfg->session_keep_s * 1000), se.owner, se.name);
                 *done = (struct session_saved){.forked = NULL, .bytes = se.bytes};
                 store_entry_clear(&se);
                 return 1;
@@ -1389,10 +1428,14 @@ int session_fork(struct session_mgr *m, const char *owner, const char *from, con
         struct session *x = savable(m, owner, from, e);
         if (!x)
                 return e->code;
+        if (!hibernate(x, SAVE_CHECKPOINT))
+                return err_set(e, ERR_INTERNAL, -EIO,
+                               "session \"%s\" cannot be saved now: its sandbox cannot run the "
+                               "save",
+                               from);
+        snprintf(x->fork_to, sizeof(x->fork_to), "%s", to);
         x->save_cb = cb;
         x->save_ud = userdata;
-        snprintf(x->fork_to, sizeof(x->fork_to), "%s", to);
-        hibernate(x, SAVE_CHECKPOINT);
         return 0;
 }
 

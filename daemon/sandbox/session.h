@@ -99,12 +99,13 @@ void session_files_changed(struct session_mgr *m, const char *owner, const char 
 
 /* What a save or a fork came to. */
 struct session_saved {
-        const char *error;        /* NULL when it was saved */
-        bool kept;                /* the session still runs (a checkpoint) */
-        const char *forked;       /* session_fork: the new session's name */
-        unsigned long long bytes; /* what the store holds of it */
-        long long ms;             /* the save's time */
-        json_t *not_saved;        /* names of globals that could not be kept (borrowed), or NULL */
+        const char *error;         /* NULL when it was saved */
+        bool kept;                 /* the session still runs (a checkpoint) */
+        const char *forked;        /* session_fork: the new session's name */
+        unsigned long long bytes;  /* what the store holds of it */
+        long long ms;              /* the save's time */
+        json_t *not_saved;         /* names of globals that could not be kept (borrowed), or NULL */
+        const char *globals_error; /* its globals were not saved at all (why), or NULL */
 };
 typedef void (*session_saved_cb)(void *userdata, const struct session_saved *r);
 

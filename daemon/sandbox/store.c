@@ -480,33 +480,39 @@ int store_copy(const char *root, const char *owner, const char *from, const char
         int r = store_read(root, owner, from, &e, err);
         if (r < 0)
                 return r;
-        struct store_entry there;
-        struct err te = {0};
-        if (store_read(root, owner, to, &there, &te) == 0) {
-                store_entry_clear(&there);
-                store_entry_clear(&e);
-                return err_set(err, ERR_REFUSED, -EEXIST,
-                               "session \"%s\" is already in the store: close it first", shown_to);
-        }
+        /* The new directory is claimed with mkdir: one that is there in
+         * any state (stored, being saved by another service, damaged) is
+         * not written over. */
         int sfd = open_session(root, owner, from, false, NULL);
-        int dfd = sfd < 0 ? sfd : open_session(root, owner, to, true, NULL);
-        if (sfd < 0 || dfd < 0) {
-                r = sfd < 0 ? sfd : dfd;
+        int ofd = sfd < 0 || !dir_name_ok(to) ? -1 : open_owner(root, owner, false);
+        r = sfd < 0 ? sfd : !dir_name_ok(to) ? -EINVAL : ofd < 0 ? ofd : 0;
+        if (r == 0 && mkdirat(ofd, to, 0700) < 0)
+                r = -errno;
+        int dfd = r < 0 ? -1 : open_dir_at(ofd, to, false);
+        if (r == 0 && dfd < 0)
+                r = dfd;
+        if (ofd >= 0)
+                close(ofd);
+        if (r < 0) {
                 if (sfd >= 0)
                         close(sfd);
                 store_entry_clear(&e);
+                if (r == -EEXIST)
+                        return err_set(err, ERR_REFUSED, -EEXIST,
+                                       "session \"%s\" is already in the store: close it first",
+                                       shown_to);
                 return err_set(err, ERR_INTERNAL, r,
                                "session \"%s\": cannot open its store directory (%s)",
                                sfd < 0 ? shown : shown_to, strerror(-r));
         }
         /* The files under a name of their own, then the index: a copy cut
          * short has no index, and store_enforce reaps it. */
-        int in = openat(sfd, STORE_TAR, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        int in = openat(sfd, STORE_TAR, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
         r = in < 0 && errno != ENOENT ? -errno : 0;
         if (in >= 0) {
                 struct stat st;
+                /* The directory is new and ours: no one else writes here. */
                 snprintf(tmp, sizeof(tmp), ".%s.%d.copy", STORE_TAR, (int)getpid());
-                unlinkat(dfd, tmp, 0);
                 int out = -1;
                 if (fstat(in, &st) < 0)
                         r = -errno;
@@ -550,6 +556,8 @@ int store_copy(const char *root, const char *owner, const char *from, const char
         snprintf(e.name, sizeof(e.name), "%s", to);
         e.saved_ms = store_wall_ms();
         r = store_write(root, &e, err);
+        if (r < 0)
+                store_remove(root, owner, to, NULL);
         if (r < 0 || !ret)
                 store_entry_clear(&e);
         else
@@ -857,7 +865,8 @@ int store_unpack(const char *root, const char *owner, const char *name,
         *ret = NULL;
         *ret_n = 0;
         int dfd = open_session(root, owner, name, false, NULL);
-        int fd = dfd < 0 ? -1 : openat(dfd, STORE_TAR, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        int fd =
+            dfd < 0 ? -1 : openat(dfd, STORE_TAR, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
         if (dfd >= 0)
                 close(dfd);
         if (fd < 0)
@@ -865,6 +874,12 @@ int store_unpack(const char *root, const char *owner, const char *name,
                                        : err_set(err, ERR_INTERNAL, -errno,
                                                  "session \"%s\": cannot read its files (%s)",
                                                  shown, strerror(errno));
+        struct stat st;
+        if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) { /* a FIFO would hold the loop */
+                close(fd);
+                return err_set(err, ERR_INVALID, -EINVAL,
+                               "session \"%s\": its stored files are not a regular file", shown);
+        }
         struct archive *a = archive_read_new();
         struct sandbox_file *v = NULL;
         size_t n = 0;

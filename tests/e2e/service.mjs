@@ -56,7 +56,7 @@ const SOCKET = path.join(RUNTIME_DIR, 'corral', 'corral.sock');
 
 // `extra` may set CORRAL_TOKEN, and unset a variable with null.
 function serviceEnv(extra = {}) {
-  const env = { ...process.env, XDG_RUNTIME_DIR: RUNTIME_DIR, XDG_CONFIG_HOME: CONFIG_HOME,
+  const env = { ...process.env, XDG_RUNTIME_DIR: RUNTIME_DIR, XDG_CONFIG_HOME: CONFIG_HOME, XDG_STATE_HOME: path.join(ROOT, 'state'),
     CORRAL_ENGINE: ENGINE, CORRAL_IMAGE: process.env.CORRAL_IMAGE || 'corral-python:latest',
     CORRAL_HOST_SERVERS: 'false', CORRAL_AUDIT_LOG: 'off', CORRAL_TOKEN: null, ...extra };
   for (const k of Object.keys(env)) if (env[k] === null) delete env[k];
@@ -713,7 +713,8 @@ test('sessions survive a restart: SIGTERM saves them, the next service resumes t
       for (const [tool, args] of [['session_fork', { session: 'work', new_session: 'mine' }], ['session_save', { session: 'work' }],
         ['session_close', { session: 'work' }], ['read_file', { session: 'work', path: 'notes.txt' }]]) {
         const r = await bob.callTool({ name: tool, arguments: args });
-        assert.ok(r.isError, `bob's ${tool} of alice's session is refused: ${JSON.stringify(r.structuredContent)}`);
+        assert.ok(r.isError && /no session "work"/.test(text(r)),
+          `bob's ${tool} of alice's session finds no such session: ${JSON.stringify(r.structuredContent)}`);
       }
       const own = await py(bob, 'print(globals().get("plan"))', { session: 'work' });
       assert.equal(own.structuredContent.stdout, 'None\n', 'bob\'s "work" is a new session of his own');

@@ -339,6 +339,24 @@ static void copy_rows(const char *root, const char *victim)
         store_files_free(files, n);
         is_int(store_copy(root, "n:al", "src", "dst", NULL, &err), -EEXIST,
                "not over a session in the store (%s)", err.msg);
+        char half[512];
+        store_dir(root, "n:al", "half", half, sizeof(half));
+        mkdir(half, 0700);
+        is_int(store_copy(root, "n:al", "src", "half", NULL, &err), -EEXIST,
+               "nor over a directory without an index (a save under way elsewhere)");
+        ok(access(half, F_OK) == 0, "which stays");
+        rmdir(half);
+        /* A FIFO in place of a tar would block the loop: refused. */
+        char fifo[600];
+        store_dir(root, "n:al", "dst", half, sizeof(half));
+        snprintf(fifo, sizeof(fifo), "%s/%s", half, STORE_TAR);
+        unlink(fifo);
+        struct sandbox_file *fv = NULL;
+        size_t fn = 0;
+        ok(mkfifo(fifo, 0600) == 0 &&
+               store_unpack(root, "n:al", "dst", 1 << 20, &fv, &fn, &err) < 0,
+           "a FIFO as the stored files is refused at once (%s)", err.msg);
+        unlink(fifo);
         ok(store_copy(root, "n:al", "none", "x", NULL, &err) < 0, "nor from one not there (%s)",
            err.msg);
         ok(store_copy(root, "n:bo", "src", "x", NULL, &err) < 0,
