@@ -757,6 +757,13 @@ def state_load(main):
             except BaseException as e:  # noqa: B036  MemoryError too: this value's, not the load's
                 lost.append(state_entry(name, kind, state_reason(e)))
             f.seek(at + n)
+    # Loaded whole: the file goes (the next save writes it again), so the
+    # session's /workspace is what it was before it was saved.
+    try:
+        os.unlink(STATE_FILE)
+        os.rmdir(os.path.dirname(STATE_FILE))
+    except OSError:
+        pass
     return state_report('load', how, total, restored=restored, modules=modules, not_restored=lost)
 
 

@@ -127,6 +127,8 @@ void config_defaults(struct config *c)
             /* Sessions hold a container each: a few, closed when idle. */
             .max_sessions = 4,
             .session_idle_s = 600,
+            /* Idle, and when corral stops, a session is saved, not lost. */
+            .session_hibernate = true,
             .session_max_s = 4 * 3600,
             .session_store_max = 4ULL << 30,
             .session_keep_s = 7 * 86400,

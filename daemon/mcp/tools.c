@@ -1055,14 +1055,14 @@ static void add_session(json_t *result, const struct sandbox_result *res, const 
                                       sizeof(shown));
                         snprintf(names + at, sizeof(names) - at, "%s%s", i ? ", " : "", shown);
                 }
+                bool loaded = !json_is_string(json_object_get(rep, "error"));
                 snprintf(note, sizeof(note),
-                         "\n[session \"%s\" was resumed from hibernation in %lld ms: its files and "
-                         "Python globals are back%s%s%s]",
-                         name, (long long)json_integer_value(json_object_get(rep, "resume_ms")),
-                         names[0] ? "; not restored: " : "", names,
-                         json_is_string(json_object_get(rep, "error"))
-                             ? "; its globals could not be loaded"
-                             : "");
+                         "\n[session \"%s\" was resumed from hibernation in %lld ms: %s%s%s]", name,
+                         (long long)json_integer_value(json_object_get(rep, "resume_ms")),
+                         loaded ? "its files and Python globals are back"
+                                : "its files are back, but its Python globals could not be "
+                                  "loaded",
+                         names[0] ? "; not restored: " : "", names);
                 utf8_scrub(note);
         } else if (!res->kept)
                 snprintf(note, sizeof(note),

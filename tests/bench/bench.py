@@ -116,7 +116,9 @@ class Corral:
     def __init__(self, binary, engine, extra_env):
         env = {k: v for k, v in os.environ.items() if k != 'CORRAL_CONFIG'}
         self.cfgdir = tempfile.TemporaryDirectory(prefix='corral-bench-')
-        env.update(CORRAL_ENGINE=engine, XDG_CONFIG_HOME=self.cfgdir.name, **extra_env)
+        # Its own store of hibernated sessions, gone with it.
+        env.update(CORRAL_ENGINE=engine, XDG_CONFIG_HOME=self.cfgdir.name,
+                   XDG_STATE_HOME=os.path.join(self.cfgdir.name, 'state'), **extra_env)
         self.log = tempfile.NamedTemporaryFile(prefix='corral-bench-', suffix='.log', delete=False)
         self.proc = subprocess.Popen([binary, 'serve'], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=self.log, env=env)

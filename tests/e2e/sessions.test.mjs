@@ -73,7 +73,8 @@ test('sessions: globals and files persist within a session, other sessions and c
 }, { timeoutMs: 120000 });
 
 test('sessions: idle timeout and the session count limit are enforced and reported', async (t) => {
-  const d = await t.daemon('session-limits', { CORRAL_MAX_SESSIONS: '2', CORRAL_SESSION_IDLE_S: '4' });
+  // Without hibernation (on by default): an idle session is closed.
+  const d = await t.daemon('session-limits', { CORRAL_MAX_SESSIONS: '2', CORRAL_SESSION_IDLE_S: '4', CORRAL_SESSION_HIBERNATE: 'false' });
   const a = await d.call(t, 'run_python', { session: 'a', code: 'x = 1' });
   const b = await d.call(t, 'run_python', { session: 'b', code: 'x = 2' });
   const c = await d.call(t, 'run_python', { session: 'c', code: 'x = 3' });
@@ -444,7 +445,7 @@ test('sessions: an idle session hibernates to the store and the next call resume
 test('sessions: session_save checkpoints or hibernates a session now, session_fork gives two sessions that diverge, session_close removes each stored copy', async (t) => {
   // Hibernation of idle sessions is off: saving is asked for.
   const store = mkdtempSync(path.join(CONFIG_HOME, 'store-'));
-  const d = await t.daemon('session-save', { CORRAL_SESSION_STORE: store });
+  const d = await t.daemon('session-save', { CORRAL_SESSION_STORE: store, CORRAL_SESSION_HIBERNATE: 'false' });
   const dirOf = (name) => path.join(store, '_', name);
   const base = await d.call(t, 'run_python', { session: 'base',
     code: 'import socket\nx = 1\nsock = socket.socket()\nopen("data.txt", "w").write("loaded once")\nprint("ready")' });
@@ -458,6 +459,7 @@ test('sessions: session_save checkpoints or hibernates a session now, session_fo
   assert.ok(cp.structuredContent.stored_bytes > 0, `its stored size is given (${cp.structuredContent.stored_bytes})`);
   assert.deepEqual(cp.structuredContent.not_saved, ['sock'], 'the socket is named as not saved');
   assert.match(cp.content[0].text, /checkpointed \(it runs on\).*Not saved.*sock/);
+  assert.equal(cp.structuredContent.globals_saved, true);
   assert.ok(existsSync(path.join(dirOf('base'), 'index.json')), 'the checkpoint is on disk');
   const still = await d.call(t, 'run_python', { session: 'base', code: 'print(x, sock.fileno() > 0)' });
   assert.equal(still.structuredContent.stdout, '1 True\n', 'its globals, the socket too, are still live');
@@ -493,16 +495,39 @@ test('sessions: session_save checkpoints or hibernates a session now, session_fo
   // A fork of a hibernated session is a copy of its store.
   const f3 = await toolCall(t, d, 'session_fork', { session: 'b2', new_session: 'b3' });
   assert.ok(!f3.isError, JSON.stringify(f3));
+  assert.ok(existsSync(path.join(dirOf('b3'), 'index.json')), 'the copy is on disk under its own name');
   const b3 = await d.call(t, 'run_python', { session: 'b3', code: 'print(x)' });
   assert.equal(b3.structuredContent.stdout, '101\n');
+  const onLive = await toolCall(t, d, 'session_fork', { session: 'base', new_session: 'b3' });
+  assert.ok(onLive.isError && onLive.structuredContent.error.type === 'SessionExists', `a fork into an open session's name is refused (${JSON.stringify(onLive.structuredContent)})`);
   const none = await toolCall(t, d, 'session_save', { session: 'nothing' });
   assert.ok(none.isError && none.structuredContent.error.type === 'NoSession', JSON.stringify(none.structuredContent));
 
   // session_close removes each stored copy from disk: a checkpoint of a
   // running session, a hibernated one.
+  assert.ok(existsSync(dirOf('base')) && existsSync(dirOf('b2')), 'the checkpoint and the hibernated session are on disk');
   for (const name of ['base', 'b2', 'b3']) {
     const c = await toolCall(t, d, 'session_close', { session: name });
     assert.ok(!c.isError, `${name}: ${JSON.stringify(c)}`);
   }
   for (const name of ['base', 'b2', 'b3']) assert.ok(!existsSync(dirOf(name)), `${name}'s stored state is gone`);
 }, { timeoutMs: 240000 });
+
+test('sessions: a host that closes stdin has its idle sessions saved (hibernation is on by default); the next corral resumes them', async (t) => {
+  const store = mkdtempSync(path.join(CONFIG_HOME, 'store-'));
+  const d = await t.daemon('session-stop', { CORRAL_SESSION_STORE: store });
+  const set = await d.call(t, 'run_python', { session: 'draft', code: 'words = ["kept", "across", "a", "restart"]\nprint(len(words))' });
+  assert.equal(set.structuredContent.stdout, '4\n');
+  const how = await d.close();
+  assert.match(d.log, /stopping: saving 1 session\(s\)/);
+  assert.match(d.log, /session draft: saved as corral stopped/);
+  assert.equal(how.code, 0, `it exits 0 before the host's SIGTERM (${JSON.stringify(how)})`);
+  assert.ok((await waitGone(set.structuredContent.container)).done, 'its container is removed');
+  const d2 = await t.daemon('session-stop-2', { CORRAL_SESSION_STORE: store });
+  const back = await d2.call(t, 'run_python', { session: 'draft', code: 'print(" ".join(words))' });
+  assert.equal(back.structuredContent.stdout, 'kept across a restart\n');
+  assert.equal(back.structuredContent.session.state, 'resumed');
+  const files = await toolCall(t, d2, 'list_files', { session: 'draft', recursive: true });
+  assert.ok(!JSON.stringify(files.structuredContent).includes('.corral'), `the state file is gone once loaded (${JSON.stringify(files.structuredContent).slice(0, 300)})`);
+  await toolCall(t, d2, 'session_close', { session: 'draft' });
+}, { timeoutMs: 120000 });

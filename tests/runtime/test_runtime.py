@@ -2099,8 +2099,10 @@ def session_globals_saved():
     check(rl.get('status') == 'ok' and rl.get('state') == 'kept'
           and state_names(rl, 'restored') == ['blob', 'label', 'rows', 'shared']
           and state_names(rl, 'modules') == ['j', 'socket', 'threading'] and state_names(rl, 'not_restored') == []
-          and o3 == 'spring 1000 499.5 255 {"id": 1, "v": 0.5} False False\n',
-          'state: load in a fresh runtime brings the saved globals back and imports the modules again', (rl, o3, r3))
+          and o3 == 'spring 1000 499.5 255 {"id": 1, "v": 0.5} False False\n'
+          and not os.path.exists(os.path.join(ws, '.corral')),
+          'state: load in a fresh runtime brings the saved globals back and imports the modules again, '
+          'and removes the state file', (rl, o3, r3))
     end(ses)
 
 

@@ -33,8 +33,8 @@ static void test_defaults(void)
         is_int(c.max_sessions, 4, "default max_sessions 4");
         ok(c.session_idle_s == 600, "default session_idle_s 600");
         ok(c.session_max_s == 14400, "default session_max_s 4 h");
-        ok(!c.session_hibernate && !c.session_store,
-           "default: no hibernation, the store under XDG");
+        ok(c.session_hibernate && !c.session_store,
+           "default: sessions hibernate, the store under XDG");
         ok(c.session_store_max == 4ULL << 30 && c.session_keep_s == 7 * 86400,
            "default session_store_max 4 GiB, session_keep_s 7 days");
         is_int(c.file_max_bytes, 16 << 20, "default file_max_bytes 16 MiB");

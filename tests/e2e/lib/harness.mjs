@@ -175,13 +175,15 @@ export function run(file, args, { env, timeoutMs = 60000, input, cwd } = {}) {
 
 // Environment for corral: the caller's, minus corral settings that would
 // change what the tests expect (but the runtime), with an empty config
-// directory.
+// directory, and a store of hibernated sessions of its own (a session a
+// test's corral saved as it stopped is not resumed by another test).
 export const CONFIG_HOME = mkdtempSync(path.join(tmpdir(), 'corral-e2e-'));
 export function corralEnv(extra = {}) {
   const env = {};
   for (const [k, v] of Object.entries(process.env))
     if (!k.startsWith('CORRAL_') || k === 'CORRAL_IMAGE' || k === 'CORRAL_RUNTIME') env[k] = v;
-  return { ...env, XDG_CONFIG_HOME: CONFIG_HOME, CORRAL_ENGINE: ENGINE, CORRAL_LOG_LEVEL: 'info', ...extra };
+  return { ...env, XDG_CONFIG_HOME: CONFIG_HOME, XDG_STATE_HOME: mkdtempSync(path.join(CONFIG_HOME, 'state-')),
+    CORRAL_ENGINE: ENGINE, CORRAL_LOG_LEVEL: 'info', ...extra };
 }
 
 export const knownPids = new Set(); // corral processes this suite started
