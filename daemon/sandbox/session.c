@@ -101,6 +101,7 @@ struct session_mgr {
         void (*saved_all)(void *userdata);
         void *saved_all_ud;
         struct timer *saved_timer;
+        struct timer *sweep; /* the store's bounds, applied hourly */
         struct tombstone graves[TOMBSTONES];
         unsigned n_graves; /* written so far; the newest TOMBSTONES are kept */
 };
@@ -115,6 +116,19 @@ static bool hibernate(struct session *x, enum save_kind kind);
 static bool storable_owner(const char *owner)
 {
         return owner[0] == '\0' || strncmp(owner, "n:", 2) == 0;
+}
+
+#define SWEEP_MS (3600LL * 1000)
+
+/* The store's bounds (session_store_max, session_keep_s) hold even while
+ * nothing is saved: at start and once an hour. */
+static void sweep(struct timer *t, void *userdata)
+{
+        struct session_mgr *m = userdata;
+        if (m->store)
+                store_enforce(m->store, m->cfg->session_store_max,
+                              (long long)(m->cfg->session_keep_s * 1000), NULL, NULL);
+        timer_arm(t, SWEEP_MS);
 }
 
 int session_mgr_new(struct loop *l, const struct config *cfg, struct sandbox_mgr *sm,
@@ -140,10 +154,16 @@ int session_mgr_new(struct loop *l, const struct config *cfg, struct sandbox_mgr
                 log_info("idle sessions hibernate to %s (at most %llu bytes, kept %g s)", m->store,
                          cfg->session_store_max, cfg->session_keep_s);
         int r = timer_add(l, tick, m, &m->tick);
+        if (r == 0 && m->store)
+                r = timer_add(l, sweep, m, &m->sweep);
         if (r < 0) {
+                timer_remove(m->tick);
+                free(m->store);
                 free(m);
                 return r;
         }
+        if (m->sweep)
+                sweep(m->sweep, m);
         *ret = m;
         return 0;
 }
@@ -1600,6 +1620,7 @@ void session_mgr_free(struct session_mgr *m)
                 session_free(list_first(&m->all, struct session, node));
         timer_remove(m->tick);
         timer_remove(m->saved_timer);
+        timer_remove(m->sweep);
         free(m->store);
         free(m);
 }
