@@ -9,7 +9,7 @@
 
 import { CallToolResultSchema } from '@modelcontextprotocol/sdk/types.js';
 import assert from 'node:assert/strict';
-import { existsSync, mkdirSync, mkdtempSync, readFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { bridgeSetup, everythingServer, filesystemServer } from './lib/bridge.mjs';
 import {
@@ -513,17 +513,26 @@ test('sessions: session_save checkpoints or hibernates a session now, session_fo
   for (const name of ['base', 'b2', 'b3']) assert.ok(!existsSync(dirOf(name)), `${name}'s stored state is gone`);
 }, { timeoutMs: 240000 });
 
-test('sessions: a host that closes stdin has its idle sessions saved (hibernation is on by default); the next corral resumes them', async (t) => {
+test('sessions: a host that closes stdin has its idle sessions saved (hibernation is on by default); the next corral resumes them, and evicts one older than session_keep_s at start', async (t) => {
   const store = mkdtempSync(path.join(CONFIG_HOME, 'store-'));
   const d = await t.daemon('session-stop', { CORRAL_SESSION_STORE: store });
   const set = await d.call(t, 'run_python', { session: 'draft', code: 'words = ["kept", "across", "a", "restart"]\nprint(len(words))' });
   assert.equal(set.structuredContent.stdout, '4\n');
+  await d.call(t, 'run_python', { session: 'old', code: 'x = 1' });
   const how = await d.close();
-  assert.match(d.log, /stopping: saving 1 session\(s\)/);
+  assert.match(d.log, /stopping: saving 2 session\(s\)/);
   assert.match(d.log, /session draft: saved as corral stopped/);
   assert.equal(how.code, 0, `it exits 0 before the host's SIGTERM (${JSON.stringify(how)})`);
   assert.ok((await waitGone(set.structuredContent.container)).done, 'its container is removed');
-  const d2 = await t.daemon('session-stop-2', { CORRAL_SESSION_STORE: store });
+  // One of them saved two days ago, as its index says: past a keep of one
+  // day, the next corral removes it as it starts.
+  const oldIndex = path.join(store, '_', 'old', 'index.json');
+  const idx = JSON.parse(readFileSync(oldIndex, 'utf8'));
+  idx.saved_ms -= 2 * 86400 * 1000;
+  writeFileSync(oldIndex, JSON.stringify(idx));
+  const d2 = await t.daemon('session-stop-2', { CORRAL_SESSION_STORE: store, CORRAL_SESSION_KEEP_S: '86400' });
+  assert.ok(!existsSync(path.join(store, '_', 'old')), 'the session older than session_keep_s is gone');
+  assert.match(d2.log, /evicted hibernated session "old".*older than the store keeps sessions/);
   const back = await d2.call(t, 'run_python', { session: 'draft', code: 'print(" ".join(words))' });
   assert.equal(back.structuredContent.stdout, 'kept across a restart\n');
   assert.equal(back.structuredContent.session.state, 'resumed');
