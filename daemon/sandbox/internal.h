@@ -326,6 +326,7 @@ void pool_note_failure(struct sandbox_mgr *m, const char *msg);
 struct identity {
         char host[256];
         char boot[64];
+        char pidns[64]; /* "pid:[INODE]": whose pids the label's pid counts */
 };
 const struct identity *host_identity(void);
 

@@ -13,8 +13,10 @@
 #define RUNSC_TASKS_BASE        96
 #define RUNSC_TASKS_PER_PROCESS 8
 
-/* Who owns a container: this host and boot, and a pid. Together they let a
- * new instance tell a live owner from one that was killed. */
+/* Who owns a container: this host and boot, and a pid in a pid namespace.
+ * Together they let a new instance tell a live owner from one that was
+ * killed; a pid of another namespace (corral in a container beside one on
+ * the host, or in another container) cannot be judged from here. */
 const struct identity *host_identity(void)
 {
         static struct identity id;
@@ -28,7 +30,13 @@ const struct identity *host_identity(void)
         if (f)
                 fclose(f);
         id.boot[strcspn(id.boot, "\n")] = '\0';
+        ssize_t n = readlink("/proc/self/ns/pid", id.pidns, sizeof(id.pidns) - 1);
+        if (n <= 0)
+                snprintf(id.pidns, sizeof(id.pidns), "unknown");
+        else
+                id.pidns[n] = '\0';
         utf8_scrub(id.host);
+        utf8_scrub(id.pidns);
         return &id;
 }
 
@@ -72,7 +80,7 @@ json_t *sandbox_create_body(const struct config *cfg, const struct sandbox_profi
         // clang-format off
         json_auto_t *body = json_pack(
                 "{s:s, s:[s,s,s,s,s,s], s:[s,s,s,s], s:s, s:s, s:b, s:b, s:b, s:b, s:b, s:b,"
-                " s:{s:s, s:s, s:s, s:s, s:s},"
+                " s:{s:s, s:s, s:s, s:s, s:s, s:s},"
                 " s:{s:s, s:b, s:[s], s:[s], s:I, s:I, s:I, s:I, s:s,"
                 "    s:{s:s, s:s},"
                 "    s:[{s:s,s:i,s:i},{s:s,s:i,s:i},{s:s,s:i,s:i}]}}",
@@ -89,6 +97,7 @@ json_t *sandbox_create_body(const struct config *cfg, const struct sandbox_profi
                         "io.corral.pid", pid_label,
                         "io.corral.host", host_identity()->host,
                         "io.corral.boot", host_identity()->boot,
+                        "io.corral.pidns", host_identity()->pidns,
                 "HostConfig",
                         "NetworkMode", "none",
                         "ReadonlyRootfs", 1,

@@ -23,8 +23,15 @@ static bool owner_alive(json_t *labels)
         const struct identity *me = host_identity();
         const char *boot = json_string_value(json_object_get(labels, "io.corral.boot"));
         const char *pid_s = json_string_value(json_object_get(labels, "io.corral.pid"));
+        const char *pidns = json_string_value(json_object_get(labels, "io.corral.pidns"));
         if (boot && strcmp(boot, me->boot) != 0)
                 return false; /* the machine rebooted since */
+        /* Its pid counts in another namespace: what runs here under that
+         * number says nothing of it. Left to its owner (its stdin ends its
+         * sandboxes when it dies). Labels of corrals before this one have
+         * no namespace: judged by the pid, as they were. */
+        if (pidns && strcmp(pidns, me->pidns) != 0)
+                return true;
         long pid = pid_s ? strtol(pid_s, NULL, 10) : 0;
         if (pid <= 0)
                 return false;

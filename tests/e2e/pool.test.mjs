@@ -261,6 +261,35 @@ test('kill -9: the next corral removes the containers of the killed one', async 
   assert.equal(bClose.code, 0, 'B exits 0 on stdin EOF');
 }, { timeoutMs: 120000 });
 
+test('sweep: a container whose owner is a pid of another pid namespace (corral in a container) is left alone; one of this namespace whose pid is gone is removed', async (t) => {
+  // Two containers labelled as corral's, created (not started), owned by
+  // pid 999999 of this host and boot: one in another pid namespace, one
+  // in ours. No such pid runs here.
+  const { hostname } = await import('node:os');
+  const boot = fs.readFileSync('/proc/sys/kernel/random/boot_id', 'utf8').trim();
+  const ours = fs.readlinkSync('/proc/self/ns/pid');
+  const made = [];
+  t.defer(async () => { await removeContainers(made.map((id) => ({ id }))); });
+  for (const pidns of ['pid:[1]', ours]) {
+    const r = await engineRequest('POST', '/v1.41/containers/create', 30000, {
+      Image: process.env.CORRAL_IMAGE || 'corral-python:latest', Cmd: ['true'],
+      Labels: { 'io.corral.owner': 'corral', 'io.corral.instance': `fake-${pidns}`, 'io.corral.pid': '999999',
+        'io.corral.host': hostname(), 'io.corral.boot': boot, 'io.corral.pidns': pidns } });
+    assert.equal(r.status, 201, JSON.stringify(r.body));
+    made.push(r.body.Id);
+  }
+  const d = await t.daemon('sweep-pidns');
+  const gone = await waitFor(async () => {
+    const r = await engineRequest('GET', `/v1.41/containers/${made[1]}/json`);
+    return { done: r.status === 404 };
+  }, { timeoutMs: 15000, intervalMs: 250 });
+  assert.ok(gone.done, 'the one of this namespace, whose pid is gone, is swept');
+  const other = await engineRequest('GET', `/v1.41/containers/${made[0]}/json`);
+  assert.equal(other.status, 200, 'the one whose pid counts in another namespace is left alone');
+  assert.match(d.log, new RegExp(`removed container ${made[1].slice(0, 12)} left behind`));
+  assert.ok(!d.log.includes(made[0].slice(0, 12)), 'and not touched');
+}, { timeoutMs: 60000 });
+
 test('kill -9 mid-run: a busy loop (timeout_s 5) and a session shell that traps signals stop without corral; the next corral sweeps the rest', async (t) => {
   const a = await t.daemon('killed-busy');
   t.defer(async () => {

@@ -104,9 +104,12 @@ function engineTarget() {
   return { host: u.hostname, port: Number(u.port) || 2375 };
 }
 
-export function engineRequest(method, urlPath, timeoutMs = 10000) {
+// `json`: a body to send (an object).
+export function engineRequest(method, urlPath, timeoutMs = 10000, json = null) {
   return new Promise((resolve, reject) => {
-    const headers = method === 'GET' ? {} : { 'Content-Length': '0' };
+    const data = json ? Buffer.from(JSON.stringify(json)) : null;
+    const headers = data ? { 'Content-Type': 'application/json', 'Content-Length': String(data.length) }
+      : method === 'GET' ? {} : { 'Content-Length': '0' };
     const req = http.request({ ...engineTarget(), method, path: urlPath, headers, timeout: timeoutMs }, (res) => {
       const chunks = [];
       res.on('data', (c) => chunks.push(c));
@@ -120,7 +123,7 @@ export function engineRequest(method, urlPath, timeoutMs = 10000) {
     });
     req.on('timeout', () => req.destroy(new Error(`engine ${method} ${urlPath} timed out`)));
     req.on('error', reject);
-    req.end();
+    req.end(data ?? undefined);
   });
 }
 
