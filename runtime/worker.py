@@ -547,6 +547,8 @@ def run_python(main, code, api, keep=False):
 # ---- a session's Python state, saved and loaded inside the sandbox
 
 STATE_FILE = WORKSPACE + '/.corral/state'
+TREE_FILE = WORKSPACE + '/.corral/tree.json'  # directories and links a save listed
+TREE_CAP = 2 * 1024 * 1024   # bytes of it read
 STATE_MAGIC = b'corral-state 1\n'
 STATE_NAMES_MAX = 1000       # entries listed in each list of a report
 STATE_NAME_CAP = 200         # chars of a name, of a type, of a reason
@@ -717,12 +719,60 @@ def state_write(tmp, main, pk, how, saved, modules, lost):
         return f.tell()
 
 
+def tree_load():
+    """TREE_FILE's directories and symbolic links made again under
+    WORKSPACE (the files came back as files): {dirs, links, failed}.  What
+    would land outside WORKSPACE, or where something is already, is
+    skipped; the file goes."""
+    made = {'dirs': 0, 'links': 0, 'failed': 0}
+    try:
+        with open(TREE_FILE, 'rb') as f:
+            data = f.read(TREE_CAP + 1)
+        tree = json.loads(data) if len(data) <= TREE_CAP else {}
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        tree = {}
+    try:
+        os.unlink(TREE_FILE)
+    except OSError:
+        pass
+
+    def where(rel):
+        full = os.path.normpath(os.path.join(WORKSPACE, rel)) if isinstance(rel, str) else ''
+        return full if full.startswith(WORKSPACE + '/') else None
+
+    if not isinstance(tree, dict):
+        tree = {}
+    for rel in tree.get('dirs') or []:
+        full = where(rel)
+        try:
+            os.makedirs(full, exist_ok=True)
+            made['dirs'] += 1
+        except (OSError, TypeError):
+            made['failed'] += 1
+    for item in tree.get('links') or []:
+        ok = isinstance(item, list) and len(item) == 2 and isinstance(item[1], str) and item[1]
+        full = where(item[0]) if ok else None
+        try:
+            if not full or os.path.lexists(full):
+                raise OSError('skipped')
+            os.makedirs(os.path.dirname(full), exist_ok=True)
+            os.symlink(item[1], full)
+            made['links'] += 1
+        except OSError:
+            made['failed'] += 1
+    return made
+
+
 def state_load(main):
     """STATE_FILE's globals into main (merged with what is there): modules
     imported again, values unpickled one by one from their record's
     bytes; a value that fails is named, the rest come back.  A record
-    whose frame is damaged ends the load with an error."""
+    whose frame is damaged ends the load with an error.  The directories
+    and links of /workspace come back first (tree_load)."""
     import importlib
+    tree_load()
     pk, how = state_pickler()
     restored, modules, lost = [], [], []
     with open(STATE_FILE, 'rb') as f:

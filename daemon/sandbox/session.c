@@ -52,6 +52,7 @@ struct session {
         struct sandbox_fop *fop;
         struct store_pack *pack;
         json_t *listing;
+        json_t *tree; /* its directories and symbolic links: {dirs, links} */
         size_t i_listed;
         unsigned long long packed; /* bytes read into the tar so far */
         json_t *lost;
@@ -286,6 +287,8 @@ static void hibernation_clear(struct session *x)
         x->pack = NULL;
         json_decref(x->listing);
         x->listing = NULL;
+        json_decref(x->tree);
+        x->tree = NULL;
         json_decref(x->lost);
         x->lost = NULL;
         x->fork_to[0] = '\0';
@@ -505,8 +508,12 @@ static void session_done(void *userdata, const struct sandbox_result *res_in)
  * the reason. */
 
 #define HIBERNATE_SAVE_S 120 /* the globals' save, at most */
-#define HIBERNATE_LIST   10000
-#define RESUME_LOAD_S    120
+/* The directories and symbolic links of /workspace, as a file of the tar
+ * the runtime's load reads (runtime/README.md), and its bound. */
+#define TREE_FILE      ".corral/tree.json"
+#define TREE_MAX       (1 << 20)
+#define HIBERNATE_LIST 10000
+#define RESUME_LOAD_S  120
 
 static void hibernate_next(struct session *x);
 
@@ -573,6 +580,11 @@ static void hibernate_done(struct session *x)
 {
         struct session_mgr *m = x->mgr;
         struct err e = {0};
+        _cleanup_free_ char *tree = x->tree ? json_dumps(x->tree, JSON_COMPACT) : NULL;
+        if (tree && store_pack_add(x->pack, TREE_FILE, 0600, tree, strlen(tree), &e) < 0) {
+                hibernate_failed(x, e.msg);
+                return;
+        }
         if (store_pack_end(x->pack, true, &e) < 0) {
                 x->pack = NULL;
                 hibernate_failed(x, e.msg);
@@ -692,14 +704,44 @@ static void hibernate_listed(void *userdata, json_t *result, const struct err *e
                 hibernate_failed(x, "/workspace holds more entries than a save lists (10000)");
                 return;
         }
-        /* Regular files under /workspace; links and empty directories are
-         * not kept, nor a state file that this save did not write. */
+        /* Regular files under /workspace, read into the tar; directories
+         * and symbolic links, named in the tree the runtime makes again
+         * (TREE_FILE); not a state file that this save did not write. */
         json_t *files = json_array(), *entry;
+        json_t *tree = json_pack("{s:[], s:[]}", "dirs", "links");
+        size_t tree_bytes = 0;
         unsigned long long total = 0;
         size_t i;
         json_array_foreach(json_object_get(result, "entries"), i, entry)
         {
                 const char *path = json_string_value(json_object_get(entry, "path"));
+                const char *type = json_string_value(json_object_get(entry, "type"));
+                const char *target = json_string_value(json_object_get(entry, "target"));
+                char where[FILES_PATH_MAX + 16];
+                struct err te = {0};
+                if (tree && path && type &&
+                    (strcmp(type, "dir") == 0 || strcmp(type, "symlink") == 0) &&
+                    files_path(path, false, where, sizeof(where), &te) == 0) {
+                        /* The sandbox's own words, for the sandbox: bounded. */
+                        const char *rel = where + strlen(FILES_ROOT "/");
+                        bool link = strcmp(type, "symlink") == 0;
+                        size_t add = strlen(rel) + (target ? strlen(target) : 0) + 8;
+                        if (link && (!target || !*target || strlen(target) > FILES_PATH_MAX))
+                                continue;
+                        if (tree_bytes + add > TREE_MAX) {
+                                log_warn("session %s: more directories and links than a save "
+                                         "keeps (%d bytes): the rest are not kept",
+                                         x->name, TREE_MAX);
+                                json_decref(tree);
+                                tree = NULL;
+                                continue;
+                        }
+                        tree_bytes += add;
+                        json_array_append_new(json_object_get(tree, link ? "links" : "dirs"),
+                                              link ? json_pack("[s,s]", rel, target)
+                                                   : json_string(rel));
+                        continue;
+                }
                 json_t *size = json_object_get(entry, "size");
                 char checked[FILES_PATH_MAX + 16];
                 struct err pe = {0};
@@ -709,7 +751,8 @@ static void hibernate_listed(void *userdata, json_t *result, const struct err *e
                     strcmp(json_string_value(json_object_get(entry, "type")), "file") != 0 ||
                     files_path(path, false, checked, sizeof(checked), &pe) < 0)
                         continue;
-                if (!x->state_saved && strcmp(checked, FILES_ROOT "/.corral/state") == 0)
+                if ((!x->state_saved && strcmp(checked, FILES_ROOT "/.corral/state") == 0) ||
+                    strcmp(checked, FILES_ROOT "/" TREE_FILE) == 0)
                         continue;
                 if (json_is_integer(size) && json_integer_value(size) > 0)
                         total += (unsigned long long)json_integer_value(size);
@@ -717,6 +760,7 @@ static void hibernate_listed(void *userdata, json_t *result, const struct err *e
                                                        checked + strlen(FILES_ROOT "/"), "mode",
                                                        json_object_get(entry, "mode")));
         }
+        x->tree = tree;
         if (total > m->cfg->session_store_max) {
                 json_decref(files);
                 char what[200];

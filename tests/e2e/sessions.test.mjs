@@ -513,10 +513,17 @@ test('sessions: session_save checkpoints or hibernates a session now, session_fo
   for (const name of ['base', 'b2', 'b3']) assert.ok(!existsSync(dirOf(name)), `${name}'s stored state is gone`);
 }, { timeoutMs: 240000 });
 
-test('sessions: a host that closes stdin has its idle sessions saved (hibernation is on by default); the next corral resumes them, and evicts one older than session_keep_s at start', async (t) => {
+test('sessions: a host that closes stdin has its idle sessions saved (hibernation is on by default); the next corral resumes them with their links and empty directories, and evicts one older than session_keep_s at start', async (t) => {
   const store = mkdtempSync(path.join(CONFIG_HOME, 'store-'));
   const d = await t.daemon('session-stop', { CORRAL_SESSION_STORE: store });
-  const set = await d.call(t, 'run_python', { session: 'draft', code: 'words = ["kept", "across", "a", "restart"]\nprint(len(words))' });
+  const set = await d.call(t, 'run_python', { session: 'draft', code: [
+    'import os',
+    'words = ["kept", "across", "a", "restart"]',
+    'os.makedirs("empty/inner")',
+    'open("notes.txt", "w").write("n")',
+    'os.symlink("notes.txt", "latest")',
+    'os.symlink("/usr/bin/python3", "py")',
+    'print(len(words))'].join('\n') });
   assert.equal(set.structuredContent.stdout, '4\n');
   await d.call(t, 'run_python', { session: 'old', code: 'x = 1' });
   const how = await d.close();
@@ -533,8 +540,10 @@ test('sessions: a host that closes stdin has its idle sessions saved (hibernatio
   const d2 = await t.daemon('session-stop-2', { CORRAL_SESSION_STORE: store, CORRAL_SESSION_KEEP_S: '86400' });
   assert.ok(!existsSync(path.join(store, '_', 'old')), 'the session older than session_keep_s is gone');
   assert.match(d2.log, /evicted hibernated session "old".*older than the store keeps sessions/);
-  const back = await d2.call(t, 'run_python', { session: 'draft', code: 'print(" ".join(words))' });
-  assert.equal(back.structuredContent.stdout, 'kept across a restart\n');
+  const back = await d2.call(t, 'run_python', { session: 'draft',
+    code: 'import os\nprint(" ".join(words), os.path.isdir("empty/inner"), os.readlink("latest"), open("latest").read(), os.readlink("py"))' });
+  assert.equal(back.structuredContent.stdout, 'kept across a restart True notes.txt n /usr/bin/python3\n',
+    'its globals, its empty directories and its links come back');
   assert.equal(back.structuredContent.session.state, 'resumed');
   const files = await toolCall(t, d2, 'list_files', { session: 'draft', recursive: true });
   assert.ok(!JSON.stringify(files.structuredContent).includes('.corral'), `the state file is gone once loaded (${JSON.stringify(files.structuredContent).slice(0, 300)})`);

@@ -2129,6 +2129,38 @@ def session_globals_refused():
 
 
 @case
+def session_tree_load():
+    """The directories and links a save listed come back before the
+    globals, confined to /workspace; the file goes."""
+    ws = workspace()
+    corral_dir = os.path.join(ws, '.corral')
+    os.makedirs(corral_dir, exist_ok=True)
+    os.chmod(corral_dir, 0o777)
+    tree = {'dirs': ['empty', 'a/b', '../outside'],
+            'links': [['ln', 'notes.txt'], ['a/b/abs', '/etc/hostname'], ['../escape', 'x'],
+                      ['ln', 'again'], ['bad'], ['empty2/deep', '../ln']]}
+    with open(os.path.join(corral_dir, 'tree.json'), 'w') as f:
+        json.dump(tree, f)
+    os.chmod(os.path.join(corral_dir, 'tree.json'), 0o666)
+    ses = Session()
+    _, _, rl, _ = ses.run('load', language='state')  # no state file: the load fails, the tree comes back
+    parent = os.path.dirname(ws)
+    check(os.path.isdir(os.path.join(ws, 'empty')) and os.path.isdir(os.path.join(ws, 'a', 'b'))
+          and os.readlink(os.path.join(ws, 'ln')) == 'notes.txt'
+          and os.readlink(os.path.join(ws, 'a', 'b', 'abs')) == '/etc/hostname'
+          and os.readlink(os.path.join(ws, 'empty2', 'deep')) == '../ln'
+          and not os.path.lexists(os.path.join(parent, 'outside')) and not os.path.lexists(os.path.join(parent, 'escape'))
+          and not os.path.exists(os.path.join(corral_dir, 'tree.json')) and rl.get('status') == 'error',
+          'state: a load makes the saved directories and links again under /workspace, none outside, '
+          'and removes the tree file, even when the globals cannot load', rl)
+    end(ses)
+    import shutil
+    for name in ('empty', 'a', 'empty2'):
+        shutil.rmtree(os.path.join(ws, name), ignore_errors=True)
+    os.unlink(os.path.join(ws, 'ln'))
+
+
+@case
 def session_globals_damaged():
     ws = workspace()
     path = os.path.join(ws, '.corral', 'state')
