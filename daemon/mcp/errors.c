@@ -56,6 +56,7 @@ static const struct {
     {FAILED_SESSION_SAVE, -EEXIST, "invalid_arguments", "SessionExists", NULL, NULL},
     {FAILED_SESSION_SAVE, -EPERM, "invalid_arguments", "NotSavable", NULL, NULL},
     {FAILED_SESSION_SAVE, -EINVAL, "invalid_arguments", "InvalidArguments", NULL, NULL},
+    {FAILED_SESSION_SAVE, -ENOSPC, "error", "StoreFull", NULL, NULL},
     {FAILED_SESSION_SAVE, ANY, "error", "SaveFailed", NULL, NULL},
     {FAILED_SESSION_GET, -EAGAIN, "busy", "SessionBusy", NULL,
      ": try again when its first call has ended"},

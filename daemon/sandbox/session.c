@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define TOMBSTONES 32 /* sessions that ended unasked, remembered to say so once */
 
@@ -98,6 +99,7 @@ struct session_mgr {
         bool freeing;        /* session_mgr_free: no one is told any more */
         struct timer *tick;
         char *store; /* the hibernated sessions' store, or NULL (no directory for it) */
+        char stdio_owner[SESSION_OWNER_MAX + 1]; /* the stdio client's owner there */
         /* session_mgr_save_all: told once no save is left. */
         void (*saved_all)(void *userdata);
         void *saved_all_ud;
@@ -109,6 +111,7 @@ struct session_mgr {
 
 static void tick(struct timer *t, void *userdata);
 static bool hibernate(struct session *x, enum save_kind kind);
+static void stdio_owner_make(char *out, size_t size);
 
 /* Whose sessions may outlive this process in the store: the stdio client
  * ("", the user's own) and a named client ("n:NAME", who is that name on
@@ -119,10 +122,11 @@ static bool storable_owner(const char *owner)
         return owner[0] == '\0' || strncmp(owner, "n:", 2) == 0;
 }
 
-#define SWEEP_MS (3600LL * 1000)
+#define SWEEP_MS       (3600LL * 1000)
+#define SWEEP_FIRST_MS (5LL * 1000)
 
 /* The store's bounds (session_store_max, session_keep_s) hold even while
- * nothing is saved: at start and once an hour. */
+ * nothing is saved: shortly after start and once an hour. */
 static void sweep(struct timer *t, void *userdata)
 {
         struct session_mgr *m = userdata;
@@ -145,6 +149,7 @@ int session_mgr_new(struct loop *l, const struct config *cfg, struct sandbox_mgr
         list_init(&m->watches);
         /* The store is there for session_save and session_fork even when
          * idle sessions do not hibernate (nothing is written unasked). */
+        stdio_owner_make(m->stdio_owner, sizeof(m->stdio_owner));
         m->store = cfg->session_store
                        ? strdup(cfg->session_store)
                        : xdg_path("XDG_STATE_HOME", ".local/state", "corral/sessions");
@@ -163,8 +168,8 @@ int session_mgr_new(struct loop *l, const struct config *cfg, struct sandbox_mgr
                 free(m);
                 return r;
         }
-        if (m->sweep)
-                sweep(m->sweep, m);
+        if (m->sweep) /* not before the first calls: the store may be slow */
+                timer_arm(m->sweep, SWEEP_FIRST_MS);
         *ret = m;
         return 0;
 }
@@ -196,6 +201,35 @@ int session_name_check(const char *name, struct err *e)
 static const char *owner_of(const char *owner)
 {
         return owner ? owner : "";
+}
+
+/* Whose a session is in the store. A named client is its name on every
+ * service. The stdio client ("") is the program that started this corral
+ * in this directory (its parent's name and the working directory,
+ * hashed): two MCP hosts of one user, or one host in two projects, do not
+ * resume each other's sessions, and a host restarted where it was does. */
+static const char *store_owner(const struct session_mgr *m, const char *owner)
+{
+        owner = owner_of(owner);
+        return owner[0] ? owner : m->stdio_owner;
+}
+
+static void stdio_owner_make(char *out, size_t size)
+{
+        char comm[64] = "", cwd[4096] = "";
+        if (proc_comm((long)getppid(), comm, sizeof(comm)) < 0)
+                snprintf(comm, sizeof(comm), "?");
+        if (!getcwd(cwd, sizeof(cwd)))
+                snprintf(cwd, sizeof(cwd), "?");
+        unsigned long long h = 0xcbf29ce484222325ULL; /* FNV-1a, 64 bits */
+        for (const char *p = comm;; p++) {
+                h = (h ^ (unsigned char)*p) * 0x100000001b3ULL;
+                if (!*p)
+                        break;
+        }
+        for (const char *p = cwd; *p; p++)
+                h = (h ^ (unsigned char)*p) * 0x100000001b3ULL;
+        snprintf(out, size, "h:%016llx", h);
 }
 
 static struct session *find(struct session_mgr *m, const char *owner, const char *name)
@@ -254,6 +288,25 @@ static void notify(struct session_mgr *m, const char *owner, const char *name,
                         w->fn(w->userdata, name, what);
         }
 }
+
+/* Whether the store has room for `bytes` more (session_store_max): a fork
+ * must not make the bounds evict its own source or another's session. */
+static bool store_room(const struct session_mgr *m, unsigned long long bytes)
+{
+        struct store_entry *v = NULL;
+        size_t n = 0;
+        unsigned long long total = bytes;
+        if (store_list(m->store, NULL, &v, &n) < 0)
+                return false;
+        for (size_t i = 0; i < n; i++) {
+                total += v[i].bytes;
+                store_entry_clear(&v[i]);
+        }
+        free(v);
+        return m->cfg->session_store_max == 0 || total <= m->cfg->session_store_max;
+}
+
+#define STORE_FULL "the store has no room for a copy (session_store_max): close a session first"
 
 /* Tells whoever asked for the save (session_save, session_fork), once. */
 static void save_tell(struct session *x, const char *error, unsigned long long bytes)
@@ -593,7 +646,7 @@ static void hibernate_done(struct session *x)
         x->pack = NULL;
         struct store_entry se = {
             .saved_ms = store_wall_ms(), .grant = x->grant, .network = x->network, .lost = x->lost};
-        snprintf(se.owner, sizeof(se.owner), "%s", x->owner);
+        snprintf(se.owner, sizeof(se.owner), "%s", store_owner(m, x->owner));
         snprintf(se.name, sizeof(se.name), "%s", x->name);
         snprintf(se.image, sizeof(se.image), "%s", x->image);
         if (store_write(m->store, &se, &e) < 0) {
@@ -603,7 +656,8 @@ static void hibernate_done(struct session *x)
         log_info("session %s: saved %s: %llu bytes in %s, in %lld ms", x->name, save_reason(x),
                  se.bytes, m->store, now_ms() - x->t_hibernate);
         store_enforce(m->store, m->cfg->session_store_max,
-                      (long long)(m->cfg->session_keep_s * 1000), x->owner, x->name);
+                      (long long)(m->cfg->session_keep_s * 1000), store_owner(m, x->owner),
+                      x->name);
         if (x->save == SAVE_CHECKPOINT) {
                 x->busy = false;
                 x->t_last = now_ms();
@@ -615,16 +669,15 @@ static void hibernate_done(struct session *x)
                                          "session \"%s\" was opened while the fork was saved",
                                          x->fork_to);
                                 save_tell(x, why, 0);
-                        } else if (store_copy(m->store, x->owner, x->name, x->fork_to, &fe, &e) <
-                                   0) {
+                        } else if (!store_room(m, se.bytes)) {
+                                save_tell(x, STORE_FULL, 0);
+                        } else if (store_copy(m->store, store_owner(m, x->owner), x->name,
+                                              x->fork_to, &fe, &e) < 0) {
                                 save_tell(x, e.msg, 0);
                         } else {
                                 log_info("session %s: forked from %s (%llu bytes)", fe.name,
                                          x->name, fe.bytes);
                                 save_tell(x, NULL, fe.bytes);
-                                store_enforce(m->store, m->cfg->session_store_max,
-                                              (long long)(m->cfg->session_keep_s * 1000), fe.owner,
-                                              fe.name);
                                 store_entry_clear(&fe);
                         }
                 }
@@ -709,7 +762,8 @@ static void hibernate_listed(void *userdata, json_t *result, const struct err *e
          * (TREE_FILE); not a state file that this save did not write. */
         json_t *files = json_array(), *entry;
         json_t *tree = json_pack("{s:[], s:[]}", "dirs", "links");
-        size_t tree_bytes = 0;
+        size_t tree_bytes = 32; /* the object around the two lists */
+        bool tree_full = false;
         unsigned long long total = 0;
         size_t i;
         json_array_foreach(json_object_get(result, "entries"), i, entry)
@@ -719,27 +773,31 @@ static void hibernate_listed(void *userdata, json_t *result, const struct err *e
                 const char *target = json_string_value(json_object_get(entry, "target"));
                 char where[FILES_PATH_MAX + 16];
                 struct err te = {0};
-                if (tree && path && type &&
-                    (strcmp(type, "dir") == 0 || strcmp(type, "symlink") == 0) &&
+                if (path && type && (strcmp(type, "dir") == 0 || strcmp(type, "symlink") == 0) &&
                     files_path(path, false, where, sizeof(where), &te) == 0) {
-                        /* The sandbox's own words, for the sandbox: bounded. */
+                        /* The sandbox's own words, for the sandbox: bounded
+                         * as the JSON they make; corral's own .corral is not
+                         * kept. What does not fit is said once and left. */
                         const char *rel = where + strlen(FILES_ROOT "/");
                         bool link = strcmp(type, "symlink") == 0;
-                        size_t add = strlen(rel) + (target ? strlen(target) : 0) + 8;
-                        if (link && (!target || !*target || strlen(target) > FILES_PATH_MAX))
+                        if (strcmp(rel, ".corral") == 0 || strncmp(rel, ".corral/", 8) == 0 ||
+                            (link && (!target || !*target)))
                                 continue;
-                        if (tree_bytes + add > TREE_MAX) {
-                                log_warn("session %s: more directories and links than a save "
-                                         "keeps (%d bytes): the rest are not kept",
-                                         x->name, TREE_MAX);
-                                json_decref(tree);
-                                tree = NULL;
+                        json_t *item = link ? json_pack("[s,s]", rel, target) : json_string(rel);
+                        _cleanup_free_ char *text = item ? json_dumps(item, JSON_ENCODE_ANY) : NULL;
+                        size_t add = text ? strlen(text) + 1 : TREE_MAX;
+                        if (!tree || tree_bytes + add > TREE_MAX) {
+                                if (tree && !tree_full)
+                                        log_warn("session %s: more directories and links than a "
+                                                 "save keeps (%d bytes of JSON): the rest are not "
+                                                 "kept",
+                                                 x->name, TREE_MAX);
+                                tree_full = true;
+                                json_decref(item);
                                 continue;
                         }
                         tree_bytes += add;
-                        json_array_append_new(json_object_get(tree, link ? "links" : "dirs"),
-                                              link ? json_pack("[s,s]", rel, target)
-                                                   : json_string(rel));
+                        json_array_append_new(json_object_get(tree, link ? "links" : "dirs"), item);
                         continue;
                 }
                 json_t *size = json_object_get(entry, "size");
@@ -774,7 +832,7 @@ static void hibernate_listed(void *userdata, json_t *result, const struct err *e
         x->i_listed = 0;
         x->packed = 0;
         struct err pe = {0};
-        if (store_pack_begin(m->store, x->owner, x->name, &x->pack, &pe) < 0) {
+        if (store_pack_begin(m->store, store_owner(m, x->owner), x->name, &x->pack, &pe) < 0) {
                 x->pack = NULL;
                 hibernate_failed(x, pe.msg);
                 return;
@@ -1056,7 +1114,7 @@ static void resume_loaded(void *userdata, const struct sandbox_result *res)
         json_decref(x->lost);
         x->lost = NULL;
         struct err e = {0};
-        if (store_remove(m->store, x->owner, x->name, &e) < 0)
+        if (store_remove(m->store, store_owner(m, x->owner), x->name, &e) < 0)
                 log_warn("session %s: resumed, but its stored copy stays: %s", x->name, e.msg);
         log_info("session %s: resumed in %lld ms", x->name, now_ms() - x->t_resume);
         x->open = true;
@@ -1103,7 +1161,7 @@ static int session_resume(struct session_mgr *m, const struct sandbox_request *r
         struct sandbox_file *files = NULL;
         size_t n_files = 0;
         struct err ue = {0};
-        if (store_unpack(m->store, owner_of(req->owner), name, m->cfg->workspace_size, &files,
+        if (store_unpack(m->store, store_owner(m, req->owner), name, m->cfg->workspace_size, &files,
                          &n_files, &ue) < 0)
                 return err_set(e, ERR_REFUSED, -ENOLINK,
                                "session \"%s\" is hibernated but cannot be resumed: %s "
@@ -1218,10 +1276,10 @@ int session_run(struct session_mgr *m, const struct sandbox_request *req, sandbo
         char why[400];
         struct store_entry se;
         struct err se_err = {0};
-        if (m->store && store_read(m->store, owner_of(req->owner), name, &se, &se_err) == 0) {
+        if (m->store && store_read(m->store, store_owner(m, req->owner), name, &se, &se_err) == 0) {
                 if (stored_too_long(m, &se)) {
                         store_entry_clear(&se);
-                        store_remove(m->store, owner_of(req->owner), name, &se_err);
+                        store_remove(m->store, store_owner(m, req->owner), name, &se_err);
                         return err_set(e, ERR_REFUSED, -ENOLINK,
                                        "session \"%s\" was hibernated longer than the store keeps "
                                        "sessions (session_keep_s %g s), and is removed.",
@@ -1284,7 +1342,8 @@ int session_sandbox(struct session_mgr *m, const char *owner, const char *name,
         if (!x) {
                 struct store_entry se;
                 struct err se_err = {0};
-                if (m->store && store_read(m->store, owner_of(owner), name, &se, &se_err) == 0) {
+                if (m->store &&
+                    store_read(m->store, store_owner(m, owner), name, &se, &se_err) == 0) {
                         store_entry_clear(&se);
                         return err_set(e, ERR_REFUSED, -EAGAIN,
                                        "session \"%s\" is hibernated: a call that runs code in "
@@ -1341,9 +1400,10 @@ int session_close(struct session_mgr *m, const char *owner, const char *name, st
         struct session *x = find(m, owner, name);
         struct store_entry se;
         struct err se_err = {0};
-        if (!x && m->store && store_read(m->store, owner_of(owner), name, &se, &se_err) == 0) {
+        if (!x && m->store &&
+            store_read(m->store, store_owner(m, owner), name, &se, &se_err) == 0) {
                 store_entry_clear(&se);
-                if (store_remove(m->store, owner_of(owner), name, e) < 0)
+                if (store_remove(m->store, store_owner(m, owner), name, e) < 0)
                         return -EIO;
                 log_info("session %s: closed by the client while hibernated; its stored state "
                          "is removed",
@@ -1361,7 +1421,7 @@ int session_close(struct session_mgr *m, const char *owner, const char *name, st
         log_info("session %s: closed by the client", name);
         if (m->store) { /* a checkpoint, or the copy a resume has not removed yet */
                 struct err re = {0};
-                if (store_remove(m->store, x->owner, x->name, &re) < 0)
+                if (store_remove(m->store, store_owner(m, x->owner), x->name, &re) < 0)
                         log_warn("session %s: %s", name, re.msg);
         }
         close_now(x);
@@ -1418,7 +1478,7 @@ static int stored_only(struct session_mgr *m, const char *owner, const char *nam
         struct store_entry se;
         struct err se_err = {0};
         if (find(m, owner, name) || !m->store || !storable_owner(owner_of(owner)) ||
-            store_read(m->store, owner_of(owner), name, &se, &se_err) < 0)
+            store_read(m->store, store_owner(m, owner), name, &se, &se_err) < 0)
                 return 0;
         *done = (struct session_saved){.bytes = se.bytes, .ms = 0};
         store_entry_clear(&se);
@@ -1459,7 +1519,7 @@ int session_fork(struct session_mgr *m, const char *owner, const char *from, con
         if (strcmp(from, to) == 0)
                 return err_set(e, ERR_INVALID, -EEXIST, "a fork needs a new name, not \"%s\"", to);
         if (find(m, owner, to) ||
-            (m->store && store_read(m->store, owner_of(owner), to, &se, &se_err) == 0)) {
+            (m->store && store_read(m->store, store_owner(m, owner), to, &se, &se_err) == 0)) {
                 if (!find(m, owner, to))
                         store_entry_clear(&se);
                 return err_set(e, ERR_REFUSED, -EEXIST,
@@ -1469,7 +1529,7 @@ int session_fork(struct session_mgr *m, const char *owner, const char *from, con
         }
         struct session_saved dummy;
         if (stored_only(m, owner, from, &dummy)) {
-                if (store_read(m->store, owner_of(owner), from, &se, &se_err) == 0) {
+                if (store_read(m->store, store_owner(m, owner), from, &se, &se_err) == 0) {
                         bool old = stored_too_long(m, &se);
                         store_entry_clear(&se);
                         if (old) /* a fork does not make an old save new */
@@ -1479,12 +1539,12 @@ int session_fork(struct session_mgr *m, const char *owner, const char *from, con
                                                "cannot be forked",
                                                from, m->cfg->session_keep_s);
                 }
-                r = store_copy(m->store, owner_of(owner), from, to, &se, e);
+                if (!store_room(m, dummy.bytes))
+                        return err_set(e, ERR_REFUSED, -ENOSPC, STORE_FULL);
+                r = store_copy(m->store, store_owner(m, owner), from, to, &se, e);
                 if (r < 0)
                         return r;
                 log_info("session %s: forked from %s (hibernated, %llu bytes)", to, from, se.bytes);
-                store_enforce(m->store, m->cfg->session_store_max,
-                              (long long)(m->cfg->session_keep_s * 1000), se.owner, se.name);
                 *done = (struct session_saved){.forked = NULL, .bytes = se.bytes};
                 store_entry_clear(&se);
                 return 1;
@@ -1603,7 +1663,7 @@ json_t *session_list(struct session_mgr *m, const char *owner)
         }
         struct store_entry *v = NULL;
         size_t n = 0;
-        if (list && m->store && store_list(m->store, owner, &v, &n) == 0) {
+        if (list && m->store && store_list(m->store, store_owner(m, owner), &v, &n) == 0) {
                 long long wall = store_wall_ms();
                 for (size_t i = 0; i < n; i++) {
                         if (!find(m, owner, v[i].name))

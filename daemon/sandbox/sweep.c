@@ -17,8 +17,9 @@ struct leftover {
         char id[129];
 };
 
-/* Whether the instance that labelled a container still runs here. */
-static bool owner_alive(json_t *labels)
+/* Whether the instance that labelled a container may still run (state:
+ * the container's, as the engine lists it). */
+static bool owner_alive(json_t *labels, const char *state)
 {
         const struct identity *me = host_identity();
         const char *boot = json_string_value(json_object_get(labels, "io.corral.boot"));
@@ -26,12 +27,15 @@ static bool owner_alive(json_t *labels)
         const char *pidns = json_string_value(json_object_get(labels, "io.corral.pidns"));
         if (boot && strcmp(boot, me->boot) != 0)
                 return false; /* the machine rebooted since */
-        /* Its pid counts in another namespace: what runs here under that
-         * number says nothing of it. Left to its owner (its stdin ends its
-         * sandboxes when it dies). Labels of corrals before this one have
-         * no namespace: judged by the pid, as they were. */
-        if (pidns && strcmp(pidns, me->pidns) != 0)
-                return true;
+        /* Its pid counts in another namespace (or one of the two is not
+         * known): what runs here under that number says nothing of it. A
+         * container of its still running is left to it; one that ended
+         * (its owner's stdin closed it, or it was killed) is a leftover,
+         * which no corral of its own namespace will come to sweep. Labels
+         * of corrals before this one have no namespace: judged by the
+         * pid, as they were. */
+        if (pidns && (strcmp(pidns, me->pidns) != 0 || strcmp(pidns, "unknown") == 0))
+                return !state || (strcmp(state, "exited") != 0 && strcmp(state, "dead") != 0);
         long pid = pid_s ? strtol(pid_s, NULL, 10) : 0;
         if (pid <= 0)
                 return false;
@@ -111,7 +115,8 @@ static void swept(void *userdata, long status, json_t *body, const struct err *e
                 /* Labels, not names, decide: another host's containers on a
                  * shared engine and live instances' are left alone. */
                 if (!id || strlen(id) > 128 || (inst && strcmp(inst, m->instance) == 0) ||
-                    (host && strcmp(host, host_identity()->host) != 0) || owner_alive(labels))
+                    (host && strcmp(host, host_identity()->host) != 0) ||
+                    owner_alive(labels, json_string_value(json_object_get(c, "State"))))
                         continue;
                 leftover_add(m, id);
         }

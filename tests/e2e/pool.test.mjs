@@ -261,7 +261,7 @@ test('kill -9: the next corral removes the containers of the killed one', async 
   assert.equal(bClose.code, 0, 'B exits 0 on stdin EOF');
 }, { timeoutMs: 120000 });
 
-test('sweep: a container whose owner is a pid of another pid namespace (corral in a container) is left alone; one of this namespace whose pid is gone is removed', async (t) => {
+test('sweep: a container whose owner is a pid of another pid namespace (corral in a container) is left alone while it may run, removed once it ended; one of this namespace whose pid is gone is removed', async (t) => {
   // Two containers labelled as corral's, created (not started), owned by
   // pid 999999 of this host and boot: one in another pid namespace, one
   // in ours. No such pid runs here.
@@ -270,7 +270,7 @@ test('sweep: a container whose owner is a pid of another pid namespace (corral i
   const ours = fs.readlinkSync('/proc/self/ns/pid');
   const made = [];
   t.defer(async () => { await removeContainers(made.map((id) => ({ id }))); });
-  for (const pidns of ['pid:[1]', ours]) {
+  for (const pidns of ['pid:[1]', ours, 'pid:[2]']) {
     const r = await engineRequest('POST', '/v1.41/containers/create', 30000, {
       Image: process.env.CORRAL_IMAGE || 'corral-python:latest', Cmd: ['true'],
       Labels: { 'io.corral.owner': 'corral', 'io.corral.instance': `fake-${pidns}`, 'io.corral.pid': '999999',
@@ -278,12 +278,16 @@ test('sweep: a container whose owner is a pid of another pid namespace (corral i
     assert.equal(r.status, 201, JSON.stringify(r.body));
     made.push(r.body.Id);
   }
+  // The third has run and ended (its owner, in its namespace, is gone).
+  assert.equal((await engineRequest('POST', `/v1.41/containers/${made[2]}/start`, 30000)).status, 204);
+  assert.equal((await engineRequest('POST', `/v1.41/containers/${made[2]}/wait`, 30000)).status, 200);
   const d = await t.daemon('sweep-pidns');
   const gone = await waitFor(async () => {
-    const r = await engineRequest('GET', `/v1.41/containers/${made[1]}/json`);
-    return { done: r.status === 404 };
+    const a = await engineRequest('GET', `/v1.41/containers/${made[1]}/json`);
+    const b = await engineRequest('GET', `/v1.41/containers/${made[2]}/json`);
+    return { done: a.status === 404 && b.status === 404, a: a.status, b: b.status };
   }, { timeoutMs: 15000, intervalMs: 250 });
-  assert.ok(gone.done, 'the one of this namespace, whose pid is gone, is swept');
+  assert.ok(gone.done, `the one of this namespace whose pid is gone, and the ended one of another, are swept (${gone.a}, ${gone.b})`);
   const other = await engineRequest('GET', `/v1.41/containers/${made[0]}/json`);
   assert.equal(other.status, 200, 'the one whose pid counts in another namespace is left alone');
   assert.match(d.log, new RegExp(`removed container ${made[1].slice(0, 12)} left behind`));

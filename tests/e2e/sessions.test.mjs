@@ -9,7 +9,7 @@
 
 import { CallToolResultSchema } from '@modelcontextprotocol/sdk/types.js';
 import assert from 'node:assert/strict';
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { bridgeSetup, everythingServer, filesystemServer } from './lib/bridge.mjs';
 import {
@@ -382,6 +382,17 @@ test('sessions: earlier code takes over later calls (sys._getframe), but gets no
     'and the call the earlier code made to fs is audited as any call');
 }, { timeoutMs: 120000 });
 
+// The store directory of the stdio client: the one owner directory a test's
+// store holds, named for the program that started corral and its working
+// directory ("h:" and a hash, in hex), the same for every corral a test
+// starts.
+function stdioOwnerDir(store) {
+  const owners = readdirSync(store);
+  assert.equal(owners.length, 1, `one client in the store (${owners})`);
+  assert.match(Buffer.from(owners[0], 'hex').toString(), /^h:[0-9a-f]{16}$/, 'the stdio client is its host program here');
+  return path.join(store, owners[0]);
+}
+
 test('sessions: an idle session hibernates to the store and the next call resumes it, in another corral too; what does not pickle is named; session_close removes the stored state', async (t) => {
   const store = mkdtempSync(path.join(CONFIG_HOME, 'store-'));
   const env = { CORRAL_IMAGE: 'corral-data:latest', CORRAL_SESSION_HIBERNATE: 'true', CORRAL_SESSION_IDLE_S: '3',
@@ -409,7 +420,7 @@ test('sessions: an idle session hibernates to the store and the next call resume
   assert.ok(w.done, `the idle session is listed as hibernated (${JSON.stringify(w.s)})`);
   assert.ok(w.s.stored_bytes > 10e6, `with its stored size (${w.s.stored_bytes} bytes: the DataFrame's pickle)`);
   assert.ok((await waitGone(first)).done, `its container ${first} is removed`);
-  const dir = path.join(store, '_', 'eda');
+  const dir = path.join(stdioOwnerDir(store), 'eda');
   assert.ok(existsSync(path.join(dir, 'index.json')) && existsSync(path.join(dir, 'workspace.tar')), 'its state is on disk');
   await d.close();
 
@@ -446,7 +457,7 @@ test('sessions: session_save checkpoints or hibernates a session now, session_fo
   // Hibernation of idle sessions is off: saving is asked for.
   const store = mkdtempSync(path.join(CONFIG_HOME, 'store-'));
   const d = await t.daemon('session-save', { CORRAL_SESSION_STORE: store, CORRAL_SESSION_HIBERNATE: 'false' });
-  const dirOf = (name) => path.join(store, '_', name);
+  const dirOf = (name) => path.join(stdioOwnerDir(store), name);
   const base = await d.call(t, 'run_python', { session: 'base',
     code: 'import socket\nx = 1\nsock = socket.socket()\nopen("data.txt", "w").write("loaded once")\nprint("ready")' });
   assert.equal(base.structuredContent.stdout, 'ready\n');
@@ -513,7 +524,7 @@ test('sessions: session_save checkpoints or hibernates a session now, session_fo
   for (const name of ['base', 'b2', 'b3']) assert.ok(!existsSync(dirOf(name)), `${name}'s stored state is gone`);
 }, { timeoutMs: 240000 });
 
-test('sessions: a host that closes stdin has its idle sessions saved (hibernation is on by default); the next corral resumes them with their links and empty directories, and evicts one older than session_keep_s at start', async (t) => {
+test('sessions: a host that closes stdin has its idle sessions saved (hibernation is on by default); the next corral resumes them with their links and empty directories (a host in another directory does not), and evicts one older than session_keep_s at start', async (t) => {
   const store = mkdtempSync(path.join(CONFIG_HOME, 'store-'));
   const d = await t.daemon('session-stop', { CORRAL_SESSION_STORE: store });
   const set = await d.call(t, 'run_python', { session: 'draft', code: [
@@ -531,15 +542,25 @@ test('sessions: a host that closes stdin has its idle sessions saved (hibernatio
   assert.match(d.log, /session draft: saved as corral stopped/);
   assert.equal(how.code, 0, `it exits 0 before the host's SIGTERM (${JSON.stringify(how)})`);
   assert.ok((await waitGone(set.structuredContent.container)).done, 'its container is removed');
+  // A host started in another directory (another project) on the same
+  // store is another client: its "draft" is a new session.
+  const elsewhere = mkdtempSync(path.join(CONFIG_HOME, 'project-'));
+  const dx = await t.daemon('session-stop-elsewhere', { CORRAL_SESSION_STORE: store }, { cwd: elsewhere });
+  const other = await dx.call(t, 'run_python', { session: 'draft', code: 'print("words" in globals())' });
+  assert.equal(other.structuredContent.stdout, 'False\n', 'another project does not resume the session');
+  assert.equal(other.structuredContent.session.state, 'kept');
+  assert.deepEqual((await toolCall(t, dx, 'session_list', {})).structuredContent.sessions.map((x) => x.name), ['draft'],
+    'and lists only its own');
+  await toolCall(t, dx, 'session_close', { session: 'draft' });
+  await dx.close();
   // One of them saved two days ago, as its index says: past a keep of one
-  // day, the next corral removes it as it starts.
-  const oldIndex = path.join(store, '_', 'old', 'index.json');
+  // day, the next corral removes it soon after it starts (5 s).
+  const oldIndex = path.join(stdioOwnerDir(store), 'old', 'index.json');
   const idx = JSON.parse(readFileSync(oldIndex, 'utf8'));
   idx.saved_ms -= 2 * 86400 * 1000;
   writeFileSync(oldIndex, JSON.stringify(idx));
   const d2 = await t.daemon('session-stop-2', { CORRAL_SESSION_STORE: store, CORRAL_SESSION_KEEP_S: '86400' });
-  assert.ok(!existsSync(path.join(store, '_', 'old')), 'the session older than session_keep_s is gone');
-  assert.match(d2.log, /evicted hibernated session "old".*older than the store keeps sessions/);
+  const oldDir = path.join(stdioOwnerDir(store), 'old');
   const back = await d2.call(t, 'run_python', { session: 'draft',
     code: 'import os\nprint(" ".join(words), os.path.isdir("empty/inner"), os.readlink("latest"), open("latest").read(), os.readlink("py"))' });
   assert.equal(back.structuredContent.stdout, 'kept across a restart True notes.txt n /usr/bin/python3\n',
@@ -547,5 +568,8 @@ test('sessions: a host that closes stdin has its idle sessions saved (hibernatio
   assert.equal(back.structuredContent.session.state, 'resumed');
   const files = await toolCall(t, d2, 'list_files', { session: 'draft', recursive: true });
   assert.ok(!JSON.stringify(files.structuredContent).includes('.corral'), `the state file is gone once loaded (${JSON.stringify(files.structuredContent).slice(0, 300)})`);
+  const swept = await waitFor(async () => ({ done: !existsSync(oldDir) }), { timeoutMs: 20000, intervalMs: 250 });
+  assert.ok(swept.done, 'the session older than session_keep_s is gone');
+  assert.match(d2.log, /evicted hibernated session "old".*older than the store keeps sessions/);
   await toolCall(t, d2, 'session_close', { session: 'draft' });
 }, { timeoutMs: 120000 });

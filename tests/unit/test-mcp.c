@@ -1052,6 +1052,10 @@ int main(void)
         cfg.pool_min = cfg.pool_max = 0;
         cfg.max_sandboxes = 3;
         cfg.max_queue = 0;
+        /* A store of the test's own: never the user's. */
+        char store[300];
+        snprintf(store, sizeof(store), "%s/sessions", dir);
+        cfg.session_store = strdup(store);
         if (loop_new(&L) < 0)
                 return 1;
         F = fake_engine_new(L, dir);
