@@ -1471,9 +1471,11 @@ static struct session *savable(struct session_mgr *m, const char *owner, const c
         return x;
 }
 
-/* A session hibernated in the store and not open: 1 and its size, else 0. */
+/* A session hibernated in the store and not open: 1, its size, and
+ * whether it is older than the store keeps sessions (too_old, when
+ * given); else 0. */
 static int stored_only(struct session_mgr *m, const char *owner, const char *name,
-                       struct session_saved *done)
+                       struct session_saved *done, bool *too_old)
 {
         struct store_entry se;
         struct err se_err = {0};
@@ -1481,6 +1483,8 @@ static int stored_only(struct session_mgr *m, const char *owner, const char *nam
             store_read(m->store, store_owner(m, owner), name, &se, &se_err) < 0)
                 return 0;
         *done = (struct session_saved){.bytes = se.bytes, .ms = 0};
+        if (too_old)
+                *too_old = stored_too_long(m, &se);
         store_entry_clear(&se);
         return 1;
 }
@@ -1491,7 +1495,7 @@ int session_save(struct session_mgr *m, const char *owner, const char *name, boo
         int r = session_name_check(name, e);
         if (r < 0)
                 return r;
-        if (stored_only(m, owner, name, done))
+        if (stored_only(m, owner, name, done, NULL))
                 return 1;
         struct session *x = savable(m, owner, name, e);
         if (!x)
@@ -1527,19 +1531,15 @@ int session_fork(struct session_mgr *m, const char *owner, const char *from, con
                                "first",
                                to);
         }
-        struct session_saved dummy;
-        if (stored_only(m, owner, from, &dummy)) {
-                if (store_read(m->store, store_owner(m, owner), from, &se, &se_err) == 0) {
-                        bool old = stored_too_long(m, &se);
-                        store_entry_clear(&se);
-                        if (old) /* a fork does not make an old save new */
-                                return err_set(e, ERR_REFUSED, -ENOLINK,
-                                               "session \"%s\" was hibernated longer than the "
-                                               "store keeps sessions (session_keep_s %g s): it "
-                                               "cannot be forked",
-                                               from, m->cfg->session_keep_s);
-                }
-                if (!store_room(m, dummy.bytes))
+        struct session_saved stored;
+        bool old = false;
+        if (stored_only(m, owner, from, &stored, &old)) {
+                if (old) /* a fork does not make an old save new */
+                        return err_set(e, ERR_REFUSED, -ENOLINK,
+                                       "session \"%s\" was hibernated longer than the store keeps "
+                                       "sessions (session_keep_s %g s): it cannot be forked",
+                                       from, m->cfg->session_keep_s);
+                if (!store_room(m, stored.bytes))
                         return err_set(e, ERR_REFUSED, -ENOSPC, STORE_FULL);
                 r = store_copy(m->store, store_owner(m, owner), from, to, &se, e);
                 if (r < 0)
