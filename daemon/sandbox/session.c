@@ -1334,22 +1334,36 @@ int session_run(struct session_mgr *m, const struct sandbox_request *req, sandbo
         return 0;
 }
 
+/* A session hibernated in the store and not open: 1, its size (done,
+ * when given), and whether it is older than the store keeps sessions
+ * (too_old, when given); else 0. */
+static int stored_only(struct session_mgr *m, const char *owner, const char *name,
+                       struct session_saved *done, bool *too_old)
+{
+        struct store_entry se;
+        struct err se_err = {0};
+        if (find(m, owner, name) || !m->store || !storable_owner(owner_of(owner)) ||
+            store_read(m->store, store_owner(m, owner), name, &se, &se_err) < 0)
+                return 0;
+        if (done)
+                *done = (struct session_saved){.bytes = se.bytes, .ms = 0};
+        if (too_old)
+                *too_old = stored_too_long(m, &se);
+        store_entry_clear(&se);
+        return 1;
+}
+
 int session_sandbox(struct session_mgr *m, const char *owner, const char *name,
                     struct sandbox **ret, struct err *e)
 {
         struct session *x = find(m, owner, name);
         char why[400];
         if (!x) {
-                struct store_entry se;
-                struct err se_err = {0};
-                if (m->store &&
-                    store_read(m->store, store_owner(m, owner), name, &se, &se_err) == 0) {
-                        store_entry_clear(&se);
+                if (stored_only(m, owner, name, NULL, NULL))
                         return err_set(e, ERR_REFUSED, -EAGAIN,
                                        "session \"%s\" is hibernated: a call that runs code in "
                                        "it resumes it",
                                        name);
-                }
                 if (exhume(m, owner, name, false, why, sizeof(why))) {
                         return err_set(e, ERR_REFUSED, -ENOLINK, "session \"%s\" ended: %s", name,
                                        why);
@@ -1398,11 +1412,7 @@ static void close_now(struct session *x)
 int session_close(struct session_mgr *m, const char *owner, const char *name, struct err *e)
 {
         struct session *x = find(m, owner, name);
-        struct store_entry se;
-        struct err se_err = {0};
-        if (!x && m->store &&
-            store_read(m->store, store_owner(m, owner), name, &se, &se_err) == 0) {
-                store_entry_clear(&se);
+        if (!x && stored_only(m, owner, name, NULL, NULL)) {
                 if (store_remove(m->store, store_owner(m, owner), name, e) < 0)
                         return -EIO;
                 log_info("session %s: closed by the client while hibernated; its stored state "
@@ -1471,24 +1481,6 @@ static struct session *savable(struct session_mgr *m, const char *owner, const c
         return x;
 }
 
-/* A session hibernated in the store and not open: 1, its size, and
- * whether it is older than the store keeps sessions (too_old, when
- * given); else 0. */
-static int stored_only(struct session_mgr *m, const char *owner, const char *name,
-                       struct session_saved *done, bool *too_old)
-{
-        struct store_entry se;
-        struct err se_err = {0};
-        if (find(m, owner, name) || !m->store || !storable_owner(owner_of(owner)) ||
-            store_read(m->store, store_owner(m, owner), name, &se, &se_err) < 0)
-                return 0;
-        *done = (struct session_saved){.bytes = se.bytes, .ms = 0};
-        if (too_old)
-                *too_old = stored_too_long(m, &se);
-        store_entry_clear(&se);
-        return 1;
-}
-
 int session_save(struct session_mgr *m, const char *owner, const char *name, bool keep,
                  session_saved_cb cb, void *userdata, struct session_saved *done, struct err *e)
 {
@@ -1519,13 +1511,9 @@ int session_fork(struct session_mgr *m, const char *owner, const char *from, con
         if (r < 0)
                 return r;
         struct store_entry se;
-        struct err se_err = {0};
         if (strcmp(from, to) == 0)
                 return err_set(e, ERR_INVALID, -EEXIST, "a fork needs a new name, not \"%s\"", to);
-        if (find(m, owner, to) ||
-            (m->store && store_read(m->store, store_owner(m, owner), to, &se, &se_err) == 0)) {
-                if (!find(m, owner, to))
-                        store_entry_clear(&se);
+        if (find(m, owner, to) || stored_only(m, owner, to, NULL, NULL)) {
                 return err_set(e, ERR_REFUSED, -EEXIST,
                                "session \"%s\" exists already: fork into a new name, or close it "
                                "first",
