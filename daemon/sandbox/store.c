@@ -763,11 +763,66 @@ int store_enforce(const char *root, unsigned long long max_bytes, long long keep
 
 /* ---- a session's /workspace as a tar */
 
+/* The tar is written here, not by libarchive: its writers for the tar
+ * formats pull in its table of every format (and so libxml2 and ICU, 30 MiB
+ * that corral's own image would carry for nothing). What corral writes is
+ * small: regular files, their mode and size, in POSIX pax form, a name
+ * that ustar cannot hold going in a pax `path` record, as libarchive's
+ * pax_restricted does. The reader (store_unpack) is libarchive's. */
+#define TAR_BLOCK 512
+
 struct store_pack {
         int dfd, fd;
         char tmp[64];
-        struct archive *a;
+        int error; /* the first write's failure, or 0 */
 };
+
+static void tar_octal(char *field, size_t width, unsigned long long v)
+{
+        /* width - 1 octal digits, zero-padded, then NUL */
+        snprintf(field, width, "%0*llo", (int)width - 1, v);
+}
+
+static void tar_header(char h[TAR_BLOCK], const char *name, size_t name_len, char type,
+                       unsigned mode, unsigned long long size)
+{
+        memset(h, 0, TAR_BLOCK);
+        memcpy(h, name, name_len < 100 ? name_len : 100);
+        tar_octal(h + 100, 8, mode & 0777);
+        tar_octal(h + 108, 8, 0);
+        tar_octal(h + 116, 8, 0);
+        tar_octal(h + 124, 12, size);
+        tar_octal(h + 136, 12, 0);
+        h[156] = type;
+        memcpy(h + 257, "ustar", 6);
+        memcpy(h + 263, "00", 2);
+        memset(h + 148, ' ', 8);
+        unsigned sum = 0;
+        for (size_t i = 0; i < TAR_BLOCK; i++)
+                sum += (unsigned char)h[i];
+        snprintf(h + 148, 8, "%06o", sum); /* six digits, NUL, and the space stays */
+}
+
+static void pack_write(struct store_pack *p, const void *data, size_t len)
+{
+        if (p->error == 0 && len > 0)
+                p->error = write_all(p->fd, data, len);
+}
+
+static void pack_pad(struct store_pack *p, size_t len)
+{
+        static const char zero[TAR_BLOCK];
+        if (len % TAR_BLOCK)
+                pack_write(p, zero, TAR_BLOCK - len % TAR_BLOCK);
+}
+
+static bool plain_ascii(const char *s, size_t n)
+{
+        for (size_t i = 0; i < n; i++)
+                if ((unsigned char)s[i] < 0x20 || (unsigned char)s[i] > 0x7e)
+                        return false;
+        return true;
+}
 
 int store_pack_begin(const char *root, const char *owner, const char *name, struct store_pack **ret,
                      struct err *err)
@@ -790,10 +845,8 @@ int store_pack_begin(const char *root, const char *owner, const char *name, stru
         snprintf(p->tmp, sizeof(p->tmp), ".%s.%d.new", STORE_TAR, (int)getpid());
         unlinkat(p->dfd, p->tmp, 0); /* one of ours a crash left */
         p->fd = openat(p->dfd, p->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
-        p->a = p->fd >= 0 ? archive_write_new() : NULL;
-        if (!p->a || archive_write_set_format_pax_restricted(p->a) != ARCHIVE_OK ||
-            archive_write_open_fd(p->a, p->fd) != ARCHIVE_OK) {
-                int r = p->fd < 0 ? -errno : -EIO;
+        if (p->fd < 0) {
+                int r = -errno;
                 store_pack_end(p, false, NULL);
                 return err_set(err, ERR_INTERNAL, r, "session \"%s\": cannot write its files (%s)",
                                shown, strerror(-r));
@@ -805,32 +858,47 @@ int store_pack_begin(const char *root, const char *owner, const char *name, stru
 int store_pack_add(struct store_pack *p, const char *rel, unsigned mode, const void *data,
                    size_t len, struct err *err)
 {
-        struct archive_entry *e = archive_entry_new();
-        if (!e)
-                return err_set(err, ERR_INTERNAL, -ENOMEM, "out of memory");
-        archive_entry_set_pathname(e, rel);
-        archive_entry_set_filetype(e, AE_IFREG);
-        archive_entry_set_perm(e, mode & 0777);
-        archive_entry_set_size(e, (la_int64_t)len);
-        int r = archive_write_header(p->a, e);
-        archive_entry_free(e);
-        if (r == ARCHIVE_OK && len > 0 && archive_write_data(p->a, data, len) != (la_ssize_t)len)
-                r = ARCHIVE_FATAL;
-        if (r != ARCHIVE_OK)
-                return err_set(err, ERR_INTERNAL, -EIO, "cannot write %s to the store: %s", rel,
-                               archive_error_string(p->a) ? archive_error_string(p->a) : "error");
+        size_t n = strlen(rel);
+        char h[TAR_BLOCK];
+        bool ascii = plain_ascii(rel, n);
+        if (n == 0 || n > 100 || !ascii) {
+                /* "LEN path=REL\n", LEN counting itself. A name that is not
+                 * ASCII is marked as bytes (hdrcharset=BINARY): a reader in
+                 * the C locale, such as corral's, then takes it as it is
+                 * instead of failing to convert it from UTF-8. */
+                static const char binary[] = "21 hdrcharset=BINARY\n";
+                size_t pre = ascii ? 0 : sizeof(binary) - 1;
+                size_t base = n + 7, rec = base + 1;
+                while (snprintf(NULL, 0, "%zu", rec) + base != rec)
+                        rec++;
+                _cleanup_free_ char *x = malloc(pre + rec + 1);
+                if (!x)
+                        return err_set(err, ERR_INTERNAL, -ENOMEM, "out of memory");
+                memcpy(x, binary, pre);
+                snprintf(x + pre, rec + 1, "%zu path=%s\n", rec, rel);
+                tar_header(h, "PaxHeaders/entry", 16, 'x', 0644, pre + rec);
+                pack_write(p, h, sizeof(h));
+                pack_write(p, x, pre + rec);
+                pack_pad(p, pre + rec);
+        }
+        tar_header(h, rel, n, '0', mode, len);
+        pack_write(p, h, sizeof(h));
+        pack_write(p, data, len);
+        pack_pad(p, len);
+        if (p->error < 0)
+                return err_set(err, ERR_INTERNAL, p->error, "cannot write %s to the store: %s", rel,
+                               strerror(-p->error));
         return 0;
 }
 
 int store_pack_end(struct store_pack *p, bool commit, struct err *err)
 {
         int r = 0;
-        if (p->a) {
-                if (archive_write_close(p->a) != ARCHIVE_OK)
-                        r = -EIO;
-                archive_write_free(p->a);
-        }
         if (p->fd >= 0) {
+                static const char end[2 * TAR_BLOCK];
+                if (commit)
+                        pack_write(p, end, sizeof(end));
+                r = p->error;
                 if (commit && r == 0 && fsync(p->fd) < 0)
                         r = -errno;
                 close(p->fd);

@@ -306,6 +306,57 @@ static void disk_rows(const char *root, const char *victim)
            "files and links among the clients' directories do not stop the listing or the bounds");
 }
 
+/* The tar corral writes itself (store.c) read back by libarchive: names
+ * that ustar holds and names that need a pax record (over 100 bytes, not
+ * ASCII), empty files and a file of exactly one block. */
+static void tar_rows(const char *root)
+{
+        char long_name[400], at100[101], at101[102];
+        memset(at100, 'a', 100);
+        at100[100] = '\0';
+        memset(at101, 'b', 101);
+        at101[101] = '\0';
+        snprintf(long_name, sizeof(long_name), "deep/%.120s/%.120s/end.txt", at101, at101);
+        char block[512];
+        memset(block, 'x', sizeof(block));
+        const struct {
+                const char *rel, *data;
+                size_t len;
+        } in[] = {
+            {"short.txt", "hello", 5}, {at100, "at the ustar limit", 18},
+            {at101, "one past it", 11},  {long_name, "in a pax record", 15},
+            {"donn\xc3\xa9" "es/\xc3\xa9t\xc3\xa9.csv", "a,b\n1,2\n", 8},
+            {"empty", "", 0},           {"block.bin", block, sizeof(block)},
+        };
+        struct store_pack *p;
+        struct err err = {0};
+        bool added = store_pack_begin(root, "n:tar", "names", &p, &err) == 0;
+        for (size_t i = 0; added && i < ARRAY_SIZE(in); i++)
+                added = store_pack_add(p, in[i].rel, 0644, in[i].data, in[i].len, &err) == 0;
+        ok(added && store_pack_end(p, true, &err) == 0, "%zu files packed (%s)", ARRAY_SIZE(in),
+           err.msg);
+        struct sandbox_file *files = NULL;
+        size_t n = 0;
+        is_int(store_unpack(root, "n:tar", "names", 1 << 20, &files, &n, &err), 0,
+               "and read back by libarchive (%s)", err.msg);
+        is_int((long long)n, (long long)ARRAY_SIZE(in), "all of them");
+        for (size_t i = 0; i < n && i < ARRAY_SIZE(in); i++) {
+                char want[512];
+                snprintf(want, sizeof(want), "/workspace/%s", in[i].rel);
+                ok(strcmp(files[i].path, want) == 0 && files[i].len == in[i].len &&
+                       memcmp(files[i].data, in[i].data, in[i].len) == 0,
+                   "file %zu (%zu bytes of name): its name and bytes", i, strlen(in[i].rel));
+        }
+        store_files_free(files, n);
+        char tar[600];
+        store_dir(root, "n:tar", "names", tar, sizeof(tar) - 16);
+        strcat(tar, "/workspace.tar");
+        struct stat st = {0};
+        int k = stat(tar, &st);
+        ok(k == 0 && st.st_size % 512 == 0 && st.st_size >= 1024,
+           "the tar is whole blocks, with its end (%lld bytes)", (long long)st.st_size);
+}
+
 /* session_fork's copy: files and index under the new name, never over a
  * session there, never through a link. */
 static void copy_rows(const char *root, const char *victim)
@@ -415,6 +466,7 @@ int main(void)
         }
         disk_rows(root, victim);
         copy_rows(root, victim);
+        tar_rows(root);
         char cmd[200];
         snprintf(cmd, sizeof(cmd), "rm -rf %s %s", root, victim);
         if (system(cmd) != 0)
