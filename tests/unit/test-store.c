@@ -323,10 +323,15 @@ static void tar_rows(const char *root)
                 const char *rel, *data;
                 size_t len;
         } in[] = {
-            {"short.txt", "hello", 5}, {at100, "at the ustar limit", 18},
-            {at101, "one past it", 11},  {long_name, "in a pax record", 15},
-            {"donn\xc3\xa9" "es/\xc3\xa9t\xc3\xa9.csv", "a,b\n1,2\n", 8},
-            {"empty", "", 0},           {"block.bin", block, sizeof(block)},
+            {"short.txt", "hello", 5},
+            {at100, "at the ustar limit", 18},
+            {at101, "one past it", 11},
+            {long_name, "in a pax record", 15},
+            {"donn\xc3\xa9"
+             "es/\xc3\xa9t\xc3\xa9.csv",
+             "a,b\n1,2\n", 8},
+            {"empty", "", 0},
+            {"block.bin", block, sizeof(block)},
         };
         struct store_pack *p;
         struct err err = {0};
