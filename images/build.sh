@@ -74,6 +74,8 @@ warm=()
 purge=()
 preload=()
 env=()
+keep=()
+daemon=
 n=0
 set -f # words of the profile are split, never matched against files
 while IFS= read -r line || [ -n "$line" ]; do
@@ -99,6 +101,18 @@ while IFS= read -r line || [ -n "$line" ]; do
             purge+=("$p")
         done
         ;;
+    daemon:*)
+        d=${line#daemon:}
+        d=${d//[[:space:]]/}
+        [ "$d" = corral ] || die "$profile:$n: daemon: takes \"corral\" (the binary of \$CORRAL_BINARY)"
+        daemon=$d
+        ;;
+    keep:*)
+        for k in ${line#keep:}; do
+            [[ $k =~ ^/[A-Za-z0-9_./+-]+$ && $k != *..* ]] || die "$profile:$n: \"$k\" is not an absolute path"
+            keep+=("$k")
+        done
+        ;;
     env:*)
         kv=${line#env:}
         kv=${kv#"${kv%%[![:space:]]*}"}
@@ -116,8 +130,15 @@ while IFS= read -r line || [ -n "$line" ]; do
 done <"$profile"
 set +f
 [ ${#packages[@]} -gt 0 ] || die "$profile names no package"
-printf '%s\n' "${packages[@]}" | grep -qx python3 ||
-    die "$profile must include python3: corral's runtime runs on it"
+if [ -n "$daemon" ]; then
+    # An image of corral itself: the binary that asked for the build.
+    [ -n "${CORRAL_BINARY:-}" ] && [ -x "$CORRAL_BINARY" ] ||
+        die "$profile makes an image of corral: set CORRAL_BINARY to the corral binary (\`corral image build\` does)"
+else
+    [ ${#keep[@]} -eq 0 ] || die "$profile: keep: is for daemon: images only"
+    printf '%s\n' "${packages[@]}" | grep -qx python3 ||
+        die "$profile must include python3: corral's runtime runs on it"
+fi
 
 if [ "$(id -u)" -eq 0 ]; then
     mode=root
@@ -137,6 +158,10 @@ printf '%s\n' "${purge[@]+"${purge[@]}"}" >"$meta/purge"
 printf '%s\n' "${warm[@]+"${warm[@]}"}" >"$meta/warm"
 printf '%s\n' "$name" >"$meta/name"
 printf '%s\n' "${packages[@]}" >"$meta/packages"
+printf '%s\n' "${keep[@]+"${keep[@]}"}" >"$meta/keep"
+if [ -n "$daemon" ]; then
+    install -m 0755 -- "$CORRAL_BINARY" "$meta/corral"
+fi
 cp -- "$here/corral_matplotlib.py" "$meta/"
 
 # The hook runs on the host with the new root as $1; it reaches the profile's
@@ -168,6 +193,9 @@ args=(
     -
 )
 [ -z "$mirror" ] || args+=("$mirror")
+# With keep:, the hook has removed apt and mmdebstrap's own files: nothing
+# is left for mmdebstrap to clean up.
+[ ${#keep[@]} -eq 0 ] || args=(--skip=cleanup "${args[@]}")
 
 log "building profile $name: $suite + ${#packages[@]} packages ($mode mode${mirror:+, mirror $mirror}) -> $out"
 start=$(date +%s)

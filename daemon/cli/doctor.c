@@ -4,6 +4,7 @@
 #include "bridge/policy.h"
 #include "core/confine.h"
 #include "core/log.h"
+#include "engine/self.h"
 #include "sandbox/images.h"
 #include "sandbox/profile.h"
 #include "sandbox/sandbox.h"
@@ -354,6 +355,80 @@ static void check_bridge(const struct config *cfg)
                 note("network routes", "headers added for the configured origins (values masked)");
 }
 
+static bool command_found(const char *cmd)
+{
+        if (strchr(cmd, '/'))
+                return access(cmd, X_OK) == 0;
+        const char *path = getenv("PATH");
+        _cleanup_free_ char *copy = strdup(path && *path ? path : "/usr/local/bin:/usr/bin:/bin");
+        char *save = NULL;
+        for (char *dir = copy ? strtok_r(copy, ":", &save) : NULL; dir;
+             dir = strtok_r(NULL, ":", &save)) {
+                char full[4096];
+                snprintf(full, sizeof(full), "%s/%s", dir, cmd);
+                if (access(full, X_OK) == 0)
+                        return true;
+        }
+        return false;
+}
+
+/* corral in a container (the laptop image): say so, and what differs. */
+static void check_container(const struct config *cfg, struct engine *eng, bool podman)
+{
+        if (!self_in_container())
+                return;
+        char id[256] = "?", detail[1400];
+        self_container_id(id, sizeof(id));
+        snprintf(detail, sizeof(detail),
+                 "corral runs in container %.12s; its sandboxes are siblings on the engine at %s",
+                 id, eng ? engine_endpoint(eng)->display : "(none)");
+        note("container", detail);
+        if (eng) {
+                /* Whether the engine knows this container: Podman must open
+                 * the seccomp profile through it. */
+                char path[PATH_MAX];
+                struct err e = {0};
+                bool seen = self_engine_path(eng, "/tmp", path, sizeof(path), &e) == 0;
+                if (podman)
+                        report(seen, "container paths",
+                               seen ? "Podman reads corral's seccomp profile from this "
+                                      "container's writable layer"
+                                    : e.msg,
+                               "run corral's container on the engine whose socket it has, "
+                               "without --read-only or a tmpfs on /tmp (or with a volume there)");
+        }
+        if (cfg->mounts)
+                note("container mounts",
+                     "`mounts` name paths on the engine's machine, which this container does not "
+                     "see: the engine checks them as it creates a sandbox (the sandbox check "
+                     "below shows whether it finds them)");
+        struct registry reg = {0};
+        struct err e = {0};
+        if (cli_registry_load(cfg, &reg, &e) < 0)
+                return;
+        for (size_t i = 0; i < reg.n; i++) {
+                const struct upstream_spec *u = &reg.v[i];
+                if (u->transport != UP_STDIO || !u->command || command_found(u->command))
+                        continue;
+                char what[100];
+                snprintf(what, sizeof(what), "server %s", u->name);
+                snprintf(detail, sizeof(detail),
+                         "its command %.200s is not in corral's container: stdio servers run "
+                         "there",
+                         u->command);
+                report(false, what, detail,
+                       strcmp(u->command, "npx") == 0 || strcmp(u->command, "node") == 0
+                           ? "run the corral-node image, which has Node and npm"
+                           : "give it as an HTTP server on the host (host.docker.internal or "
+                             "host.containers.internal), or build an image with it");
+        }
+        if (reg.n == 0)
+                note("container servers",
+                     "no MCP server configured: mount your host's config read-only (README, "
+                     "\"corral in a container\")");
+        registry_free(&reg);
+}
+
 int cli_doctor(int argc, char **argv)
 {
         _cleanup_config_ struct config cfg = {0};
@@ -422,6 +497,7 @@ int cli_doctor(int argc, char **argv)
                 }
         }
 
+        check_container(&cfg, engine_ok ? ce.eng : NULL, podman);
         if (engine_ok) {
                 char path[600];
                 struct err e = {0};

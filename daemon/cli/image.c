@@ -70,6 +70,13 @@ static int build_rootfs(const char *out, const char *profile)
                  * mmdebstrap's status pipe to fd 10, which dash cannot
                  * redirect ("Bad fd number"), and the build fails. */
                 close_range(3, ~0U, 0);
+                /* A profile with "daemon: corral" puts this binary in. */
+                char self[4096];
+                ssize_t k = readlink("/proc/self/exe", self, sizeof(self) - 1);
+                if (k > 0) {
+                        self[k] = '\0';
+                        setenv("CORRAL_BINARY", self, 1);
+                }
                 execl("/bin/bash", "bash", script, out, profile, (char *)NULL);
                 _exit(127);
         }
@@ -196,6 +203,25 @@ static bool image_present(struct engine *eng, const char *image)
         return engine_call(eng, "GET", path, NULL, NULL, &e) == 200;
 }
 
+struct size_text {
+        char text[32];
+};
+
+/* The image's size as the engine counts it (its layers, uncompressed). */
+static struct size_text image_size(struct engine *eng, const char *image)
+{
+        struct size_text t = {"size unknown"};
+        char path[600];
+        struct err e = {0};
+        json_auto_t *body = NULL;
+        snprintf(path, sizeof(path), "/images/%s/json", image);
+        if (engine_call(eng, "GET", path, NULL, &body, &e) == 200 &&
+            json_is_number(json_object_get(body, "Size")))
+                snprintf(t.text, sizeof(t.text), "%.1f MB",
+                         json_number_value(json_object_get(body, "Size")) / 1e6);
+        return t;
+}
+
 static int import_tar(struct loop *l, struct engine *eng, const char *tar, const char *repo,
                       const char *tag)
 {
@@ -218,19 +244,32 @@ static int import_tar(struct loop *l, struct engine *eng, const char *tar, const
                 snprintf(name, sizeof(name), "%s", pname);
                 label_clean(name);
                 label_clean(summary);
+                /* An image of corral itself runs it, and is never offered
+                 * to the code as a sandbox (io.corral.daemon). */
+                bool daemon = json_is_string(json_object_get(profile, "daemon"));
                 const char *labels[][2] = {{"io.corral.profile", name},
                                            {"io.corral.packages", summary},
-                                           {"io.corral.built", built}};
-                for (size_t i = 0; i < ARRAY_SIZE(labels) && n > 0 && (size_t)n < sizeof(path);
-                     i++) {
+                                           {"io.corral.built", built},
+                                           {"io.corral.daemon", daemon ? "corral" : NULL}};
+                for (size_t i = 0;
+                     i < ARRAY_SIZE(labels) + daemon && n > 0 && (size_t)n < sizeof(path); i++) {
                         char line[800];
-                        snprintf(line, sizeof(line), "LABEL %s=\"%s\"", labels[i][0], labels[i][1]);
+                        if (i == ARRAY_SIZE(labels))
+                                snprintf(line, sizeof(line), "ENTRYPOINT [\"/usr/bin/corral\"]");
+                        else if (labels[i][1])
+                                snprintf(line, sizeof(line), "LABEL %s=\"%s\"", labels[i][0],
+                                         labels[i][1]);
+                        else
+                                continue;
                         char *esc = curl_easy_escape(NULL, line, 0);
                         n += snprintf(path + n, sizeof(path) - (size_t)n, "&changes=%s",
                                       esc ? esc : "");
                         curl_free(esc);
                 }
-                fprintf(stderr, "corral: profile %s: %s\n", name, summary[0] ? summary : "python3");
+                fprintf(stderr, "corral: profile %s: %s\n", name,
+                        daemon       ? "corral itself"
+                        : summary[0] ? summary
+                                     : "python3");
         } else {
                 fprintf(
                     stderr,
@@ -294,6 +333,8 @@ static int list_images(struct engine *eng, const struct config *cfg)
                             json_string_value(json_object_get(labels, "io.corral.built"));
                         const char *pk =
                             json_string_value(json_object_get(labels, "io.corral.packages"));
+                        if (json_object_get(labels, "io.corral.daemon"))
+                                pk = "corral itself, not a sandbox";
                         printf("%-28s %-8s %9s %-20s %s%s\n", t,
                                json_string_value(json_object_get(labels, "io.corral.profile")),
                                size, built ? built : "?", pk && *pk ? pk : "python3",
@@ -341,7 +382,11 @@ int cli_image(int argc, char **argv)
         }
         char name[300], inferred[80] = "", pfile[4096] = "";
         if (build) {
-                if (profile && !image_given)
+                /* corral-NAME, but corral's own images (profiles corral
+                 * and corral-*) are named after their profile. */
+                if (profile && !image_given && strncmp(profile, "corral", 6) == 0)
+                        snprintf(name, sizeof(name), "%s:latest", profile);
+                else if (profile && !image_given)
                         snprintf(name, sizeof(name), "corral-%s:latest", profile);
                 else
                         snprintf(name, sizeof(name), "%s", cfg.image);
@@ -404,6 +449,7 @@ int cli_image(int argc, char **argv)
                         name);
                 rc = 0;
         } else {
+                long long t0 = now_ms();
                 if (!tar) {
                         int fd = mkstemps(tmp, 4);
                         if (fd < 0) {
@@ -419,7 +465,8 @@ int cli_image(int argc, char **argv)
                         }
                 }
                 if (import_tar(l, ce.eng, tar, repo, tag) == 0 && image_present(ce.eng, name)) {
-                        fprintf(stderr, "corral: image %s is ready\n", name);
+                        fprintf(stderr, "corral: image %s is ready: %s, built in %.0f s\n", name,
+                                image_size(ce.eng, name).text, (now_ms() - t0) / 1000.0);
                         rc = 0;
                 }
         }

@@ -1,5 +1,7 @@
 #include "sandbox/images.h"
 
+#include "engine/self.h"
+
 #include "core/buf.h"
 #include "core/log.h"
 
@@ -139,6 +141,10 @@ int sandbox_images_load(struct engine *eng, const struct config *cfg, struct san
                                         const char *t = json_string_value(tag);
                                         if (t)
                                                 t = sandbox_image_plain(t);
+                                        /* corral's own image runs corral,
+                                         * not code. */
+                                        if (json_object_get(l, "io.corral.daemon"))
+                                                continue;
                                         if (r == 0 && t && config_image_name_ok(t) &&
                                             strcmp(t, "<none>:<none>") != 0)
                                                 r = push(&im, t, l, false);
@@ -205,6 +211,7 @@ json_t *sandbox_mounts_resolve(const struct config *cfg, const struct engine_end
         const char *sock = ep ? ep->unix_path : NULL;
         if (sock && realpath(sock, sock_real))
                 sock = sock_real;
+        bool in_container = cfg->mounts && self_in_container();
         for (size_t i = 0; cfg->mounts && cfg->mounts[i]; i++) {
                 char host[PATH_MAX], target[PATH_MAX], real[PATH_MAX];
                 if (config_mount_parse(cfg->mounts[i], host, target, sizeof(host), e) < 0)
@@ -218,6 +225,29 @@ json_t *sandbox_mounts_resolve(const struct config *cfg, const struct engine_end
                         return NULL;
                 }
                 struct stat st;
+                if (in_container) {
+                        /* A path on the engine's machine, which corral's
+                         * container does not see: the engine checks it as
+                         * it creates a sandbox. Only what is written can be
+                         * judged. */
+                        const char *danger = config_mount_host_danger(host, sock);
+                        if (danger && !cfg->mounts_unsafe) {
+                                err_set(e, ERR_CONFIG, EPERM,
+                                        "mount %s: %s is refused: %s (set mounts_unsafe to true "
+                                        "to mount it anyway, read-only)",
+                                        cfg->mounts[i], host, danger);
+                                return NULL;
+                        }
+                        json_t *m = json_pack("{s:s, s:s}", "Source", host, "Target", target);
+                        if (!m || json_array_append_new(mounts, m) < 0) {
+                                err_set(e, ERR_INTERNAL, ENOMEM, "out of memory");
+                                return NULL;
+                        }
+                        log_info("mount %s: %s is a path on the engine's machine (corral runs in "
+                                 "a container): the engine checks it",
+                                 cfg->mounts[i], host);
+                        continue;
+                }
                 if (!realpath(host, real) || stat(real, &st) < 0) {
                         err_set(e, ERR_CONFIG, errno,
                                 "mount %s: %s: %s (create it, or remove it "

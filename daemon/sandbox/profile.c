@@ -570,7 +570,8 @@ void sandbox_profile_done(struct sandbox_profile *p)
 {
         free(p->seccomp_json);
         free(p->seccomp_path);
-        p->seccomp_json = p->seccomp_path = NULL;
+        free(p->engine_path);
+        p->seccomp_json = p->seccomp_path = p->engine_path = NULL;
 }
 
 int sandbox_profile_apply(const struct sandbox_profile *p, const struct config *cfg,
@@ -584,7 +585,11 @@ int sandbox_profile_apply(const struct sandbox_profile *p, const struct config *
         bool docker = kind == ENGINE_DOCKER;
         /* Docker takes the profile itself; Podman's API takes a path. */
         if (p->seccomp_json) {
-                const char *v = docker ? p->seccomp_json : p->seccomp_path;
+                const char *v = docker           ? p->seccomp_json
+                                : p->engine_path ? p->engine_path
+                                                 : p->seccomp_path;
+                if (!docker && p->engine_path_err[0])
+                        return -ENOENT; /* sandbox.c says why */
                 size_t n = strlen(v) + 9;
                 _cleanup_free_ char *opt = malloc(n);
                 if (!opt)

@@ -78,7 +78,12 @@ int seccomp_rules_load(const struct seccomp_rules *r, struct err *e);
 struct sandbox_profile {
         char *seccomp_json; /* the engine JSON profile, compact; NULL: the engine's own */
         char *seccomp_path; /* the same in a file (Podman takes a path); NULL: none */
-        char summary[600];  /* for logs and doctor: which profile, how many calls */
+        /* corral in a container: that file's path on the engine's machine
+         * (what Podman opens), or why there is none (creates on Podman then
+         * fail with it: the profile is never dropped). */
+        char *engine_path;
+        char engine_path_err[400];
+        char summary[600]; /* for logs and doctor: which profile, how many calls */
 };
 
 /* From the `seccomp` setting: "corral" (the embedded policy/seccomp.policy),

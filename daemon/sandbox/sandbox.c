@@ -4,6 +4,7 @@
  * container it created. One function, sandbox_set_state, changes a
  * sandbox's state. */
 #include "sandbox/internal.h"
+#include "engine/self.h"
 
 #include "core/jsonrpc.h"
 #include "core/log.h"
@@ -133,6 +134,24 @@ int sandbox_mgr_prepare(struct sandbox_mgr *m, struct err *e)
         engine_endpoint_done(&parsed);
         if (!m->mounts)
                 return -EINVAL;
+        /* In a container, the profile file is in corral's container:
+         * Podman opens the path it has on the engine's machine. */
+        if (m->eng && m->profile.seccomp_path && !m->profile.engine_path && self_in_container()) {
+                char path[PATH_MAX];
+                struct err pe = {0};
+                if (self_engine_path(m->eng, m->profile.seccomp_path, path, sizeof(path), &pe) ==
+                    0) {
+                        m->profile.engine_path = strdup(path);
+                        m->profile.engine_path_err[0] = '\0';
+                        log_info("in a container: the engine reads the seccomp profile at %s",
+                                 path);
+                } else {
+                        snprintf(m->profile.engine_path_err, sizeof(m->profile.engine_path_err),
+                                 "Podman takes the seccomp profile as a path on its machine, "
+                                 "and %s",
+                                 pe.msg);
+                }
+        }
         sandbox_images_free(&m->images);
         int r = sandbox_images_load(m->eng, m->cfg, &m->images, e);
         if (r < 0)
@@ -901,6 +920,10 @@ static void info_answered(void *userdata, long status, json_t *body, const struc
 static void create_when_known(struct sandbox *s)
 {
         struct sandbox_mgr *m = s->mgr;
+        if (engine_kind(m->eng) == ENGINE_PODMAN && m->profile.engine_path_err[0]) {
+                sandbox_fail(s, ST_ENGINE_ERROR, "EngineError", m->profile.engine_path_err);
+                return;
+        }
         if (config_runsc(m->cfg) && !m->runtime_checked) {
                 if (engine_request(m->eng, "GET", "/info", NULL, info_answered, s, &s->req) < 0)
                         sandbox_fail(s, ST_ENGINE_ERROR, "EngineError",

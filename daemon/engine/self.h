@@ -1,0 +1,34 @@
+#pragma once
+/* corral in a container of its own (the laptop image, images/profiles/
+ * corral.profile): whether it runs in one, which one, and where the
+ * engine finds a file corral wrote there. Its sandboxes are siblings on
+ * the engine whose socket is mounted in, so a path the engine reads is a
+ * path on the engine's machine, not in corral's container. */
+
+#include "core/util.h"
+#include "engine/engine.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+
+/* Whether this process runs in a container: Docker's /.dockerenv,
+ * Podman's /run/.containerenv, or `container=` in the environment. */
+bool self_in_container(void);
+
+/* The engine's id of this container: the 64 hex digits in the source of
+ * the /etc/hostname both engines mount (mountinfo), else the host name
+ * (both set it to the short id). 0, or -ENOENT. */
+int self_container_id(char *out, size_t size);
+/* The same, from a mountinfo text (for tests). */
+int self_container_id_from(const char *mountinfo, char *out, size_t size);
+
+/* The path on the engine's machine of `local`, a file in this container:
+ * through a bind or volume mount that holds it (Mounts[]), or in the
+ * container's own writable layer (GraphDriver.Data.UpperDir) when it is
+ * on the root filesystem. `inspect` is the engine's answer to GET
+ * /containers/ID/json; `on_root` whether `local` is on the root filesystem
+ * (same device as "/"). 0 with the path, or an error that says why. */
+int self_engine_path_from(json_t *inspect, const char *local, bool on_root, char *out, size_t size,
+                          struct err *e);
+/* The same, asking the engine about this container. */
+int self_engine_path(struct engine *eng, const char *local, char *out, size_t size, struct err *e);
