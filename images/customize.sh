@@ -34,7 +34,7 @@ daemon_image() {
         exit 1
     }
     chroot "$root" dpkg-query -W -f '${Package}\t${Version}\n' >"$meta/versions"
-    if [ -s "$meta/keep" ]; then
+    if grep -q . "$meta/keep"; then
         paths=$(echo "$libs" | grep -o '/[^ ]*' | sort -u)
         # Each path as its canonical name (merged /usr: /lib is usr/lib)
         # and what it links to, relative to the root.

@@ -10,9 +10,8 @@
 
 bool self_in_container(void)
 {
-        const char *c = getenv("container");
-        return access("/.dockerenv", F_OK) == 0 || access("/run/.containerenv", F_OK) == 0 ||
-               (c && *c);
+        char id[80];
+        return self_container_id(id, sizeof(id)) == 0;
 }
 
 /* A path component of exactly 64 lower-case hex digits. */
@@ -71,13 +70,7 @@ int self_container_id(char *out, size_t size)
                 fclose(f);
         }
         text[n] = '\0';
-        if (self_container_id_from(text, out, size) == 0)
-                return 0;
-        char host[256];
-        if (gethostname(host, sizeof(host)) < 0 || !host[0] || strlen(host) >= size)
-                return -ENOENT;
-        snprintf(out, size, "%s", host);
-        return 0;
+        return self_container_id_from(text, out, size);
 }
 
 /* Whether `path` is `dir` or under it; the rest in *rest ("" or "/..."). */
@@ -136,7 +129,7 @@ int self_engine_path(struct engine *eng, const char *local, char *out, size_t si
         if (self_container_id(id, sizeof(id)) < 0)
                 return err_set(e, ERR_CONFIG, ENOENT,
                                "cannot tell which container corral runs in (no id in "
-                               "/proc/self/mountinfo, no host name)");
+                               "/proc/self/mountinfo)");
         snprintf(path, sizeof(path), "/containers/%s/json", id);
         json_auto_t *body = NULL;
         struct err ce = {0};

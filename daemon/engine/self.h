@@ -11,13 +11,16 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-/* Whether this process runs in a container: Docker's /.dockerenv,
- * Podman's /run/.containerenv, or `container=` in the environment. */
+/* Whether this process runs in a container of Docker or Podman: one whose
+ * /etc/hostname is a mount of the engine's, from a directory named by the
+ * container's id. Not /.dockerenv, which images built from a container
+ * keep (this project's own CI machines have one), nor `container=`, which
+ * other tools set. */
 bool self_in_container(void);
 
 /* The engine's id of this container: the 64 hex digits in the source of
- * the /etc/hostname both engines mount (mountinfo), else the host name
- * (both set it to the short id). 0, or -ENOENT. */
+ * the /etc/hostname both engines mount (/proc/self/mountinfo). 0, or
+ * -ENOENT. */
 int self_container_id(char *out, size_t size);
 /* The same, from a mountinfo text (for tests). */
 int self_container_id_from(const char *mountinfo, char *out, size_t size);

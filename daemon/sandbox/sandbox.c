@@ -148,7 +148,7 @@ int sandbox_mgr_prepare(struct sandbox_mgr *m, struct err *e)
                 } else {
                         snprintf(m->profile.engine_path_err, sizeof(m->profile.engine_path_err),
                                  "Podman takes the seccomp profile as a path on its machine, "
-                                 "and %s",
+                                 "and %.330s",
                                  pe.msg);
                 }
         }
