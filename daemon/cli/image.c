@@ -311,7 +311,8 @@ static int list_images(struct engine *eng, const struct config *cfg)
                         e.msg[0] ? e.msg : engine_error_message(list));
                 return 1;
         }
-        printf("%-28s %-8s %9s %-20s %s\n", "IMAGE", "PROFILE", "SIZE", "BUILT", "PACKAGES");
+        printf("%-28s %-12s %9s %-20s %s\n", "IMAGE", "PROFILE", "SIZE", "BUILT", "PACKAGES");
+        size_t unnamed = 0;
         size_t i, j;
         json_t *img, *tag;
         bool default_seen = false;
@@ -324,6 +325,10 @@ static int list_images(struct engine *eng, const struct config *cfg)
                         if (!t)
                                 continue;
                         t = sandbox_image_plain(t);
+                        if (strcmp(t, "<none>:<none>") == 0) {
+                                unnamed++; /* an older build, its name taken by a newer one */
+                                continue;
+                        }
                         bool is_default = strcmp(t, cfg->image) == 0;
                         default_seen |= is_default;
                         char size[32];
@@ -335,12 +340,16 @@ static int list_images(struct engine *eng, const struct config *cfg)
                             json_string_value(json_object_get(labels, "io.corral.packages"));
                         if (json_object_get(labels, "io.corral.daemon"))
                                 pk = "corral itself, not a sandbox";
-                        printf("%-28s %-8s %9s %-20s %s%s\n", t,
+                        printf("%-28s %-12s %9s %-20s %s%s\n", t,
                                json_string_value(json_object_get(labels, "io.corral.profile")),
                                size, built ? built : "?", pk && *pk ? pk : "python3",
                                is_default ? "  (the default)" : "");
                 }
         }
+        if (unnamed)
+                printf("(and %zu older builds that newer ones replaced, without a name: the "
+                       "engine's image prune removes them)\n",
+                       unnamed);
         if (!default_seen)
                 printf(
                     "(the default image, %s, is not among them: `corral image build` makes it)\n",

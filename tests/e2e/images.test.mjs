@@ -6,7 +6,7 @@
 
 import assert from 'node:assert/strict';
 import { inflateSync } from 'node:zlib';
-import { BIN, clip, corralEnv, run, test, toolCall } from './lib/harness.mjs';
+import { BIN, clip, corralEnv, engineRequest, run, test, toolCall } from './lib/harness.mjs';
 
 // A PNG decoded far enough to know it is one: the signature, IHDR, and the
 // IDAT stream inflating to exactly height rows of (filter byte + pixels).
@@ -78,6 +78,16 @@ test('images: a call may choose the python image, an image not offered is refuse
   const bad = await d.call(t, 'run_python', { image: 'ubuntu:22.04', code: '1' });
   assert.equal(bad.structuredContent.status, 'invalid_arguments', 'an image not offered is refused');
   assert.match(bad.content[0].text, /data \(the default\), python/, `naming what is offered: ${bad.content[0].text}`);
+  // corral's own image (io.corral.daemon, tests/run builds it) runs corral,
+  // not code: never offered, even though it has a profile label.
+  if ((await engineRequest('GET', '/v1.41/images/corral:latest/json')).status === 200) {
+    const own = await d.call(t, 'run_python', { image: 'corral:latest', code: '1' });
+    assert.equal(own.structuredContent.status, 'invalid_arguments', 'corral\'s own image is not a sandbox image');
+    const offered = own.content[0].text.match(/offers: ([^.]*)\./)?.[1];
+    assert.ok(offered && !/corral/.test(offered), `nor named among those offered: ${own.content[0].text}`);
+  } else {
+    t.note('own_image', 'corral:latest is not on this engine: its exclusion is not checked');
+  }
   const s1 = await d.call(t, 'run_python', { session: 'img', image: 'corral-python:latest', code: 'x = 1' });
   assert.equal(s1.structuredContent.status, 'ok', 'a session opens on the python image');
   const sl = await toolCall(t, d, 'session_list', {});
