@@ -3,8 +3,60 @@
  * and print; the work is done in core/, engine/, sandbox/ and mcp/. */
 #include "cli/cli.h"
 
+#include <cap-ng.h>
+#include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* As a container's entry point (corral's own image) corral is pid 1, and
+ * pid 1 inherits every orphan of its namespace: what the stdio servers it
+ * starts leave behind (npx and sh wrappers do) would stay zombies, as
+ * corral waits only for its own children. So pid 1 forks: the child goes
+ * on as corral, and the parent, holding no capability, only reaps every
+ * child and passes signals on (as tini does), then exits as corral did.
+ * Signals are blocked before the fork, so none is lost between the two:
+ * pid 1 gets those it has blocked, and takes them with sigwaitinfo. */
+static void init_if_pid1(void)
+{
+        if (getpid() != 1)
+                return;
+        sigset_t all, old;
+        sigfillset(&all);
+        sigprocmask(SIG_BLOCK, &all, &old);
+        pid_t child = fork();
+        if (child <= 0) { /* corral itself (or no fork: corral, unreaped) */
+                sigprocmask(SIG_SETMASK, &old, NULL);
+                return;
+        }
+        /* stdin and stdout are corral's alone: its host sees EOF when corral
+         * closes stdout, not when this process does. */
+        close(STDIN_FILENO);
+        close(STDOUT_FILENO);
+        prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
+        capng_clear(CAPNG_SELECT_BOTH);
+        capng_apply(CAPNG_SELECT_BOTH);
+        for (;;) {
+                siginfo_t si;
+                int sig = sigwaitinfo(&all, &si);
+                if (sig < 0)
+                        continue;
+                if (sig != SIGCHLD) {
+                        kill(child, sig);
+                        continue;
+                }
+                int st;
+                pid_t pid;
+                while ((pid = waitpid(-1, &st, WNOHANG)) > 0)
+                        if (pid == child)
+                                _exit(WIFEXITED(st)     ? WEXITSTATUS(st)
+                                      : WIFSIGNALED(st) ? 128 + WTERMSIG(st)
+                                                        : 1);
+        }
+}
 
 static void usage(FILE *f)
 {
@@ -48,6 +100,7 @@ static void usage(FILE *f)
 
 int main(int argc, char **argv)
 {
+        init_if_pid1();
         const char *cmd = "serve";
         int first = 1;
         if (argc > 1 && argv[1][0] != '-') {

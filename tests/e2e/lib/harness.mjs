@@ -214,8 +214,10 @@ export class Daemon {
   }
 
   async start() {
-    // opts.args: corral's arguments (e.g. connect --as NAME).
-    this.transport = new RecordingTransport({ command: BIN, args: this.opts.args || [], env: this.env, stderr: 'pipe', cwd: this.cwd });
+    // opts.args: corral's arguments (e.g. connect --as NAME); opts.command:
+    // what starts corral instead of BIN (e.g. `docker`, for corral in a
+    // container: then args are all of that command's).
+    this.transport = new RecordingTransport({ command: this.opts.command || BIN, args: this.opts.args || [], env: this.env, stderr: 'pipe', cwd: this.cwd });
     this.transport.stderr.on('data', (d) => {
       this.log += d.toString('utf8');
       if (this.log.length > 200000) this.log = this.log.slice(-100000);
