@@ -18,6 +18,7 @@
 //   - sessions: state kept between calls; a session hibernated with
 //     session_save outlives its container, and a new container on the same
 //     state volume resumes it;
+//   - progress notifications of a call's output, before its result;
 //   - files (write_file, list_files, read_file), a background job
 //     (job_status, job_result), an MCP task, resources of a session;
 //   - approvals: a policy's `ask` put to the client (elicitation), accepted
@@ -470,6 +471,24 @@ test('files: write_file, list_files and read_file round trip in a session, text 
   assert.deepEqual(Buffer.from(blob?.blob ?? '', 'base64'), bytes, 'every byte comes back');
   const closed = await toolCall(t, d, 'session_close', { session: 'files' });
   assert.equal(closed.structuredContent.closed, true);
+});
+
+test('progress: a call\'s output reaches the client as progress notifications before its result', async (t) => {
+  const d = await mainCorral();
+  t.daemons.push(d);
+  const seen = [];
+  let resultAt = 0;
+  const r = await d.client.callTool({ name: 'run_python', arguments: {
+    code: 'import time\nfor i in range(3):\n    print("step", i, flush=True)\n    time.sleep(0.4)' } },
+  CallToolResultSchema, { timeout: 30000, onprogress: (e) => seen.push({ at: Date.now(), message: e.message ?? '', progress: e.progress }) });
+  resultAt = Date.now();
+  checkResult(r);
+  t.note('progress', seen);
+  assert.equal(r.structuredContent.status, 'ok');
+  const steps = seen.filter((e) => /step \d/.test(e.message));
+  assert.ok(steps.length >= 2, `the steps came as progress (${JSON.stringify(seen.map((e) => e.message))})`);
+  assert.ok(steps[0].at < resultAt - 300, 'the first one well before the result');
+  assert.ok(seen.every((e, i) => i === 0 || e.progress > seen[i - 1].progress), 'progress only grows');
 });
 
 test('jobs: a run past sync_wait_s becomes a background job; job_status while it runs, job_result with its output', async (t) => {
