@@ -224,58 +224,47 @@ json_t *sandbox_mounts_resolve(const struct config *cfg, const struct engine_end
                                 ep->display, host);
                         return NULL;
                 }
-                struct stat st;
-                if (in_container) {
-                        /* A path on the engine's machine, which corral's
-                         * container does not see: the engine checks it as
-                         * it creates a sandbox. Only what is written can be
-                         * judged. */
-                        const char *danger = config_mount_host_danger(host, sock);
-                        if (danger && !cfg->mounts_unsafe) {
-                                err_set(e, ERR_CONFIG, EPERM,
-                                        "mount %s: %s is refused: %s (set mounts_unsafe to true "
-                                        "to mount it anyway, read-only)",
-                                        cfg->mounts[i], host, danger);
+                /* In a container, a path on the engine's machine, which
+                 * corral's container does not see: the engine checks it as
+                 * it creates a sandbox, and only what is written can be
+                 * judged here. */
+                struct stat st = {.st_mode = S_IFDIR};
+                const char *src = host;
+                if (!in_container) {
+                        if (!realpath(host, real) || stat(real, &st) < 0) {
+                                err_set(e, ERR_CONFIG, errno,
+                                        "mount %s: %s: %s (create it, or remove it "
+                                        "from `mounts`)",
+                                        cfg->mounts[i], host, strerror(errno));
                                 return NULL;
                         }
-                        json_t *m = json_pack("{s:s, s:s}", "Source", host, "Target", target);
-                        if (!m || json_array_append_new(mounts, m) < 0) {
-                                err_set(e, ERR_INTERNAL, ENOMEM, "out of memory");
-                                return NULL;
-                        }
-                        log_info("mount %s: %s is a path on the engine's machine (corral runs in "
-                                 "a container): the engine checks it",
-                                 cfg->mounts[i], host);
-                        continue;
-                }
-                if (!realpath(host, real) || stat(real, &st) < 0) {
-                        err_set(e, ERR_CONFIG, errno,
-                                "mount %s: %s: %s (create it, or remove it "
-                                "from `mounts`)",
-                                cfg->mounts[i], host, strerror(errno));
-                        return NULL;
+                        src = real;
                 }
                 /* Both the path as written and where it leads. */
-                const char *danger = config_mount_host_danger(real, sock);
+                const char *danger = config_mount_host_danger(src, sock);
                 if (!danger)
                         danger = config_mount_host_danger(host, sock);
                 if (danger && !cfg->mounts_unsafe) {
                         err_set(e, ERR_CONFIG, EPERM,
                                 "mount %s: %s is refused: %s (set mounts_unsafe to true to "
                                 "mount it anyway, read-only)",
-                                cfg->mounts[i], real, danger);
+                                cfg->mounts[i], src, danger);
                         return NULL;
                 }
                 if (danger)
-                        log_warn("mount %s: %s: %s (allowed by mounts_unsafe)", cfg->mounts[i],
-                                 real, danger);
+                        log_warn("mount %s: %s: %s (allowed by mounts_unsafe)", cfg->mounts[i], src,
+                                 danger);
                 if (!S_ISDIR(st.st_mode) && !S_ISREG(st.st_mode)) {
                         err_set(e, ERR_CONFIG, EINVAL,
                                 "mount %s: %s is neither a directory nor a regular file",
                                 cfg->mounts[i], real);
                         return NULL;
                 }
-                json_t *m = json_pack("{s:s, s:s}", "Source", real, "Target", target);
+                if (in_container)
+                        log_info("mount %s: %s is a path on the engine's machine (corral runs in "
+                                 "a container): the engine checks it",
+                                 cfg->mounts[i], host);
+                json_t *m = json_pack("{s:s, s:s}", "Source", src, "Target", target);
                 if (!m || json_array_append_new(mounts, m) < 0) {
                         err_set(e, ERR_INTERNAL, ENOMEM, "out of memory");
                         return NULL;

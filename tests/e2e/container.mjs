@@ -19,6 +19,10 @@
 //     session_save outlives its container, and a new container on the same
 //     state volume resumes it;
 //   - progress notifications of a call's output, before its result;
+//   - `mounts` as the engine's paths: a host directory never mounted into
+//     corral's container reaches the sandbox read-only, a missing one
+//     fails with Docker's reason (Podman makes it, empty, as `podman run
+//     -v` does);
 //   - files (write_file, list_files, read_file), a background job
 //     (job_status, job_result), an MCP task, resources of a session;
 //   - approvals: a policy's `ask` put to the client (elicitation), accepted
@@ -60,7 +64,7 @@ import { CallToolResultSchema, CreateTaskResultSchema, ElicitRequestSchema } fro
 import assert from 'node:assert/strict';
 import { execFileSync, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -617,6 +621,32 @@ test(skipNode('bridge over stdio: corral-node runs server-everything with its ow
   t.note('process_tree', tree);
   assert.deepEqual(tree.filter((p) => p.state === 'Z'), [], 'no zombie under corral\'s pid 1');
   assert.ok(tree.some((p) => p.comm === 'corral'), 'corral runs under it');
+}, { timeoutMs: 120000 });
+
+test('mounts: a host path the engine sees, never mounted into corral\'s container, reaches the sandbox read-only; one Docker lacks fails with its reason (Podman makes it, empty)', async (t) => {
+  const dir = mkdtempSync(path.join(tmpdir(), 'corral-mount-'));
+  t.defer(() => rmSync(dir, { recursive: true, force: true }));
+  chmodSync(dir, 0o755); // the sandbox's uid 65534 reads it
+  writeFileSync(path.join(dir, 'data.csv'), 'a,b\n1,2\n', { mode: 0o644 });
+  const d = await startCorral(t, 'mounts', { flags: ['-e', `CORRAL_MOUNTS=${dir}:/data`] });
+  assert.match(d.log, /is a path on the engine's machine \(corral runs in a container\)/, 'corral says whose path it is');
+  const r = await pyOk(t, d, 'import os\nprint(open("/data/data.csv").read(), end="")\n'
+    + 'try:\n    open("/data/new", "w")\nexcept OSError as e:\n    print("write:", e.errno)');
+  assert.equal(r.structuredContent.stdout, 'a,b\n1,2\nwrite: 30\n', 'read, and read-only (EROFS)');
+  const gone = path.join(dir, 'missing');
+  const d2 = await startCorral(t, 'mounts-missing', { flags: ['-e', `CORRAL_MOUNTS=${gone}:/data`] });
+  const bad = await d2.call(t, 'run_python', { code: 'import os\nprint(os.listdir("/data"))' }, { timeoutMs: 60000 });
+  t.note('missing', bad.structuredContent);
+  if (KIND === 'docker') {
+    assert.equal(bad.structuredContent.status, 'engine_error', 'a path the engine lacks: the sandbox is not made');
+    assert.match(JSON.stringify(bad.structuredContent), new RegExp(gone.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')),
+      'and the error names the path, as the engine gave it');
+  } else {
+    // Podman makes a missing bind source, empty, as `podman run -v` does
+    // (README says so): the sandbox sees an empty directory.
+    assert.equal(bad.structuredContent.stdout, '[]\n', `Podman made ${gone} empty on its machine`);
+    assert.ok(existsSync(gone), 'there it is');
+  }
 }, { timeoutMs: 120000 });
 
 test('resources: a session\'s out/ files are listed and read as resources', async (t) => {
