@@ -1,5 +1,5 @@
 # corral image profile "corral": corral itself as a container, for laptops
-# whose engine runs in a VM (Docker Desktop, Podman machine, Colima, WSL2).
+# whose engine runs in a VM (Docker Desktop, Podman machine, Colima, OrbStack, WSL2).
 # `corral image build --profile corral` makes corral:latest: this corral
 # binary, the libraries it loads and the CA certificates, nothing else
 # (no shell, no package manager). Its entry point is corral; sandboxes are

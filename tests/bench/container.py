@@ -5,7 +5,8 @@ container").
 
 Python 3 standard library only. Starts two stdio corrals on the same
 engine: the host binary, and the image corral:latest as an MCP host starts
-it (`docker run -i --rm -v SOCKET:SOCKET corral`, or `podman run ...`).
+it (`docker run -i --rm -v SOCKET:/var/run/docker.sock corral:latest`, or
+`podman run ...` with `/run/podman/podman.sock`).
 Both use the same sandbox image and pool settings. It times each one's
 start (to its answer to initialize), then alternates warm print(1) calls
 between them, each after its pool is full and quiet, and prints p50 and

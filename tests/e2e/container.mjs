@@ -1,8 +1,9 @@
 #!/usr/bin/env node
 // End-to-end check of corral as a container (corral:latest, and
 // corral-node:latest: the same plus Debian's Node and npm): an MCP host
-// starts it over stdio exactly as `docker run -i --rm -v SOCKET:SOCKET
-// corral` with the engine's socket mounted in, and its sandboxes are its
+// starts it over stdio as `docker run -i --rm -v SOCKET:/var/run/docker.sock
+// corral:latest` (podman: /run/podman/podman.sock), the engine's socket
+// mounted where corral looks for it, and its sandboxes are its
 // siblings on that engine. The official SDK client drives it through the
 // engine's own command line (the harness's Daemon with opts.command).
 // Prints TAP version 13.
@@ -727,7 +728,7 @@ test('seccomp: with a tmpfs on /tmp, on Podman a call fails closed saying the en
   assert.deepEqual(cs, [], 'no sandbox was created without the profile');
 });
 
-test('service: corral serve in a container (Podman: published on 127.0.0.1 only; Docker here: --network host; the token on a volume): the SDK\'s streamable HTTP client with the token runs code, without it 401; SIGTERM stops it cleanly', async (t) => {
+test('service: corral serve in a container (Podman: published on 127.0.0.1 only; Docker here: --network host; the token on a volume): the SDK\'s streamable HTTP client with the token runs code, without it 401, a foreign Host 403; SIGTERM stops it cleanly', async (t) => {
   const vol = await makeVolume(t, 'token');
   const port = await freePort();
   const name = unique('serve');
@@ -740,7 +741,8 @@ test('service: corral serve in a container (Podman: published on 127.0.0.1 only;
   const published = KIND === 'podman';
   const started = await run(KIND, runArgs(name, { interactive: false,
     flags: published
-      ? ['-d', '-p', `127.0.0.1:${port}:${port}`, '-e', 'CORRAL_HTTP_PUBLIC=true', '-v', `${vol}:/root/.config/corral`]
+      ? ['-d', '-p', `127.0.0.1:${port}:${port}`, '-e', 'CORRAL_HTTP_PUBLIC=true', '-e', 'CORRAL_HTTP_HOSTS=localhost',
+        '-v', `${vol}:/root/.config/corral`]
       : ['-d', '--network', 'host', '-v', `${vol}:/root/.config/corral`],
     args: ['serve', '--listen', `tcp:${published ? '0.0.0.0' : '127.0.0.1'}:${port}`] }));
   assert.equal(started.code, 0, `the service container starts: ${started.stderr}`);
@@ -797,6 +799,10 @@ test('service: corral serve in a container (Podman: published on 127.0.0.1 only;
   assert.match(no.headers['www-authenticate'] ?? '', /Bearer/);
   const wrong = await post({ Authorization: `Bearer ${token}x` });
   assert.equal(wrong.status, 401, 'a wrong token: 401');
+  // http_hosts naming a loopback name: another Host is refused even with
+  // the token (DNS rebinding), on both ways of serving.
+  const rebound = await post({ Authorization: `Bearer ${token}`, Host: `evil.example:${port}` });
+  assert.equal(rebound.status, 403, `a foreign Host: 403 (${rebound.body})`);
 
   // SIGTERM (docker stop): it stops by itself, well within stop's 30 s.
   const waited = cli(['wait', name], { timeoutMs: 60000 });
