@@ -474,8 +474,10 @@ int cli_image(int argc, char **argv)
                         }
                 }
                 if (import_tar(l, ce.eng, tar, repo, tag) == 0 && image_present(ce.eng, name)) {
-                        fprintf(stderr, "corral: image %s is ready: %s, built in %.0f s\n", name,
-                                image_size(ce.eng, name).text, (now_ms() - t0) / 1000.0);
+                        fprintf(stderr, "corral: image %s is ready: %s, %s in %.0f s\n", name,
+                                image_size(ce.eng, name).text,
+                                tar == tmp ? "built and imported" : "imported",
+                                (now_ms() - t0) / 1000.0);
                         rc = 0;
                 }
         }
