@@ -584,15 +584,22 @@ test('bridge over HTTP: sandboxed code calls server-everything on the host over 
   assert.equal(ev.status, 'connected');
 }, { timeoutMs: 90000 });
 
-test(skipNode('bridge over stdio: corral-node runs server-everything with its own node (Debian\'s 18) from the mounted node_modules; sandboxed code calls it'), async (t) => {
+test(skipNode('bridge over stdio: corral-node runs server-everything, named in the host\'s Cursor config mounted read-only, with its own node (Debian\'s 18) from the mounted node_modules; sandboxed code calls it; no zombie'), async (t) => {
   if (noNode) return;
   const modules = path.join(HERE, 'node_modules');
   const entry = serverEntry('server-everything');
-  // Started through sh, which leaves two children behind as npx and shell
-  // wrappers do: orphans of corral's container, re-parented to its pid 1.
-  const cfg = configDir(t, { servers: { everything: { command: 'sh',
-    args: ['-c', `(sleep 0.3 &); (sleep 0.3 &); exec node ${entry} stdio`] } } });
-  const d = await startCorral(t, 'node', { image: CORRAL_NODE, flags: ['-v', `${modules}:${modules}:ro`, ...cfg.flags] });
+  // The server comes from the host's own config file, mounted read-only
+  // where corral looks in its container (Cursor's ~/.cursor/mcp.json, at
+  // /root), as the README tells laptop users to. It is started through sh,
+  // which leaves two children behind as npx and shell wrappers do: orphans
+  // of corral's container, re-parented to its pid 1.
+  const hostCfg = mkdtempSync(path.join(tmpdir(), 'corral-cursor-'));
+  made.dirs.add(hostCfg);
+  t.defer(() => { rmSync(hostCfg, { recursive: true, force: true }); made.dirs.delete(hostCfg); });
+  writeFileSync(path.join(hostCfg, 'mcp.json'), JSON.stringify({ mcpServers: { everything: { command: 'sh',
+    args: ['-c', `(sleep 0.3 &); (sleep 0.3 &); exec node ${entry} stdio`] } } }));
+  const d = await startCorral(t, 'node', { image: CORRAL_NODE,
+    flags: ['-v', `${modules}:${modules}:ro`, '-v', `${path.join(hostCfg, 'mcp.json')}:/root/.cursor/mcp.json:ro`] });
   const r = await d.call(t, 'run_python', {
     code: 'print(mcp_everything.echo(message="over stdio").text)\nprint(mcp_everything.get_sum(a=20, b=22).text)',
     servers: ['everything'], timeout_s: 60,
@@ -605,7 +612,9 @@ test(skipNode('bridge over stdio: corral-node runs server-everything with its ow
   assert.match(sc.stdout, /\b42\b/, 'get_sum answered');
   const ls = await toolCall(t, d, 'list_servers', {});
   const ev = ls.structuredContent.servers.find((s) => s.name === 'everything');
+  t.note('servers', ls.structuredContent.servers);
   assert.equal(ev?.transport, 'stdio');
+  assert.match(JSON.stringify(ev), /\.cursor\/mcp\.json/, 'it came from the mounted Cursor file');
   assert.equal(ev.status, 'connected', JSON.stringify(ev));
   const node = await cli(['exec', d.container, 'node', '--version']);
   t.note('node', node);
