@@ -27,6 +27,9 @@ static void init_if_pid1(void)
         sigset_t all, old;
         sigfillset(&all);
         sigprocmask(SIG_BLOCK, &all, &old);
+        /* An ignored SIGCHLD (inherited across exec) would reap children
+         * unseen, and corral's exit would never be known. */
+        signal(SIGCHLD, SIG_DFL);
         pid_t child = fork();
         if (child <= 0) { /* corral itself (or no fork: corral, unreaped) */
                 sigprocmask(SIG_SETMASK, &old, NULL);
@@ -38,14 +41,18 @@ static void init_if_pid1(void)
         close(STDOUT_FILENO);
         prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
         capng_clear(CAPNG_SELECT_BOTH);
-        capng_apply(CAPNG_SELECT_BOTH);
+        if (capng_apply(CAPNG_SELECT_BOTH) != 0)
+                fprintf(stderr, "corral: its reaper (pid 1) could not drop its capabilities\n");
         for (;;) {
                 siginfo_t si;
                 int sig = sigwaitinfo(&all, &si);
                 if (sig < 0)
                         continue;
                 if (sig != SIGCHLD) {
-                        kill(child, sig);
+                        /* A terminal's ^C or ^\ (SI_KERNEL) reached corral
+                         * too, in the same process group: once is enough. */
+                        if (si.si_code != SI_KERNEL)
+                                kill(child, sig);
                         continue;
                 }
                 int st;

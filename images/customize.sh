@@ -75,7 +75,14 @@ daemon_image() {
             -o -type d -print | sort -r | grep -vxE '\./(tmp|root|run|etc|var|var/tmp|usr/share/corral)' |
             tr '\n' '\0' | xargs -0 -r rmdir --ignore-fail-on-non-empty --)
         mkdir -p "$root/run" "$root/var/tmp" "$share"
+        # mmdebstrap's own clean-up is skipped for these images (apt is
+        # gone): its files in /tmp go here (its apt.conf names build paths).
+        find "$root/tmp" -xdev -mindepth 1 -delete
         chmod 1777 "$root/tmp" "$root/var/tmp"
+        chroot "$root" /usr/bin/corral version >/dev/null || {
+            log "error: corral does not run in the pruned image (a library it loads was removed)"
+            exit 1
+        }
         log "kept corral, $(echo "$paths" | wc -w) libraries and $(wc -l <"$meta/keep") more paths: ${n_before} MiB -> $(du -sm -x "$root" | cut -f1) MiB"
     fi
     {

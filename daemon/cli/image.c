@@ -415,6 +415,19 @@ int cli_image(int argc, char **argv)
                             name);
                         return 2;
                 }
+                /* corral-NAME is corral's own image where a profile
+                 * corral-NAME exists (corral-node): a profile NAME of yours
+                 * would take its name. */
+                char own[96], ownfile[4096];
+                snprintf(own, sizeof(own), "corral-%s", profile);
+                if (!image_given && strncmp(profile, "corral", 6) != 0 &&
+                    profile_path(own, ownfile, sizeof(ownfile)) == 0) {
+                        fprintf(stderr,
+                                "corral: %s:latest is the name of corral's own image (profile "
+                                "%s): name your profile otherwise, or give --image\n",
+                                own, own);
+                        return 2;
+                }
                 if (!tar && profile_path(profile, pfile, sizeof(pfile)) < 0) {
                         fprintf(stderr,
                                 "corral: no profile \"%s\": corral has %s/profiles/*.profile, and "

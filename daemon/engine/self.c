@@ -1,6 +1,7 @@
 #include "engine/self.h"
 
 #include <ctype.h>
+#include <limits.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,7 +12,7 @@
 bool self_in_container(void)
 {
         char id[80];
-        return self_container_id(id, sizeof(id)) == 0;
+        return self_container_id(id, sizeof(id)) == 0 || access("/run/.containerenv", F_OK) == 0;
 }
 
 /* A path component of exactly 64 lower-case hex digits. */
@@ -86,40 +87,50 @@ static bool under(const char *path, const char *dir, const char **rest)
 }
 
 int self_engine_path_from(json_t *inspect, const char *local, bool on_root, char *out, size_t size,
-                          struct err *e)
+                          const char **ret_via, struct err *e)
 {
-        /* The mount that holds it: the deepest destination that is a
-         * prefix of the path. */
+        if (ret_via)
+                *ret_via = NULL;
+        if (local[0] != '/' || strstr(local, "/../") || strstr(local, "/./") || strstr(local, "//"))
+                return err_set(e, ERR_CONFIG, EINVAL, "%s is not a plain absolute path", local);
+        /* The mount that holds it: the deepest destination that is a prefix
+         * of the path, whatever its kind. One without a source on the
+         * engine's machine (a tmpfs) is no way through. */
         size_t i, best = 0;
         json_t *m;
-        const char *src = NULL, *rest = NULL;
+        const char *src = NULL, *rest = NULL, *via = NULL;
+        bool found = false;
         json_array_foreach(json_object_get(inspect, "Mounts"), i, m)
         {
                 const char *dst = json_string_value(json_object_get(m, "Destination"));
                 const char *s = json_string_value(json_object_get(m, "Source"));
                 const char *r;
-                if (dst && s && *s == '/' && under(local, dst, &r) && strlen(dst) > best) {
+                if (dst && under(local, dst, &r) && (!found || strlen(dst) > best)) {
+                        found = true;
                         best = strlen(dst);
-                        src = s;
+                        src = s && *s == '/' ? s : NULL;
                         rest = r;
+                        via = dst;
                 }
         }
         const char *upper = json_string_value(json_object_get(
             json_object_get(json_object_get(inspect, "GraphDriver"), "Data"), "UpperDir"));
-        if (!src && on_root && upper && *upper == '/') {
+        if (!found && on_root && upper && *upper == '/') {
                 src = upper;
                 rest = local;
         }
         if (!src)
                 return err_set(e, ERR_CONFIG, ENOENT,
                                "the engine cannot see %s: it is neither in a mount of corral's "
-                               "container nor in its writable layer (a tmpfs, or --read-only); "
-                               "mount a volume there",
+                               "container from the engine's machine nor in its writable layer "
+                               "(a tmpfs, or --read-only); mount a volume there",
                                local);
         int n = snprintf(out, size, "%s%s", src, rest);
         if (n < 0 || (size_t)n >= size)
                 return err_set(e, ERR_CONFIG, ENAMETOOLONG, "the engine's path of %s is too long",
                                local);
+        if (ret_via)
+                *ret_via = via;
         return 0;
 }
 
@@ -139,7 +150,21 @@ int self_engine_path(struct engine *eng, const char *local, char *out, size_t si
                                "the engine does not know corral's container %.64s (%s): is "
                                "corral's engine socket that of the engine it runs on?",
                                id, st < 0 ? ce.msg : engine_error_message(body));
+        /* The path as it really is (no link, no ..), and the file system
+         * it is on: the root's (the writable layer), or the mount's the
+         * engine names, never one mounted below it (a tmpfs the engine
+         * does not list). */
+        char real[PATH_MAX];
         struct stat a, b;
-        bool on_root = stat("/", &a) == 0 && stat(local, &b) == 0 && a.st_dev == b.st_dev;
-        return self_engine_path_from(body, local, on_root, out, size, e);
+        if (!realpath(local, real) || stat(real, &b) < 0)
+                return err_set(e, ERR_CONFIG, errno, "%s: %s", local, strerror(errno));
+        bool on_root = stat("/", &a) == 0 && a.st_dev == b.st_dev;
+        const char *via = NULL;
+        int r = self_engine_path_from(body, real, on_root, out, size, &via, e);
+        if (r == 0 && via && (stat(via, &a) < 0 || a.st_dev != b.st_dev))
+                return err_set(e, ERR_CONFIG, EXDEV,
+                               "the engine cannot see %s: another file system is mounted "
+                               "between it and the mount at %s",
+                               real, via);
+        return r;
 }

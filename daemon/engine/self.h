@@ -13,9 +13,11 @@
 
 /* Whether this process runs in a container of Docker or Podman: one whose
  * /etc/hostname is a mount of the engine's, from a directory named by the
- * container's id. Not /.dockerenv, which images built from a container
- * keep (this project's own CI machines have one), nor `container=`, which
- * other tools set. */
+ * container's id, or one with Podman's /run/.containerenv (which
+ * --no-hostname keeps; the id is then unknown, and self_engine_path says
+ * so). Not /.dockerenv, which images built from a container keep (this
+ * project's own CI machines have one), nor `container=`, which other
+ * tools set. */
 bool self_in_container(void);
 
 /* The engine's id of this container: the 64 hex digits in the source of
@@ -30,8 +32,13 @@ int self_container_id_from(const char *mountinfo, char *out, size_t size);
  * container's own writable layer (GraphDriver.Data.UpperDir) when it is
  * on the root filesystem. `inspect` is the engine's answer to GET
  * /containers/ID/json; `on_root` whether `local` is on the root filesystem
- * (same device as "/"). 0 with the path, or an error that says why. */
+ * (same device as "/"). The deepest mount that holds it decides, and one
+ * without a source on the engine's machine (a tmpfs) is no way. 0 with
+ * the path (and in *ret_via the mount's destination, or NULL for the
+ * layer), or an error that says why. */
 int self_engine_path_from(json_t *inspect, const char *local, bool on_root, char *out, size_t size,
-                          struct err *e);
-/* The same, asking the engine about this container. */
+                          const char **ret_via, struct err *e);
+/* The same, asking the engine about this container, for the path as it
+ * really is, and only when no other file system is mounted between it and
+ * the mount that holds it. */
 int self_engine_path(struct engine *eng, const char *local, char *out, size_t size, struct err *e);

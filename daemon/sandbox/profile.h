@@ -83,6 +83,7 @@ struct sandbox_profile {
          * fail with it: the profile is never dropped). */
         char *engine_path;
         char engine_path_err[400];
+        bool in_container; /* then Podman gets engine_path, or nothing */
         char summary[600]; /* for logs and doctor: which profile, how many calls */
 };
 

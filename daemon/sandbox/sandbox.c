@@ -136,7 +136,13 @@ int sandbox_mgr_prepare(struct sandbox_mgr *m, struct err *e)
                 return -EINVAL;
         /* In a container, the profile file is in corral's container:
          * Podman opens the path it has on the engine's machine. */
-        if (m->eng && m->profile.seccomp_path && !m->profile.engine_path && self_in_container()) {
+        m->profile.in_container = m->profile.seccomp_path && self_in_container();
+        if (m->profile.in_container && !m->eng && !m->profile.engine_path)
+                snprintf(m->profile.engine_path_err, sizeof(m->profile.engine_path_err),
+                         "Podman takes the seccomp profile as a path on its machine, and corral "
+                         "runs in a container and found no engine when it started, so it could "
+                         "not learn that path: restart corral now that the engine answers");
+        if (m->eng && m->profile.in_container && !m->profile.engine_path) {
                 char path[PATH_MAX];
                 struct err pe = {0};
                 if (self_engine_path(m->eng, m->profile.seccomp_path, path, sizeof(path), &pe) ==
@@ -920,8 +926,13 @@ static void info_answered(void *userdata, long status, json_t *body, const struc
 static void create_when_known(struct sandbox *s)
 {
         struct sandbox_mgr *m = s->mgr;
-        if (engine_kind(m->eng) == ENGINE_PODMAN && m->profile.engine_path_err[0]) {
-                sandbox_fail(s, ST_ENGINE_ERROR, "EngineError", m->profile.engine_path_err);
+        if (engine_kind(m->eng) == ENGINE_PODMAN && m->profile.in_container &&
+            !m->profile.engine_path) {
+                sandbox_fail(s, ST_ENGINE_ERROR, "EngineError",
+                             m->profile.engine_path_err[0]
+                                 ? m->profile.engine_path_err
+                                 : "corral runs in a container and does not know where Podman "
+                                   "reads its seccomp profile");
                 return;
         }
         if (config_runsc(m->cfg) && !m->runtime_checked) {

@@ -1,5 +1,6 @@
 /* The create body: every security default of a sandbox in one place. */
 #include "sandbox/internal.h"
+#include "engine/self.h"
 
 #include "core/log.h"
 
@@ -30,6 +31,13 @@ const struct identity *host_identity(void)
         if (f)
                 fclose(f);
         id.boot[strcspn(id.boot, "\n")] = '\0';
+        /* In a container (corral's own image) the host name is that
+         * container's, new with each one: every corral in a container on
+         * this machine is the same host instead, so that the next one sweeps
+         * what a killed one left (by its pid namespace: once it has ended).
+         * The kernel's boot id is the machine's, in a container too. */
+        if (self_in_container())
+                snprintf(id.host, sizeof(id.host), "in-containers@%.36s", id.boot);
         ssize_t n = readlink("/proc/self/ns/pid", id.pidns, sizeof(id.pidns) - 1);
         if (n <= 0)
                 snprintf(id.pidns, sizeof(id.pidns), "unknown");

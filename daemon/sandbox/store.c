@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -824,6 +825,33 @@ static bool plain_ascii(const char *s, size_t n)
         return true;
 }
 
+/* Temporary tars a crash left in a session's directory: no save takes an
+ * hour, so one older than that is no one's. */
+static void pack_reap(int dfd)
+{
+        int fd = dup(dfd);
+        DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+        if (!d) {
+                if (fd >= 0)
+                        close(fd);
+                return;
+        }
+        size_t pre = strlen(STORE_TAR) + 2;
+        time_t old = time(NULL) - 3600;
+        struct dirent *de;
+        while ((de = readdir(d))) {
+                size_t n = strlen(de->d_name);
+                struct stat st;
+                if (n > pre + 4 && de->d_name[0] == '.' &&
+                    strncmp(de->d_name + 1, STORE_TAR ".", pre - 1) == 0 &&
+                    strcmp(de->d_name + n - 4, ".new") == 0 &&
+                    fstatat(dfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+                    S_ISREG(st.st_mode) && st.st_mtime < old)
+                        unlinkat(dfd, de->d_name, 0);
+        }
+        closedir(d);
+}
+
 int store_pack_begin(const char *root, const char *owner, const char *name, struct store_pack **ret,
                      struct err *err)
 {
@@ -842,9 +870,20 @@ int store_pack_begin(const char *root, const char *owner, const char *name, stru
                                "directory (%s)",
                                shown, strerror(-r));
         }
-        snprintf(p->tmp, sizeof(p->tmp), ".%s.%d.new", STORE_TAR, (int)getpid());
-        unlinkat(p->dfd, p->tmp, 0); /* one of ours a crash left */
-        p->fd = openat(p->dfd, p->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+        pack_reap(p->dfd);
+        /* A name of its own: two corrals may save one session at once, and
+         * corrals in containers share their pid. */
+        p->fd = -1;
+        for (int tries = 0; p->fd < 0 && tries < 16; tries++) {
+                unsigned rnd = 0;
+                if (getrandom(&rnd, sizeof(rnd), GRND_NONBLOCK) != sizeof(rnd))
+                        rnd = (unsigned)(store_wall_ms() * 2654435761u + (unsigned)tries);
+                snprintf(p->tmp, sizeof(p->tmp), ".%s.%d.%08x.new", STORE_TAR, (int)getpid(), rnd);
+                p->fd = openat(p->dfd, p->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW,
+                               0600);
+                if (p->fd < 0 && errno != EEXIST)
+                        break;
+        }
         if (p->fd < 0) {
                 int r = -errno;
                 store_pack_end(p, false, NULL);
@@ -861,6 +900,13 @@ int store_pack_add(struct store_pack *p, const char *rel, unsigned mode, const v
         size_t n = strlen(rel);
         char h[TAR_BLOCK];
         bool ascii = plain_ascii(rel, n);
+        /* ustar's size field holds 11 octal digits: a file of 8 GiB or more
+         * would need a pax size record, and none comes from a sandbox. */
+        if (len > 077777777777ULL)
+                return err_set(err, ERR_INTERNAL, -EFBIG,
+                               "cannot store %s: a file of 8 GiB or more", rel);
+        if (n == 0)
+                return err_set(err, ERR_INTERNAL, -EINVAL, "cannot store a file without a name");
         if (n == 0 || n > 100 || !ascii) {
                 /* "LEN path=REL\n", LEN counting itself. A name that is not
                  * ASCII is marked as bytes (hdrcharset=BINARY): a reader in

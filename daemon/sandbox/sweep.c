@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 struct leftover {
         struct sandbox_mgr *mgr;
@@ -19,7 +20,7 @@ struct leftover {
 
 /* Whether the instance that labelled a container may still run (state:
  * the container's, as the engine lists it). */
-static bool owner_alive(json_t *labels, const char *state)
+static bool owner_alive(json_t *labels, const char *state, long long age_s, double start_bound_s)
 {
         const struct identity *me = host_identity();
         const char *boot = json_string_value(json_object_get(labels, "io.corral.boot"));
@@ -34,13 +35,27 @@ static bool owner_alive(json_t *labels, const char *state)
          * which no corral of its own namespace will come to sweep. Labels
          * of corrals before this one have no namespace: judged by the
          * pid, as they were. */
-        if (pidns && (strcmp(pidns, me->pidns) != 0 || strcmp(pidns, "unknown") == 0))
+        if (pidns && (strcmp(pidns, me->pidns) != 0 || strcmp(pidns, "unknown") == 0)) {
+                /* Created and never started, long past the bound on a
+                 * start: its owner died while making it. */
+                if (state && strcmp(state, "created") == 0 && age_s > 2 * start_bound_s + 30)
+                        return false;
                 return !state || (strcmp(state, "exited") != 0 && strcmp(state, "dead") != 0);
+        }
         long pid = pid_s ? strtol(pid_s, NULL, 10) : 0;
         if (pid <= 0)
                 return false;
         char comm[32];
         return proc_comm(pid, comm, sizeof(comm)) == 0 && strncmp(comm, "corral", 6) == 0;
+}
+
+/* Seconds since the engine created the container (its list's Created);
+ * 0 when it does not say. */
+static long long created_age(json_t *c)
+{
+        json_t *v = json_object_get(c, "Created");
+        long long at = json_is_integer(v) ? (long long)json_integer_value(v) : 0;
+        return at > 0 ? (long long)time(NULL) - at : 0;
 }
 
 static void leftover_remove(struct leftover *lo);
@@ -116,7 +131,8 @@ static void swept(void *userdata, long status, json_t *body, const struct err *e
                  * shared engine and live instances' are left alone. */
                 if (!id || strlen(id) > 128 || (inst && strcmp(inst, m->instance) == 0) ||
                     (host && strcmp(host, host_identity()->host) != 0) ||
-                    owner_alive(labels, json_string_value(json_object_get(c, "State"))))
+                    owner_alive(labels, json_string_value(json_object_get(c, "State")),
+                                created_age(c), m->cfg->start_timeout_s))
                         continue;
                 leftover_add(m, id);
         }

@@ -46,6 +46,8 @@
 //     127.0.0.1), the token on a volume: the SDK's streamable HTTP
 //     client with the token runs code, a request without it gets 401, and
 //     SIGTERM (docker stop) stops it cleanly;
+//   - what a corral in a container killed with SIGKILL left is removed by
+//     the next corral in a container as it starts;
 //   - every corral container of the suite ends with its host and leaves no
 //     sandbox behind.
 //
@@ -71,7 +73,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import {
   checkResult, clip, CONFIG_HOME, corralContainers, Daemon, engineRequest, ENGINE, HERE, jobCall, out, run, runSuite, sha256,
-  test, toolCall, waitFor, waitGone, withTimeout,
+  brief, test, toolCall, waitFor, waitGone, waitPool, withTimeout,
 } from './lib/harness.mjs';
 import { freePort } from './lib/net.mjs';
 import { serverEntry } from './lib/servers.mjs';
@@ -827,6 +829,42 @@ test('service: corral serve in a container (Podman: published on 127.0.0.1 only;
   const left = await waitFor(async () => ({ done: (await corralContainers(`io.corral.instance=${instance}`)).length === 0 }), { timeoutMs: 15000 });
   assert.ok(left.done, 'its sandboxes are removed');
 }, { timeoutMs: 120000 });
+
+test('sweep: what a killed corral in a container left is removed by the next one, once it has ended', async (t) => {
+  const a = await startCorral(t, 'killed');
+  const r = await pyOk(t, a, 'x = 1', { session: 'left' });
+  assert.equal(r.structuredContent.status, 'ok');
+  // Its pool full and quiet, so that every sandbox it holds has started
+  // (one killed mid-create stays "created": swept only well past the
+  // start bound).
+  const quiet = await waitPool(t, a, (p) => p.ready >= p.min && p.starting === 0);
+  assert.ok(quiet.done, `its pool fills (${JSON.stringify(quiet.s?.pool)})`);
+  const left = (await corralContainers(`io.corral.instance=${a.instance}`)).map((c) => c.id);
+  t.note('left', left);
+  assert.ok(left.length >= 2, 'it holds sandboxes (its session and its pool)');
+  // SIGKILL to its pid 1: no stop, no removal of its sandboxes. (Podman
+  // may answer an error as --rm removes the container under the kill.)
+  const killed = await cli(['kill', '--signal', 'KILL', a.container]);
+  t.note('kill', killed);
+  assert.ok(killed.code === 0 || (await inspect(a.container)) === null || !(await inspect(a.container))?.State?.Running,
+    `killed: ${killed.stderr}`);
+  a.closed = true; // the SDK's close has nothing to do
+  // Their stdin was corral's attach stream: they end by themselves. The
+  // next corral in a container (its own host name, its own pid namespace)
+  // sweeps them as it starts, once they have ended.
+  const ended = await waitFor(async () => {
+    const cs = await corralContainers(`io.corral.instance=${a.instance}`);
+    return { done: cs.every((c) => c.state !== 'running'), cs: brief(cs) };
+  }, { timeoutMs: 20000, intervalMs: 250 });
+  assert.ok(ended.done, `they end without corral (${JSON.stringify(ended.cs)})`);
+  const b = await startCorral(t, 'sweeper');
+  const gone = await waitFor(async () => {
+    const still = (await corralContainers(`io.corral.instance=${a.instance}`)).map((c) => c.id);
+    return { done: still.length === 0, still };
+  }, { timeoutMs: 30000, intervalMs: 500 });
+  t.note('sweeper_log', b.tail(2000));
+  assert.ok(gone.done, `the killed corral's sandboxes are removed (${JSON.stringify(gone.still)})`);
+}, { timeoutMs: 90000 });
 
 test('shutdown: the shared corrals end when their host closes stdin; their containers go (--rm), and no sandbox of any corral of this suite is left', async (t) => {
   for (const key of ['main', 'bridge']) {

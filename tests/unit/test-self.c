@@ -41,28 +41,42 @@ static void path_rows(void)
             "Data", "UpperDir", "/var/lib/containers/storage/overlay/L/diff");
         char out[512];
         struct err e = {0};
-        ok(self_engine_path_from(in, "/tmp/corral-0/seccomp-1.json", true, out, sizeof(out), &e) ==
-                   0 &&
+        ok(self_engine_path_from(in, "/tmp/corral-0/seccomp-1.json", true, out, sizeof(out), NULL,
+                                 &e) == 0 &&
                strcmp(out, "/var/lib/containers/storage/overlay/L/diff/tmp/corral-0/"
                            "seccomp-1.json") == 0,
            "a file on the root filesystem: in the writable layer (%s)", out);
-        ok(self_engine_path_from(in, "/state/x.json", true, out, sizeof(out), &e) == 0 &&
+        ok(self_engine_path_from(in, "/state/x.json", true, out, sizeof(out), NULL, &e) == 0 &&
                strcmp(out, "/home/me/.local/state/corral/x.json") == 0,
            "under a mount: through its source, whatever the device says (%s)", out);
-        ok(self_engine_path_from(in, "/state/deep/y", false, out, sizeof(out), &e) == 0 &&
+        ok(self_engine_path_from(in, "/state/deep/y", false, out, sizeof(out), NULL, &e) == 0 &&
                strcmp(out, "/vol/deep/_data/y") == 0,
            "the deepest mount wins (%s)", out);
-        ok(self_engine_path_from(in, "/statefile", true, out, sizeof(out), &e) == 0 &&
+        ok(self_engine_path_from(in, "/statefile", true, out, sizeof(out), NULL, &e) == 0 &&
                strncmp(out, "/var/lib/containers", 19) == 0,
            "a name that only starts like a mount is not under it");
-        is_int(self_engine_path_from(in, "/rel/z", false, out, sizeof(out), &e), -ENOENT,
+        is_int(self_engine_path_from(in, "/rel/z", false, out, sizeof(out), NULL, &e), -ENOENT,
                "a mount without an absolute source is no way (%s)", e.msg);
-        is_int(self_engine_path_from(in, "/tmp/s.json", false, out, sizeof(out), &e), -ENOENT,
+        is_int(self_engine_path_from(in, "/tmp/s.json", false, out, sizeof(out), NULL, &e), -ENOENT,
                "a tmpfs (not the root's device) is no way: %s", e.msg);
+        json_auto_t *tmpfs =
+            json_pack("{s:[{s:s, s:s}, {s:s, s:s}]}", "Mounts", "Destination", "/data", "Source",
+                      "/vol/v/_data", "Destination", "/data/run", "Type", "tmpfs");
+        const char *via = NULL;
+        is_int(self_engine_path_from(tmpfs, "/data/run/corral/s.json", false, out, sizeof(out),
+                                     &via, &e),
+               -ENOENT, "a tmpfs listed under a volume is no way, not the volume (%s)", e.msg);
+        ok(self_engine_path_from(tmpfs, "/data/s.json", false, out, sizeof(out), &via, &e) == 0 &&
+               strcmp(out, "/vol/v/_data/s.json") == 0 && via && strcmp(via, "/data") == 0,
+           "beside it, the volume, and which mount it went through");
+        is_int(self_engine_path_from(in, "/state/../etc/x", false, out, sizeof(out), NULL, &e),
+               -EINVAL, "a path with .. is refused, not appended (%s)", e.msg);
+        is_int(self_engine_path_from(in, "tmp/x", true, out, sizeof(out), NULL, &e), -EINVAL,
+               "and a relative one");
         json_auto_t *bare = json_object();
-        is_int(self_engine_path_from(bare, "/tmp/s.json", true, out, sizeof(out), &e), -ENOENT,
-               "nor is a container without a writable layer the engine names");
-        is_int(self_engine_path_from(in, "/tmp/s.json", true, out, 20, &e), -ENAMETOOLONG,
+        is_int(self_engine_path_from(bare, "/tmp/s.json", true, out, sizeof(out), NULL, &e),
+               -ENOENT, "nor is a container without a writable layer the engine names");
+        is_int(self_engine_path_from(in, "/tmp/s.json", true, out, 20, NULL, &e), -ENAMETOOLONG,
                "a path longer than the buffer is refused, not cut");
 }
 
