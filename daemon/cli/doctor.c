@@ -355,23 +355,6 @@ static void check_bridge(const struct config *cfg)
                 note("network routes", "headers added for the configured origins (values masked)");
 }
 
-static bool command_found(const char *cmd)
-{
-        if (strchr(cmd, '/'))
-                return access(cmd, X_OK) == 0;
-        const char *path = getenv("PATH");
-        _cleanup_free_ char *copy = strdup(path && *path ? path : "/usr/local/bin:/usr/bin:/bin");
-        char *save = NULL;
-        for (char *dir = copy ? strtok_r(copy, ":", &save) : NULL; dir;
-             dir = strtok_r(NULL, ":", &save)) {
-                char full[4096];
-                snprintf(full, sizeof(full), "%s/%s", dir, cmd);
-                if (access(full, X_OK) == 0)
-                        return true;
-        }
-        return false;
-}
-
 /* corral in a container (the laptop image): say so, and what differs. */
 static void check_container(const struct config *cfg, struct engine *eng, bool podman)
 {
@@ -408,7 +391,8 @@ static void check_container(const struct config *cfg, struct engine *eng, bool p
                 return;
         for (size_t i = 0; i < reg.n; i++) {
                 const struct upstream_spec *u = &reg.v[i];
-                if (u->transport != UP_STDIO || !u->command || command_found(u->command))
+                _cleanup_free_ char *found = u->command ? path_find(u->command) : NULL;
+                if (u->transport != UP_STDIO || !u->command || found)
                         continue;
                 char what[100];
                 snprintf(what, sizeof(what), "server %s", u->name);

@@ -77,6 +77,28 @@ int write_all(int fd, const void *data, size_t n)
         return 0;
 }
 
+char *path_find(const char *name)
+{
+        if (strchr(name, '/'))
+                return access(name, X_OK) == 0 ? strdup(name) : NULL;
+        const char *path = getenv("PATH");
+        if (!path || !*path)
+                path = "/usr/local/bin:/usr/bin:/bin";
+        _cleanup_free_ char *copy = strdup(path);
+        char *save = NULL;
+        for (char *dir = copy ? strtok_r(copy, ":", &save) : NULL; dir;
+             dir = strtok_r(NULL, ":", &save)) {
+                _cleanup_free_ char *full = NULL;
+                if (asprintf(&full, "%s/%s", dir, name) < 0) {
+                        full = NULL;
+                        break;
+                }
+                if (access(full, X_OK) == 0)
+                        return TAKE_PTR(full);
+        }
+        return NULL;
+}
+
 int mkdir_parents(const char *path)
 {
         _cleanup_free_ char *dir = strdup(path);

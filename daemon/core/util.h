@@ -104,6 +104,10 @@ int runtime_dir(char *buf, size_t size, struct err *e);
 
 /* Makes the directories above `path` that are missing, mode 0700: 0 or a
  * negative errno. */
+/* The program `name` runs, as execvp finds it: itself when it has a '/',
+ * else the first executable of that name in PATH (a default when unset).
+ * Malloc'd, or NULL. */
+char *path_find(const char *name);
 int mkdir_parents(const char *path);
 
 /* Writes all n bytes to fd (retrying short writes and EINTR): 0, or a

@@ -14,25 +14,6 @@
 #include <sys/wait.h>
 #include <time.h>
 
-static char *find_in_path(const char *name)
-{
-        const char *path = getenv("PATH");
-        if (!path || !*path)
-                path = "/usr/local/bin:/usr/bin:/bin";
-        _cleanup_free_ char *copy = strdup(path);
-        char *save = NULL;
-        for (char *dir = strtok_r(copy, ":", &save); dir; dir = strtok_r(NULL, ":", &save)) {
-                _cleanup_free_ char *full = NULL;
-                if (asprintf(&full, "%s/%s", dir, name) < 0) {
-                        full = NULL;
-                        break;
-                }
-                if (access(full, X_OK) == 0)
-                        return TAKE_PTR(full);
-        }
-        return NULL;
-}
-
 static bool socket_answers(const char *path)
 {
         struct sockaddr_un sa = {.sun_family = AF_UNIX};
@@ -46,7 +27,7 @@ static bool socket_answers(const char *path)
 int private_engine_start(struct private_engine *pe, const char *runtime, struct err *e)
 {
         *pe = (struct private_engine){.pid = -1};
-        _cleanup_free_ char *podman = find_in_path("podman");
+        _cleanup_free_ char *podman = path_find("podman");
         if (!podman)
                 return -ENOENT;
         char dir[256];

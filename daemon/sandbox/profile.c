@@ -588,9 +588,9 @@ int sandbox_profile_apply(const struct sandbox_profile *p, const struct config *
                 const char *v = docker           ? p->seccomp_json
                                 : p->engine_path ? p->engine_path
                                                  : p->seccomp_path;
+                /* Never the path in corral's container (sandbox.c says why). */
                 if (!docker && p->in_container && !p->engine_path)
-                        return -ENOENT; /* never the path in corral's container: sandbox.c says why
-                                         */
+                        return -ENOENT;
                 size_t n = strlen(v) + 9;
                 _cleanup_free_ char *opt = malloc(n);
                 if (!opt)
