@@ -109,7 +109,8 @@ while IFS= read -r line || [ -n "$line" ]; do
         ;;
     keep:*)
         for k in ${line#keep:}; do
-            [[ $k =~ ^/[A-Za-z0-9_./+-]+$ && $k != *..* ]] || die "$profile:$n: \"$k\" is not an absolute path"
+            [[ $k =~ ^/[A-Za-z0-9_./+-]+$ && $k != *..* && $k != *//* && $k != */./* && $k != */. ]] ||
+                die "$profile:$n: \"$k\" is not a plain absolute path (letters, digits, _ . + - and /, no . or .. parts)"
             keep+=("$k")
         done
         ;;

@@ -52,7 +52,16 @@ daemon_image() {
         done
         echo "$owners" | awk -F '\t' 'NR == FNR { own[$1] = 1; next } own[$1]' - "$meta/versions" >"$meta/versions.kept"
         mv "$meta/versions.kept" "$meta/versions"
-        cat "$meta/keep" >>"$list"
+        while read -r k; do
+            [ -z "$k" ] || [ -e "$root$k" ] || [ -L "$root$k" ] || {
+                log "error: keep: $k is not in the image"
+                exit 1
+            }
+        done <"$meta/keep"
+        # under merged /usr's names, as the libraries are (/lib/x is usr/lib/x)
+        while read -r k; do
+            [ -z "$k" ] || chroot "$root" sh -c 'printf "%s/%s\n" "$(readlink -f "$(dirname "$1")")" "$(basename "$1")"' sh "$k"
+        done <"$meta/keep" >>"$list"
         echo /usr/share/corral >>"$list"
         # merged /usr's links at the top (/lib64 leads to the loader)
         for l in "$root"/*; do
