@@ -46,6 +46,8 @@
 //     127.0.0.1), the token on a volume: the SDK's streamable HTTP
 //     client with the token runs code, a request without it gets 401, and
 //     SIGTERM (docker stop) stops it cleanly;
+//   - on Docker with corral-runsc, CORRAL_RUNTIME=runsc puts the sandboxes
+//     of corral in a container under gVisor;
 //   - what a corral in a container killed with SIGKILL left is removed by
 //     the next corral in a container as it starts;
 //   - every corral container of the suite ends with its host and leaves no
@@ -828,6 +830,23 @@ test('service: corral serve in a container (Podman: published on 127.0.0.1 only;
   assert.equal(w.stdout.trim(), '0', 'and exited 0');
   const left = await waitFor(async () => ({ done: (await corralContainers(`io.corral.instance=${instance}`)).length === 0 }), { timeoutMs: 15000 });
   assert.ok(left.done, 'its sandboxes are removed');
+}, { timeoutMs: 120000 });
+
+test('gVisor: corral in a container runs its sandboxes under corral-runsc where the engine has it (Docker takes the runtime per container)', async (t) => {
+  const info = await engineRequest('GET', '/v1.41/info');
+  const runtimes = Object.keys(info.body?.Runtimes || {});
+  if (KIND !== 'docker' || !runtimes.includes('corral-runsc')) {
+    t.note('skipped', `${KIND} with runtimes ${runtimes.join(', ')}: Podman takes gVisor per service (tests/run's runsc suites)`);
+    return;
+  }
+  const d = await startCorral(t, 'runsc', { flags: ['-e', 'CORRAL_RUNTIME=runsc'] });
+  const r = await pyOk(t, d, 'import platform\nprint(platform.release())', { session: 'g' });
+  const sb = r.structuredContent.container;
+  const it = await inspect(sb);
+  t.note('sandbox', { runtime: it?.HostConfig?.Runtime, release: r.structuredContent.stdout });
+  assert.equal(it?.HostConfig?.Runtime, 'corral-runsc', 'the sandbox runs under gVisor');
+  // gVisor's own kernel answers uname, not the host's.
+  assert.notEqual(r.structuredContent.stdout.trim(), (await run('uname', ['-r'])).stdout.trim(), 'its kernel is gVisor\'s');
 }, { timeoutMs: 120000 });
 
 test('sweep: what a killed corral in a container left is removed by the next one, once it has ended', async (t) => {
