@@ -74,7 +74,7 @@ import http from 'node:http';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import {
-  checkResult, clip, CONFIG_HOME, corralContainers, Daemon, engineRequest, ENGINE, HERE, jobCall, out, run, runSuite, sha256,
+  checkResult, clip, CONFIG_HOME, CONNECT_PROBE, corralContainers, Daemon, engineRequest, ENGINE, HERE, jobCall, out, run, runSuite, sha256,
   brief, test, toolCall, waitFor, waitGone, waitPool, withTimeout,
 } from './lib/harness.mjs';
 import { freePort } from './lib/net.mjs';
@@ -348,17 +348,7 @@ test('calls: run_python answers from corral in a container; the sandbox is harde
   // In a session, so that its sandbox stays for the engine to show.
   const probe = await d.call(t, 'run_python', { session: 'probe', timeout_s: 20, code: [
     'import errno, json, os, socket',
-    'res = {}',
-    'for host, port in [("1.1.1.1", 53), ("127.0.0.1", 8080)]:',
-    '    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)',
-    '    s.settimeout(3)',
-    '    try:',
-    '        s.connect((host, port))',
-    '        res[host] = "connected"',
-    '    except OSError as e:',
-    '        res[host] = "%s:%s" % (type(e).__name__, e.errno)',
-    '    finally:',
-    '        s.close()',
+    ...CONNECT_PROBE,
     'res["ifaces"] = sorted(name for _, name in socket.if_nameindex())',
     'res["ids"] = [os.getuid(), os.geteuid(), os.getgid()]',
     'res["root_ro"] = bool(os.statvfs("/").f_flag & os.ST_RDONLY)',

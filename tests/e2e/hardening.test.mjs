@@ -9,7 +9,7 @@
 
 import assert from 'node:assert/strict';
 import { readdirSync, readFileSync } from 'node:fs';
-import { clip, GVISOR, MiB, RUNTIME, test, toolCall } from './lib/harness.mjs';
+import { clip, CONNECT_PROBE, GVISOR, MiB, RUNTIME, test, toolCall } from './lib/harness.mjs';
 import { bridgeSetup, everythingServer, hostTool } from './lib/bridge.mjs';
 
 test('no network: connects to 1.1.1.1:53 and 127.0.0.1 fail; only interface is lo', async (t) => {
@@ -17,17 +17,7 @@ test('no network: connects to 1.1.1.1:53 and 127.0.0.1 fail; only interface is l
   const r = await d.call(t, 'run_python', {
     code: [
       'import json, socket',
-      'res = {}',
-      'for host, port in [("1.1.1.1", 53), ("127.0.0.1", 8080)]:',
-      '    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)',
-      '    s.settimeout(3)',
-      '    try:',
-      '        s.connect((host, port))',
-      '        res[host] = "connected"',
-      '    except OSError as e:',
-      '        res[host] = "%s:%s" % (type(e).__name__, e.errno)',
-      '    finally:',
-      '        s.close()',
+      ...CONNECT_PROBE,
       'try:',
       '    socket.getaddrinfo("example.com", 443)',
       '    res["dns"] = "resolved"',

@@ -47,6 +47,21 @@ export const CORRAL_TOOLS = ['job_cancel', 'job_list', 'job_result', 'job_status
 export const STATUSES = ['ok', 'error', 'timeout', 'oom', 'cancelled', 'engine_error', 'busy',
   'invalid_arguments', 'running', 'session_lost'];
 export const MiB = 1024 * 1024;
+// Python lines for a sandbox: TCP to a public address and to loopback,
+// into `res` (with `socket` imported): "connected" or the error and errno.
+export const CONNECT_PROBE = [
+  'res = {}',
+  'for host, port in [("1.1.1.1", 53), ("127.0.0.1", 8080)]:',
+  '    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)',
+  '    s.settimeout(3)',
+  '    try:',
+  '        s.connect((host, port))',
+  '        res[host] = "connected"',
+  '    except OSError as e:',
+  '        res[host] = "%s:%s" % (type(e).__name__, e.errno)',
+  '    finally:',
+  '        s.close()',
+];
 
 // ---------------------------------------------------------------- TAP output
 
