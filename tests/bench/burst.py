@@ -62,25 +62,37 @@ def slowest_start(c):
     return max(found) if found else None
 
 
+# Podman 4.3's own race between `run --rm`, conmon and the cleanup: the
+# program ran, but the client could not read its exit code (exit 127).
+ENGINE_RACE = b'Cannot get exit code'
+
+
 def engine_burst(engine, kind, n, image):
-    """n `run --rm` of the same program at once; seconds to each end."""
+    """n `run --rm` of the same program at once; seconds to each end. A
+    burst hit by the engine's own exit-code race is run again, once, and
+    the output says so: it is the baseline, not corral, that failed."""
     cli = ['podman', '--url', engine] if kind == 'podman' else ['docker', '-H', engine]
     argv = cli + ['run', '--rm'] + bench.FLAGS + [image, 'python3', '-c', bench.CODE]
-    out = [None] * n
-    t0 = time.perf_counter()
+    for attempt in (1, 2):
+        out = [None] * n
+        t0 = time.perf_counter()
 
-    def one(i):
-        p = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        out[i] = (time.perf_counter() - t0, p.returncode, p.stdout, p.stderr[-300:])
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    for secs, rc, so, se in out:
-        if rc != 0 or so != b'1\n':
+        def one(i):
+            p = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            out[i] = (time.perf_counter() - t0, p.returncode, p.stdout, p.stderr[-300:])
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        bad = [x for x in out if x[1] != 0 or x[2] != b'1\n']
+        if bad and attempt == 1 and all(ENGINE_RACE in x[3] for x in bad):
+            print('# %s run: %d of %d hit the engine\'s own exit-code race (%r): the burst is run again'
+                  % (cli[0], len(bad), n, bad[0][3][-120:]))
+            continue
+        for secs, rc, so, se in bad:
             raise bench.Broken('%s run exited %d: %r' % (cli[0], rc, se))
-    return sorted(x[0] for x in out)
+        return sorted(x[0] for x in out)
 
 
 def wait_quiet(c, timeout=120):
