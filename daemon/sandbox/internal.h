@@ -326,7 +326,10 @@ void pool_note_failure(struct sandbox_mgr *m, const char *msg);
 struct identity {
         char host[256];
         char boot[64];
-        char pidns[64]; /* "pid:[INODE]": whose pids the label's pid counts */
+        /* "pid:[INODE]", whose pids the label's pid counts; in a container
+         * "pid:[INODE]@ID12" (its id), as the kernel gives a freed
+         * namespace's number to the next container's. */
+        char pidns[96];
 };
 const struct identity *host_identity(void);
 

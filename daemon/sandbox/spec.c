@@ -43,6 +43,13 @@ const struct identity *host_identity(void)
                 snprintf(id.pidns, sizeof(id.pidns), "unknown");
         else
                 id.pidns[n] = '\0';
+        /* A killed corral's container is gone, and its namespace's number
+         * goes to the next container: the next corral there would take the
+         * killed one's sandboxes for its own (the same number, and its pid
+         * too, as runc starts every container alike). */
+        char cid[80];
+        if (n > 0 && self_container_id(cid, sizeof(cid)) == 0)
+                snprintf(id.pidns + n, sizeof(id.pidns) - (size_t)n, "@%.12s", cid);
         utf8_scrub(id.host);
         utf8_scrub(id.pidns);
         return &id;

@@ -851,6 +851,13 @@ test('sweep: what a killed corral in a container left is removed by the next one
   const left = (await corralContainers(`io.corral.instance=${a.instance}`)).map((c) => c.id);
   t.note('left', left);
   assert.ok(left.length >= 2, 'it holds sandboxes (its session and its pool)');
+  // Its pid namespace as the labels name it carries its container's id: the
+  // kernel gives a freed namespace's number to a later container, whose
+  // corral (at the same pid: runc starts them alike) would otherwise take
+  // these for its own. Seen once here before the id was added.
+  const aId = (await inspect(a.container))?.Id;
+  const ns = (await inspect(left[0]))?.Config?.Labels?.['io.corral.pidns'];
+  assert.match(ns ?? '', new RegExp(`^pid:\\[\\d+\\]@${aId?.slice(0, 12)}$`), `the pidns label names the container (${ns})`);
   // SIGKILL to its pid 1: no stop, no removal of its sandboxes. (Podman
   // may answer an error as --rm removes the container under the kill.)
   const killed = await cli(['kill', '--signal', 'KILL', a.container]);
