@@ -247,21 +247,20 @@ static int import_tar(struct loop *l, struct engine *eng, const char *tar, const
                 /* An image of corral itself runs it, and is never offered
                  * to the code as a sandbox (io.corral.daemon). */
                 bool daemon = json_is_string(json_object_get(profile, "daemon"));
-                const char *labels[][2] = {{"io.corral.profile", name},
-                                           {"io.corral.packages", summary},
-                                           {"io.corral.built", built},
-                                           {"io.corral.daemon", daemon ? "corral" : NULL}};
-                for (size_t i = 0;
-                     i < ARRAY_SIZE(labels) + daemon && n > 0 && (size_t)n < sizeof(path); i++) {
-                        char line[800];
-                        if (i == ARRAY_SIZE(labels))
-                                snprintf(line, sizeof(line), "ENTRYPOINT [\"/usr/bin/corral\"]");
-                        else if (labels[i][1])
-                                snprintf(line, sizeof(line), "LABEL %s=\"%s\"", labels[i][0],
-                                         labels[i][1]);
-                        else
-                                continue;
-                        char *esc = curl_easy_escape(NULL, line, 0);
+                char changes[5][800];
+                size_t k = 0;
+                snprintf(changes[k++], sizeof(changes[0]), "LABEL io.corral.profile=\"%s\"", name);
+                snprintf(changes[k++], sizeof(changes[0]), "LABEL io.corral.packages=\"%s\"",
+                         summary);
+                snprintf(changes[k++], sizeof(changes[0]), "LABEL io.corral.built=\"%s\"", built);
+                if (daemon) {
+                        snprintf(changes[k++], sizeof(changes[0]),
+                                 "LABEL io.corral.daemon=\"corral\"");
+                        snprintf(changes[k++], sizeof(changes[0]),
+                                 "ENTRYPOINT [\"/usr/bin/corral\"]");
+                }
+                for (size_t i = 0; i < k && n > 0 && (size_t)n < sizeof(path); i++) {
+                        char *esc = curl_easy_escape(NULL, changes[i], 0);
                         n += snprintf(path + n, sizeof(path) - (size_t)n, "&changes=%s",
                                       esc ? esc : "");
                         curl_free(esc);
