@@ -13,6 +13,7 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -282,8 +283,16 @@ static int import_tar(struct loop *l, struct engine *eng, const char *tar, const
         }
         fprintf(stderr, "corral: importing %s into %s as %s:%s\n", tar,
                 engine_endpoint(eng)->display, repo, tag);
+        struct stat fs;
         if (fd < 0) {
                 snprintf(st.msg, sizeof(st.msg), "cannot read %s: %s", tar, strerror(errno));
+        } else if (fstat(fd, &fs) < 0 || !S_ISREG(fs.st_mode) || fs.st_size < 1024) {
+                /* A tar has two blocks at least: an empty file, a device or
+                 * a pipe would replace the image with nothing. */
+                snprintf(st.msg, sizeof(st.msg),
+                         "%s is not a rootfs tarball (a regular file of "
+                         "1 KiB or more)",
+                         tar);
         } else if (engine_request_file(eng, "POST", path, "application/x-tar", fd, imported, &st,
                                        NULL) == 0) {
                 while (!st.done)
