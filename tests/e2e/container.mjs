@@ -78,7 +78,7 @@ import {
   brief, test, toolCall, waitFor, waitGone, waitPool, withTimeout,
 } from './lib/harness.mjs';
 import { freePort } from './lib/net.mjs';
-import { serverEntry } from './lib/servers.mjs';
+import { serverEntry, startEverythingHttp } from './lib/servers.mjs';
 
 const IMAGE = process.env.CORRAL_IMAGE || 'corral-python:latest'; // the sandboxes'
 const CORRAL = 'corral:latest';
@@ -252,25 +252,11 @@ const mainCorral = () => sharedCorral('main', () => startCorral(null, 'main'));
 
 // server-everything over streamable HTTP on this machine (its own node), on
 // a free port; resolves once it listens.
-async function startEverythingHttp() {
+async function everythingHttp() {
   const port = await freePort();
-  const child = spawn(process.execPath, [serverEntry('server-everything'), 'streamableHttp'], {
-    env: { ...process.env, PORT: String(port) }, stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  made.children.add(child);
-  let log = '';
-  const listening = new Promise((resolve, reject) => {
-    const seen = (b) => {
-      log += b;
-      if (/listening on port/i.test(log)) resolve();
-    };
-    child.stdout.on('data', seen);
-    child.stderr.on('data', seen);
-    child.once('exit', (code) => reject(new Error(`server-everything exited (${code}): ${clip(log, 800)}`)));
-  });
-  await withTimeout(listening, 20000, 'server-everything (streamable HTTP) start');
-  const exited = new Promise((r) => child.once('exit', r));
-  return { port, child, stop: () => { child.kill('SIGKILL'); made.children.delete(child); return exited; } };
+  const s = await startEverythingHttp(port);
+  made.children.add(s.child);
+  return { port, child: s.child, stop: () => { made.children.delete(s.child); return s.stop(); } };
 }
 
 // The bridge over HTTP, with a person asked about echo: corral:latest with
@@ -280,7 +266,7 @@ async function startEverythingHttp() {
 // the client's elicitation handler gives is `asker.answer`.
 const asker = { answer: 'accept', asked: [] };
 const bridgeCorral = () => sharedCorral('bridge', async () => {
-  const everything = await startEverythingHttp();
+  const everything = await everythingHttp();
   shared.set('everything', everything);
   // Not tied to a test: the config lives as long as the process.
   const cfg = configDir(null, {

@@ -28,7 +28,6 @@ import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
 import { CallToolResultSchema } from '@modelcontextprotocol/sdk/types.js';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
 import { tmpdir } from 'node:os';
@@ -36,12 +35,12 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { inspect } from 'node:util';
 import { freePort } from './lib/net.mjs';
+import { startEverythingHttp } from './lib/servers.mjs';
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 const ENGINE = process.env.CORRAL_ENGINE;
 const BIN = path.resolve(HERE, process.env.CORRAL_BIN || '../../build/corral');
 const VERBOSE = process.env.E2E_VERBOSE === '1';
-const EVERYTHING = path.join(HERE, 'node_modules/@modelcontextprotocol/server-everything/dist/index.js');
 const SECRET = 'secret-token-123';
 const PROTOCOL = '2025-06-18'; // what corral asks for in initialize
 
@@ -59,26 +58,6 @@ function withTimeout(promise, ms, what) {
 
 // ---------------------------------------------------------------- servers
 
-// server-everything over streamable HTTP on `port`; resolves once it listens.
-async function startEverything(port) {
-  const child = spawn(process.execPath, [EVERYTHING, 'streamableHttp'], {
-    env: { ...process.env, PORT: String(port) }, stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let log = '';
-  const listening = new Promise((resolve, reject) => {
-    const seen = (d) => {
-      log += d;
-      if (/listening on port/i.test(log)) resolve();
-    };
-    child.stdout.on('data', seen);
-    child.stderr.on('data', seen);
-    child.once('exit', (code) => reject(new Error(`server-everything exited (${code}): ${clip(log, 800)}`)));
-  });
-  await withTimeout(listening, 20000, 'server-everything start');
-  // stop() resolves once it has exited (and so let its port go).
-  const exited = new Promise((r) => child.once('exit', r));
-  return { child, log: () => log, stop: () => { child.kill('SIGKILL'); return exited; } };
-}
 
 // Listen on 127.0.0.1:port and keep the sockets, so that stop() is abrupt.
 async function listen(handler, port = 0) {
@@ -561,7 +540,7 @@ test('the server goes away and comes back: calls fail clearly, then work again',
 
 test('server-everything restarts: corral notices the unknown session and starts a new one', async (t) => {
   await S.everything.stop();
-  S.everything = await startEverything(S.everythingPort);
+  S.everything = await startEverythingHttp(S.everythingPort);
   // Either the GET stream (reopened a second after it broke) or the first
   // call meets the unknown session (HTTP 400 "No valid session ID" here).
   const { sc, out: o } = await S.corral.python(py(`
@@ -663,7 +642,7 @@ async function setup() {
   mkdirSync(path.join(root, 'cfg/corral'), { recursive: true });
   mkdirSync(path.join(root, 'state'), { recursive: true });
   S.audit = path.join(root, 'audit.jsonl');
-  S.everything = await startEverything(await freePort());
+  S.everything = await startEverythingHttp(await freePort());
   const everythingPort = Number(/listening on port (\d+)/i.exec(S.everything.log())[1]);
   S.everythingPort = everythingPort;
   S.proxy = await new Proxy(everythingPort).start();
